@@ -1,0 +1,1 @@
+"""An Aeron-style media driver and client in Python."""

@@ -1,0 +1,167 @@
+"""Agents and the runners that drive them.
+
+An agent owns its state and does bounded work in ``do_work()`` (returning how
+much it did, 0 when idle). Runners only decide which thread calls it: an
+``AgentRunner`` gives it a thread, an ``AgentInvoker`` lets the caller drive it,
+and a ``CompositeAgent`` puts several agents on one duty cycle. An exception in
+a duty cycle goes to the error handler and the loop carries on;
+``AgentTerminationError`` stops it.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from driver.errors import AgentTerminationError
+from driver.idle import IdleStrategy
+
+__all__ = ["Agent", "AgentInvoker", "AgentRunner", "CompositeAgent", "ErrorHandler"]
+
+ErrorHandler = Callable[[BaseException], None]
+
+
+class Agent(Protocol):
+    role_name: str
+
+    def on_start(self) -> None: ...
+
+    def do_work(self) -> int: ...
+
+    def on_close(self) -> None: ...
+
+
+class CompositeAgent:
+    """Several agents run one after the other in a single duty cycle."""
+
+    def __init__(self, agents: Sequence[Agent]) -> None:
+        if not agents:
+            raise ValueError("CompositeAgent needs at least one agent")
+        self._agents = tuple(agents)
+        self.role_name = "[" + ",".join(a.role_name for a in agents) + "]"
+
+    def on_start(self) -> None:
+        for agent in self._agents:
+            agent.on_start()
+
+    def do_work(self) -> int:
+        work = 0
+        for agent in self._agents:
+            work += agent.do_work()
+        return work
+
+    def on_close(self) -> None:
+        errors: list[BaseException] = []
+        for agent in self._agents:
+            try:
+                agent.on_close()
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+class AgentInvoker:
+    """Drives an agent from the caller's thread (INVOKER threading mode)."""
+
+    def __init__(self, agent: Agent, error_handler: ErrorHandler) -> None:
+        self.agent = agent
+        self._error_handler = error_handler
+        self._started = False
+        self._closed = False
+
+    @property
+    def is_running(self) -> bool:
+        return self._started and not self._closed
+
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self.agent.on_start()
+
+    def invoke(self) -> int:
+        if not self._started or self._closed:
+            return 0
+        try:
+            return self.agent.do_work()
+        except AgentTerminationError:
+            self.close()
+        except Exception as exc:
+            self._error_handler(exc)
+        return 0
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._started:
+                self.agent.on_close()
+
+
+class AgentRunner:
+    """Runs an agent's duty cycle on a dedicated daemon thread."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        idle_strategy: IdleStrategy,
+        error_handler: ErrorHandler,
+        error_counter: Callable[[], object] | None = None,
+    ) -> None:
+        self.agent = agent
+        self._idle = idle_strategy
+        self._error_handler = error_handler
+        self._error_counter = error_counter
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+
+    @property
+    def is_running(self) -> bool:
+        return self._running
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError(f"{self.agent.role_name} already started")
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name=self.agent.role_name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        agent = self.agent
+        idle = self._idle.idle
+        try:
+            agent.on_start()
+            do_work = agent.do_work
+            while self._running:
+                try:
+                    idle(do_work())
+                except AgentTerminationError:
+                    break
+                except Exception as exc:
+                    if self._error_counter is not None:
+                        self._error_counter()
+                    self._error_handler(exc)
+                    idle(0)
+        except Exception as exc:
+            self._error_handler(exc)
+        finally:
+            self._running = False
+            try:
+                agent.on_close()
+            except Exception as exc:
+                self._error_handler(exc)
+            self._stopped.set()
+
+    def close(self, timeout_s: float = 5.0) -> bool:
+        """Stop the loop and wait for the thread; False (and a warning) if it did not stop in time."""
+        self._running = False
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout_s)
+        if thread.is_alive():
+            warnings.warn(f"agent {self.agent.role_name} did not stop within {timeout_s}s", stacklevel=2)
+            return False
+        return True

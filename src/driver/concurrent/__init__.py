@@ -1,0 +1,1 @@
+"""Lock-free structures over shared memory in Agrona's layouts."""

@@ -1,0 +1,150 @@
+"""Idle strategies: what an agent's thread does when a duty cycle found no work.
+
+Aeron busy-spins by default. Here the default is a backoff that ends in
+parking, so an idle driver or client costs (almost) nothing; busy-spin is for
+latency tuning on a machine with cores to spare. Under the GIL a spinning
+thread also starves the other Python threads, which is one more reason not to
+spin by default.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from driver.errors import ConfigurationError
+
+__all__ = [
+    "BackoffIdleStrategy",
+    "BusySpinIdleStrategy",
+    "IdleStrategy",
+    "NoOpIdleStrategy",
+    "SleepingIdleStrategy",
+    "YieldingIdleStrategy",
+    "idle_strategy_from_name",
+]
+
+
+class IdleStrategy(Protocol):
+    def idle(self, work_count: int) -> None:
+        """Called after each duty cycle with the amount of work it did."""
+
+    def reset(self) -> None: ...
+
+
+class NoOpIdleStrategy:
+    def idle(self, work_count: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
+class BusySpinIdleStrategy:
+    """Never gives up the core; lowest latency, one core per agent thread."""
+
+    def idle(self, work_count: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
+class YieldingIdleStrategy:
+    """Yields the GIL and the core (``sleep(0)``) when there was no work."""
+
+    def idle(self, work_count: int) -> None:
+        if work_count <= 0:
+            time.sleep(0)
+
+    def reset(self) -> None:
+        pass
+
+
+class SleepingIdleStrategy:
+    """Sleeps a fixed period when there was no work."""
+
+    def __init__(self, sleep_period_ns: int = 1_000_000) -> None:
+        if sleep_period_ns <= 0:
+            raise ConfigurationError("sleep_period_ns", sleep_period_ns, "must be > 0")
+        self._period_s = sleep_period_ns / 1e9
+
+    def idle(self, work_count: int) -> None:
+        if work_count <= 0:
+            time.sleep(self._period_s)
+
+    def reset(self) -> None:
+        pass
+
+
+class BackoffIdleStrategy:
+    """Spin, then yield, then park with a period doubling up to a maximum.
+
+    Any work resets it to spinning. The default maximum park of 1 ms keeps an
+    idle agent well under 1% of a core while reacting within a millisecond.
+    """
+
+    __slots__ = ("_max_park_s", "_max_spins", "_max_yields", "_min_park_s", "_park_s", "_spins", "_yields")
+
+    def __init__(
+        self,
+        max_spins: int = 10,
+        max_yields: int = 20,
+        min_park_period_ns: int = 1_000,
+        max_park_period_ns: int = 1_000_000,
+    ) -> None:
+        if max_spins < 0 or max_yields < 0:
+            raise ConfigurationError("max_spins/max_yields", (max_spins, max_yields), "must be >= 0")
+        if not 0 < min_park_period_ns <= max_park_period_ns:
+            raise ConfigurationError(
+                "park_period_ns", (min_park_period_ns, max_park_period_ns), "0 < min <= max required"
+            )
+        self._max_spins = max_spins
+        self._max_yields = max_yields
+        self._min_park_s = min_park_period_ns / 1e9
+        self._max_park_s = max_park_period_ns / 1e9
+        self._spins = 0
+        self._yields = 0
+        self._park_s = self._min_park_s
+
+    def idle(self, work_count: int) -> None:
+        if work_count > 0:
+            self._spins = 0
+            self._yields = 0
+            self._park_s = self._min_park_s
+            return
+        if self._spins < self._max_spins:
+            self._spins += 1
+        elif self._yields < self._max_yields:
+            self._yields += 1
+            time.sleep(0)
+        else:
+            time.sleep(self._park_s)
+            self._park_s = min(self._park_s * 2, self._max_park_s)
+
+    def reset(self) -> None:
+        self._spins = 0
+        self._yields = 0
+        self._park_s = self._min_park_s
+
+
+_ALIASES: dict[str, type[IdleStrategy]] = {
+    "backoff": BackoffIdleStrategy,
+    "busy_spin": BusySpinIdleStrategy,
+    "busyspin": BusySpinIdleStrategy,
+    "spin": BusySpinIdleStrategy,
+    "yielding": YieldingIdleStrategy,
+    "sleeping": SleepingIdleStrategy,
+    "noop": NoOpIdleStrategy,
+}
+
+
+def idle_strategy_from_name(name: str) -> IdleStrategy:
+    """Build a strategy from a short name or Aeron's Java class name."""
+    key = name.rsplit(".", 1)[-1].lower()
+    key = key.removesuffix("idlestrategy") or key
+    key = {"busyspin": "busy_spin", "sleepingmillis": "sleeping", "noop": "noop"}.get(key, key)
+    factory = _ALIASES.get(key)
+    if factory is None:
+        raise ConfigurationError("idle strategy", name, f"one of {sorted(set(_ALIASES))} or an Aeron class name")
+    return factory()

@@ -1,0 +1,1 @@
+"""High-level asyncio Server/Client end points over the driver."""
