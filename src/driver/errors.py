@@ -17,6 +17,7 @@ __all__ = [
     "ClientTimeoutError",
     "CncVersionError",
     "ConfigurationError",
+    "ControlProtocolError",
     "DriverError",
     "DriverTimeoutError",
     "ErrorCode",
@@ -119,3 +120,11 @@ class MalformedCommandError(DriverError):
 
 class AgentTerminationError(DriverError):
     """Raised inside an agent's duty cycle to stop its runner."""
+
+
+class ControlProtocolError(DriverError):
+    """A client command the driver cannot satisfy; sent back as ON_ERROR with its code."""
+
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code

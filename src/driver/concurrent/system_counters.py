@@ -1,0 +1,288 @@
+"""The driver's counters as Aeron 1.15.1 lays them out, so AeronStat reads our cnc.dat.
+
+Theory of operation
+-------------------
+System counters (type 0) are allocated first, in id order, so counter id ==
+``SystemCounterId``; each key is the int32 id, each label the 1.15.1 text.
+
+Stream counters (types 1-5, 9, 10, 12) share one key layout::
+
+    0   int64  registration id
+    8   int32  session id
+    12  int32  stream id
+    16  int32  channel length (at most 92)
+    20  ...    channel, ASCII
+
+and one label form, ``"<name>: <regId> <sessionId> <streamId> <channel>"``;
+the subscriber position appends ``" @<joinPosition>"`` when the label leaves
+room for it. Channel-status counters (types 6, 7) key on the channel alone and
+the client heartbeat (type 11) on the int64 client id.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+
+from driver.concurrent.counters import (
+    MAX_KEY_LENGTH,
+    MAX_LABEL_LENGTH,
+    AtomicCounter,
+    CountersManager,
+    encode_ascii,
+)
+
+__all__ = [
+    "CHANNEL_OFFSET",
+    "CHANNEL_STATUS_ACTIVE",
+    "CHANNEL_STATUS_CLOSING",
+    "CHANNEL_STATUS_ERRORED",
+    "CHANNEL_STATUS_INITIALIZING",
+    "CLIENT_HEARTBEAT_NAME",
+    "CLIENT_HEARTBEAT_TYPE_ID",
+    "MAX_CHANNEL_LENGTH",
+    "MAX_CHANNEL_STATUS_CHANNEL_LENGTH",
+    "PER_IMAGE_TYPE_ID",
+    "PUBLISHER_LIMIT_NAME",
+    "PUBLISHER_LIMIT_TYPE_ID",
+    "PUBLISHER_POS_NAME",
+    "PUBLISHER_POS_TYPE_ID",
+    "RECEIVER_HWM_NAME",
+    "RECEIVER_HWM_TYPE_ID",
+    "RECEIVER_POS_NAME",
+    "RECEIVER_POS_TYPE_ID",
+    "RECEIVE_CHANNEL_STATUS_NAME",
+    "RECEIVE_CHANNEL_STATUS_TYPE_ID",
+    "REGISTRATION_ID_OFFSET",
+    "SENDER_LIMIT_NAME",
+    "SENDER_LIMIT_TYPE_ID",
+    "SENDER_POSITION_NAME",
+    "SENDER_POSITION_TYPE_ID",
+    "SEND_CHANNEL_STATUS_NAME",
+    "SEND_CHANNEL_STATUS_TYPE_ID",
+    "SESSION_ID_OFFSET",
+    "STREAM_ID_OFFSET",
+    "SUBSCRIBER_POSITION_NAME",
+    "SUBSCRIBER_POSITION_TYPE_ID",
+    "SYSTEM_COUNTER_TYPE_ID",
+    "SystemCounterId",
+    "SystemCounters",
+    "allocate_channel_status",
+    "allocate_client_heartbeat",
+    "allocate_stream_counter",
+    "allocate_subscriber_position",
+    "stream_counter_name",
+]
+
+SYSTEM_COUNTER_TYPE_ID = 0
+PUBLISHER_LIMIT_TYPE_ID = 1
+SENDER_POSITION_TYPE_ID = 2
+RECEIVER_HWM_TYPE_ID = 3
+SUBSCRIBER_POSITION_TYPE_ID = 4
+RECEIVER_POS_TYPE_ID = 5
+SEND_CHANNEL_STATUS_TYPE_ID = 6
+RECEIVE_CHANNEL_STATUS_TYPE_ID = 7
+SENDER_LIMIT_TYPE_ID = 9
+PER_IMAGE_TYPE_ID = 10
+CLIENT_HEARTBEAT_TYPE_ID = 11
+PUBLISHER_POS_TYPE_ID = 12
+
+PUBLISHER_LIMIT_NAME = "pub-lmt"
+SENDER_POSITION_NAME = "snd-pos"
+RECEIVER_HWM_NAME = "rcv-hwm"
+SUBSCRIBER_POSITION_NAME = "sub-pos"
+RECEIVER_POS_NAME = "rcv-pos"
+SEND_CHANNEL_STATUS_NAME = "snd-channel"
+RECEIVE_CHANNEL_STATUS_NAME = "rcv-channel"
+SENDER_LIMIT_NAME = "snd-lmt"
+CLIENT_HEARTBEAT_NAME = "client-heartbeat"
+PUBLISHER_POS_NAME = "pub-pos (sample)"
+
+CHANNEL_STATUS_INITIALIZING = 0
+CHANNEL_STATUS_ERRORED = -1
+CHANNEL_STATUS_ACTIVE = 1
+CHANNEL_STATUS_CLOSING = 2
+
+REGISTRATION_ID_OFFSET = 0
+SESSION_ID_OFFSET = 8
+STREAM_ID_OFFSET = 12
+CHANNEL_OFFSET = 16
+MAX_CHANNEL_LENGTH = MAX_KEY_LENGTH - (CHANNEL_OFFSET + 4)
+MAX_CHANNEL_STATUS_CHANNEL_LENGTH = MAX_KEY_LENGTH - 4
+
+_STREAM_KEY_HEADER = struct.Struct("<qiii")
+_INT32 = struct.Struct("<i")
+_INT64 = struct.Struct("<q")
+
+_STREAM_COUNTER_NAMES = {
+    PUBLISHER_LIMIT_TYPE_ID: PUBLISHER_LIMIT_NAME,
+    SENDER_POSITION_TYPE_ID: SENDER_POSITION_NAME,
+    RECEIVER_HWM_TYPE_ID: RECEIVER_HWM_NAME,
+    SUBSCRIBER_POSITION_TYPE_ID: SUBSCRIBER_POSITION_NAME,
+    RECEIVER_POS_TYPE_ID: RECEIVER_POS_NAME,
+    SENDER_LIMIT_TYPE_ID: SENDER_LIMIT_NAME,
+    PUBLISHER_POS_TYPE_ID: PUBLISHER_POS_NAME,
+}
+
+
+class SystemCounterId(enum.IntEnum):
+    """Aeron 1.15.1 ``SystemCounterDescriptor`` ids; ``.label`` is the exact 1.15.1 label."""
+
+    BYTES_SENT = 0
+    BYTES_RECEIVED = 1
+    RECEIVER_PROXY_FAILS = 2
+    SENDER_PROXY_FAILS = 3
+    CONDUCTOR_PROXY_FAILS = 4
+    NAK_MESSAGES_SENT = 5
+    NAK_MESSAGES_RECEIVED = 6
+    STATUS_MESSAGES_SENT = 7
+    STATUS_MESSAGES_RECEIVED = 8
+    HEARTBEATS_SENT = 9
+    HEARTBEATS_RECEIVED = 10
+    RETRANSMITS_SENT = 11
+    FLOW_CONTROL_UNDER_RUNS = 12
+    FLOW_CONTROL_OVER_RUNS = 13
+    INVALID_PACKETS = 14
+    ERRORS = 15
+    SHORT_SENDS = 16
+    FREE_FAILS = 17
+    SENDER_FLOW_CONTROL_LIMITS = 18
+    UNBLOCKED_PUBLICATIONS = 19
+    UNBLOCKED_COMMANDS = 20
+    POSSIBLE_TTL_ASYMMETRY = 21
+    CONTROLLABLE_IDLE_STRATEGY = 22
+    LOSS_GAP_FILLS = 23
+    CLIENT_TIMEOUTS = 24
+
+    @property
+    def label(self) -> str:
+        return _SYSTEM_COUNTER_LABELS[self]
+
+
+_SYSTEM_COUNTER_LABELS: dict[SystemCounterId, str] = {
+    SystemCounterId.BYTES_SENT: "Bytes sent",
+    SystemCounterId.BYTES_RECEIVED: "Bytes received",
+    SystemCounterId.RECEIVER_PROXY_FAILS: "Failed offers to ReceiverProxy",
+    SystemCounterId.SENDER_PROXY_FAILS: "Failed offers to SenderProxy",
+    SystemCounterId.CONDUCTOR_PROXY_FAILS: "Failed offers to DriverConductorProxy",
+    SystemCounterId.NAK_MESSAGES_SENT: "NAKs sent",
+    SystemCounterId.NAK_MESSAGES_RECEIVED: "NAKs received",
+    SystemCounterId.STATUS_MESSAGES_SENT: "Status Messages sent",
+    SystemCounterId.STATUS_MESSAGES_RECEIVED: "Status Messages received",
+    SystemCounterId.HEARTBEATS_SENT: "Heartbeats sent",
+    SystemCounterId.HEARTBEATS_RECEIVED: "Heartbeats received",
+    SystemCounterId.RETRANSMITS_SENT: "Retransmits sent",
+    SystemCounterId.FLOW_CONTROL_UNDER_RUNS: "Flow control under runs",
+    SystemCounterId.FLOW_CONTROL_OVER_RUNS: "Flow control over runs",
+    SystemCounterId.INVALID_PACKETS: "Invalid packets",
+    SystemCounterId.ERRORS: "Errors",
+    SystemCounterId.SHORT_SENDS: "Short sends",
+    SystemCounterId.FREE_FAILS: "Failed attempts to free log buffers",
+    SystemCounterId.SENDER_FLOW_CONTROL_LIMITS: "Sender flow control limits applied",
+    SystemCounterId.UNBLOCKED_PUBLICATIONS: "Unblocked Publications",
+    SystemCounterId.UNBLOCKED_COMMANDS: "Unblocked Control Commands",
+    SystemCounterId.POSSIBLE_TTL_ASYMMETRY: "Possible TTL Asymmetry",
+    SystemCounterId.CONTROLLABLE_IDLE_STRATEGY: "ControllableIdleStrategy status",
+    SystemCounterId.LOSS_GAP_FILLS: "Loss gap fills",
+    SystemCounterId.CLIENT_TIMEOUTS: "Client liveness timeouts",
+}
+
+
+class SystemCounters:
+    """All system counters, allocated in id order at driver start."""
+
+    def __init__(self, manager: CountersManager) -> None:
+        self._counters: list[AtomicCounter] = []
+        for counter_id in SystemCounterId:
+            self._counters.append(
+                manager.new_counter(counter_id.label, SYSTEM_COUNTER_TYPE_ID, _INT32.pack(counter_id))
+            )
+
+    def get(self, counter_id: SystemCounterId) -> AtomicCounter:
+        return self._counters[counter_id]
+
+    def __getitem__(self, counter_id: SystemCounterId) -> AtomicCounter:
+        return self._counters[counter_id]
+
+    def close(self) -> None:
+        for counter in self._counters:
+            counter.close()
+
+
+def stream_counter_name(type_id: int) -> str:
+    """The label prefix of a stream counter type (Aeron's ``StreamPositionCounter.labelName``)."""
+    return _STREAM_COUNTER_NAMES.get(type_id, "<unknown>")
+
+
+def allocate_stream_counter(
+    manager: CountersManager,
+    name: str,
+    type_id: int,
+    registration_id: int,
+    session_id: int,
+    stream_id: int,
+    channel: str,
+    suffix: str = "",
+) -> int:
+    """Allocate a stream counter with 1.15.1's key and label; returns its id.
+
+    ``suffix`` is appended only while the label is shorter than 360 bytes, as Aeron
+    does for the subscriber position's ``" @<joinPosition>"``.
+    """
+    channel_key = encode_ascii(channel, MAX_CHANNEL_LENGTH)
+    key = _STREAM_KEY_HEADER.pack(registration_id, session_id, stream_id, len(channel_key)) + channel_key
+    label = encode_ascii(f"{name}: {registration_id} {session_id} {stream_id} ", MAX_LABEL_LENGTH)
+    label += encode_ascii(channel, max(0, MAX_LABEL_LENGTH - len(label)))
+    if suffix and len(label) < MAX_LABEL_LENGTH - 20:
+        label += encode_ascii(suffix, MAX_LABEL_LENGTH)
+    return manager.allocate_raw_label(type_id, key, label)
+
+
+def allocate_subscriber_position(
+    manager: CountersManager,
+    registration_id: int,
+    session_id: int,
+    stream_id: int,
+    channel: str,
+    join_position: int,
+) -> int:
+    return allocate_stream_counter(
+        manager,
+        SUBSCRIBER_POSITION_NAME,
+        SUBSCRIBER_POSITION_TYPE_ID,
+        registration_id,
+        session_id,
+        stream_id,
+        channel,
+        f" @{join_position}",
+    )
+
+
+def allocate_client_heartbeat(manager: CountersManager, client_id: int) -> int:
+    """Aeron 1.15.1's per-client counter (the driver stamps the last keepalive time in it)."""
+    return manager.allocate_raw_label(
+        CLIENT_HEARTBEAT_TYPE_ID,
+        _INT64.pack(client_id),
+        encode_ascii(f"{CLIENT_HEARTBEAT_NAME}: {client_id}", MAX_LABEL_LENGTH),
+    )
+
+
+def allocate_channel_status(manager: CountersManager, type_id: int, channel: str) -> int:
+    """A send (type 6) or receive (type 7) channel status counter, as 1.15.1 lays it out.
+
+    1.15.1 copies only ``channel length`` bytes of its (int32 length + channel)
+    key, so the stored key loses the channel's last four bytes; we reproduce it.
+    """
+    if type_id == SEND_CHANNEL_STATUS_TYPE_ID:
+        name = SEND_CHANNEL_STATUS_NAME
+    elif type_id == RECEIVE_CHANNEL_STATUS_TYPE_ID:
+        name = RECEIVE_CHANNEL_STATUS_NAME
+    else:
+        raise ValueError(
+            f"type_id={type_id} is invalid: must be {SEND_CHANNEL_STATUS_TYPE_ID} or {RECEIVE_CHANNEL_STATUS_TYPE_ID}"
+        )
+    channel_key = encode_ascii(channel, MAX_CHANNEL_STATUS_CHANNEL_LENGTH)
+    key = (_INT32.pack(len(channel_key)) + channel_key)[: len(channel_key)]
+    label = encode_ascii(f"{name}: ", MAX_LABEL_LENGTH)
+    label += encode_ascii(channel, MAX_LABEL_LENGTH - len(label))
+    return manager.allocate_raw_label(type_id, key, label)

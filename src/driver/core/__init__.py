@@ -1,0 +1,1 @@
+"""The media driver: conductor, publications and the agents' composition."""

@@ -1,0 +1,548 @@
+"""The driver conductor: the one agent that owns every driver resource.
+
+Each duty cycle it reads the clock once, runs its timers when due (client
+liveness, publication drain/linger/unblock, the heartbeat clients watch), takes
+a bounded batch of client commands from the to-driver ring buffer, and moves
+the publisher limits of IPC publications from their subscribers' positions.
+A command it cannot satisfy is answered with ON_ERROR carrying Aeron's error
+code, and recorded in the distinct error log; nothing a client sends can stop
+the agent.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from driver.clock import EpochClock, NanoClock, SystemEpochClock, SystemNanoClock
+from driver.command.messages import (
+    CorrelatedMessage,
+    CounterMessage,
+    DestinationMessage,
+    PublicationMessage,
+    RemoveMessage,
+    SubscriptionMessage,
+    decode_command,
+)
+from driver.command.types import CommandType
+from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.concurrent.broadcast import BroadcastTransmitter
+from driver.concurrent.counters import AtomicCounter, CountersManager
+from driver.concurrent.error_log import DistinctErrorLog
+from driver.concurrent.ring_buffer import ManyToOneRingBuffer
+from driver.concurrent.system_counters import (
+    PUBLISHER_LIMIT_NAME,
+    PUBLISHER_LIMIT_TYPE_ID,
+    PUBLISHER_POS_NAME,
+    PUBLISHER_POS_TYPE_ID,
+    SUBSCRIBER_POSITION_NAME,
+    SUBSCRIBER_POSITION_TYPE_ID,
+    SystemCounterId,
+    SystemCounters,
+    allocate_client_heartbeat,
+    allocate_stream_counter,
+)
+from driver.core.client_proxy import ClientProxy
+from driver.core.ipc_publication import IpcPublication, PublicationState, SubscriberPosition
+from driver.core.links import ClientSession, CounterLink, PublicationLink, SubscriptionLink
+from driver.errors import ControlProtocolError, ErrorCode, InvalidChannelError, MalformedCommandError
+from driver.logbuffer import descriptor as lbd
+from driver.logbuffer.log_buffers import LogBuffers
+from driver.uri import ChannelUri, parse_duration_ns, parse_size
+
+if TYPE_CHECKING:
+    from driver.cnc import CncFile
+    from driver.config import DriverContext
+
+__all__ = ["DriverConductor"]
+
+_T = TypeVar("_T")
+
+COMMAND_LIMIT = 10
+IPC_SOURCE_IDENTITY = "aeron:ipc"
+NO_ID_ALLOCATED = -1
+
+
+class _PublicationParams:
+    __slots__ = ("initial_term_id", "linger_ns", "mtu", "session_id", "sparse", "start", "term_length")
+
+    def __init__(self, uri: ChannelUri, ctx: DriverContext, is_exclusive: bool) -> None:
+        self.term_length = _int_param(uri, "term-length", ctx.effective_ipc_term_buffer_length)
+        self.mtu = _int_param(uri, "mtu", ctx.ipc_mtu_length)
+        session = uri.get("session-id")
+        self.session_id: int | None = int(session.removeprefix("tag:")) if session is not None else None
+        linger = uri.get("linger")
+        self.linger_ns = parse_duration_ns(linger) if linger is not None else ctx.publication_linger_timeout_ns
+        sparse = uri.get("sparse")
+        self.sparse = sparse == "true" if sparse is not None else ctx.term_buffer_sparse_file
+        self.initial_term_id: int | None = None
+        self.start: tuple[int, int] | None = None
+        if uri.get("init-term-id") is not None:
+            if not is_exclusive:
+                raise ControlProtocolError(
+                    ErrorCode.INVALID_CHANNEL, "init-term-id, term-id and term-offset need an exclusive publication"
+                )
+            self.initial_term_id = _int_param(uri, "init-term-id", 0)
+            self.start = (_int_param(uri, "term-id", 0), _int_param(uri, "term-offset", 0))
+        lbd.check_term_length(self.term_length)
+        max_message = lbd.compute_max_message_length(self.term_length)
+        if self.mtu > max_message:
+            raise InvalidChannelError(
+                "mtu", self.mtu, f"must be <= max message length {max_message} for the term length"
+            )
+
+
+def _int_param(uri: ChannelUri, name: str, default: int) -> int:
+    value = uri.get(name)
+    if value is None:
+        return default
+    return parse_size(value) if name in ("term-length", "mtu") else int(value)
+
+
+class DriverConductor:
+    role_name = "driver-conductor"
+
+    def __init__(
+        self,
+        ctx: DriverContext,
+        cnc: CncFile,
+        *,
+        nano_clock: NanoClock | None = None,
+        epoch_clock: EpochClock | None = None,
+        error_handler: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self._ctx = ctx
+        self._nano_clock = nano_clock or SystemNanoClock()
+        self._epoch_clock = epoch_clock or SystemEpochClock()
+        self._aeron_dir = Path(ctx.aeron_dir)
+        self._to_driver = ManyToOneRingBuffer(cnc.to_driver_buffer)
+        self.client_proxy = ClientProxy(BroadcastTransmitter(cnc.to_clients_buffer))
+        self.counters = CountersManager(
+            cnc.counters_metadata_buffer,
+            cnc.counters_values_buffer,
+            self._epoch_clock.time_ms,
+            ctx.counters_free_to_reuse_timeout_ns // 1_000_000,
+        )
+        self.system_counters = SystemCounters(self.counters)
+        self.error_log = DistinctErrorLog(cnc.error_log_buffer, self._epoch_clock.time_ms)
+        self._errors = self.system_counters.get(SystemCounterId.ERRORS)
+        self._client_timeouts = self.system_counters.get(SystemCounterId.CLIENT_TIMEOUTS)
+        self._unblocked_publications = self.system_counters.get(SystemCounterId.UNBLOCKED_PUBLICATIONS)
+        self._unblocked_commands = self.system_counters.get(SystemCounterId.UNBLOCKED_COMMANDS)
+        self._external_error_handler = error_handler
+        self.clients: dict[int, ClientSession] = {}
+        self.ipc_publications: list[IpcPublication] = []
+        self.publication_links: list[PublicationLink] = []
+        self.subscription_links: list[SubscriptionLink] = []
+        self.counter_links: list[CounterLink] = []
+        self._active_session_ids: set[int] = set()
+        self._next_session_id = random.randint(-(2**31), 2**31 - 1)
+        self._timer_interval_ns = ctx.timer_interval_ns
+        self._timer_deadline_ns = 0
+        self._client_liveness_timeout_ms = ctx.client_liveness_timeout_ns // 1_000_000
+        self._last_command_consumer_position = 0
+        self._time_of_last_command_position_change_ns = 0
+        (self._aeron_dir / "publications").mkdir(parents=True, exist_ok=True)
+        self._dispatch: dict[CommandType, Callable[[object], None]] = {
+            CommandType.ADD_PUBLICATION: lambda m: self._on_add_publication(_cast(m, PublicationMessage), False),
+            CommandType.ADD_EXCLUSIVE_PUBLICATION: lambda m: self._on_add_publication(
+                _cast(m, PublicationMessage), True
+            ),
+            CommandType.REMOVE_PUBLICATION: lambda m: self._on_remove_publication(_cast(m, RemoveMessage)),
+            CommandType.ADD_SUBSCRIPTION: lambda m: self._on_add_subscription(_cast(m, SubscriptionMessage)),
+            CommandType.REMOVE_SUBSCRIPTION: lambda m: self._on_remove_subscription(_cast(m, RemoveMessage)),
+            CommandType.CLIENT_KEEPALIVE: lambda m: self._on_client_keepalive(_cast(m, CorrelatedMessage)),
+            CommandType.CLIENT_CLOSE: lambda m: self._on_client_close(_cast(m, CorrelatedMessage)),
+            CommandType.ADD_COUNTER: lambda m: self._on_add_counter(_cast(m, CounterMessage)),
+            CommandType.REMOVE_COUNTER: lambda m: self._on_remove_counter(_cast(m, RemoveMessage)),
+            CommandType.ADD_DESTINATION: lambda m: self._on_destination(_cast(m, DestinationMessage)),
+            CommandType.REMOVE_DESTINATION: lambda m: self._on_destination(_cast(m, DestinationMessage)),
+            CommandType.ADD_RCV_DESTINATION: lambda m: self._on_destination(_cast(m, DestinationMessage)),
+            CommandType.REMOVE_RCV_DESTINATION: lambda m: self._on_destination(_cast(m, DestinationMessage)),
+        }
+
+    # -- agent ---------------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        self._to_driver.set_consumer_heartbeat_time(self._epoch_clock.time_ms())
+
+    def do_work(self) -> int:
+        now_ns = self._nano_clock.nano_time()
+        work = 0
+        if now_ns >= self._timer_deadline_ns:
+            self._timer_deadline_ns = now_ns + self._timer_interval_ns
+            work += self._on_timer(now_ns, self._epoch_clock.time_ms())
+        work += self._to_driver.read(self._on_command, COMMAND_LIMIT)
+        for publication in self.ipc_publications:
+            if publication.state is PublicationState.ACTIVE:
+                work += publication.update_publisher_limit()
+        return work
+
+    def on_close(self) -> None:
+        for publication in self.ipc_publications:
+            publication.close()
+        self.ipc_publications.clear()
+
+    def record_error(self, error: BaseException) -> None:
+        """Errors of the driver's own agents: counted, logged distinctly, and passed on."""
+        self._errors.increment()
+        self.error_log.record(error)
+        if self._external_error_handler is not None:
+            self._external_error_handler(error)
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def _on_command(self, msg_type_id: int, buffer: AtomicBuffer, index: int, length: int) -> None:
+        correlation_id = 0
+        try:
+            if length >= 16:
+                correlation_id = buffer.get_long(index + 8)
+            command_type, message = decode_command(msg_type_id, buffer, index, length)
+            self._dispatch[command_type](message)
+        except ControlProtocolError as exc:
+            self._reply_error(correlation_id, exc.error_code, str(exc), exc)
+        except InvalidChannelError as exc:
+            self._reply_error(correlation_id, ErrorCode.INVALID_CHANNEL, str(exc), exc)
+        except MalformedCommandError as exc:
+            self._reply_error(correlation_id, ErrorCode.GENERIC_ERROR, str(exc), exc)
+        except Exception as exc:
+            self._reply_error(correlation_id, ErrorCode.GENERIC_ERROR, f"{type(exc).__name__}: {exc}", exc)
+
+    def _reply_error(self, correlation_id: int, code: ErrorCode, message: str, exc: BaseException) -> None:
+        self.record_error(exc)
+        self.client_proxy.on_error(correlation_id, code, message)
+
+    def _client(self, client_id: int) -> ClientSession:
+        client = self.clients.get(client_id)
+        if client is None:
+            now_ms = self._epoch_clock.time_ms()
+            heartbeat = AtomicCounter(
+                self.counters.values_buffer, allocate_client_heartbeat(self.counters, client_id), self.counters
+            )
+            client = ClientSession(client_id, self._client_liveness_timeout_ms, now_ms, heartbeat)
+            self.clients[client_id] = client
+        return client
+
+    def _parse_ipc(self, channel: str) -> ChannelUri:
+        uri = ChannelUri.parse(channel)
+        if uri.media != "ipc" or uri.prefix:
+            raise ControlProtocolError(
+                ErrorCode.INVALID_CHANNEL, f"channel {channel!r}: this driver supports aeron:ipc channels only"
+            )
+        return uri
+
+    def _on_add_publication(self, msg: PublicationMessage, is_exclusive: bool) -> None:
+        uri = self._parse_ipc(msg.channel)
+        params = _PublicationParams(uri, self._ctx, is_exclusive)
+        client = self._client(msg.client_id)
+        publication = None
+        if not is_exclusive:
+            publication = next(
+                (
+                    p
+                    for p in self.ipc_publications
+                    if p.stream_id == msg.stream_id and not p.is_exclusive and p.state is PublicationState.ACTIVE
+                ),
+                None,
+            )
+        if publication is None:
+            publication = self._new_ipc_publication(msg, params, is_exclusive)
+        else:
+            self._confirm_match(publication, uri, params)
+        link = PublicationLink(msg.correlation_id, client, publication)
+        publication.inc_ref()
+        self.publication_links.append(link)
+        new_positions = [
+            self._link_ipc_subscription(publication, sub)
+            for sub in self.subscription_links
+            if sub.matches(publication) and not sub.is_linked(publication)
+        ]
+        self.client_proxy.on_publication_ready(
+            correlation_id=msg.correlation_id,
+            registration_id=publication.registration_id,
+            stream_id=publication.stream_id,
+            session_id=publication.session_id,
+            log_file_name=publication.log_file_name,
+            publisher_limit_counter_id=publication.publisher_limit.id,
+            channel_status_indicator_id=NO_ID_ALLOCATED,
+            is_exclusive=is_exclusive,
+        )
+        for position in new_positions:
+            self._send_available_image(publication, position)
+
+    def _confirm_match(self, publication: IpcPublication, uri: ChannelUri, params: _PublicationParams) -> None:
+        if uri.get("term-length") is not None and params.term_length != publication.term_length:
+            raise ControlProtocolError(
+                ErrorCode.GENERIC_ERROR,
+                f"term-length={params.term_length} does not match existing publication's {publication.term_length}",
+            )
+        if uri.get("mtu") is not None and params.mtu != publication.mtu_length:
+            raise ControlProtocolError(
+                ErrorCode.GENERIC_ERROR,
+                f"mtu={params.mtu} does not match existing publication's {publication.mtu_length}",
+            )
+        if params.session_id is not None and params.session_id != publication.session_id:
+            raise ControlProtocolError(
+                ErrorCode.GENERIC_ERROR,
+                f"session-id={params.session_id} does not match existing publication's {publication.session_id}",
+            )
+
+    def _next_available_session_id(self) -> int:
+        low, high = self._ctx.publication_reserved_session_id_low, self._ctx.publication_reserved_session_id_high
+        while True:
+            session_id = self._next_session_id
+            self._next_session_id = lbd.int32(session_id + 1)
+            if low <= session_id <= high:
+                self._next_session_id = lbd.int32(high + 1)
+                continue
+            if session_id not in self._active_session_ids:
+                return session_id
+
+    def _new_ipc_publication(
+        self, msg: PublicationMessage, params: _PublicationParams, is_exclusive: bool
+    ) -> IpcPublication:
+        registration_id = msg.correlation_id
+        if params.session_id is not None:
+            if params.session_id in self._active_session_ids:
+                raise ControlProtocolError(ErrorCode.GENERIC_ERROR, f"session-id={params.session_id} is already in use")
+            session_id = params.session_id
+        else:
+            session_id = self._next_available_session_id()
+        initial_term_id = (
+            params.initial_term_id if params.initial_term_id is not None else random.randint(-(2**31), 2**31 - 1)
+        )
+        path = self._aeron_dir / "publications" / f"{registration_id}.logbuffer"
+        log = LogBuffers.create(path, params.term_length, self._ctx.file_page_size, sparse=params.sparse)
+        try:
+            lbd.initialize_publication_metadata(
+                log.metadata,
+                session_id=session_id,
+                stream_id=msg.stream_id,
+                initial_term_id=initial_term_id,
+                mtu_length=params.mtu,
+                term_length=params.term_length,
+                page_size=self._ctx.file_page_size,
+                correlation_id=registration_id,
+                term_id=params.start[0] if params.start else None,
+                term_offset=params.start[1] if params.start else 0,
+            )
+            publisher_position = self._stream_counter(
+                PUBLISHER_POS_NAME, PUBLISHER_POS_TYPE_ID, registration_id, session_id, msg.stream_id, msg.channel
+            )
+            publisher_limit = self._stream_counter(
+                PUBLISHER_LIMIT_NAME, PUBLISHER_LIMIT_TYPE_ID, registration_id, session_id, msg.stream_id, msg.channel
+            )
+        except BaseException:
+            log.close()
+            path.unlink(missing_ok=True)
+            raise
+        publication = IpcPublication(
+            registration_id=registration_id,
+            channel=msg.channel,
+            session_id=session_id,
+            stream_id=msg.stream_id,
+            log=log,
+            publisher_limit=publisher_limit,
+            publisher_position=publisher_position,
+            term_window_length=self._ctx.ipc_publication_term_window_length or params.term_length,
+            unblock_timeout_ns=self._ctx.publication_unblock_timeout_ns,
+            linger_timeout_ns=params.linger_ns,
+            now_ns=self._nano_clock.nano_time(),
+            is_exclusive=is_exclusive,
+            unblocked_publications=self._unblocked_publications,
+        )
+        position = publication.producer_position()
+        publisher_position.set_ordered(position)
+        publisher_limit.set_ordered(position)
+        self.ipc_publications.append(publication)
+        self._active_session_ids.add(session_id)
+        return publication
+
+    def _stream_counter(
+        self,
+        name: str,
+        type_id: int,
+        registration_id: int,
+        session_id: int,
+        stream_id: int,
+        channel: str,
+        suffix: str = "",
+    ) -> AtomicCounter:
+        counter_id = allocate_stream_counter(
+            self.counters, name, type_id, registration_id, session_id, stream_id, channel, suffix
+        )
+        return AtomicCounter(self.counters.values_buffer, counter_id, self.counters)
+
+    def _link_ipc_subscription(self, publication: IpcPublication, sub: SubscriptionLink) -> SubscriberPosition:
+        join_position = publication.join_position()
+        counter = self._stream_counter(
+            SUBSCRIBER_POSITION_NAME,
+            SUBSCRIBER_POSITION_TYPE_ID,
+            sub.registration_id,
+            publication.session_id,
+            publication.stream_id,
+            sub.channel,
+            f" @{join_position}",
+        )
+        counter.set_ordered(join_position)
+        position = SubscriberPosition(sub, publication, counter)
+        publication.add_subscriber(position)
+        sub.positions[publication.registration_id] = position
+        return position
+
+    def _send_available_image(self, publication: IpcPublication, position: SubscriberPosition) -> None:
+        self.client_proxy.on_available_image(
+            correlation_id=publication.registration_id,
+            session_id=publication.session_id,
+            stream_id=publication.stream_id,
+            subscription_registration_id=position.subscription.registration_id,
+            subscriber_position_id=position.counter.id,
+            log_file_name=publication.log_file_name,
+            source_identity=IPC_SOURCE_IDENTITY,
+        )
+
+    def _on_remove_publication(self, msg: RemoveMessage) -> None:
+        link = next((lk for lk in self.publication_links if lk.registration_id == msg.registration_id), None)
+        if link is None:
+            raise ControlProtocolError(ErrorCode.UNKNOWN_PUBLICATION, f"unknown publication: {msg.registration_id}")
+        self.publication_links.remove(link)
+        link.publication.dec_ref(self._nano_clock.nano_time())
+        self.client_proxy.on_operation_success(msg.correlation_id)
+
+    def _on_add_subscription(self, msg: SubscriptionMessage) -> None:
+        uri = self._parse_ipc(msg.channel)
+        session = uri.get("session-id")
+        client = self._client(msg.client_id)
+        sub = SubscriptionLink(
+            msg.correlation_id,
+            client,
+            msg.channel,
+            msg.stream_id,
+            int(session.removeprefix("tag:")) if session else None,
+        )
+        self.subscription_links.append(sub)
+        self.client_proxy.on_subscription_ready(msg.correlation_id, NO_ID_ALLOCATED)
+        for publication in self.ipc_publications:
+            if publication.state is PublicationState.ACTIVE and sub.matches(publication):
+                self._send_available_image(publication, self._link_ipc_subscription(publication, sub))
+
+    def _on_remove_subscription(self, msg: RemoveMessage) -> None:
+        sub = next((s for s in self.subscription_links if s.registration_id == msg.registration_id), None)
+        if sub is None:
+            raise ControlProtocolError(ErrorCode.UNKNOWN_SUBSCRIPTION, f"unknown subscription: {msg.registration_id}")
+        self._unlink_subscription(sub)
+        self.client_proxy.on_operation_success(msg.correlation_id)
+
+    def _unlink_subscription(self, sub: SubscriptionLink) -> None:
+        self.subscription_links.remove(sub)
+        for position in sub.positions.values():
+            if position in position.publication.subscribers:
+                position.publication.remove_subscriber(position)
+        sub.positions.clear()
+
+    def _on_client_keepalive(self, msg: CorrelatedMessage) -> None:
+        client = self.clients.get(msg.client_id)
+        if client is not None:
+            client.on_keepalive(self._epoch_clock.time_ms())
+
+    def _on_client_close(self, msg: CorrelatedMessage) -> None:
+        client = self.clients.get(msg.client_id)
+        if client is not None:
+            self._release_client(client)
+
+    def _on_add_counter(self, msg: CounterMessage) -> None:
+        client = self._client(msg.client_id)
+        counter = self.counters.new_counter(msg.label, msg.type_id, msg.key)
+        self.counter_links.append(CounterLink(msg.correlation_id, client, counter))
+        self.client_proxy.on_counter_ready(msg.correlation_id, counter.id)
+
+    def _on_remove_counter(self, msg: RemoveMessage) -> None:
+        link = next((lk for lk in self.counter_links if lk.registration_id == msg.registration_id), None)
+        if link is None:
+            raise ControlProtocolError(ErrorCode.UNKNOWN_COUNTER, f"unknown counter: {msg.registration_id}")
+        self.counter_links.remove(link)
+        self.client_proxy.on_operation_success(msg.correlation_id)
+        self.client_proxy.on_unavailable_counter(link.registration_id, link.counter.id)
+        link.counter.close()
+
+    def _on_destination(self, msg: DestinationMessage) -> None:
+        raise ControlProtocolError(
+            ErrorCode.UNKNOWN_PUBLICATION,
+            f"no network publication or subscription {msg.registration_correlation_id} to add a destination to",
+        )
+
+    # -- timers --------------------------------------------------------------------------------
+
+    def _on_timer(self, now_ns: int, now_ms: int) -> int:
+        self._to_driver.set_consumer_heartbeat_time(now_ms)
+        work = self._check_clients(now_ms)
+        for publication in list(self.ipc_publications):
+            if publication.on_time_event(now_ns):
+                self._transition_to_linger(publication)
+            elif publication.state is PublicationState.DONE:
+                self._cleanup_publication(publication)
+                work += 1
+        self._check_for_blocked_commands(now_ns)
+        return work
+
+    def _check_clients(self, now_ms: int) -> int:
+        timed_out = [c for c in self.clients.values() if c.has_timed_out(now_ms)]
+        for client in timed_out:
+            self._client_timeouts.increment()
+            self.client_proxy.on_client_timeout(client.client_id)
+            self._release_client(client)
+        return len(timed_out)
+
+    def _release_client(self, client: ClientSession) -> None:
+        """Free everything a closed or dead client held."""
+        now_ns = self._nano_clock.nano_time()
+        for link in [lk for lk in self.publication_links if lk.client is client]:
+            self.publication_links.remove(link)
+            link.publication.dec_ref(now_ns)
+        for sub in [s for s in self.subscription_links if s.client is client]:
+            self._unlink_subscription(sub)
+        for counter_link in [lk for lk in self.counter_links if lk.client is client]:
+            self.counter_links.remove(counter_link)
+            self.client_proxy.on_unavailable_counter(counter_link.registration_id, counter_link.counter.id)
+            counter_link.counter.close()
+        del self.clients[client.client_id]
+        client.close()
+
+    def _transition_to_linger(self, publication: IpcPublication) -> None:
+        for sub in self.subscription_links:
+            position = sub.positions.pop(publication.registration_id, None)
+            if position is not None:
+                self.client_proxy.on_unavailable_image(
+                    publication.registration_id, sub.registration_id, publication.stream_id, sub.channel
+                )
+
+    def _cleanup_publication(self, publication: IpcPublication) -> None:
+        self.ipc_publications.remove(publication)
+        self._active_session_ids.discard(publication.session_id)
+        for sub in self.subscription_links:
+            sub.positions.pop(publication.registration_id, None)
+        publication.close()
+        try:
+            publication.log.path.unlink(missing_ok=True)
+        except OSError as exc:
+            self.record_error(exc)
+
+    def _check_for_blocked_commands(self, now_ns: int) -> None:
+        consumer_position = self._to_driver.consumer_position()
+        if consumer_position == self._last_command_consumer_position:
+            if (
+                self._to_driver.producer_position() > consumer_position
+                and now_ns - self._time_of_last_command_position_change_ns > self._ctx.client_liveness_timeout_ns
+                and self._to_driver.unblock()
+            ):
+                self._unblocked_commands.increment()
+        else:
+            self._last_command_consumer_position = consumer_position
+            self._time_of_last_command_position_change_ns = now_ns
+
+
+def _cast(message: object, cls: type[_T]) -> _T:
+    assert isinstance(message, cls)
+    return message

@@ -1,0 +1,213 @@
+"""A publication whose subscribers read its log directly (``aeron:ipc``).
+
+Theory of operation: publishers append to the log; subscribers read it in
+place and advance their own position counters. The conductor sets the
+publisher limit from the slowest subscriber plus a term window (back
+pressure), zeroes what every subscriber has read so the log can be reused,
+and notices a publisher that died mid-claim (the consumer position stalls
+below the producer's) to unblock the log. With its last publisher gone it
+drains (the end-of-stream position is set) and lingers before its file goes.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
+
+from driver.concurrent.counters import AtomicCounter
+from driver.logbuffer import descriptor as lbd
+from driver.logbuffer.log_buffers import LogBuffers
+from driver.logbuffer.unblocker import LogBufferUnblocker
+
+if TYPE_CHECKING:
+    from driver.core.links import SubscriptionLink
+
+__all__ = ["IpcPublication", "PublicationState", "SubscriberPosition"]
+
+
+class PublicationState(enum.Enum):
+    ACTIVE = 1
+    DRAINING = 2
+    LINGER = 3
+    DONE = 4
+
+
+class SubscriberPosition:
+    """One subscription's read position in one publication's log."""
+
+    __slots__ = ("counter", "publication", "subscription")
+
+    def __init__(self, subscription: SubscriptionLink, publication: IpcPublication, counter: AtomicCounter) -> None:
+        self.subscription = subscription
+        self.publication = publication
+        self.counter = counter
+
+
+class IpcPublication:
+    def __init__(
+        self,
+        *,
+        registration_id: int,
+        channel: str,
+        session_id: int,
+        stream_id: int,
+        log: LogBuffers,
+        publisher_limit: AtomicCounter,
+        publisher_position: AtomicCounter,
+        term_window_length: int,
+        unblock_timeout_ns: int,
+        linger_timeout_ns: int,
+        now_ns: int,
+        is_exclusive: bool,
+        unblocked_publications: AtomicCounter,
+    ) -> None:
+        self.registration_id = registration_id
+        self.channel = channel
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.log = log
+        self.publisher_limit = publisher_limit
+        self.publisher_position = publisher_position
+        self.is_exclusive = is_exclusive
+        self.term_length = log.term_length
+        self.mtu_length = lbd.mtu_length(log.metadata)
+        self.initial_term_id = lbd.initial_term_id(log.metadata)
+        self.position_bits = lbd.position_bits_to_shift(self.term_length)
+        self.term_window_length = term_window_length
+        self._trip_gain = term_window_length // 8
+        self._unblock_timeout_ns = unblock_timeout_ns
+        self.linger_timeout_ns = linger_timeout_ns
+        self._unblocked_publications = unblocked_publications
+        self.subscribers: list[SubscriberPosition] = []
+        self.ref_count = 0
+        self.state = PublicationState.ACTIVE
+        self.consumer_position = self.producer_position()
+        self._last_consumer_position = self.consumer_position
+        self._clean_position = self.consumer_position
+        self._trip_limit = 0
+        self._time_of_last_consumer_change_ns = now_ns
+        self._time_of_last_state_change_ns = now_ns
+
+    @property
+    def log_file_name(self) -> str:
+        return str(self.log.path)
+
+    def producer_position(self) -> int:
+        raw_tail = lbd.raw_tail_volatile(self.log.metadata)
+        return lbd.compute_position(
+            lbd.term_id(raw_tail),
+            lbd.term_offset(raw_tail, self.term_length),
+            self.position_bits,
+            self.initial_term_id,
+        )
+
+    def join_position(self) -> int:
+        return self.consumer_position
+
+    def add_subscriber(self, position: SubscriberPosition) -> None:
+        lbd.set_is_connected(self.log.metadata, True)
+        self.subscribers.append(position)
+
+    def remove_subscriber(self, position: SubscriberPosition) -> None:
+        self.consumer_position = max(self.consumer_position, position.counter.get_volatile())
+        self.subscribers.remove(position)
+        position.counter.close()
+        if not self.subscribers:
+            lbd.set_is_connected(self.log.metadata, False)
+
+    def inc_ref(self) -> None:
+        self.ref_count += 1
+
+    def dec_ref(self, now_ns: int) -> None:
+        self.ref_count -= 1
+        if self.ref_count == 0:
+            self.state = PublicationState.DRAINING
+            self._time_of_last_state_change_ns = now_ns
+            producer_position = self.producer_position()
+            if self.publisher_limit.get() > producer_position:
+                self.publisher_limit.set_ordered(producer_position)
+            lbd.set_end_of_stream_position(self.log.metadata, producer_position)
+
+    def update_publisher_limit(self) -> int:
+        """Move the publisher limit from the subscribers' positions; 1 if it moved."""
+        if self.subscribers:
+            min_position = max_position = self.subscribers[0].counter.get_volatile()
+            for sub in self.subscribers[1:]:
+                position = sub.counter.get_volatile()
+                if position < min_position:
+                    min_position = position
+                elif position > max_position:
+                    max_position = position
+            if max_position > self.consumer_position:
+                self.consumer_position = max_position
+            proposed = min_position + self.term_window_length
+            if proposed > self._trip_limit:
+                self.publisher_limit.set_ordered(proposed)
+                self._trip_limit = proposed + self._trip_gain
+                self._clean_buffer(min_position)
+                return 1
+        elif self.publisher_limit.get() > self.consumer_position:
+            self._trip_limit = self.consumer_position
+            self.publisher_limit.set_ordered(self.consumer_position)
+        return 0
+
+    def on_time_event(self, now_ns: int) -> bool:
+        """Timer step; True when this publication has drained and should go to linger."""
+        state = self.state
+        if state is PublicationState.ACTIVE:
+            producer_position = self.producer_position()
+            self.publisher_position.set_ordered(producer_position)
+            if not self.is_exclusive:
+                self._check_for_blocked_publisher(producer_position, now_ns)
+        elif state is PublicationState.DRAINING:
+            producer_position = self.producer_position()
+            self.publisher_position.set_ordered(producer_position)
+            if all(sub.counter.get_volatile() >= producer_position for sub in self.subscribers):
+                self.state = PublicationState.LINGER
+                self._time_of_last_state_change_ns = now_ns
+                return True
+            if self._unblock(self.consumer_position):
+                self._unblocked_publications.increment()
+        elif state is PublicationState.LINGER and now_ns - self._time_of_last_state_change_ns > self.linger_timeout_ns:
+            self.state = PublicationState.DONE
+        return False
+
+    def close(self) -> None:
+        self.publisher_position.close()
+        self.publisher_limit.close()
+        for sub in self.subscribers:
+            sub.counter.close()
+        self.subscribers.clear()
+        self.log.close()
+
+    def _check_for_blocked_publisher(self, producer_position: int, now_ns: int) -> None:
+        consumer_position = self.consumer_position
+        if consumer_position == self._last_consumer_position and self._is_possibly_blocked(
+            producer_position, consumer_position
+        ):
+            if now_ns - self._time_of_last_consumer_change_ns > self._unblock_timeout_ns and self._unblock(
+                consumer_position
+            ):
+                self._unblocked_publications.increment()
+        else:
+            self._time_of_last_consumer_change_ns = now_ns
+            self._last_consumer_position = consumer_position
+
+    def _is_possibly_blocked(self, producer_position: int, consumer_position: int) -> bool:
+        term_count = lbd.active_term_count(self.log.metadata)
+        if term_count != (consumer_position >> self.position_bits):
+            return True
+        return producer_position > consumer_position
+
+    def _unblock(self, blocked_position: int) -> bool:
+        return LogBufferUnblocker.unblock(self.log.terms, self.log.metadata, blocked_position, self.term_length)
+
+    def _clean_buffer(self, min_consumer_position: int) -> None:
+        clean_position = self._clean_position
+        term_length = self.term_length
+        term_offset = clean_position & (term_length - 1)
+        length = min(min_consumer_position - clean_position, term_length - term_offset)
+        if length > 0:
+            term = self.log.terms[lbd.index_by_position(clean_position, self.position_bits)]
+            term.set_memory(term_offset, length, 0)
+            self._clean_position = clean_position + length

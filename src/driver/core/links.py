@@ -1,0 +1,80 @@
+"""What the conductor keeps per client: the client itself and its links to resources.
+
+Every resource a client asks for is held through a link owned by that client,
+so a client that closes or times out releases exactly what it held.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from driver.concurrent.counters import AtomicCounter
+
+if TYPE_CHECKING:
+    from driver.core.ipc_publication import IpcPublication, SubscriberPosition
+
+__all__ = ["ClientSession", "CounterLink", "PublicationLink", "SubscriptionLink"]
+
+
+class ClientSession:
+    """A client known to the driver, alive while its keepalives arrive."""
+
+    __slots__ = ("client_id", "heartbeat", "liveness_timeout_ms", "time_of_last_keepalive_ms")
+
+    def __init__(self, client_id: int, liveness_timeout_ms: int, now_ms: int, heartbeat: AtomicCounter) -> None:
+        self.client_id = client_id
+        self.liveness_timeout_ms = max(1, liveness_timeout_ms)
+        self.heartbeat = heartbeat
+        self.on_keepalive(now_ms)
+
+    def on_keepalive(self, now_ms: int) -> None:
+        self.time_of_last_keepalive_ms = now_ms
+        self.heartbeat.set_ordered(now_ms)
+
+    def has_timed_out(self, now_ms: int) -> bool:
+        return now_ms > self.time_of_last_keepalive_ms + self.liveness_timeout_ms
+
+    def close(self) -> None:
+        self.heartbeat.close()
+
+
+class PublicationLink:
+    __slots__ = ("client", "publication", "registration_id")
+
+    def __init__(self, registration_id: int, client: ClientSession, publication: IpcPublication) -> None:
+        self.registration_id = registration_id
+        self.client = client
+        self.publication = publication
+
+
+class SubscriptionLink:
+    """A client's subscription to a channel and stream, and its positions in matching logs."""
+
+    __slots__ = ("channel", "client", "positions", "registration_id", "session_id", "stream_id")
+
+    def __init__(
+        self, registration_id: int, client: ClientSession, channel: str, stream_id: int, session_id: int | None
+    ) -> None:
+        self.registration_id = registration_id
+        self.client = client
+        self.channel = channel
+        self.stream_id = stream_id
+        self.session_id = session_id
+        self.positions: dict[int, SubscriberPosition] = {}
+
+    def matches(self, publication: IpcPublication) -> bool:
+        return publication.stream_id == self.stream_id and (
+            self.session_id is None or self.session_id == publication.session_id
+        )
+
+    def is_linked(self, publication: IpcPublication) -> bool:
+        return publication.registration_id in self.positions
+
+
+class CounterLink:
+    __slots__ = ("client", "counter", "registration_id")
+
+    def __init__(self, registration_id: int, client: ClientSession, counter: AtomicCounter) -> None:
+        self.registration_id = registration_id
+        self.client = client
+        self.counter = counter

@@ -1,0 +1,157 @@
+"""The media driver: its directory, its cnc.dat, and its agents on threads.
+
+Threading modes only decide which thread runs which agent: DEDICATED gives the
+conductor, sender and receiver a thread each, SHARED_NETWORK puts sender and
+receiver on one, SHARED puts everything on one, and INVOKER runs no thread at
+all (the application calls ``invoker.invoke()``). IPC needs only the
+conductor; the sender and receiver carry the network transport.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from driver.agent import Agent, AgentInvoker, AgentRunner, CompositeAgent
+from driver.cnc import CncFile
+from driver.concurrent.ring_buffer import ManyToOneRingBuffer
+from driver.config import DriverContext, ThreadingMode
+from driver.core.conductor import DriverConductor
+from driver.errors import ActiveDriverError, DriverError
+from driver.idle import IdleStrategy, idle_strategy_from_name
+
+__all__ = ["MediaDriver", "is_driver_active"]
+
+_log = logging.getLogger("driver")
+
+
+def is_driver_active(aeron_dir: Path, driver_timeout_ms: int, now_ms: int | None = None) -> bool:
+    """True when ``aeron_dir`` holds the cnc.dat of a driver whose heartbeat is fresh."""
+    if not (aeron_dir / "cnc.dat").exists():
+        return False
+    try:
+        cnc = CncFile.map_existing(aeron_dir, timeout_s=0.0)
+    except (DriverError, OSError, ValueError):
+        return False
+    try:
+        heartbeat_ms = ManyToOneRingBuffer(cnc.to_driver_buffer).consumer_heartbeat_time()
+    finally:
+        cnc.close()
+    now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    return now_ms - heartbeat_ms <= driver_timeout_ms
+
+
+class MediaDriver:
+    """A running driver; use ``launch`` or ``launch_embedded`` and close it (or use ``with``)."""
+
+    def __init__(self, context: DriverContext) -> None:
+        self.context = context
+        self.aeron_dir = Path(context.aeron_dir)
+        self._prepare_directory()
+        self.cnc = CncFile.create(
+            self.aeron_dir,
+            to_driver_length=context.conductor_buffer_length,
+            to_clients_length=context.to_clients_buffer_length,
+            counters_values_length=context.counters_values_buffer_length,
+            error_log_length=context.error_buffer_length,
+            client_liveness_timeout_ns=context.client_liveness_timeout_ns,
+            start_timestamp_ms=time.time_ns() // 1_000_000,
+            pid=os.getpid(),
+            generation=context.cnc_generation,
+            file_page_size=context.file_page_size,
+        )
+        self.conductor = DriverConductor(context, self.cnc, error_handler=self._log_error)
+        self.conductor.on_start()
+        self._runners: list[AgentRunner] = []
+        self.invoker: AgentInvoker | None = None
+        self._closed = False
+        self._start_agents()
+        self.cnc.signal_ready()
+
+    @classmethod
+    def launch(cls, context: DriverContext | None = None, **overrides: Any) -> MediaDriver:
+        """Start a driver in this process on the directory the context names."""
+        ctx = context if context is not None else DriverContext.from_env(**overrides)
+        return cls(ctx.conclude())
+
+    @classmethod
+    def launch_embedded(cls, context: DriverContext | None = None, **overrides: Any) -> MediaDriver:
+        """Start a driver inside the application, on a fresh directory unless one is given.
+
+        The directory is deleted again when the driver closes.
+        """
+        ctx = context if context is not None else DriverContext.from_env(**overrides)
+        if context is None and "aeron_dir" not in overrides:
+            ctx = ctx.evolve(aeron_dir=f"{ctx.aeron_dir}-{os.getpid()}-{os.urandom(4).hex()}")
+        ctx = ctx.evolve(dir_delete_on_shutdown=True)
+        return cls(ctx.conclude())
+
+    def _prepare_directory(self) -> None:
+        ctx = self.context
+        if self.aeron_dir.exists():
+            if not ctx.dir_delete_on_start and is_driver_active(self.aeron_dir, ctx.driver_timeout_ms):
+                raise ActiveDriverError(f"an active driver owns {self.aeron_dir}; stop it or choose another aeron.dir")
+            shutil.rmtree(self.aeron_dir)
+        self.aeron_dir.mkdir(parents=True)
+
+    def _idle(self, name: str) -> IdleStrategy:
+        return idle_strategy_from_name(str(getattr(self.context, name)))
+
+    def _start_agents(self) -> None:
+        mode = self.context.threading_mode
+        conductor: Agent = self.conductor
+        network: list[Agent] = []  # the sender and receiver agents, for network channels
+        error = self._on_agent_error
+        if mode is ThreadingMode.INVOKER:
+            self.invoker = AgentInvoker(CompositeAgent([conductor, *network]), error)
+            self.invoker.start()
+            return
+        if mode is ThreadingMode.SHARED:
+            self._runners.append(
+                AgentRunner(CompositeAgent([conductor, *network]), self._idle("shared_idle_strategy"), error)
+            )
+        else:
+            self._runners.append(AgentRunner(conductor, self._idle("conductor_idle_strategy"), error))
+            if network and mode is ThreadingMode.SHARED_NETWORK:
+                self._runners.append(
+                    AgentRunner(CompositeAgent(network), self._idle("shared_network_idle_strategy"), error)
+                )
+            elif network:
+                names = ("sender_idle_strategy", "receiver_idle_strategy")
+                self._runners.extend(AgentRunner(a, self._idle(n), error) for a, n in zip(network, names, strict=True))
+        for runner in self._runners:
+            runner.start()
+
+    def _on_agent_error(self, error: BaseException) -> None:
+        self.conductor.record_error(error)
+
+    def _log_error(self, error: BaseException) -> None:
+        _log.error("driver error: %s", error, exc_info=error)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for runner in self._runners:
+            runner.close(timeout_s)
+        if self.invoker is not None:
+            self.invoker.close()
+        self.cnc.close()
+        if self.context.dir_delete_on_shutdown:
+            shutil.rmtree(self.aeron_dir, ignore_errors=True)
+
+    def __enter__(self) -> MediaDriver:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MediaDriver(aeron_dir={str(self.aeron_dir)!r}, threading_mode={self.context.threading_mode.name})"

@@ -1,0 +1,199 @@
+"""A log buffer file mapped into memory: three terms and the metadata section.
+
+Theory of operation
+-------------------
+The driver creates the file (:meth:`LogBuffers.create`) with the length from
+:func:`compute_log_length`; clients map the file the driver names
+(:meth:`LogBuffers.map`) and learn the term length from the metadata, which is
+always the last 4096 bytes of the file. The mapping is shared, so stores by any
+process are seen by all.
+
+Each term is exposed twice: as an :class:`AtomicBuffer` for ordered/atomic
+access and as a memoryview of the mapping (``term_views``) for zero-copy payload
+slices. Slices of ``term_views`` keep the mapping alive: :meth:`close` releases
+what it owns and unmaps when nothing else still references the memory (else
+the mapping is freed when the last slice goes away).
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+from pathlib import Path
+from types import TracebackType
+
+from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.errors import ConfigurationError, StorageSpaceError
+from driver.logbuffer.descriptor import (
+    LOG_META_DATA_LENGTH,
+    LOG_PAGE_SIZE_OFFSET,
+    LOG_TERM_LENGTH_OFFSET,
+    PARTITION_COUNT,
+    check_page_size,
+    check_term_length,
+    compute_log_length,
+)
+
+__all__ = ["LogBuffers"]
+
+_ZERO_CHUNK = 1 << 20
+
+
+def _usable_space(directory: Path) -> int:
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
+def _fill_zeros(fd: int, length: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, length)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+    zeros = bytes(min(_ZERO_CHUNK, length))
+    written = 0
+    while written < length:
+        written += os.pwrite(fd, zeros[: min(len(zeros), length - written)], written)
+
+
+class LogBuffers:
+    """The mapped log: ``terms`` (3 AtomicBuffers), ``term_views``, ``metadata``, ``term_length``."""
+
+    def __init__(self, path: Path, mapping: mmap.mmap, term_length: int) -> None:
+        self.path = path
+        self.term_length = term_length
+        self._mmap: mmap.mmap | None = mapping
+        self._view: memoryview | None = memoryview(mapping)
+        file_length = len(mapping)
+        self.file_length = file_length
+        self.terms: list[AtomicBuffer] = [
+            AtomicBuffer(mapping, i * term_length, term_length) for i in range(PARTITION_COUNT)
+        ]
+        self.term_views: list[memoryview] = [
+            self._view[i * term_length : (i + 1) * term_length] for i in range(PARTITION_COUNT)
+        ]
+        self.metadata = AtomicBuffer(mapping, file_length - LOG_META_DATA_LENGTH, LOG_META_DATA_LENGTH)
+        self._closed = False
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], term_length: int, page_size: int, sparse: bool = False) -> LogBuffers:
+        """Create a new log file (it must not exist) and map it.
+
+        Raises StorageSpaceError if the filesystem has less usable space than the
+        file needs (checked up front, as 1.15.1 does, and again if allocation fails).
+        Unless ``sparse``, every page is allocated now so a full disk fails here rather
+        than as a SIGBUS later. The term length and page size are stamped in the
+        metadata so the file can be mapped before the rest of it is initialised.
+        """
+        check_term_length(term_length)
+        check_page_size(page_size)
+        file_path = Path(path)
+        length = compute_log_length(term_length, page_size)
+        usable = _usable_space(file_path.parent)
+        if usable < length:
+            raise StorageSpaceError(
+                f"insufficient usable storage for new log of length={length} in {file_path.parent} "
+                f"(usable={usable})"
+            )
+        fd = os.open(file_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            try:
+                if sparse:
+                    os.ftruncate(fd, length)
+                else:
+                    _fill_zeros(fd, length)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise StorageSpaceError(
+                        f"insufficient storage for new log of length={length} at {file_path}: {exc}"
+                    ) from exc
+                raise
+            mapping = mmap.mmap(fd, length)
+        except BaseException:
+            os.close(fd)
+            try:
+                file_path.unlink()
+            except OSError:
+                pass
+            raise
+        os.close(fd)
+        log = cls(file_path, mapping, term_length)
+        log.metadata.put_int(LOG_TERM_LENGTH_OFFSET, term_length)
+        log.metadata.put_int(LOG_PAGE_SIZE_OFFSET, page_size)
+        return log
+
+    @classmethod
+    def map(cls, path: str | os.PathLike[str]) -> LogBuffers:
+        """Map an existing log file; the term length comes from its metadata."""
+        file_path = Path(path)
+        fd = os.open(file_path, os.O_RDWR)
+        try:
+            file_length = os.fstat(fd).st_size
+            if file_length < LOG_META_DATA_LENGTH:
+                raise ConfigurationError("log_length", file_length, f"at least {LOG_META_DATA_LENGTH} bytes")
+            mapping = mmap.mmap(fd, file_length)
+        finally:
+            os.close(fd)
+        try:
+            meta = AtomicBuffer(mapping, file_length - LOG_META_DATA_LENGTH, LOG_META_DATA_LENGTH)
+            term_length = meta.get_int(LOG_TERM_LENGTH_OFFSET)
+            page_size = meta.get_int(LOG_PAGE_SIZE_OFFSET)
+            meta.release()
+            check_term_length(term_length)
+            check_page_size(page_size)
+            if PARTITION_COUNT * term_length + LOG_META_DATA_LENGTH > file_length:
+                raise ConfigurationError(
+                    "log_length", file_length, f"at least 3 * term_length + {LOG_META_DATA_LENGTH}"
+                )
+        except BaseException:
+            mapping.close()
+            raise
+        return cls(file_path, mapping, term_length)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Release the buffers and unmap (idempotent).
+
+        If payload slices handed out earlier are still alive, the mapping stays until
+        they are gone; the memory is never freed under them.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for term in self.terms:
+            term.release()
+        self.metadata.release()
+        for view in self.term_views:
+            try:
+                view.release()
+            except BufferError:
+                pass
+        if self._view is not None:
+            try:
+                self._view.release()
+            except BufferError:
+                pass
+            self._view = None
+        mapping = self._mmap
+        self._mmap = None
+        if mapping is not None:
+            try:
+                mapping.close()
+            except BufferError:
+                pass  # still exported; unmapped when the last view is collected
+
+    def __enter__(self) -> LogBuffers:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

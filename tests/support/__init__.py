@@ -1,0 +1,1 @@
+"""Test helpers shared by the suites: the real Aeron Java peer and bounded waiting."""

@@ -1,0 +1,240 @@
+"""The driver conductor driven by hand: real cnc.dat and log files, a manual clock, no threads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from driver.clock import ManualClock
+from driver.cnc import CncFile
+from driver.command.messages import (
+    CorrelatedMessage,
+    CounterMessage,
+    PublicationMessage,
+    RemoveMessage,
+    SubscriptionMessage,
+)
+from driver.command.responses import decode_response
+from driver.command.types import CommandType, ResponseType
+from driver.concurrent.broadcast import BroadcastReceiver, CopyBroadcastReceiver
+from driver.concurrent.counters import CountersReader
+from driver.concurrent.error_log import read_error_log
+from driver.concurrent.ring_buffer import ManyToOneRingBuffer
+from driver.config import DriverContext
+from driver.core.conductor import DriverConductor
+from driver.errors import ErrorCode
+from driver.logbuffer import descriptor as lbd
+from driver.logbuffer.appender import TermAppender
+from driver.logbuffer.frame import HeaderWriter
+from driver.logbuffer.log_buffers import LogBuffers
+
+MS = 1_000_000
+
+
+class Harness:
+    def __init__(self, aeron_dir: Path) -> None:
+        self.clock = ManualClock(1_000 * MS)
+        self.ctx = DriverContext.from_env(
+            {},
+            aeron_dir=aeron_dir,
+            ipc_term_buffer_length=64 * 1024,
+            client_liveness_timeout_ns=2_000 * MS,
+            publication_linger_timeout_ns=500 * MS,
+            publication_unblock_timeout_ns=3_000 * MS,
+            timer_interval_ns=100 * MS,
+        ).conclude()
+        aeron_dir.mkdir()
+        self.cnc = CncFile.create(
+            aeron_dir,
+            to_driver_length=self.ctx.conductor_buffer_length,
+            to_clients_length=self.ctx.to_clients_buffer_length,
+            counters_values_length=self.ctx.counters_values_buffer_length,
+            error_log_length=self.ctx.error_buffer_length,
+            client_liveness_timeout_ns=self.ctx.client_liveness_timeout_ns,
+            start_timestamp_ms=0,
+            pid=1,
+        )
+        self.conductor = DriverConductor(self.ctx, self.cnc, nano_clock=self.clock, epoch_clock=self.clock)
+        self.conductor.on_start()
+        self.cnc.signal_ready()
+        self.ring = ManyToOneRingBuffer(self.cnc.to_driver_buffer)
+        self.receiver = CopyBroadcastReceiver(BroadcastReceiver(self.cnc.to_clients_buffer))
+        self.counters = CountersReader(self.cnc.counters_metadata_buffer, self.cnc.counters_values_buffer)
+        self.client_id = self.ring.next_correlation_id()
+
+    def send(self, command: CommandType, message: object) -> None:
+        assert self.ring.write(command, message.encode())  # type: ignore[attr-defined]
+
+    def cid(self) -> int:
+        return self.ring.next_correlation_id()
+
+    def work(self, advance_ms: int = 0, cycles: int = 5) -> list[tuple[ResponseType, object]]:
+        self.clock.advance_ms(advance_ms)
+        for _ in range(cycles):
+            self.conductor.do_work()
+        responses: list[tuple[ResponseType, object]] = []
+        for _ in range(1000):
+            if not self.receiver.receive(lambda type_id, body: responses.append(decode_response(type_id, body))):
+                break
+        return responses
+
+    def add_publication(self, channel: str = "aeron:ipc", stream_id: int = 10, exclusive: bool = False) -> int:
+        cid = self.cid()
+        kind = CommandType.ADD_EXCLUSIVE_PUBLICATION if exclusive else CommandType.ADD_PUBLICATION
+        self.send(kind, PublicationMessage(self.client_id, cid, stream_id, channel))
+        return cid
+
+    def close(self) -> None:
+        self.conductor.on_close()
+        self.cnc.close()
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    h = Harness(tmp_path / "aeron")
+    yield h
+    h.close()
+
+
+def test_publication_ready_creates_log_and_counters(harness: Harness) -> None:
+    cid = harness.add_publication(stream_id=7)
+    [(kind, ready)] = harness.work()
+    assert kind is ResponseType.ON_PUBLICATION_READY
+    assert ready.correlation_id == cid  # type: ignore[attr-defined]
+    assert ready.registration_id == cid  # type: ignore[attr-defined]
+    path = Path(ready.log_file_name)  # type: ignore[attr-defined]
+    assert path == harness.ctx.aeron_dir / "publications" / f"{cid}.logbuffer"
+    with LogBuffers.map(path) as log:
+        assert log.term_length == 64 * 1024
+        assert lbd.correlation_id(log.metadata) == cid
+        assert lbd.end_of_stream_position(log.metadata) == 2**63 - 1
+    labels: dict[int, str] = {}
+    harness.counters.for_each(lambda cid_, type_id, key, label: labels.__setitem__(type_id, label))
+    assert labels[1].startswith(f"pub-lmt: {cid} ")
+    assert labels[12].startswith(f"pub-pos (sample): {cid} ")
+    assert labels[11] == f"client-heartbeat: {harness.client_id}"
+    assert harness.counters.get_counter_value(ready.publication_limit_counter_id) == 0  # type: ignore[attr-defined]
+
+
+def test_shared_publication_is_reused_and_exclusive_is_not(harness: Harness) -> None:
+    first = harness.add_publication()
+    second = harness.add_publication()
+    exclusive = harness.add_publication(exclusive=True)
+    responses = harness.work()
+    assert [kind for kind, _ in responses] == [
+        ResponseType.ON_PUBLICATION_READY,
+        ResponseType.ON_PUBLICATION_READY,
+        ResponseType.ON_EXCLUSIVE_PUBLICATION_READY,
+    ]
+    assert responses[1][1].registration_id == first  # type: ignore[attr-defined]
+    assert responses[2][1].registration_id == exclusive  # type: ignore[attr-defined]
+    assert responses[0][1].session_id != responses[2][1].session_id  # type: ignore[attr-defined]
+    assert second != first
+
+
+def test_subscription_gets_image_and_limit_follows_subscriber(harness: Harness) -> None:
+    pub_id = harness.add_publication()
+    sub_id = harness.cid()
+    harness.send(CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, sub_id, 10, "aeron:ipc"))
+    responses = dict(harness.work())
+    assert responses[ResponseType.ON_SUBSCRIPTION_READY].correlation_id == sub_id  # type: ignore[attr-defined]
+    image = responses[ResponseType.ON_AVAILABLE_IMAGE]
+    assert image.correlation_id == pub_id  # type: ignore[attr-defined]
+    assert image.subscription_registration_id == sub_id  # type: ignore[attr-defined]
+    assert image.source_identity == "aeron:ipc"  # type: ignore[attr-defined]
+    ready = responses[ResponseType.ON_PUBLICATION_READY]
+    limit_id = ready.publication_limit_counter_id  # type: ignore[attr-defined]
+    assert harness.counters.get_counter_value(limit_id) == 64 * 1024  # one term window ahead of position 0
+    sub_pos_id = image.subscriber_position_id  # type: ignore[attr-defined]
+    assert harness.counters.get_counter_label(sub_pos_id).endswith("aeron:ipc @0")
+    harness.cnc.counters_values_buffer.put_long_ordered(sub_pos_id * 128, 32 * 1024)
+    harness.work()
+    assert harness.counters.get_counter_value(limit_id) == 96 * 1024
+    with LogBuffers.map(image.log_file_name) as log:  # type: ignore[attr-defined]
+        assert lbd.is_connected(log.metadata)
+
+
+def test_remove_publication_drains_lingers_and_deletes(harness: Harness) -> None:
+    pub_id = harness.add_publication()
+    sub_id = harness.cid()
+    harness.send(CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, sub_id, 10, "aeron:ipc"))
+    responses = dict(harness.work())
+    path = Path(responses[ResponseType.ON_PUBLICATION_READY].log_file_name)  # type: ignore[attr-defined]
+    remove_id = harness.cid()
+    harness.send(CommandType.REMOVE_PUBLICATION, RemoveMessage(harness.client_id, remove_id, pub_id))
+    responses = harness.work(advance_ms=200) + harness.work(advance_ms=200)
+    assert dict(responses)[ResponseType.ON_OPERATION_SUCCESS].correlation_id == remove_id  # type: ignore[attr-defined]
+    # nothing was published, so it has drained: the subscriber hears the image went away
+    assert ResponseType.ON_UNAVAILABLE_IMAGE in dict(responses)
+    assert path.exists()
+    harness.work(advance_ms=600)
+    harness.work(advance_ms=200)
+    assert not path.exists()
+    assert harness.conductor.ipc_publications == []
+
+
+def test_errors_are_answered_and_logged(harness: Harness) -> None:
+    bad = harness.add_publication(channel="aeron:ipc?term-length=1000")
+    unknown = harness.cid()
+    harness.send(CommandType.REMOVE_PUBLICATION, RemoveMessage(harness.client_id, unknown, 424242))
+    udp = harness.add_publication(channel="aeron:udp?endpoint=localhost:40123")
+    responses = harness.work()
+    errors = {r.offending_correlation_id: r for kind, r in responses if kind is ResponseType.ON_ERROR}  # type: ignore[attr-defined]
+    assert errors[bad].error_code == ErrorCode.INVALID_CHANNEL
+    assert "term-length" in errors[bad].error_message
+    assert errors[unknown].error_code == ErrorCode.UNKNOWN_PUBLICATION
+    assert errors[udp].error_code == ErrorCode.INVALID_CHANNEL
+    observations = read_error_log(harness.cnc.error_log_buffer)
+    assert len(observations) == 3
+    assert harness.counters.get_counter_value(15) == 3  # ERRORS system counter
+
+
+def test_malformed_command_does_not_stop_the_conductor(harness: Harness) -> None:
+    assert harness.ring.write(CommandType.ADD_PUBLICATION, b"\x01\x02\x03")
+    assert harness.ring.write(0x77, b"\x00" * 16)
+    cid = harness.add_publication()
+    kinds = [kind for kind, _ in harness.work()]
+    assert kinds.count(ResponseType.ON_ERROR) == 2
+    assert kinds[-1] is ResponseType.ON_PUBLICATION_READY
+    assert cid
+
+
+def test_client_timeout_frees_everything(harness: Harness) -> None:
+    harness.add_publication()
+    harness.send(CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, harness.cid(), 10, "aeron:ipc"))
+    harness.send(CommandType.ADD_COUNTER, CounterMessage(harness.client_id, harness.cid(), 1001, b"k", "app counter"))
+    harness.work()
+    harness.send(CommandType.CLIENT_KEEPALIVE, CorrelatedMessage(harness.client_id, 0))
+    assert all(kind is not ResponseType.ON_CLIENT_TIMEOUT for kind, _ in harness.work(advance_ms=1_500))
+    responses = harness.work(advance_ms=2_100)
+    kinds = [kind for kind, _ in responses]
+    assert ResponseType.ON_CLIENT_TIMEOUT in kinds
+    assert ResponseType.ON_UNAVAILABLE_COUNTER in kinds
+    assert harness.conductor.clients == {}
+    assert harness.conductor.subscription_links == []
+    assert harness.counters.get_counter_value(24) == 1  # CLIENT_TIMEOUTS
+    harness.work(advance_ms=1_000)
+    harness.work(advance_ms=1_000)
+    assert harness.conductor.ipc_publications == []
+
+
+def test_unblocks_a_log_left_mid_claim(harness: Harness) -> None:
+    harness.add_publication()
+    harness.send(CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, harness.cid(), 10, "aeron:ipc"))
+    responses = dict(harness.work())
+    ready = responses[ResponseType.ON_PUBLICATION_READY]
+    with LogBuffers.map(ready.log_file_name) as log:  # type: ignore[attr-defined]
+        header = HeaderWriter(lbd.default_frame_header(log.metadata))
+        term_id = lbd.initial_term_id(log.metadata)
+        appender = TermAppender(log.terms[0], log.metadata, 0)
+        # a writer reserves 64 bytes and dies before committing: the frame length stays 0
+        log.metadata.get_and_add_long(0, 64)
+        assert appender.append_unfragmented(header, b"x" * 10, 0, 10, None, term_id) > 0
+        for _ in range(50):
+            harness.send(CommandType.CLIENT_KEEPALIVE, CorrelatedMessage(harness.client_id, 0))
+            harness.work(advance_ms=100)
+        assert log.terms[0].get_int(0) == 64  # padded over
+        assert log.terms[0].get_ushort(6) == 0  # PAD
+    assert harness.counters.get_counter_value(19) == 1  # UNBLOCKED_PUBLICATIONS
