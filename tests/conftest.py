@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from driver.config import DriverContext
+from driver.core.media_driver import MediaDriver
 from support.aeron_java import AeronJava, JavaMediaDriver, start_java_media_driver
+from support.driver_process import DriverProcess
 
 
 def _shm_base() -> Path:
@@ -45,3 +48,33 @@ def java_media_driver(aeron_java: AeronJava, aeron_dir: Path, tmp_path: Path) ->
         yield driver
     finally:
         AeronJava.stop(driver.process)
+
+
+FAST_DRIVER_SETTINGS: dict[str, object] = {
+    "timer_interval_ns": 50_000_000,
+    "client_liveness_timeout_ns": 2_000_000_000,
+    "publication_linger_timeout_ns": 500_000_000,
+    "publication_unblock_timeout_ns": 2_000_000_000,
+    "ipc_term_buffer_length": 1024 * 1024,
+}
+
+
+@pytest.fixture
+def media_driver(aeron_dir: Path) -> Iterator[MediaDriver]:
+    """Our driver embedded in the test process (SHARED thread), with short timers, on ``aeron_dir``."""
+    ctx = DriverContext.from_env({}, aeron_dir=aeron_dir, threading_mode="SHARED", **FAST_DRIVER_SETTINGS)
+    driver = MediaDriver.launch(ctx)
+    try:
+        yield driver
+    finally:
+        driver.close()
+
+
+@pytest.fixture
+def driver_process(aeron_dir: Path, tmp_path: Path) -> Iterator[DriverProcess]:
+    """Our standalone driver (``python -m driver``) as a separate process, stopped by pid afterwards."""
+    proc = DriverProcess.start(aeron_dir, tmp_path / "driver.log", FAST_DRIVER_SETTINGS)
+    try:
+        yield proc
+    finally:
+        proc.stop()

@@ -1,0 +1,75 @@
+"""Our standalone driver (``python -m driver``) as a real separate process for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from driver.config import DriverContext
+from support.waiting import execute_until
+
+__all__ = ["DriverProcess"]
+
+
+class DriverProcess:
+    def __init__(self, process: subprocess.Popen[bytes], aeron_dir: Path, log_path: Path) -> None:
+        self.process = process
+        self.aeron_dir = aeron_dir
+        self.log_path = log_path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @classmethod
+    def start(cls, aeron_dir: Path, log_path: Path, settings: Mapping[str, object] | None = None) -> DriverProcess:
+        properties = DriverContext.from_env({}, aeron_dir=aeron_dir, **(settings or {})).to_properties()
+        args = [sys.executable, "-m", "driver", "--threading-mode", "SHARED"]
+        for name, value in properties.items():
+            args += ["-D", f"{name}={value}"]
+        with log_path.open("ab") as sink:
+            proc = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        driver = cls(proc, aeron_dir, log_path)
+        try:
+            execute_until(driver._ready, timeout_s=30, interval_s=0.02, description="our driver's cnc.dat")
+        except BaseException:
+            driver.stop()
+            raise
+        return driver
+
+    def _ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"driver exited with {self.process.returncode}: {self.output()}")
+        cnc = self.aeron_dir / "cnc.dat"
+        try:
+            with cnc.open("rb") as f:
+                header = f.read(48)
+        except FileNotFoundError:
+            return False
+        return (
+            len(header) == 48
+            and int.from_bytes(header[:4], "little") != 0
+            and (int.from_bytes(header[40:48], "little") == self.process.pid)
+        )
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self, timeout_s: float = 10.0) -> int:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.process.returncode
