@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import enum
 import getpass
+import logging
 import os
 import sys
 import tempfile
-import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -523,8 +523,8 @@ class DriverContext:
 # ---------------------------------------------------------------------------------------------- client
 
 
-def _print_error(error: BaseException) -> None:
-    traceback.print_exception(error, file=sys.stderr)
+def _log_error(error: BaseException) -> None:
+    logging.getLogger("driver.client").error("client error: %s", error, exc_info=error)
 
 
 @attrs.frozen
@@ -542,8 +542,8 @@ class ClientContext:
         default=16_000_000, metadata=_meta("aeron.client.idle.sleep.duration", _Kind.DURATION)
     )
     keepalive_interval_ns: int = attrs.field(default=500_000_000, metadata=_meta(None, _Kind.DURATION))
-    idle_strategy: str = attrs.field(default="sleeping", metadata=_meta(None, _Kind.IDLE))
-    error_handler: Callable[[BaseException], None] = attrs.field(default=_print_error)
+    idle_strategy: str = attrs.field(default="backoff", metadata=_meta(None, _Kind.IDLE))
+    error_handler: Callable[[BaseException], None] = attrs.field(default=_log_error)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **overrides: object) -> ClientContext:

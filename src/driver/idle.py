@@ -78,13 +78,28 @@ class SleepingIdleStrategy:
 
 
 class BackoffIdleStrategy:
-    """Spin, then yield, then park with a period doubling up to a maximum.
+    """Spin, then yield, then park with a period doubling up to a maximum; then idle deeper.
 
-    Any work resets it to spinning. The default maximum park of 1 ms keeps an
-    idle agent well under 1% of a core while reacting within a millisecond.
+    Any work resets it to spinning. Parks cap at ``max_park_period_ns`` (1 ms, as
+    Aeron's) while idleness is fresh; after ``deep_idle_after`` parks at that cap
+    (about 100 ms with nothing to do) the park deepens to ``deep_park_period_ns``.
+    A Python thread waking every millisecond costs over 1% of a core in wake-ups
+    alone; the deep park keeps a long-idle driver or client well under that, at
+    the price of a few milliseconds on the first command after a quiet spell.
     """
 
-    __slots__ = ("_max_park_s", "_max_spins", "_max_yields", "_min_park_s", "_park_s", "_spins", "_yields")
+    __slots__ = (
+        "_deep_after",
+        "_deep_park_s",
+        "_max_park_s",
+        "_max_spins",
+        "_max_yields",
+        "_min_park_s",
+        "_park_s",
+        "_parks_at_max",
+        "_spins",
+        "_yields",
+    )
 
     def __init__(
         self,
@@ -92,26 +107,32 @@ class BackoffIdleStrategy:
         max_yields: int = 20,
         min_park_period_ns: int = 1_000,
         max_park_period_ns: int = 1_000_000,
+        deep_park_period_ns: int = 4_000_000,
+        deep_idle_after: int = 100,
     ) -> None:
         if max_spins < 0 or max_yields < 0:
             raise ConfigurationError("max_spins/max_yields", (max_spins, max_yields), "must be >= 0")
-        if not 0 < min_park_period_ns <= max_park_period_ns:
+        if not 0 < min_park_period_ns <= max_park_period_ns <= deep_park_period_ns:
             raise ConfigurationError(
-                "park_period_ns", (min_park_period_ns, max_park_period_ns), "0 < min <= max required"
+                "park_period_ns",
+                (min_park_period_ns, max_park_period_ns, deep_park_period_ns),
+                "0 < min <= max <= deep required",
             )
         self._max_spins = max_spins
         self._max_yields = max_yields
         self._min_park_s = min_park_period_ns / 1e9
         self._max_park_s = max_park_period_ns / 1e9
+        self._deep_park_s = deep_park_period_ns / 1e9
+        self._deep_after = deep_idle_after
         self._spins = 0
         self._yields = 0
-        self._park_s = self._min_park_s
+        self._parks_at_max = 0
+        self._park_s: float = self._min_park_s
 
     def idle(self, work_count: int) -> None:
         if work_count > 0:
-            self._spins = 0
-            self._yields = 0
-            self._park_s = self._min_park_s
+            if self._spins or self._yields or self._parks_at_max or self._park_s != self._min_park_s:
+                self.reset()
             return
         if self._spins < self._max_spins:
             self._spins += 1
@@ -120,11 +141,17 @@ class BackoffIdleStrategy:
             time.sleep(0)
         else:
             time.sleep(self._park_s)
-            self._park_s = min(self._park_s * 2, self._max_park_s)
+            if self._park_s < self._max_park_s:
+                self._park_s = min(self._park_s * 2, self._max_park_s)
+            elif self._parks_at_max < self._deep_after:
+                self._parks_at_max += 1
+            else:
+                self._park_s = self._deep_park_s
 
     def reset(self) -> None:
         self._spins = 0
         self._yields = 0
+        self._parks_at_max = 0
         self._park_s = self._min_park_s
 
 

@@ -75,10 +75,20 @@ def test_idle_strategy_names() -> None:
         idle_strategy_from_name("fastest")
 
 
-def test_backoff_parks_after_spins_and_yields() -> None:
-    idle = BackoffIdleStrategy(max_spins=1, max_yields=1, min_park_period_ns=1000, max_park_period_ns=4000)
+def test_backoff_parks_after_spins_and_yields_then_idles_deeper() -> None:
+    idle = BackoffIdleStrategy(
+        max_spins=1,
+        max_yields=1,
+        min_park_period_ns=1000,
+        max_park_period_ns=4000,
+        deep_park_period_ns=8000,
+        deep_idle_after=2,
+    )
     for _ in range(6):
         idle.idle(0)
     assert idle._park_s == pytest.approx(4e-6)
+    for _ in range(3):
+        idle.idle(0)
+    assert idle._park_s == pytest.approx(8e-6)
     idle.idle(1)
     assert idle._park_s == pytest.approx(1e-6)

@@ -373,7 +373,7 @@ def test_client_defaults() -> None:
     assert ctx.keepalive_interval_ns == 500_000_000
     assert ctx.resource_linger_duration_ns == 3_000_000_000
     assert ctx.idle_sleep_duration_ns == 16_000_000
-    assert ctx.idle_strategy == "sleeping"
+    assert ctx.idle_strategy == "backoff"
     assert callable(ctx.error_handler)
     assert ctx.aeron_dir == default_aeron_dir()
 
@@ -401,9 +401,11 @@ def test_client_from_env(tmp_path: Path) -> None:
     }
 
 
-def test_client_default_error_handler_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    ClientContext().error_handler(RuntimeError("boom"))
-    assert "RuntimeError: boom" in capsys.readouterr().err
+def test_client_default_error_handler_logs(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("ERROR", logger="driver.client"):
+        ClientContext().error_handler(RuntimeError("boom"))
+    assert "boom" in caplog.text
+    assert caplog.records[0].exc_info is not None
 
 
 @pytest.mark.parametrize(

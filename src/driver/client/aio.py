@@ -1,0 +1,181 @@
+"""Async helpers (anyio: asyncio or trio): waiting without blocking the event loop.
+
+Theory of operation: the client's data path is shared memory, so nothing here
+needs a thread or a file descriptor to wait on. Every wait is a poll with a
+backoff — a few immediate retries that only yield to the event loop, then
+sleeps doubling up to ``max_sleep`` (1 ms by default) — so an idle waiter costs
+little and a busy one reacts within a millisecond. Every wait is cancellable
+(anyio cancellation or ``asyncio`` task cancel) and bounded by a timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import anyio
+
+from driver.client.publication import (
+    ADMIN_ACTION,
+    BACK_PRESSURED,
+    NOT_CONNECTED,
+    Publication,
+)
+from driver.logbuffer.header import Header
+from driver.logbuffer.reader import ControlledAction
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from driver.client.conductor import ClientConductor, PendingRequest
+    from driver.client.subscription import Subscription
+
+__all__ = ["Backoff", "await_request", "offer_async", "offer_batch_async", "subscription_fragments"]
+
+T = TypeVar("T")
+
+_RETRYABLE = frozenset((NOT_CONNECTED, BACK_PRESSURED, ADMIN_ACTION))
+
+
+class Backoff:
+    """Yield a few times, then sleep with a doubling period capped at ``max_sleep`` seconds."""
+
+    __slots__ = ("_max_sleep", "_sleep", "_yields", "max_yields")
+
+    def __init__(self, max_sleep: float = 0.001, max_yields: int = 10) -> None:
+        self._max_sleep = max_sleep
+        self.max_yields = max_yields
+        self._yields = 0
+        self._sleep = 0.0
+
+    def reset(self) -> None:
+        self._yields = 0
+        self._sleep = 0.0
+
+    async def idle(self) -> None:
+        if self._yields < self.max_yields:
+            self._yields += 1
+            await anyio.sleep(0)
+            return
+        self._sleep = min(self._sleep * 2 or 0.000_05, self._max_sleep)
+        await anyio.sleep(self._sleep)
+
+
+async def await_request(conductor: ClientConductor, request: PendingRequest) -> object:
+    """Wait for the driver's answer to ``request`` without blocking the loop (bounded by the driver timeout)."""
+    backoff = Backoff()
+    try:
+        while not conductor.try_service(request):
+            await backoff.idle()
+    except BaseException:
+        if not request.done:
+            conductor.abandon(request)
+        raise
+    return request.outcome()
+
+
+async def offer_async(
+    publication: Publication,
+    buffer: Buffer,
+    offset: int = 0,
+    length: int | None = None,
+    *,
+    timeout: float | None = 10.0,
+    max_sleep: float = 0.001,
+) -> int:
+    """Offer, waiting out NOT_CONNECTED, BACK_PRESSURED and ADMIN_ACTION; returns the new position.
+
+    Returns CLOSED or MAX_POSITION_EXCEEDED as they come (retrying cannot help);
+    raises TimeoutError if the message was not accepted within ``timeout`` seconds.
+    """
+    offer = publication.offer
+    result = offer(buffer, offset, length)
+    if result >= 0 or result not in _RETRYABLE:
+        return result
+    backoff = Backoff(max_sleep)
+    with anyio.fail_after(timeout):
+        while True:
+            if result != ADMIN_ACTION:
+                await backoff.idle()
+            result = offer(buffer, offset, length)
+            if result >= 0 or result not in _RETRYABLE:
+                return result
+
+
+async def offer_batch_async(
+    publication: Publication,
+    messages: Sequence[Buffer],
+    *,
+    timeout: float | None = 10.0,
+    max_sleep: float = 0.001,
+) -> int:
+    """:meth:`Publication.offer_batch` with the waiting of :func:`offer_async`."""
+    offer_batch = publication.offer_batch
+    result = offer_batch(messages)
+    if result >= 0 or result not in _RETRYABLE:
+        return result
+    backoff = Backoff(max_sleep)
+    with anyio.fail_after(timeout):
+        while True:
+            if result != ADMIN_ACTION:
+                await backoff.idle()
+            result = offer_batch(messages)
+            if result >= 0 or result not in _RETRYABLE:
+                return result
+
+
+async def subscription_fragments(
+    subscription: Subscription,
+    *,
+    idle_timeout: float | None = None,
+    max_idle_sleep: float = 0.001,
+) -> AsyncIterator[tuple[memoryview, Header]]:
+    """Yield ``(payload, header)`` per fragment, zero-copy, until the subscription closes.
+
+    A fragment is consumed (the subscriber position moves past it) only when the
+    next one is requested or the iterator is closed: the driver may zero consumed
+    bytes at once, so the pair must not outlive the loop body. Leaving the loop
+    early (``break``) consumes the last fragment when the generator is finalised;
+    use ``contextlib.aclosing`` to make that immediate. With ``idle_timeout``,
+    TimeoutError is raised after that many seconds without a fragment.
+    """
+    captured: list[tuple[memoryview, Header]] = []
+    capture = captured.append
+    abort = ControlledAction.ABORT
+
+    def peek(payload: memoryview, header: Header) -> ControlledAction:
+        capture((payload, header))
+        return abort
+
+    backoff = Backoff(max_idle_sleep)
+    idle_since: float | None = None
+    next_index = 0
+    while not subscription.is_closed:
+        images = subscription.images
+        count = len(images)
+        found = False
+        for i in range(count):
+            image = images[(next_index + i) % count]
+            image.controlled_poll(peek, 1)
+            if not captured:
+                continue
+            next_index = (next_index + i + 1) % count
+            item = captured.pop()
+            end = item[1].position
+            found = True
+            try:
+                yield item
+            finally:
+                image._consume_to(end)
+            break
+        if found:
+            backoff.reset()
+            idle_since = None
+            continue
+        if idle_timeout is not None:
+            now = anyio.current_time()
+            if idle_since is None:
+                idle_since = now
+            elif now - idle_since > idle_timeout:
+                raise TimeoutError(f"no fragment within {idle_timeout} s on {subscription!r}")
+        await backoff.idle()

@@ -1,0 +1,717 @@
+"""Publications: append messages to a log buffer the driver created (Aeron 1.15.1 semantics).
+
+Theory of operation
+-------------------
+The driver answers ADD_PUBLICATION with the name of a log file and the id of a
+*publisher limit* counter. Offering a message is done entirely in shared memory:
+
+1. read the limit (how far the driver lets us get ahead of the slowest consumer);
+2. read the active term count and that partition's raw tail (``term_id << 32 |
+   term_offset``); a term count that does not match the tail's term id means a
+   rotation is half-way done: ``ADMIN_ACTION``, try again;
+3. at or beyond the limit: ``MAX_POSITION_EXCEEDED`` if the stream is used up,
+   else ``BACK_PRESSURED`` when the driver flags the log connected, else
+   ``NOT_CONNECTED``;
+4. claim space in the term (a fetch-add on the tail for :class:`Publication`,
+   which any number of threads and processes share; a local offset for
+   :class:`ExclusivePublication`), write header and payload, commit the frame with
+   an ordered store of its length, and return the new stream position;
+5. a claim that crosses the end of the term pads the rest, rotates the log and
+   returns ``ADMIN_ACTION``; the caller retries and lands in the next term.
+
+The data path never raises for flow-control conditions: it returns one of the
+negative :class:`OfferResult` codes. Bad arguments (negative length, a message
+above ``max_message_length``) raise ``ValueError`` as Java throws
+``IllegalArgumentException``.
+
+Hot path notes: ``offer`` for a message that fits one frame is written out
+inline (no appender call, no header-writer call) because each Python call
+frame costs about as much as two shared-memory accesses; the slower cases use
+:mod:`driver.logbuffer.appender`.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.errors import DriverError
+from driver.logbuffer.appender import (
+    ExclusiveTermAppender,
+    ReservedValueSupplier,
+    TermAppender,
+)
+from driver.logbuffer.descriptor import (
+    LOG_ACTIVE_TERM_COUNT_OFFSET,
+    LOG_IS_CONNECTED_OFFSET,
+    PARTITION_COUNT,
+    default_frame_header,
+    initial_term_id,
+    initialise_tail_with_term_id,
+    int32,
+    mtu_length,
+    position_bits_to_shift,
+    rotate_log,
+)
+from driver.logbuffer.frame import HEADER_LENGTH, HeaderWriter, compute_max_message_length
+from driver.logbuffer.header import BufferClaim
+from driver.logbuffer.log_buffers import LogBuffers
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from driver.client.conductor import ClientConductor
+
+__all__ = [
+    "ADMIN_ACTION",
+    "BACK_PRESSURED",
+    "CLOSED",
+    "MAX_POSITION_EXCEEDED",
+    "NOT_CONNECTED",
+    "ConcurrentPublication",
+    "ExclusivePublication",
+    "OfferResult",
+    "Publication",
+]
+
+
+class OfferResult(enum.IntEnum):
+    """Aeron's negative results of ``offer``/``try_claim`` (any result >= 0 is the new position)."""
+
+    NOT_CONNECTED = -1
+    """No subscriber is connected to the publication."""
+    BACK_PRESSURED = -2
+    """The slowest subscriber is a full window behind; retry later."""
+    ADMIN_ACTION = -3
+    """The log rotated (or was rotating); retry at once."""
+    CLOSED = -4
+    """The publication (or the client) is closed."""
+    MAX_POSITION_EXCEEDED = -5
+    """The stream has reached the largest position its term length allows."""
+
+
+NOT_CONNECTED = OfferResult.NOT_CONNECTED
+BACK_PRESSURED = OfferResult.BACK_PRESSURED
+ADMIN_ACTION = OfferResult.ADMIN_ACTION
+CLOSED = OfferResult.CLOSED
+MAX_POSITION_EXCEEDED = OfferResult.MAX_POSITION_EXCEEDED
+
+_U32 = 0xFFFF_FFFF
+_TERM_COUNT = LOG_ACTIVE_TERM_COUNT_OFFSET
+_IS_CONNECTED = LOG_IS_CONNECTED_OFFSET
+
+
+def _byte_length(buffer: Buffer) -> int:
+    if isinstance(buffer, (bytes, bytearray)):
+        return len(buffer)
+    with memoryview(buffer) as view:
+        return view.nbytes
+
+
+class Publication(abc.ABC):
+    """What every publication offers: identity, state, positions and ``close``.
+
+    The data path lives in :class:`ConcurrentPublication` (``add_publication``) and
+    :class:`ExclusivePublication` (``add_exclusive_publication``).
+    """
+
+    __slots__ = (
+        "_conductor",
+        "_header_writer",
+        "_initial_term_id",
+        "_is_closed",
+        "_limit",
+        "_log",
+        "_max_payload_length",
+        "_max_possible_position",
+        "_meta",
+        "_position_bits_to_shift",
+        "_session_word",
+        "_stream_word",
+        "_term_views",
+        "_terms",
+        "_vft",
+        "channel",
+        "channel_status_id",
+        "initial_term_id",
+        "max_message_length",
+        "max_payload_length",
+        "max_possible_position",
+        "original_registration_id",
+        "position_bits_to_shift",
+        "registration_id",
+        "session_id",
+        "stream_id",
+        "term_buffer_length",
+    )
+
+    def __init__(
+        self,
+        conductor: ClientConductor,
+        channel: str,
+        stream_id: int,
+        session_id: int,
+        position_limit: AtomicBuffer,
+        channel_status_id: int,
+        log: LogBuffers,
+        original_registration_id: int,
+        registration_id: int,
+    ) -> None:
+        meta = log.metadata
+        term_length = log.term_length
+        self._conductor = conductor
+        self._log = log
+        self._meta = meta
+        self._limit = position_limit
+        self._is_closed = False
+        self.channel = channel
+        self.stream_id = stream_id
+        self.session_id = session_id
+        self.channel_status_id = channel_status_id
+        self.original_registration_id = original_registration_id
+        self.registration_id = registration_id
+        self.term_buffer_length = term_length
+        self.max_message_length = compute_max_message_length(term_length)
+        self.max_payload_length = self._max_payload_length = mtu_length(meta) - HEADER_LENGTH
+        self.max_possible_position = self._max_possible_position = term_length * (1 << 31)
+        self.initial_term_id = self._initial_term_id = initial_term_id(meta)
+        self.position_bits_to_shift = self._position_bits_to_shift = position_bits_to_shift(term_length)
+        writer = HeaderWriter(default_frame_header(meta))
+        self._header_writer = writer
+        self._vft = writer.version_flags_type
+        self._session_word = writer.session_word
+        self._stream_word = writer.stream_word
+        self._terms = tuple(log.terms)
+        self._term_views = tuple(log.term_views)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def is_closed(self) -> bool:
+        return self._is_closed
+
+    @property
+    def is_original(self) -> bool:
+        """True for the ``add_publication`` that made the driver create the publication."""
+        return self.original_registration_id == self.registration_id
+
+    @property
+    def is_connected(self) -> bool:
+        """True while the driver reports at least one subscriber (the log's connected flag)."""
+        return not self._is_closed and self._meta.get_int_volatile(_IS_CONNECTED) == 1
+
+    @property
+    def position(self) -> int:
+        """Position of the publication's tail (where the next message goes), or CLOSED."""
+        if self._is_closed:
+            return CLOSED
+        meta = self._meta
+        term_count = meta.get_int_volatile(_TERM_COUNT)
+        raw_tail = meta.get_long_volatile((term_count % PARTITION_COUNT) * 8)
+        term_offset = min(raw_tail & _U32, self.term_buffer_length)
+        term_id = raw_tail >> 32
+        return (int32(term_id - self._initial_term_id) << self._position_bits_to_shift) + term_offset
+
+    @property
+    def position_limit(self) -> int:
+        """Position the driver lets the publication reach (flow control), or CLOSED."""
+        if self._is_closed:
+            return CLOSED
+        return self._limit.get_long_volatile(0)
+
+    @property
+    def available_window(self) -> int:
+        if self._is_closed:
+            return CLOSED
+        return self._limit.get_long_volatile(0) - self.position
+
+    @property
+    def channel_status(self) -> int:
+        """Channel endpoint status (1 ACTIVE for IPC), or -1 once closed."""
+        if self._is_closed:
+            return -1
+        return self._conductor.channel_status(self.channel_status_id)
+
+    @property
+    def log_buffers(self) -> LogBuffers:
+        return self._log
+
+    def close(self) -> None:
+        """Release the publication (REMOVE_PUBLICATION; waits, bounded, for the driver's answer)."""
+        if not self._is_closed:
+            self._conductor.release_publication(self)
+
+    def _internal_close(self) -> None:
+        self._is_closed = True
+
+    def __enter__(self) -> Publication:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(registration_id={self.registration_id}, "
+            f"original_registration_id={self.original_registration_id}, session_id={self.session_id}, "
+            f"stream_id={self.stream_id}, channel={self.channel!r}, closed={self._is_closed})"
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _back_pressure_status(self, position: int, length: int) -> int:
+        if position + length >= self._max_possible_position:
+            return MAX_POSITION_EXCEEDED
+        if self._meta.get_int_volatile(_IS_CONNECTED) == 1:
+            return BACK_PRESSURED
+        return NOT_CONNECTED
+
+    def _check_max_message_length(self, length: int) -> None:
+        if length > self.max_message_length:
+            raise ValueError(f"message exceeds max_message_length of {self.max_message_length}, length={length}")
+
+    def _check_payload_length(self, length: int) -> None:
+        if length < 0:
+            raise ValueError(f"invalid length: {length}")
+        if length > self._max_payload_length:
+            raise ValueError(f"claim exceeds max_payload_length of {self._max_payload_length}, length={length}")
+
+    def _batch_lengths(self, messages: Sequence[Buffer]) -> int:
+        """Validate a batch (messages are byte buffers: ``len`` is their size); returns its size in the term."""
+        lengths = list(map(len, messages))  # type: ignore[arg-type]
+        if not lengths:
+            raise ValueError("offer_batch needs at least one message")
+        longest = max(lengths)
+        if longest > self._max_payload_length:
+            raise ValueError(
+                f"offer_batch messages must fit one frame (max_payload_length={self._max_payload_length}), "
+                f"got {longest}"
+            )
+        count = len(lengths)
+        upper_bound = sum(lengths) + count * (HEADER_LENGTH + 31)
+        if upper_bound <= self.term_buffer_length:
+            return upper_bound
+        required = sum([(n + HEADER_LENGTH + 31) & -32 for n in lengths])
+        if required > self.term_buffer_length:
+            raise ValueError(f"batch of {required} bytes exceeds the term length of {self.term_buffer_length}")
+        return required
+
+    def _pad(self, term: AtomicBuffer, frame_offset: int, term_id: int) -> None:
+        padding = self.term_buffer_length - frame_offset
+        self._header_writer.write(term, frame_offset, padding, term_id)
+        term.put_short(frame_offset + 6, 0)
+        term.put_int_ordered(frame_offset, padding)
+
+    # ------------------------------------------------------------------ async
+
+    async def offer_async(
+        self,
+        buffer: Buffer,
+        offset: int = 0,
+        length: int | None = None,
+        *,
+        timeout: float | None = 10.0,
+    ) -> int:
+        """Offer, awaiting (with a backoff, cancellable) while NOT_CONNECTED, BACK_PRESSURED or ADMIN_ACTION.
+
+        Returns the new position, or CLOSED / MAX_POSITION_EXCEEDED; raises
+        TimeoutError when not accepted within ``timeout`` seconds.
+        """
+        from driver.client.aio import offer_async
+
+        return await offer_async(self, buffer, offset, length, timeout=timeout)
+
+    async def offer_batch_async(self, messages: Sequence[Buffer], *, timeout: float | None = 10.0) -> int:
+        """:meth:`offer_batch`, awaiting flow control like :meth:`offer_async`."""
+        from driver.client.aio import offer_batch_async
+
+        return await offer_batch_async(self, messages, timeout=timeout)
+
+    async def close_async(self) -> None:
+        """:meth:`close` without blocking the event loop while the driver answers."""
+        request = self._conductor.begin_release(self)
+        if request is not None:
+            from driver.client.aio import await_request
+
+            await await_request(self._conductor, request)
+
+    # ------------------------------------------------------------------ data path (subclasses)
+
+    @abc.abstractmethod
+    def offer(
+        self,
+        buffer: Buffer,
+        offset: int = 0,
+        length: int | None = None,
+        reserved_value_supplier: ReservedValueSupplier | None = None,
+    ) -> int:
+        """Append ``buffer[offset:offset+length]`` as one message; new position or an OfferResult code.
+
+        Messages longer than ``max_payload_length`` are fragmented (up to
+        ``max_message_length``). ``reserved_value_supplier(term_view, frame_offset,
+        frame_length)`` may return the 64-bit reserved value of each frame.
+        """
+
+    @abc.abstractmethod
+    def offer_batch(self, messages: Sequence[Buffer]) -> int:
+        """Append several small messages (each within ``max_payload_length``) with one claim.
+
+        All or nothing: returns the position after the last message, or an
+        OfferResult code with nothing written (ADMIN_ACTION when the batch did not
+        fit in the rest of the term: retry and it goes into the next one). Each
+        message is its own frame with its own commit, so subscribers see them one
+        by one. This is the fast path for many small messages.
+        """
+
+    @abc.abstractmethod
+    def try_claim(self, length: int, buffer_claim: BufferClaim) -> int:
+        """Claim a frame of ``length`` payload bytes to fill in place, then ``commit()`` (or ``abort()``) it."""
+
+
+class ConcurrentPublication(Publication):
+    """A publication many threads (and processes sharing the stream) may offer to at once.
+
+    Obtained from ``Aeron.add_publication``. Each call returns its own object; those
+    for the same channel and stream share one driver publication (the same
+    ``original_registration_id``, ``session_id`` and log).
+    """
+
+    __slots__ = ("_appenders", "_hot")
+
+    def __init__(
+        self,
+        conductor: ClientConductor,
+        channel: str,
+        stream_id: int,
+        session_id: int,
+        position_limit: AtomicBuffer,
+        channel_status_id: int,
+        log: LogBuffers,
+        original_registration_id: int,
+        registration_id: int,
+    ) -> None:
+        super().__init__(
+            conductor,
+            channel,
+            stream_id,
+            session_id,
+            position_limit,
+            channel_status_id,
+            log,
+            original_registration_id,
+            registration_id,
+        )
+        self._appenders = tuple(
+            TermAppender(log.terms[i], log.metadata, i, log.term_views[i]) for i in range(PARTITION_COUNT)
+        )
+        # Everything offer() reads, unpacked in one step (cheaper than ten attribute loads).
+        self._hot = (
+            self._limit,
+            self._meta,
+            self._terms,
+            self._initial_term_id,
+            self._position_bits_to_shift,
+            self._max_payload_length,
+            self.term_buffer_length,
+            self._vft,
+            self._session_word,
+            self._stream_word,
+        )
+
+    def _new_position(self, term_count: int, term_offset: int, term_id: int, position: int, resulting: int) -> int:
+        if resulting > 0:
+            return position - term_offset + resulting
+        if position + term_offset > self._max_possible_position:
+            return MAX_POSITION_EXCEEDED
+        rotate_log(self._meta, term_count, term_id)
+        return ADMIN_ACTION
+
+    # ------------------------------------------------------------------ data path
+
+    def offer(
+        self,
+        buffer: Buffer,
+        offset: int = 0,
+        length: int | None = None,
+        reserved_value_supplier: ReservedValueSupplier | None = None,
+    ) -> int:
+        """Append ``buffer[offset:offset+length]`` as one message; new position or an OfferResult code.
+
+        Messages longer than ``max_payload_length`` are fragmented (up to
+        ``max_message_length``). ``reserved_value_supplier(term_view, frame_offset,
+        frame_length)`` may return the 64-bit reserved value of each frame.
+        """
+        if self._is_closed:
+            return CLOSED
+        if length is None:
+            length = (len(buffer) if type(buffer) is bytes else _byte_length(buffer)) - offset
+        limit_counter, meta, terms, initial_term_id, bits, max_payload, term_length, vft, session_word, stream_word = (
+            self._hot
+        )
+        limit = limit_counter.get_long_volatile(0)
+        term_count = meta.get_int_volatile(_TERM_COUNT)
+        index = term_count % 3
+        raw_tail = meta.get_long_volatile(index << 3)
+        term_id = raw_tail >> 32
+        if (term_id - initial_term_id - term_count) & _U32:
+            return ADMIN_ACTION
+        term_offset = raw_tail & _U32
+        position = (term_count << bits) + term_offset
+        if position >= limit:
+            return self._back_pressure_status(position, length)
+        if length > max_payload:
+            self._check_max_message_length(length)
+            resulting = self._appenders[index].append_fragmented(
+                self._header_writer,
+                buffer,  # type: ignore[arg-type]
+                offset,
+                length,
+                max_payload,
+                reserved_value_supplier,
+                term_id,
+            )
+            return self._new_position(term_count, term_offset, term_id, position, resulting)
+        if length < 0:
+            raise ValueError(f"invalid length: {length}")
+        # Unfragmented, inline: claim with one fetch-add, then Java's write order.
+        frame_length = length + 32
+        aligned = (frame_length + 31) & -32
+        raw = meta.get_and_add_long(index << 3, aligned)
+        frame_offset = raw & _U32
+        if raw >> 32 != term_id:
+            raise DriverError(f"action possibly delayed: expected_term_id={term_id} term_id={raw >> 32}")
+        resulting = frame_offset + aligned
+        term = terms[index]
+        if resulting > term_length:
+            if frame_offset < term_length:
+                self._pad(term, frame_offset, term_id)
+            return self._new_position(term_count, term_offset, term_id, position, -2)
+        term.put_long_ordered(frame_offset, vft | (-frame_length & _U32))
+        term.put_long(frame_offset + 8, session_word | frame_offset)
+        term.put_long(frame_offset + 16, stream_word | (term_id << 32))
+        term.put_bytes(frame_offset + 32, buffer, offset, length)
+        if reserved_value_supplier is not None:
+            term.put_long(
+                frame_offset + 24, reserved_value_supplier(self._term_views[index], frame_offset, frame_length)
+            )
+        term.put_int_ordered(frame_offset, frame_length)
+        return position - term_offset + resulting
+
+    def offer_batch(self, messages: Sequence[Buffer]) -> int:
+        """Append several small messages (each within ``max_payload_length``) with one claim.
+
+        All or nothing: returns the position after the last message, or an
+        OfferResult code with nothing written (ADMIN_ACTION when the batch did not
+        fit in the rest of the term: retry and it goes into the next one). Each
+        message is its own frame with its own commit, so subscribers see them one
+        by one. This is the fast path for many small messages.
+        """
+        if self._is_closed:
+            return CLOSED
+        required = self._batch_lengths(messages)
+        limit = self._limit.get_long_volatile(0)
+        meta = self._meta
+        term_count = meta.get_int_volatile(_TERM_COUNT)
+        index = term_count % 3
+        raw_tail = meta.get_long_volatile(index << 3)
+        term_id = raw_tail >> 32
+        if (term_id - self._initial_term_id - term_count) & _U32:
+            return ADMIN_ACTION
+        term_offset = raw_tail & _U32
+        position = (term_count << self._position_bits_to_shift) + term_offset
+        if position >= limit:
+            return self._back_pressure_status(position, required)  # (an upper bound of the batch size)
+        resulting = self._appenders[index].append_unfragmented_batch(
+            self._header_writer,
+            messages,  # type: ignore[arg-type]
+            term_id,
+        )
+        return self._new_position(term_count, term_offset, term_id, position, resulting)
+
+    def try_claim(self, length: int, buffer_claim: BufferClaim) -> int:
+        """Claim a frame of ``length`` payload bytes to fill in place, then ``commit()`` (or ``abort()``) it."""
+        self._check_payload_length(length)
+        if self._is_closed:
+            return CLOSED
+        limit = self._limit.get_long_volatile(0)
+        meta = self._meta
+        term_count = meta.get_int_volatile(_TERM_COUNT)
+        index = term_count % 3
+        raw_tail = meta.get_long_volatile(index << 3)
+        term_id = raw_tail >> 32
+        if (term_id - self._initial_term_id - term_count) & _U32:
+            return ADMIN_ACTION
+        term_offset = raw_tail & _U32
+        position = (term_count << self._position_bits_to_shift) + term_offset
+        if position >= limit:
+            return self._back_pressure_status(position, length)
+        resulting = self._appenders[index].claim(self._header_writer, length, buffer_claim, term_id)
+        return self._new_position(term_count, term_offset, term_id, position, resulting)
+
+
+class ExclusivePublication(Publication):
+    """A publication with a single writer: cheaper appends, only one thread may offer at a time.
+
+    The term offset is tracked locally and the tail published with an ordered
+    store (no fetch-add); rotation is done by this writer directly.
+    """
+
+    __slots__ = ("_active_index", "_appenders", "_term_begin_position", "_term_id", "_term_offset")
+
+    def __init__(
+        self,
+        conductor: ClientConductor,
+        channel: str,
+        stream_id: int,
+        session_id: int,
+        position_limit: AtomicBuffer,
+        channel_status_id: int,
+        log: LogBuffers,
+        original_registration_id: int,
+        registration_id: int,
+    ) -> None:
+        super().__init__(
+            conductor,
+            channel,
+            stream_id,
+            session_id,
+            position_limit,
+            channel_status_id,
+            log,
+            original_registration_id,
+            registration_id,
+        )
+        self._appenders = tuple(
+            ExclusiveTermAppender(log.terms[i], log.metadata, i, log.term_views[i]) for i in range(PARTITION_COUNT)
+        )
+        meta = self._meta
+        term_count = meta.get_int_volatile(_TERM_COUNT)
+        index = term_count % PARTITION_COUNT
+        raw_tail = meta.get_long_volatile(index * 8)
+        self._active_index = index
+        self._term_id = raw_tail >> 32
+        self._term_offset = min(raw_tail & _U32, self.term_buffer_length)
+        self._term_begin_position = int32(self._term_id - self._initial_term_id) << self._position_bits_to_shift
+
+    @property
+    def position(self) -> int:
+        if self._is_closed:
+            return CLOSED
+        return self._term_begin_position + self._term_offset
+
+    def _new_exclusive_position(self, resulting: int) -> int:
+        if resulting > 0:
+            self._term_offset = resulting
+            return self._term_begin_position + resulting
+        term_length = self.term_buffer_length
+        if self._term_begin_position + term_length >= self._max_possible_position:
+            return MAX_POSITION_EXCEEDED
+        next_index = (self._active_index + 1) % PARTITION_COUNT
+        next_term_id = int32(self._term_id + 1)
+        self._active_index = next_index
+        self._term_offset = 0
+        self._term_id = next_term_id
+        self._term_begin_position += term_length
+        initialise_tail_with_term_id(self._meta, next_index, next_term_id)
+        self._meta.put_int_ordered(_TERM_COUNT, int32(next_term_id - self._initial_term_id))
+        return ADMIN_ACTION
+
+    def offer(
+        self,
+        buffer: Buffer,
+        offset: int = 0,
+        length: int | None = None,
+        reserved_value_supplier: ReservedValueSupplier | None = None,
+    ) -> int:
+        if self._is_closed:
+            return CLOSED
+        if length is None:
+            length = (len(buffer) if type(buffer) is bytes else _byte_length(buffer)) - offset
+        term_offset = self._term_offset
+        position = self._term_begin_position + term_offset
+        if position >= self._limit.get_long_volatile(0):
+            return self._back_pressure_status(position, length)
+        term_id = self._term_id
+        if length > self._max_payload_length:
+            self._check_max_message_length(length)
+            return self._new_exclusive_position(
+                self._appenders[self._active_index].append_fragmented(
+                    term_id,
+                    term_offset,
+                    self._header_writer,
+                    buffer,  # type: ignore[arg-type]
+                    offset,
+                    length,
+                    self._max_payload_length,
+                    reserved_value_supplier,
+                )
+            )
+        if length < 0:
+            raise ValueError(f"invalid length: {length}")
+        index = self._active_index
+        frame_length = length + 32
+        resulting = term_offset + ((frame_length + 31) & -32)
+        self._meta.put_long_ordered(index << 3, (term_id << 32) | resulting)
+        term = self._terms[index]
+        if resulting > self.term_buffer_length:
+            if term_offset < self.term_buffer_length:
+                self._pad(term, term_offset, term_id)
+            return self._new_exclusive_position(-1)
+        term.put_long_ordered(term_offset, self._vft | (-frame_length & _U32))
+        term.put_long(term_offset + 8, self._session_word | term_offset)
+        term.put_long(term_offset + 16, self._stream_word | (term_id << 32))
+        term.put_bytes(term_offset + 32, buffer, offset, length)
+        if reserved_value_supplier is not None:
+            term.put_long(term_offset + 24, reserved_value_supplier(self._term_views[index], term_offset, frame_length))
+        term.put_int_ordered(term_offset, frame_length)
+        self._term_offset = resulting
+        return self._term_begin_position + resulting
+
+    def offer_batch(self, messages: Sequence[Buffer]) -> int:
+        if self._is_closed:
+            return CLOSED
+        required = self._batch_lengths(messages)
+        term_offset = self._term_offset
+        position = self._term_begin_position + term_offset
+        if position >= self._limit.get_long_volatile(0):
+            return self._back_pressure_status(position, required)
+        return self._new_exclusive_position(
+            self._appenders[self._active_index].append_unfragmented_batch(
+                self._term_id,
+                term_offset,
+                self._header_writer,
+                messages,  # type: ignore[arg-type]
+            )
+        )
+
+    def try_claim(self, length: int, buffer_claim: BufferClaim) -> int:
+        self._check_payload_length(length)
+        if self._is_closed:
+            return CLOSED
+        term_offset = self._term_offset
+        position = self._term_begin_position + term_offset
+        if position >= self._limit.get_long_volatile(0):
+            return self._back_pressure_status(position, length)
+        return self._new_exclusive_position(
+            self._appenders[self._active_index].claim(
+                self._term_id, term_offset, self._header_writer, length, buffer_claim
+            )
+        )
+
+    def append_padding(self, length: int) -> int:
+        """Append a padding frame of ``length`` bytes (skipped by subscribers), e.g. to align a stream."""
+        self._check_max_message_length(length)
+        if self._is_closed:
+            return CLOSED
+        if length < 0:
+            raise ValueError(f"invalid length: {length}")
+        term_offset = self._term_offset
+        position = self._term_begin_position + term_offset
+        if position >= self._limit.get_long_volatile(0):
+            return self._back_pressure_status(position, length)
+        return self._new_exclusive_position(
+            self._appenders[self._active_index].append_padding(self._term_id, term_offset, self._header_writer, length)
+        )
