@@ -542,7 +542,7 @@ class ClientContext:
         default=16_000_000, metadata=_meta("aeron.client.idle.sleep.duration", _Kind.DURATION)
     )
     keepalive_interval_ns: int = attrs.field(default=500_000_000, metadata=_meta(None, _Kind.DURATION))
-    idle_strategy: str = attrs.field(default="backoff", metadata=_meta(None, _Kind.IDLE))
+    idle_strategy: str = attrs.field(default="sleeping", metadata=_meta(None, _Kind.IDLE))
     error_handler: Callable[[BaseException], None] = attrs.field(default=_log_error)
 
     @classmethod

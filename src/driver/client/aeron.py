@@ -159,16 +159,15 @@ class Aeron:
         ``error_handler``, ``idle_strategy``, ...) or set client options:
         ``use_conductor_agent_invoker``, ``available_image_handler``,
         ``unavailable_image_handler``, ``available_counter_handler``,
-        ``unavailable_counter_handler``. Without a context the conductor thread idles
-        with the backoff strategy and errors go to :mod:`logging`.
+        ``unavailable_counter_handler``. The conductor thread sleeps 16 ms when idle,
+        as Aeron's client conductor does (a blocking add drives the conductor itself
+        while it waits); errors go to :mod:`logging` unless ``error_handler`` is given.
         Raises DriverTimeoutError if no live driver shows up within the driver timeout.
         """
         options = {name: kwargs.pop(name) for name in list(kwargs) if name in _CLIENT_OPTIONS}
         if "aeron_dir" in kwargs and not isinstance(kwargs["aeron_dir"], Path):
             kwargs["aeron_dir"] = Path(kwargs["aeron_dir"])
         if context is None:
-            kwargs.setdefault("idle_strategy", "backoff")
-            kwargs.setdefault("error_handler", default_error_handler)
             context = ClientContext.from_env(**kwargs)
         elif kwargs:
             context = attrs.evolve(context, **kwargs)

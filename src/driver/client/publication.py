@@ -37,7 +37,7 @@ import enum
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.concurrent.atomic_buffer import AtomicBuffer, frames_length
 from driver.errors import DriverError
 from driver.logbuffer.appender import (
     ExclusiveTermAppender,
@@ -280,21 +280,10 @@ class Publication(abc.ABC):
             raise ValueError(f"claim exceeds max_payload_length of {self._max_payload_length}, length={length}")
 
     def _batch_lengths(self, messages: Sequence[Buffer]) -> int:
-        """Validate a batch (messages are byte buffers: ``len`` is their size); returns its size in the term."""
-        lengths = list(map(len, messages))  # type: ignore[arg-type]
-        if not lengths:
+        """Validate a batch; returns the bytes its frames take in the term."""
+        if not messages:
             raise ValueError("offer_batch needs at least one message")
-        longest = max(lengths)
-        if longest > self._max_payload_length:
-            raise ValueError(
-                f"offer_batch messages must fit one frame (max_payload_length={self._max_payload_length}), "
-                f"got {longest}"
-            )
-        count = len(lengths)
-        upper_bound = sum(lengths) + count * (HEADER_LENGTH + 31)
-        if upper_bound <= self.term_buffer_length:
-            return upper_bound
-        required = sum([(n + HEADER_LENGTH + 31) & -32 for n in lengths])
+        required = frames_length(messages, self._max_payload_length)
         if required > self.term_buffer_length:
             raise ValueError(f"batch of {required} bytes exceeds the term length of {self.term_buffer_length}")
         return required
@@ -489,14 +478,14 @@ class ConcurrentPublication(Publication):
             if frame_offset < term_length:
                 self._pad(term, frame_offset, term_id)
             return self._new_position(term_count, term_offset, term_id, position, -2)
+        if reserved_value_supplier is None:
+            term.write_frame(frame_offset, vft, session_word, stream_word | (term_id << 32), buffer, offset, length)
+            return position - term_offset + resulting
         term.put_long_ordered(frame_offset, vft | (-frame_length & _U32))
         term.put_long(frame_offset + 8, session_word | frame_offset)
         term.put_long(frame_offset + 16, stream_word | (term_id << 32))
         term.put_bytes(frame_offset + 32, buffer, offset, length)
-        if reserved_value_supplier is not None:
-            term.put_long(
-                frame_offset + 24, reserved_value_supplier(self._term_views[index], frame_offset, frame_length)
-            )
+        term.put_long(frame_offset + 24, reserved_value_supplier(self._term_views[index], frame_offset, frame_length))
         term.put_int_ordered(frame_offset, frame_length)
         return position - term_offset + resulting
 
@@ -528,6 +517,7 @@ class ConcurrentPublication(Publication):
             self._header_writer,
             messages,  # type: ignore[arg-type]
             term_id,
+            required,
         )
         return self._new_position(term_count, term_offset, term_id, position, resulting)
 
@@ -660,13 +650,17 @@ class ExclusivePublication(Publication):
             if term_offset < self.term_buffer_length:
                 self._pad(term, term_offset, term_id)
             return self._new_exclusive_position(-1)
-        term.put_long_ordered(term_offset, self._vft | (-frame_length & _U32))
-        term.put_long(term_offset + 8, self._session_word | term_offset)
-        term.put_long(term_offset + 16, self._stream_word | (term_id << 32))
-        term.put_bytes(term_offset + 32, buffer, offset, length)
-        if reserved_value_supplier is not None:
+        if reserved_value_supplier is None:
+            term.write_frame(
+                term_offset, self._vft, self._session_word, self._stream_word | (term_id << 32), buffer, offset, length
+            )
+        else:
+            term.put_long_ordered(term_offset, self._vft | (-frame_length & _U32))
+            term.put_long(term_offset + 8, self._session_word | term_offset)
+            term.put_long(term_offset + 16, self._stream_word | (term_id << 32))
+            term.put_bytes(term_offset + 32, buffer, offset, length)
             term.put_long(term_offset + 24, reserved_value_supplier(self._term_views[index], term_offset, frame_length))
-        term.put_int_ordered(term_offset, frame_length)
+            term.put_int_ordered(term_offset, frame_length)
         self._term_offset = resulting
         return self._term_begin_position + resulting
 
@@ -684,6 +678,7 @@ class ExclusivePublication(Publication):
                 term_offset,
                 self._header_writer,
                 messages,  # type: ignore[arg-type]
+                required,
             )
         )
 

@@ -256,6 +256,137 @@ AtomicBuffer_view(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     return PyMemoryView_FromMemory(self->base + index, length, PyBUF_WRITE);
 }
 
+
+/* ---- data frames ----
+ * Aeron's write order for one frame: word 0 (version/flags/type | -length) with a
+ * release store, a store fence, header words 1 and 2, the payload, and finally the
+ * release store of the positive length that hands the frame to readers. vft is the
+ * high 32 bits of word 0 already shifted; session_word = session_id << 32;
+ * stream_word = stream_id | term_id << 32.
+ */
+static inline void
+write_frame(char *base, Py_ssize_t off, int64_t vft, int64_t session_word, int64_t stream_word,
+            const char *src, Py_ssize_t length)
+{
+    int32_t frame_length = (int32_t)(length + 32);
+    __atomic_store_n((int64_t *)(base + off),
+                     (int64_t)(((uint64_t)vft & 0xFFFFFFFF00000000ULL) | (uint32_t)(-frame_length)),
+                     __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    int64_t w1 = session_word | (int64_t)(uint32_t)off;
+    memcpy(base + off + 8, &w1, 8);
+    memcpy(base + off + 16, &stream_word, 8);
+    if (length)
+        memcpy(base + off + 32, src, length);
+    __atomic_store_n((int32_t *)(base + off), frame_length, __ATOMIC_RELEASE);
+}
+
+static int
+frame_args(PyObject *const *args, int64_t *vft, int64_t *session_word, int64_t *stream_word)
+{
+    long long v;
+    v = PyLong_AsLongLong(args[0]); if (v == -1 && PyErr_Occurred()) return -1; *vft = v;
+    v = PyLong_AsLongLong(args[1]); if (v == -1 && PyErr_Occurred()) return -1; *session_word = v;
+    v = PyLong_AsLongLong(args[2]); if (v == -1 && PyErr_Occurred()) return -1; *stream_word = v;
+    return 0;
+}
+
+static PyObject *
+AtomicBuffer_write_frame(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* write_frame(frame_offset, vft, session_word, stream_word, src, src_offset, length) */
+    if (!nargs_ok(nargs, 7, "write_frame")) return NULL;
+    ARG_INDEX(0)
+    int64_t vft, session_word, stream_word;
+    if (frame_args(args + 1, &vft, &session_word, &stream_word) < 0) return NULL;
+    Py_ssize_t src_offset = PyLong_AsSsize_t(args[5]);
+    if (src_offset == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t length = PyLong_AsSsize_t(args[6]);
+    if (length == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer src;
+    if (PyObject_GetBuffer(args[4], &src, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (src_offset < 0 || length < 0 || src_offset + length > src.len) {
+        PyBuffer_Release(&src);
+        PyErr_Format(PyExc_IndexError, "source range %zd+%zd outside %zd bytes", src_offset, length, src.len);
+        return NULL;
+    }
+    if ((index & 31) != 0 || check(self, index, ((length + 32 + 31) & ~(Py_ssize_t)31), 0) < 0) {
+        PyBuffer_Release(&src);
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "frame offset %zd is not 32-byte aligned", index);
+        return NULL;
+    }
+    write_frame(self->base, index, vft, session_word, stream_word, (const char *)src.buf + src_offset, length);
+    PyBuffer_Release(&src);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+AtomicBuffer_write_frames(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* write_frames(frame_offset, vft, session_word, stream_word, messages) -> end offset.
+     * Each message (any contiguous buffer) becomes one unfragmented frame; the space
+     * must already be reserved (see frames_length). */
+    if (!nargs_ok(nargs, 5, "write_frames")) return NULL;
+    ARG_INDEX(0)
+    int64_t vft, session_word, stream_word;
+    if (frame_args(args + 1, &vft, &session_word, &stream_word) < 0) return NULL;
+    PyObject *seq = PySequence_Fast(args[4], "messages must be a sequence of buffers");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if ((index & 31) != 0) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "frame offset %zd is not 32-byte aligned", index);
+        return NULL;
+    }
+    Py_ssize_t off = index;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer src;
+        if (PyObject_GetBuffer(items[i], &src, PyBUF_C_CONTIGUOUS) < 0) { Py_DECREF(seq); return NULL; }
+        Py_ssize_t aligned = (src.len + 32 + 31) & ~(Py_ssize_t)31;
+        if (check(self, off, aligned, 0) < 0) { PyBuffer_Release(&src); Py_DECREF(seq); return NULL; }
+        write_frame(self->base, off, vft, session_word, stream_word, (const char *)src.buf, src.len);
+        PyBuffer_Release(&src);
+        off += aligned;
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(off);
+}
+
+static PyObject *
+frames_length(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* frames_length(messages, max_payload) -> total aligned bytes of their frames */
+    if (!nargs_ok(nargs, 2, "frames_length")) return NULL;
+    Py_ssize_t max_payload = PyLong_AsSsize_t(args[1]);
+    if (max_payload == -1 && PyErr_Occurred()) return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "messages must be a sequence of buffers");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len;
+        if (PyBytes_CheckExact(items[i])) {
+            len = PyBytes_GET_SIZE(items[i]);
+        } else {
+            Py_buffer b;
+            if (PyObject_GetBuffer(items[i], &b, PyBUF_C_CONTIGUOUS) < 0) { Py_DECREF(seq); return NULL; }
+            len = b.len;
+            PyBuffer_Release(&b);
+        }
+        if (len > max_payload) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "message %zd of the batch is %zd bytes, more than max_payload_length %zd",
+                         i, len, max_payload);
+            return NULL;
+        }
+        total += (len + 32 + 31) & ~(Py_ssize_t)31;
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(total);
+}
+
 static PyObject *
 fence(PyObject *mod, PyObject *unused)
 {
@@ -270,7 +401,7 @@ static PyMethodDef AtomicBuffer_methods[] = {
     M(put_byte), M(put_short), M(put_int), M(put_long),
     M(put_int_ordered), M(put_long_ordered), M(put_int_volatile), M(put_long_volatile),
     M(get_and_add_int), M(get_and_add_long), M(compare_and_set_int), M(compare_and_set_long),
-    M(put_bytes), M(get_bytes), M(set_memory), M(view),
+    M(put_bytes), M(get_bytes), M(set_memory), M(view), M(write_frame), M(write_frames),
     {"release", (PyCFunction)AtomicBuffer_release, METH_NOARGS,
      "Let go of the underlying buffer so its owner (e.g. an mmap) can close."},
     {NULL}
@@ -296,6 +427,8 @@ static PyTypeObject AtomicBufferType = {
 
 static PyMethodDef module_methods[] = {
     {"fence", fence, METH_NOARGS, "A full memory fence."},
+    {"frames_length", (PyCFunction)(void (*)(void))frames_length, METH_FASTCALL,
+     "Total aligned length of the frames of a batch of messages; ValueError if one exceeds max payload."},
     {NULL}
 };
 

@@ -1,6 +1,9 @@
+from collections.abc import Sequence
+
 from typing_extensions import Buffer
 
 def fence() -> None: ...
+def frames_length(messages: Sequence[Buffer], max_payload: int, /) -> int: ...
 
 class AtomicBuffer:
     def __init__(self, buffer: Buffer, offset: int = 0, length: int = -1) -> None: ...
@@ -31,3 +34,17 @@ class AtomicBuffer:
     def get_bytes(self, index: int, length: int, /) -> bytes: ...
     def set_memory(self, index: int, length: int, value: int, /) -> None: ...
     def view(self, index: int, length: int, /) -> memoryview: ...
+    def write_frame(
+        self,
+        frame_offset: int,
+        vft: int,
+        session_word: int,
+        stream_word: int,
+        src: Buffer,
+        src_offset: int,
+        length: int,
+        /,
+    ) -> None: ...
+    def write_frames(
+        self, frame_offset: int, vft: int, session_word: int, stream_word: int, messages: Sequence[Buffer], /
+    ) -> int: ...

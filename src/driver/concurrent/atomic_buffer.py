@@ -8,9 +8,9 @@ method call is cheaper than ``struct.unpack_from``.
 
 from __future__ import annotations
 
-from driver.concurrent._atomic import AtomicBuffer, fence
+from driver.concurrent._atomic import AtomicBuffer, fence, frames_length
 
-__all__ = ["AtomicBuffer", "align", "fence", "is_power_of_two"]
+__all__ = ["AtomicBuffer", "align", "fence", "frames_length", "is_power_of_two"]
 
 
 def align(value: int, alignment: int) -> int:

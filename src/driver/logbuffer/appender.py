@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.concurrent.atomic_buffer import AtomicBuffer, frames_length
 from driver.errors import DriverError
 from driver.logbuffer.descriptor import TERM_TAIL_COUNTERS_OFFSET
 from driver.logbuffer.frame import (
@@ -40,8 +40,6 @@ from driver.logbuffer.frame import (
     HDR_TYPE_PAD,
     HEADER_LENGTH,
     RESERVED_VALUE_OFFSET,
-    STREAM_ID_OFFSET,
-    TERM_OFFSET_OFFSET,
     TYPE_OFFSET,
     HeaderWriter,
 )
@@ -128,34 +126,11 @@ def _write_fragments(
             break
 
 
-def _write_batch(
-    term: AtomicBuffer,
-    frame_offset: int,
-    header: HeaderWriter,
-    messages: Sequence[bytes | bytearray | memoryview],
-    term_id: int,
-) -> None:
-    # Per frame, in Java's order: header word 0 with the negative length, the rest of
-    # the header, the payload, then the ordered store of the positive length.
-    vft = header.version_flags_type
-    session_word = header.session_word
-    stream_word = header.stream_word | (term_id << 32)
-    put_long_ordered = term.put_long_ordered
-    put_long = term.put_long
-    put_bytes = term.put_bytes
-    commit = term.put_int_ordered
-    for message in messages:
-        frame_length = len(message) + HEADER_LENGTH
-        put_long_ordered(frame_offset, vft | (-frame_length & _U32))
-        put_long(frame_offset + TERM_OFFSET_OFFSET, session_word | frame_offset)
-        put_long(frame_offset + STREAM_ID_OFFSET, stream_word)
-        put_bytes(frame_offset + HEADER_LENGTH, message)
-        commit(frame_offset, frame_length)
-        frame_offset += (frame_length + 31) & ~31
+_UNLIMITED = 1 << 62
 
 
 def _batch_length(messages: Sequence[bytes | bytearray | memoryview]) -> int:
-    return sum([(len(m) + HEADER_LENGTH + 31) & ~31 for m in messages])
+    return frames_length(messages, _UNLIMITED)
 
 
 class TermAppender:
@@ -262,8 +237,16 @@ class TermAppender:
             _pad_to_end(term, term_offset, header, self.term_length, term_id)
             return FAILED
         _write_fragments(
-            term, self.term_view, term_offset, header, src, offset, length, max_payload_length,
-            reserved_value_supplier, term_id,
+            term,
+            self.term_view,
+            term_offset,
+            header,
+            src,
+            offset,
+            length,
+            max_payload_length,
+            reserved_value_supplier,
+            term_id,
         )
         return resulting
 
@@ -272,13 +255,15 @@ class TermAppender:
         header: HeaderWriter,
         messages: Sequence[bytes | bytearray | memoryview],
         active_term_id: int,
+        required: int | None = None,
     ) -> int:
         """Append each message as its own unfragmented frame, reserving space with one fetch-add.
 
         Every message must fit in one frame (the caller checks against the MTU). The
         result is the offset past the last frame, or FAILED with nothing written.
         """
-        required = _batch_length(messages)
+        if required is None:
+            required = _batch_length(messages)
         raw_tail = self.metadata.get_and_add_long(self._tail_offset, required)
         term_id = raw_tail >> 32
         term_offset = raw_tail & _U32
@@ -288,7 +273,9 @@ class TermAppender:
         if resulting > self.term_length:
             _pad_to_end(self.term, term_offset, header, self.term_length, term_id)
             return FAILED
-        _write_batch(self.term, term_offset, header, messages, term_id)
+        self.term.write_frames(
+            term_offset, header.version_flags_type, header.session_word, header.stream_word | (term_id << 32), messages
+        )
         return resulting
 
 
@@ -391,8 +378,16 @@ class ExclusiveTermAppender:
         if resulting > self.term_length:
             return self._end_of_term(header, term_id, term_offset)
         _write_fragments(
-            self.term, self.term_view, term_offset, header, src, offset, length, max_payload_length,
-            reserved_value_supplier, term_id,
+            self.term,
+            self.term_view,
+            term_offset,
+            header,
+            src,
+            offset,
+            length,
+            max_payload_length,
+            reserved_value_supplier,
+            term_id,
         )
         return resulting
 
@@ -402,11 +397,14 @@ class ExclusiveTermAppender:
         term_offset: int,
         header: HeaderWriter,
         messages: Sequence[bytes | bytearray | memoryview],
+        required: int | None = None,
     ) -> int:
         """Append each message as its own frame after one ordered tail update; all-or-nothing."""
-        resulting = term_offset + _batch_length(messages)
+        resulting = term_offset + (_batch_length(messages) if required is None else required)
         self.metadata.put_long_ordered(self._tail_offset, (term_id << 32) | resulting)
         if resulting > self.term_length:
             return self._end_of_term(header, term_id, term_offset)
-        _write_batch(self.term, term_offset, header, messages, term_id)
+        self.term.write_frames(
+            term_offset, header.version_flags_type, header.session_word, header.stream_word | (term_id << 32), messages
+        )
         return resulting

@@ -373,7 +373,7 @@ def test_client_defaults() -> None:
     assert ctx.keepalive_interval_ns == 500_000_000
     assert ctx.resource_linger_duration_ns == 3_000_000_000
     assert ctx.idle_sleep_duration_ns == 16_000_000
-    assert ctx.idle_strategy == "backoff"
+    assert ctx.idle_strategy == "sleeping"
     assert callable(ctx.error_handler)
     assert ctx.aeron_dir == default_aeron_dir()
 
