@@ -26,9 +26,15 @@ class DriverProcess:
         return self.process.pid
 
     @classmethod
-    def start(cls, aeron_dir: Path, log_path: Path, settings: Mapping[str, object] | None = None) -> DriverProcess:
-        properties = DriverContext.from_env({}, aeron_dir=aeron_dir, **(settings or {})).to_properties()
-        args = [sys.executable, "-m", "driver", "--threading-mode", "SHARED"]
+    def start(
+        cls,
+        aeron_dir: Path,
+        log_path: Path,
+        settings: Mapping[str, object] | None = None,
+        threading_mode: str = "SHARED",
+    ) -> DriverProcess:
+        properties = DriverContext.from_env({}, None, aeron_dir=aeron_dir, **(settings or {})).to_properties()
+        args = [sys.executable, "-m", "driver", "--threading-mode", threading_mode]
         for name, value in properties.items():
             args += ["-D", f"{name}={value}"]
         with log_path.open("ab") as sink:

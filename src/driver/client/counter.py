@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
 
@@ -75,7 +75,7 @@ class Counter:
     def _internal_close(self) -> None:
         self._is_closed = True
 
-    def __enter__(self) -> Counter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from driver.concurrent.atomic_buffer import AtomicBuffer, frames_length
 from driver.errors import DriverError
@@ -247,7 +247,7 @@ class Publication(abc.ABC):
     def _internal_close(self) -> None:
         self._is_closed = True
 
-    def __enter__(self) -> Publication:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -23,7 +23,7 @@ Payload memoryviews are valid during the handler call; copy what you keep.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.logbuffer.descriptor import (
@@ -313,7 +313,7 @@ class Subscription:
         if not self._is_closed:
             self._conductor.release_subscription(self)
 
-    def __enter__(self) -> Subscription:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

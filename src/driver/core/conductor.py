@@ -346,7 +346,7 @@ class DriverConductor:
             log=log,
             publisher_limit=publisher_limit,
             publisher_position=publisher_position,
-            term_window_length=self._ctx.ipc_publication_term_window_length or params.term_length,
+            term_window_length=self._ctx.ipc_publication_term_window_length_for(params.term_length),
             unblock_timeout_ns=self._ctx.publication_unblock_timeout_ns,
             linger_timeout_ns=params.linger_ns,
             now_ns=self._nano_clock.nano_time(),

@@ -96,6 +96,8 @@ class MediaDriver:
         if self.aeron_dir.exists():
             if not ctx.dir_delete_on_start and is_driver_active(self.aeron_dir, ctx.driver_timeout_ms):
                 raise ActiveDriverError(f"an active driver owns {self.aeron_dir}; stop it or choose another aeron.dir")
+            if ctx.dir_warn_if_exists and not ctx.dir_delete_on_start:
+                _log.warning("driver directory %s exists and no live driver owns it: taking it over", self.aeron_dir)
             shutil.rmtree(self.aeron_dir)
         self.aeron_dir.mkdir(parents=True)
 
