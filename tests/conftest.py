@@ -15,6 +15,7 @@ import pytest
 from driver.config import DriverContext
 from driver.core.media_driver import MediaDriver
 from support.aeron_java import AeronJava, JavaMediaDriver, start_java_media_driver
+from support.any_driver import AnyDriver
 from support.driver_process import DriverProcess
 
 
@@ -78,3 +79,27 @@ def driver_process(aeron_dir: Path, tmp_path: Path) -> Iterator[DriverProcess]:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("java", marks=[pytest.mark.interop, pytest.mark.process]),
+        "embedded",
+        pytest.param("process", marks=pytest.mark.process),
+    ]
+)
+def any_driver(request: pytest.FixtureRequest, aeron_dir: Path) -> AnyDriver:
+    """Java's MediaDriver, our embedded MediaDriver or our ``python -m driver`` on ``aeron_dir``."""
+    if request.param == "java":
+        java: JavaMediaDriver = request.getfixturevalue("java_media_driver")
+
+        def kill_java() -> None:
+            java.process.kill()
+            java.process.wait(10)
+
+        return AnyDriver("java", aeron_dir, kill_java, java.pid)
+    if request.param == "embedded":
+        embedded: MediaDriver = request.getfixturevalue("media_driver")
+        return AnyDriver("embedded", aeron_dir, embedded.close, os.getpid())
+    process: DriverProcess = request.getfixturevalue("driver_process")
+    return AnyDriver("process", aeron_dir, process.kill, process.pid)

@@ -30,6 +30,7 @@ from attrs import AttrsInstance
 
 from driver.cnc import CNC_FILE, CncGeneration
 from driver.errors import ConfigurationError
+from driver.media.faults import FaultSpec
 from driver.uri import parse_duration_ns, parse_size
 
 __all__ = [
@@ -125,6 +126,7 @@ class _Kind(enum.Enum):
     THREADING = "threading"
     IDLE = "idle"
     CNC = "cnc"
+    RATE = "rate"
 
 
 def _parse_text(kind: _Kind, prop: str, text: str) -> object:
@@ -156,6 +158,11 @@ def _parse_text(kind: _Kind, prop: str, text: str) -> object:
             raise ConfigurationError(prop, text, f"one of {', '.join(m.name for m in ThreadingMode)}") from None
     if kind is _Kind.IDLE:
         return normalize_idle_strategy(text, prop)
+    if kind is _Kind.RATE:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigurationError(prop, text, "a rate between 0 and 1") from None
     return CncGeneration.parse(text)
 
 
@@ -380,6 +387,22 @@ class DriverContext:
         default=_MIB, metadata=_meta("aeron.loss.report.buffer.length", _Kind.SIZE)
     )
 
+    # Fault injection on every UDP socket of the driver (tests, benchmarks): rates in [0, 1].
+    send_loss_rate: float = attrs.field(default=0.0, metadata=_meta("aeron.debug.send.loss.rate", _Kind.RATE))
+    send_reorder_rate: float = attrs.field(default=0.0, metadata=_meta("aeron.debug.send.reorder.rate", _Kind.RATE))
+    send_duplicate_rate: float = attrs.field(
+        default=0.0, metadata=_meta("aeron.debug.send.duplicate.rate", _Kind.RATE)
+    )
+    send_fault_seed: int = attrs.field(default=0, metadata=_meta("aeron.debug.send.seed", _Kind.INT))
+    receive_loss_rate: float = attrs.field(default=0.0, metadata=_meta("aeron.debug.receive.loss.rate", _Kind.RATE))
+    receive_reorder_rate: float = attrs.field(
+        default=0.0, metadata=_meta("aeron.debug.receive.reorder.rate", _Kind.RATE)
+    )
+    receive_duplicate_rate: float = attrs.field(
+        default=0.0, metadata=_meta("aeron.debug.receive.duplicate.rate", _Kind.RATE)
+    )
+    receive_fault_seed: int = attrs.field(default=0, metadata=_meta("aeron.debug.receive.seed", _Kind.INT))
+
     # ------------------------------------------------------------------ construction
 
     @classmethod
@@ -436,6 +459,16 @@ class DriverContext:
         window = term_length // 2
         return min(self.publication_term_window_length, window) if self.publication_term_window_length else window
 
+    @property
+    def send_faults(self) -> FaultSpec:
+        return FaultSpec(self.send_loss_rate, self.send_reorder_rate, self.send_duplicate_rate, self.send_fault_seed)
+
+    @property
+    def receive_faults(self) -> FaultSpec:
+        return FaultSpec(
+            self.receive_loss_rate, self.receive_reorder_rate, self.receive_duplicate_rate, self.receive_fault_seed
+        )
+
     def ipc_publication_term_window_length_for(self, term_length: int) -> int:
         """How far an IPC publication may run ahead of its slowest subscriber: a term, capped by the setting."""
         window = term_length
@@ -472,6 +505,13 @@ class DriverContext:
         if 0 < self.socket_sndbuf_length < self.mtu_length:
             raise c.fail("socket_sndbuf_length", f"0 (OS default) or >= the MTU ({self.mtu_length})")
         c.int_range("socket_multicast_ttl", 0, 255)
+        for prefix in ("send", "receive"):
+            for kind in ("loss", "reorder", "duplicate"):
+                name = f"{prefix}_{kind}_rate"
+                value = getattr(self, name)
+                if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+                    raise c.fail(name, "a rate between 0 and 1")
+            c.int_range(f"{prefix}_fault_seed", -(1 << 63), (1 << 63) - 1)
         c.int_range("publication_reserved_session_id_low", -(1 << 31), _INT32_MAX)
         c.int_range("publication_reserved_session_id_high", self.publication_reserved_session_id_low, _INT32_MAX)
         for name in (

@@ -19,6 +19,7 @@ from typing import Any
 
 from driver.agent import Agent, AgentInvoker, AgentRunner, CompositeAgent
 from driver.cnc import CncFile
+from driver.concurrent.loss_report import LossReport, LossReportFile
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.config import DriverContext, ThreadingMode
 from driver.core.conductor import DriverConductor
@@ -65,6 +66,8 @@ class MediaDriver:
             generation=context.cnc_generation,
             file_page_size=context.file_page_size,
         )
+        self.loss_report_file = LossReportFile.create(self.aeron_dir, context.loss_report_buffer_length)
+        self.loss_report = LossReport(self.loss_report_file.buffer)
         self.conductor = DriverConductor(context, self.cnc, error_handler=self._log_error)
         self.conductor.on_start()
         self._runners: list[AgentRunner] = []
@@ -144,6 +147,7 @@ class MediaDriver:
         if self.invoker is not None:
             self.invoker.close()
         self.cnc.close()
+        self.loss_report_file.close()
         if self.context.dir_delete_on_shutdown:
             shutil.rmtree(self.aeron_dir, ignore_errors=True)
 

@@ -346,6 +346,7 @@ def test_rotation_over_many_terms(initial_term_id: int, lengths: list[int], use_
             break
     assert received == [(0, i) for i in range(len(messages))]
     assert subscriber.position == sent == publication.position()
-    assert d.active_term_count(log.metadata) == sent >> 16
+    # a stream ending exactly on a term boundary has not rotated yet: rotation happens on the next append
+    assert d.active_term_count(log.metadata) == (sent - 1) >> 16
     active_id = d.term_id(d.raw_tail_volatile(log.metadata))
-    assert active_id == d.int32(initial_term_id + (sent >> 16))
+    assert active_id == d.int32(initial_term_id + ((sent - 1) >> 16))
