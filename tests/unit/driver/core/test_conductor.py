@@ -179,13 +179,13 @@ def test_errors_are_answered_and_logged(harness: Harness) -> None:
     bad = harness.add_publication(channel="aeron:ipc?term-length=1000")
     unknown = harness.cid()
     harness.send(CommandType.REMOVE_PUBLICATION, RemoveMessage(harness.client_id, unknown, 424242))
-    udp = harness.add_publication(channel="aeron:udp?endpoint=localhost:40123")
+    spy = harness.add_publication(channel="aeron-spy:aeron:udp?endpoint=localhost:40123")
     responses = harness.work()
     errors = {r.offending_correlation_id: r for kind, r in responses if kind is ResponseType.ON_ERROR}  # type: ignore[attr-defined]
     assert errors[bad].error_code == ErrorCode.INVALID_CHANNEL
     assert "term-length" in errors[bad].error_message
     assert errors[unknown].error_code == ErrorCode.UNKNOWN_PUBLICATION
-    assert errors[udp].error_code == ErrorCode.INVALID_CHANNEL
+    assert errors[spy].error_code == ErrorCode.INVALID_CHANNEL
     observations = read_error_log(harness.cnc.error_log_buffer)
     assert len(observations) == 3
     assert harness.counters.get_counter_value(15) == 3  # ERRORS system counter
