@@ -47,9 +47,23 @@ from driver.concurrent.system_counters import (
 from driver.core.client_proxy import ClientProxy
 from driver.core.ipc_publication import IpcPublication, PublicationState, SubscriberPosition
 from driver.core.links import ClientSession, CounterLink, PublicationLink, SubscriptionLink
-from driver.errors import ControlProtocolError, ErrorCode, InvalidChannelError, MalformedCommandError
+from driver.core.network import NetworkResources
+from driver.core.network_publication import NetworkPublication
+from driver.core.proxies import CommandQueue
+from driver.core.publication_image import PublicationImage
+from driver.core.receiver import Receiver
+from driver.core.sender import Sender
+from driver.errors import (
+    ChannelEndpointError,
+    ControlProtocolError,
+    ErrorCode,
+    InvalidChannelError,
+    MalformedCommandError,
+)
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.log_buffers import LogBuffers
+from driver.media.endpoints import SendChannelEndpoint
+from driver.media.udp_channel import UdpChannel
 from driver.uri import ChannelUri, parse_duration_ns, parse_size
 
 if TYPE_CHECKING:
@@ -65,12 +79,17 @@ IPC_SOURCE_IDENTITY = "aeron:ipc"
 NO_ID_ALLOCATED = -1
 
 
-class _PublicationParams:
+class PublicationParams:
+    """A publication's settings: its channel's parameters over the driver's defaults for that media."""
+
     __slots__ = ("initial_term_id", "linger_ns", "mtu", "session_id", "sparse", "start", "term_length")
 
     def __init__(self, uri: ChannelUri, ctx: DriverContext, is_exclusive: bool) -> None:
-        self.term_length = _int_param(uri, "term-length", ctx.effective_ipc_term_buffer_length)
-        self.mtu = _int_param(uri, "mtu", ctx.ipc_mtu_length)
+        is_ipc = uri.media == "ipc"
+        self.term_length = _int_param(
+            uri, "term-length", ctx.effective_ipc_term_buffer_length if is_ipc else ctx.term_buffer_length
+        )
+        self.mtu = _int_param(uri, "mtu", ctx.ipc_mtu_length if is_ipc else ctx.mtu_length)
         session = uri.get("session-id")
         self.session_id: int | None = int(session.removeprefix("tag:")) if session is not None else None
         linger = uri.get("linger")
@@ -113,7 +132,7 @@ class DriverConductor:
         epoch_clock: EpochClock | None = None,
         error_handler: Callable[[BaseException], None] | None = None,
     ) -> None:
-        self._ctx = ctx
+        self.ctx = self._ctx = ctx
         self._nano_clock = nano_clock or SystemNanoClock()
         self._epoch_clock = epoch_clock or SystemEpochClock()
         self._aeron_dir = Path(ctx.aeron_dir)
@@ -132,6 +151,13 @@ class DriverConductor:
         self._unblocked_publications = self.system_counters.get(SystemCounterId.UNBLOCKED_PUBLICATIONS)
         self._unblocked_commands = self.system_counters.get(SystemCounterId.UNBLOCKED_COMMANDS)
         self._external_error_handler = error_handler
+        sc = self.system_counters
+        self._conductor_queue = CommandQueue(sc.get(SystemCounterId.CONDUCTOR_PROXY_FAILS))
+        self.sender = Sender(
+            self._nano_clock, CommandQueue(sc.get(SystemCounterId.SENDER_PROXY_FAILS)), ctx.send_to_status_poll_ratio
+        )
+        self.receiver = Receiver(self._nano_clock, CommandQueue(sc.get(SystemCounterId.RECEIVER_PROXY_FAILS)))
+        self.loss_observer: Callable[[PublicationImage, int, int], None] | None = None
         self.clients: dict[int, ClientSession] = {}
         self.ipc_publications: list[IpcPublication] = []
         self.publication_links: list[PublicationLink] = []
@@ -145,6 +171,7 @@ class DriverConductor:
         self._last_command_consumer_position = 0
         self._time_of_last_command_position_change_ns = 0
         (self._aeron_dir / "publications").mkdir(parents=True, exist_ok=True)
+        self.network = NetworkResources(self)
         self._dispatch: dict[CommandType, Callable[[object], None]] = {
             CommandType.ADD_PUBLICATION: lambda m: self._on_add_publication(_cast(m, PublicationMessage), False),
             CommandType.ADD_EXCLUSIVE_PUBLICATION: lambda m: self._on_add_publication(
@@ -157,10 +184,10 @@ class DriverConductor:
             CommandType.CLIENT_CLOSE: lambda m: self._on_client_close(_cast(m, CorrelatedMessage)),
             CommandType.ADD_COUNTER: lambda m: self._on_add_counter(_cast(m, CounterMessage)),
             CommandType.REMOVE_COUNTER: lambda m: self._on_remove_counter(_cast(m, RemoveMessage)),
-            CommandType.ADD_DESTINATION: lambda m: self._on_destination(_cast(m, DestinationMessage)),
-            CommandType.REMOVE_DESTINATION: lambda m: self._on_destination(_cast(m, DestinationMessage)),
-            CommandType.ADD_RCV_DESTINATION: lambda m: self._on_destination(_cast(m, DestinationMessage)),
-            CommandType.REMOVE_RCV_DESTINATION: lambda m: self._on_destination(_cast(m, DestinationMessage)),
+            CommandType.ADD_DESTINATION: lambda m: self._on_destination(_cast(m, DestinationMessage), True),
+            CommandType.REMOVE_DESTINATION: lambda m: self._on_destination(_cast(m, DestinationMessage), False),
+            CommandType.ADD_RCV_DESTINATION: lambda m: self._on_receive_destination(_cast(m, DestinationMessage)),
+            CommandType.REMOVE_RCV_DESTINATION: lambda m: self._on_receive_destination(_cast(m, DestinationMessage)),
         }
 
     # -- agent ---------------------------------------------------------------------------------
@@ -175,6 +202,8 @@ class DriverConductor:
             self._timer_deadline_ns = now_ns + self._timer_interval_ns
             work += self._on_timer(now_ns, self._epoch_clock.time_ms())
         work += self._to_driver.read(self._on_command, COMMAND_LIMIT)
+        work += self._conductor_queue.drain()
+        work += self.network.update_publisher_limits()
         for publication in self.ipc_publications:
             if publication.state is PublicationState.ACTIVE:
                 work += publication.update_publisher_limit()
@@ -184,6 +213,70 @@ class DriverConductor:
         for publication in self.ipc_publications:
             publication.close()
         self.ipc_publications.clear()
+        self.network.close()
+
+    # -- services for the network half and the agents ---------------------------------------------
+
+    def now_ns(self) -> int:
+        return self._nano_clock.nano_time()
+
+    def next_correlation_id(self) -> int:
+        return self._to_driver.next_correlation_id()
+
+    def sender_command(self, command: Callable[[], None]) -> None:
+        self.sender.commands.offer(command)
+
+    def receiver_command(self, command: Callable[[], None]) -> None:
+        self.receiver.commands.offer(command)
+
+    def conductor_command(self, command: Callable[[], None]) -> None:
+        """Queue work for the conductor's own thread (from the sender or receiver)."""
+        self._conductor_queue.offer(command)
+
+    def release_session_id(self, session_id: int) -> None:
+        self._active_session_ids.discard(session_id)
+
+    def delete_file(self, path: Path) -> None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            self.record_error(exc)
+
+    def subscriber_position(self, sub: SubscriptionLink, session_id: int, join_position: int) -> AtomicCounter:
+        counter = self.stream_counter(
+            SUBSCRIBER_POSITION_NAME,
+            SUBSCRIBER_POSITION_TYPE_ID,
+            sub.registration_id,
+            session_id,
+            sub.stream_id,
+            sub.channel,
+            f" @{join_position}",
+        )
+        counter.set_ordered(join_position)
+        return counter
+
+    def create_publication_log(
+        self, path: Path, session_id: int, stream_id: int, initial_term_id: int, params: PublicationParams
+    ) -> LogBuffers:
+        log = LogBuffers.create(path, params.term_length, self._ctx.file_page_size, sparse=params.sparse)
+        try:
+            lbd.initialize_publication_metadata(
+                log.metadata,
+                session_id=session_id,
+                stream_id=stream_id,
+                initial_term_id=initial_term_id,
+                mtu_length=params.mtu,
+                term_length=params.term_length,
+                page_size=self._ctx.file_page_size,
+                correlation_id=int(path.stem),
+                term_id=params.start[0] if params.start else None,
+                term_offset=params.start[1] if params.start else 0,
+            )
+        except BaseException:
+            log.close()
+            path.unlink(missing_ok=True)
+            raise
+        return log
 
     def record_error(self, error: BaseException) -> None:
         """Errors of the driver's own agents: counted, logged distinctly, and passed on."""
@@ -205,6 +298,8 @@ class DriverConductor:
             self._reply_error(correlation_id, exc.error_code, str(exc), exc)
         except InvalidChannelError as exc:
             self._reply_error(correlation_id, ErrorCode.INVALID_CHANNEL, str(exc), exc)
+        except ChannelEndpointError as exc:
+            self._reply_error(correlation_id, ErrorCode.CHANNEL_ENDPOINT_ERROR, str(exc), exc)
         except MalformedCommandError as exc:
             self._reply_error(correlation_id, ErrorCode.GENERIC_ERROR, str(exc), exc)
         except Exception as exc:
@@ -225,18 +320,23 @@ class DriverConductor:
             self.clients[client_id] = client
         return client
 
-    def _parse_ipc(self, channel: str) -> ChannelUri:
+    def _parse(self, channel: str) -> tuple[ChannelUri, UdpChannel | None]:
         uri = ChannelUri.parse(channel)
-        if uri.media != "ipc" or uri.prefix:
+        if uri.prefix:
             raise ControlProtocolError(
-                ErrorCode.INVALID_CHANNEL, f"channel {channel!r}: this driver supports aeron:ipc channels only"
+                ErrorCode.INVALID_CHANNEL, f"channel {channel!r}: spy subscriptions (aeron-spy:) are not supported"
             )
-        return uri
+        if uri.media == "ipc":
+            return uri, None
+        return uri, UdpChannel.parse(uri)
 
     def _on_add_publication(self, msg: PublicationMessage, is_exclusive: bool) -> None:
-        uri = self._parse_ipc(msg.channel)
-        params = _PublicationParams(uri, self._ctx, is_exclusive)
+        uri, udp = self._parse(msg.channel)
+        params = PublicationParams(uri, self._ctx, is_exclusive)
         client = self._client(msg.client_id)
+        if udp is not None:
+            self._on_add_network_publication(msg, udp, params, client, is_exclusive)
+            return
         publication = None
         if not is_exclusive:
             publication = next(
@@ -272,16 +372,68 @@ class DriverConductor:
         for position in new_positions:
             self._send_available_image(publication, position)
 
-    def _confirm_match(self, publication: IpcPublication, uri: ChannelUri, params: _PublicationParams) -> None:
+    def _on_add_network_publication(
+        self,
+        msg: PublicationMessage,
+        udp: UdpChannel,
+        params: PublicationParams,
+        client: ClientSession,
+        is_exclusive: bool,
+    ) -> None:
+        publication = None if is_exclusive else self.network.find_shared_publication(udp, msg.stream_id)
+        if publication is None:
+            session_id = self._allocate_session_id(params)
+            initial_term_id = (
+                params.initial_term_id if params.initial_term_id is not None else random.randint(-(2**31), 2**31 - 1)
+            )
+            publication = self.network.add_publication(
+                registration_id=msg.correlation_id,
+                channel=udp,
+                channel_text=msg.channel,
+                stream_id=msg.stream_id,
+                session_id=session_id,
+                initial_term_id=initial_term_id,
+                params=params,
+                is_exclusive=is_exclusive,
+            )
+            self._active_session_ids.add(session_id)
+        else:
+            self._confirm_match(publication, udp.channel_uri, params)
+        publication.inc_ref()
+        self.publication_links.append(PublicationLink(msg.correlation_id, client, publication))
+        endpoint = publication.endpoint
+        assert isinstance(endpoint, SendChannelEndpoint)
+        self.client_proxy.on_publication_ready(
+            correlation_id=msg.correlation_id,
+            registration_id=publication.registration_id,
+            stream_id=publication.stream_id,
+            session_id=publication.session_id,
+            log_file_name=publication.log_file_name,
+            publisher_limit_counter_id=publication.publisher_limit.id,
+            channel_status_indicator_id=endpoint.status_indicator.id,
+            is_exclusive=is_exclusive,
+        )
+
+    def _allocate_session_id(self, params: PublicationParams) -> int:
+        if params.session_id is None:
+            return self._next_available_session_id()
+        if params.session_id in self._active_session_ids:
+            raise ControlProtocolError(ErrorCode.GENERIC_ERROR, f"session-id={params.session_id} is already in use")
+        return params.session_id
+
+    def _confirm_match(
+        self, publication: IpcPublication | NetworkPublication, uri: ChannelUri, params: PublicationParams
+    ) -> None:
         if uri.get("term-length") is not None and params.term_length != publication.term_length:
             raise ControlProtocolError(
                 ErrorCode.GENERIC_ERROR,
                 f"term-length={params.term_length} does not match existing publication's {publication.term_length}",
             )
-        if uri.get("mtu") is not None and params.mtu != publication.mtu_length:
+        mtu = publication.mtu_length if isinstance(publication, IpcPublication) else publication.mtu
+        if uri.get("mtu") is not None and params.mtu != mtu:
             raise ControlProtocolError(
                 ErrorCode.GENERIC_ERROR,
-                f"mtu={params.mtu} does not match existing publication's {publication.mtu_length}",
+                f"mtu={params.mtu} does not match existing publication's {mtu}",
             )
         if params.session_id is not None and params.session_id != publication.session_id:
             raise ControlProtocolError(
@@ -301,37 +453,20 @@ class DriverConductor:
                 return session_id
 
     def _new_ipc_publication(
-        self, msg: PublicationMessage, params: _PublicationParams, is_exclusive: bool
+        self, msg: PublicationMessage, params: PublicationParams, is_exclusive: bool
     ) -> IpcPublication:
         registration_id = msg.correlation_id
-        if params.session_id is not None:
-            if params.session_id in self._active_session_ids:
-                raise ControlProtocolError(ErrorCode.GENERIC_ERROR, f"session-id={params.session_id} is already in use")
-            session_id = params.session_id
-        else:
-            session_id = self._next_available_session_id()
+        session_id = self._allocate_session_id(params)
         initial_term_id = (
             params.initial_term_id if params.initial_term_id is not None else random.randint(-(2**31), 2**31 - 1)
         )
         path = self._aeron_dir / "publications" / f"{registration_id}.logbuffer"
-        log = LogBuffers.create(path, params.term_length, self._ctx.file_page_size, sparse=params.sparse)
+        log = self.create_publication_log(path, session_id, msg.stream_id, initial_term_id, params)
         try:
-            lbd.initialize_publication_metadata(
-                log.metadata,
-                session_id=session_id,
-                stream_id=msg.stream_id,
-                initial_term_id=initial_term_id,
-                mtu_length=params.mtu,
-                term_length=params.term_length,
-                page_size=self._ctx.file_page_size,
-                correlation_id=registration_id,
-                term_id=params.start[0] if params.start else None,
-                term_offset=params.start[1] if params.start else 0,
-            )
-            publisher_position = self._stream_counter(
+            publisher_position = self.stream_counter(
                 PUBLISHER_POS_NAME, PUBLISHER_POS_TYPE_ID, registration_id, session_id, msg.stream_id, msg.channel
             )
-            publisher_limit = self._stream_counter(
+            publisher_limit = self.stream_counter(
                 PUBLISHER_LIMIT_NAME, PUBLISHER_LIMIT_TYPE_ID, registration_id, session_id, msg.stream_id, msg.channel
             )
         except BaseException:
@@ -360,7 +495,7 @@ class DriverConductor:
         self._active_session_ids.add(session_id)
         return publication
 
-    def _stream_counter(
+    def stream_counter(
         self,
         name: str,
         type_id: int,
@@ -376,17 +511,7 @@ class DriverConductor:
         return AtomicCounter(self.counters.values_buffer, counter_id, self.counters)
 
     def _link_ipc_subscription(self, publication: IpcPublication, sub: SubscriptionLink) -> SubscriberPosition:
-        join_position = publication.join_position()
-        counter = self._stream_counter(
-            SUBSCRIBER_POSITION_NAME,
-            SUBSCRIBER_POSITION_TYPE_ID,
-            sub.registration_id,
-            publication.session_id,
-            publication.stream_id,
-            sub.channel,
-            f" @{join_position}",
-        )
-        counter.set_ordered(join_position)
+        counter = self.subscriber_position(sub, publication.session_id, publication.join_position())
         position = SubscriberPosition(sub, publication, counter)
         publication.add_subscriber(position)
         sub.positions[publication.registration_id] = position
@@ -412,7 +537,7 @@ class DriverConductor:
         self.client_proxy.on_operation_success(msg.correlation_id)
 
     def _on_add_subscription(self, msg: SubscriptionMessage) -> None:
-        uri = self._parse_ipc(msg.channel)
+        uri, udp = self._parse(msg.channel)
         session = uri.get("session-id")
         client = self._client(msg.client_id)
         sub = SubscriptionLink(
@@ -422,6 +547,15 @@ class DriverConductor:
             msg.stream_id,
             int(session.removeprefix("tag:")) if session else None,
         )
+        if udp is not None:
+            self.subscription_links.append(sub)
+            try:
+                endpoint = self.network.add_subscription(sub, udp)
+            except BaseException:
+                self.subscription_links.remove(sub)
+                raise
+            self.client_proxy.on_subscription_ready(msg.correlation_id, endpoint.status_indicator.id)
+            return
         self.subscription_links.append(sub)
         self.client_proxy.on_subscription_ready(msg.correlation_id, NO_ID_ALLOCATED)
         for publication in self.ipc_publications:
@@ -437,9 +571,13 @@ class DriverConductor:
 
     def _unlink_subscription(self, sub: SubscriptionLink) -> None:
         self.subscription_links.remove(sub)
+        if sub.endpoint is not None:
+            self.network.remove_subscription(sub)
+            return
         for position in sub.positions.values():
-            if position in position.publication.subscribers:
-                position.publication.remove_subscriber(position)
+            publication = position.publication
+            if isinstance(publication, IpcPublication) and position in publication.subscribers:
+                publication.remove_subscriber(position)
         sub.positions.clear()
 
     def _on_client_keepalive(self, msg: CorrelatedMessage) -> None:
@@ -467,10 +605,14 @@ class DriverConductor:
         self.client_proxy.on_unavailable_counter(link.registration_id, link.counter.id)
         link.counter.close()
 
-    def _on_destination(self, msg: DestinationMessage) -> None:
+    def _on_destination(self, msg: DestinationMessage, add: bool) -> None:
+        self.network.on_destination(msg.registration_correlation_id, msg.channel, add)
+        self.client_proxy.on_operation_success(msg.correlation_id)
+
+    def _on_receive_destination(self, msg: DestinationMessage) -> None:
         raise ControlProtocolError(
-            ErrorCode.UNKNOWN_PUBLICATION,
-            f"no network publication or subscription {msg.registration_correlation_id} to add a destination to",
+            ErrorCode.UNKNOWN_SUBSCRIPTION,
+            f"subscription {msg.registration_correlation_id}: multi-destination subscriptions are not supported",
         )
 
     # -- timers --------------------------------------------------------------------------------
@@ -484,6 +626,7 @@ class DriverConductor:
             elif publication.state is PublicationState.DONE:
                 self._cleanup_publication(publication)
                 work += 1
+        self.network.on_timer(now_ns)
         self._check_for_blocked_commands(now_ns)
         return work
 
@@ -524,10 +667,7 @@ class DriverConductor:
         for sub in self.subscription_links:
             sub.positions.pop(publication.registration_id, None)
         publication.close()
-        try:
-            publication.log.path.unlink(missing_ok=True)
-        except OSError as exc:
-            self.record_error(exc)
+        self.delete_file(publication.log.path)
 
     def _check_for_blocked_commands(self, now_ns: int) -> None:
         consumer_position = self._to_driver.consumer_position()

@@ -21,6 +21,7 @@ from driver.logbuffer.unblocker import LogBufferUnblocker
 
 if TYPE_CHECKING:
     from driver.core.links import SubscriptionLink
+    from driver.core.publication_image import PublicationImage
 
 __all__ = ["IpcPublication", "PublicationState", "SubscriberPosition"]
 
@@ -37,7 +38,9 @@ class SubscriberPosition:
 
     __slots__ = ("counter", "publication", "subscription")
 
-    def __init__(self, subscription: SubscriptionLink, publication: IpcPublication, counter: AtomicCounter) -> None:
+    def __init__(
+        self, subscription: SubscriptionLink, publication: IpcPublication | PublicationImage, counter: AtomicCounter
+    ) -> None:
         self.subscription = subscription
         self.publication = publication
         self.counter = counter

@@ -12,6 +12,8 @@ from driver.concurrent.counters import AtomicCounter
 
 if TYPE_CHECKING:
     from driver.core.ipc_publication import IpcPublication, SubscriberPosition
+    from driver.core.network_publication import NetworkPublication
+    from driver.media.endpoints import ReceiveChannelEndpoint
 
 __all__ = ["ClientSession", "CounterLink", "PublicationLink", "SubscriptionLink"]
 
@@ -41,7 +43,9 @@ class ClientSession:
 class PublicationLink:
     __slots__ = ("client", "publication", "registration_id")
 
-    def __init__(self, registration_id: int, client: ClientSession, publication: IpcPublication) -> None:
+    def __init__(
+        self, registration_id: int, client: ClientSession, publication: IpcPublication | NetworkPublication
+    ) -> None:
         self.registration_id = registration_id
         self.client = client
         self.publication = publication
@@ -50,7 +54,7 @@ class PublicationLink:
 class SubscriptionLink:
     """A client's subscription to a channel and stream, and its positions in matching logs."""
 
-    __slots__ = ("channel", "client", "positions", "registration_id", "session_id", "stream_id")
+    __slots__ = ("channel", "client", "endpoint", "positions", "registration_id", "session_id", "stream_id")
 
     def __init__(
         self, registration_id: int, client: ClientSession, channel: str, stream_id: int, session_id: int | None
@@ -61,10 +65,13 @@ class SubscriptionLink:
         self.stream_id = stream_id
         self.session_id = session_id
         self.positions: dict[int, SubscriberPosition] = {}
+        self.endpoint: ReceiveChannelEndpoint | None = None  # network subscriptions only
 
     def matches(self, publication: IpcPublication) -> bool:
-        return publication.stream_id == self.stream_id and (
-            self.session_id is None or self.session_id == publication.session_id
+        return (
+            self.endpoint is None
+            and publication.stream_id == self.stream_id
+            and (self.session_id is None or self.session_id == publication.session_id)
         )
 
     def is_linked(self, publication: IpcPublication) -> bool:

@@ -18,11 +18,13 @@ from types import TracebackType
 from typing import Any
 
 from driver.agent import Agent, AgentInvoker, AgentRunner, CompositeAgent
+from driver.clock import SystemEpochClock
 from driver.cnc import CncFile
 from driver.concurrent.loss_report import LossReport, LossReportFile
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.config import DriverContext, ThreadingMode
 from driver.core.conductor import DriverConductor
+from driver.core.loss_observer import LossObserver
 from driver.errors import ActiveDriverError, DriverError
 from driver.idle import IdleStrategy, idle_strategy_from_name
 
@@ -69,6 +71,7 @@ class MediaDriver:
         self.loss_report_file = LossReportFile.create(self.aeron_dir, context.loss_report_buffer_length)
         self.loss_report = LossReport(self.loss_report_file.buffer)
         self.conductor = DriverConductor(context, self.cnc, error_handler=self._log_error)
+        self.conductor.loss_observer = LossObserver(self.loss_report, SystemEpochClock())
         self.conductor.on_start()
         self._runners: list[AgentRunner] = []
         self.invoker: AgentInvoker | None = None
@@ -110,7 +113,7 @@ class MediaDriver:
     def _start_agents(self) -> None:
         mode = self.context.threading_mode
         conductor: Agent = self.conductor
-        network: list[Agent] = []  # the sender and receiver agents, for network channels
+        network: list[Agent] = [self.conductor.sender, self.conductor.receiver]
         error = self._on_agent_error
         if mode is ThreadingMode.INVOKER:
             self.invoker = AgentInvoker(CompositeAgent([conductor, *network]), error)
@@ -122,11 +125,11 @@ class MediaDriver:
             )
         else:
             self._runners.append(AgentRunner(conductor, self._idle("conductor_idle_strategy"), error))
-            if network and mode is ThreadingMode.SHARED_NETWORK:
+            if mode is ThreadingMode.SHARED_NETWORK:
                 self._runners.append(
                     AgentRunner(CompositeAgent(network), self._idle("shared_network_idle_strategy"), error)
                 )
-            elif network:
+            else:
                 names = ("sender_idle_strategy", "receiver_idle_strategy")
                 self._runners.extend(AgentRunner(a, self._idle(n), error) for a, n in zip(network, names, strict=True))
         for runner in self._runners:
@@ -142,7 +145,8 @@ class MediaDriver:
         if self._closed:
             return
         self._closed = True
-        for runner in self._runners:
+        # The sender and receiver stop before the conductor, whose close frees what they use.
+        for runner in reversed(self._runners):
             runner.close(timeout_s)
         if self.invoker is not None:
             self.invoker.close()

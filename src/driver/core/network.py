@@ -1,0 +1,532 @@
+"""The conductor's network half: UDP publications, subscriptions, endpoints and images.
+
+The conductor owns every driver resource; this component holds the network ones
+and runs on the conductor's thread. It creates a channel endpoint per canonical
+UDP channel (shared by the publications or subscriptions of that channel), a
+``NetworkPublication`` per publication (the sender sends it), and a
+``PublicationImage`` when the receiver reports a SETUP for a subscribed stream
+(the receiver fills it). Teardown is two-phase: the conductor asks the sender or
+receiver to drop a resource and frees it only when they answer, so no agent ever
+touches a closed log or socket.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from driver.concurrent.counters import AtomicCounter
+from driver.concurrent.system_counters import (
+    CHANNEL_STATUS_ACTIVE,
+    PUBLISHER_LIMIT_NAME,
+    PUBLISHER_LIMIT_TYPE_ID,
+    PUBLISHER_POS_NAME,
+    PUBLISHER_POS_TYPE_ID,
+    RECEIVE_CHANNEL_STATUS_TYPE_ID,
+    RECEIVER_HWM_NAME,
+    RECEIVER_HWM_TYPE_ID,
+    RECEIVER_POS_NAME,
+    RECEIVER_POS_TYPE_ID,
+    SEND_CHANNEL_STATUS_TYPE_ID,
+    SENDER_LIMIT_NAME,
+    SENDER_LIMIT_TYPE_ID,
+    SENDER_POSITION_NAME,
+    SENDER_POSITION_TYPE_ID,
+    SystemCounterId,
+    allocate_channel_status,
+)
+from driver.core.congestion import new_congestion_control
+from driver.core.flow_control import new_flow_control
+from driver.core.ipc_publication import SubscriberPosition
+from driver.core.links import SubscriptionLink
+from driver.core.loss_detector import (
+    NAK_GROUPSIZE_DEFAULT,
+    NAK_MAX_BACKOFF_DEFAULT_NS,
+    NAK_UNICAST_DELAY_DEFAULT_NS,
+    LossDetector,
+    OptimalMulticastDelayGenerator,
+    StaticDelayGenerator,
+)
+from driver.core.network_publication import NetworkPublication, NetworkPublicationState, SenderCounters
+from driver.core.publication_image import ImageCounters, ImageState, PublicationImage
+from driver.core.retransmit import RETRANSMIT_UNICAST_DELAY_NS, RETRANSMIT_UNICAST_LINGER_NS, RetransmitHandler
+from driver.errors import ChannelEndpointError, ControlProtocolError, ErrorCode, MalformedFrameError
+from driver.logbuffer import descriptor as lbd
+from driver.logbuffer.log_buffers import LogBuffers
+from driver.media.endpoints import EndpointCounters, ReceiveChannelEndpoint, SendChannelEndpoint
+from driver.media.transport import Address
+from driver.media.udp_channel import UdpChannel, destination_address
+from driver.wire.setup import check_setup
+
+if TYPE_CHECKING:
+    from driver.core.conductor import DriverConductor, PublicationParams
+
+__all__ = ["NetworkResources"]
+
+
+class NetworkResources:
+    def __init__(self, conductor: DriverConductor) -> None:
+        self._conductor = conductor
+        self._ctx = conductor.ctx
+        sc = conductor.system_counters
+        self.endpoint_counters = EndpointCounters(
+            bytes_received=sc.get(SystemCounterId.BYTES_RECEIVED),
+            invalid_packets=sc.get(SystemCounterId.INVALID_PACKETS),
+            status_messages_received=sc.get(SystemCounterId.STATUS_MESSAGES_RECEIVED),
+            naks_received=sc.get(SystemCounterId.NAK_MESSAGES_RECEIVED),
+            status_messages_sent=sc.get(SystemCounterId.STATUS_MESSAGES_SENT),
+            short_sends=sc.get(SystemCounterId.SHORT_SENDS),
+            bytes_sent=sc.get(SystemCounterId.BYTES_SENT),
+        )
+        self.sender_counters = SenderCounters(
+            bytes_sent=sc.get(SystemCounterId.BYTES_SENT),
+            heartbeats_sent=sc.get(SystemCounterId.HEARTBEATS_SENT),
+            retransmits_sent=sc.get(SystemCounterId.RETRANSMITS_SENT),
+            short_sends=sc.get(SystemCounterId.SHORT_SENDS),
+            sender_flow_control_limits=sc.get(SystemCounterId.SENDER_FLOW_CONTROL_LIMITS),
+            unblocked_publications=sc.get(SystemCounterId.UNBLOCKED_PUBLICATIONS),
+        )
+        self.image_counters = ImageCounters(
+            heartbeats_received=sc.get(SystemCounterId.HEARTBEATS_RECEIVED),
+            status_messages_sent=sc.get(SystemCounterId.STATUS_MESSAGES_SENT),
+            naks_sent=sc.get(SystemCounterId.NAK_MESSAGES_SENT),
+            flow_control_under_runs=sc.get(SystemCounterId.FLOW_CONTROL_UNDER_RUNS),
+            flow_control_over_runs=sc.get(SystemCounterId.FLOW_CONTROL_OVER_RUNS),
+            loss_gap_fills=sc.get(SystemCounterId.LOSS_GAP_FILLS),
+        )
+        self._bytes_received = sc.get(SystemCounterId.BYTES_RECEIVED)
+        self._invalid_packets = sc.get(SystemCounterId.INVALID_PACKETS)
+        self.send_endpoints: dict[str, SendChannelEndpoint] = {}
+        self.receive_endpoints: dict[str, ReceiveChannelEndpoint] = {}
+        self.publications: list[NetworkPublication] = []
+        self.images: list[PublicationImage] = []
+        self._images_dir = Path(self._ctx.aeron_dir) / "images"
+        self._images_dir.mkdir(parents=True, exist_ok=True)
+        self._faults = (self._ctx.send_faults, self._ctx.receive_faults)
+
+    # -- publications ---------------------------------------------------------------------------
+
+    def find_shared_publication(self, channel: UdpChannel, stream_id: int) -> NetworkPublication | None:
+        endpoint = self.send_endpoints.get(channel.canonical_form)
+        if endpoint is None:
+            return None
+        for publication in self.publications:
+            if (
+                publication.endpoint is endpoint
+                and publication.stream_id == stream_id
+                and not publication.is_exclusive
+                and publication.state is NetworkPublicationState.ACTIVE
+            ):
+                return publication
+        return None
+
+    def _send_endpoint(self, channel: UdpChannel) -> SendChannelEndpoint:
+        endpoint = self.send_endpoints.get(channel.canonical_form)
+        if endpoint is None:
+            conductor = self._conductor
+            status_id = allocate_channel_status(
+                conductor.counters, SEND_CHANNEL_STATUS_TYPE_ID, channel.original_uri_string
+            )
+            status = AtomicCounter(conductor.counters.values_buffer, status_id, conductor.counters)
+            try:
+                endpoint = SendChannelEndpoint(
+                    channel,
+                    self.endpoint_counters,
+                    status,
+                    so_rcvbuf=self._ctx.socket_rcvbuf_length,
+                    so_sndbuf=self._ctx.socket_sndbuf_length,
+                    faults=self._faults,
+                )
+            except ChannelEndpointError:
+                status.close()
+                raise
+            status.set_ordered(CHANNEL_STATUS_ACTIVE)
+            self.send_endpoints[channel.canonical_form] = endpoint
+        return endpoint
+
+    def add_publication(
+        self,
+        *,
+        registration_id: int,
+        channel: UdpChannel,
+        channel_text: str,
+        stream_id: int,
+        session_id: int,
+        initial_term_id: int,
+        params: PublicationParams,
+        is_exclusive: bool,
+    ) -> NetworkPublication:
+        conductor = self._conductor
+        uri = channel.channel_uri
+        flow_control = new_flow_control(
+            uri.get("fc"), is_multicast=channel.is_multicast or channel.has_explicit_control
+        )
+        endpoint = self._send_endpoint(channel)
+        path = Path(self._ctx.aeron_dir) / "publications" / f"{registration_id}.logbuffer"
+        counters: list[AtomicCounter] = []
+        try:
+            log = conductor.create_publication_log(path, session_id, stream_id, initial_term_id, params)
+            for name, type_id in (
+                (PUBLISHER_POS_NAME, PUBLISHER_POS_TYPE_ID),
+                (PUBLISHER_LIMIT_NAME, PUBLISHER_LIMIT_TYPE_ID),
+                (SENDER_POSITION_NAME, SENDER_POSITION_TYPE_ID),
+                (SENDER_LIMIT_NAME, SENDER_LIMIT_TYPE_ID),
+            ):
+                counters.append(
+                    conductor.stream_counter(name, type_id, registration_id, session_id, stream_id, channel_text)
+                )
+        except BaseException:
+            for counter in counters:
+                counter.close()
+            if endpoint.ref_count == 0 and not endpoint.publications:
+                self._drop_send_endpoint(endpoint)
+            raise
+        publication = NetworkPublication(
+            registration_id=registration_id,
+            channel=channel_text,
+            endpoint=endpoint,
+            log=log,
+            session_id=session_id,
+            stream_id=stream_id,
+            publisher_position=counters[0],
+            publisher_limit=counters[1],
+            sender_position=counters[2],
+            sender_limit=counters[3],
+            flow_control=flow_control,
+            retransmit_handler=RetransmitHandler(
+                StaticDelayGenerator(RETRANSMIT_UNICAST_DELAY_NS),
+                StaticDelayGenerator(RETRANSMIT_UNICAST_LINGER_NS),
+                on_invalid=self._invalid_packets.increment,
+            ),
+            counters=self.sender_counters,
+            term_window_length=self._ctx.publication_term_window_length_for(params.term_length),
+            connection_timeout_ns=self._ctx.publication_connection_timeout_ns,
+            unblock_timeout_ns=self._ctx.publication_unblock_timeout_ns,
+            linger_timeout_ns=params.linger_ns,
+            multicast_ttl=channel.multicast_ttl,
+            is_exclusive=is_exclusive,
+            now_ns=conductor.now_ns(),
+        )
+        endpoint.ref_count += 1
+        self.publications.append(publication)
+        conductor.sender_command(functools.partial(conductor.sender.on_new_publication, publication, endpoint))
+        return publication
+
+    def on_destination(self, registration_id: int, channel: str, add: bool) -> None:
+        publication = next((p for p in self.publications if p.registration_id == registration_id), None)
+        if publication is None:
+            raise ControlProtocolError(ErrorCode.UNKNOWN_PUBLICATION, f"unknown publication: {registration_id}")
+        endpoint = publication.endpoint
+        assert isinstance(endpoint, SendChannelEndpoint)
+        if not endpoint.is_manual:
+            raise ControlProtocolError(
+                ErrorCode.INVALID_CHANNEL,
+                f"{endpoint.channel.original_uri_string}: destinations need control-mode=manual",
+            )
+        address = destination_address(channel)
+        action = endpoint.add_destination if add else endpoint.remove_destination
+        self._conductor.sender_command(functools.partial(action, (address[0], address[1])))
+
+    # -- subscriptions and images ---------------------------------------------------------------
+
+    def add_subscription(self, link: SubscriptionLink, channel: UdpChannel) -> ReceiveChannelEndpoint:
+        endpoint = self.receive_endpoints.get(channel.canonical_form)
+        conductor = self._conductor
+        if endpoint is None:
+            status_id = allocate_channel_status(
+                conductor.counters, RECEIVE_CHANNEL_STATUS_TYPE_ID, channel.original_uri_string
+            )
+            status = AtomicCounter(conductor.counters.values_buffer, status_id, conductor.counters)
+            try:
+                endpoint = ReceiveChannelEndpoint(
+                    channel,
+                    self.endpoint_counters,
+                    status,
+                    self._on_setup_from_receiver,
+                    random.getrandbits(63),
+                    so_rcvbuf=self._ctx.socket_rcvbuf_length,
+                    so_sndbuf=self._ctx.socket_sndbuf_length,
+                    faults=self._faults,
+                )
+            except ChannelEndpointError:
+                status.close()
+                raise
+            status.set_ordered(CHANNEL_STATUS_ACTIVE)
+            self.receive_endpoints[channel.canonical_form] = endpoint
+        endpoint.ref_count += 1
+        link.endpoint = endpoint
+        conductor.receiver_command(functools.partial(conductor.receiver.on_add_subscription, endpoint, link.stream_id))
+        for image in self.images:
+            if image.state is ImageState.ACTIVE and self._matches(link, image):
+                self._link_image(link, image)
+        return endpoint
+
+    def _matches(self, link: SubscriptionLink, image: PublicationImage) -> bool:
+        return (
+            link.endpoint is image.endpoint
+            and link.stream_id == image.stream_id
+            and (link.session_id is None or link.session_id == image.session_id)
+        )
+
+    def _link_image(self, link: SubscriptionLink, image: PublicationImage) -> None:
+        conductor = self._conductor
+        join = image.rebuild_position.get_volatile()
+        counter = conductor.subscriber_position(link, image.session_id, join)
+        link.positions[image.correlation_id] = SubscriberPosition(link, image, counter)
+        self._push_subscribers(image)
+        conductor.client_proxy.on_available_image(
+            correlation_id=image.correlation_id,
+            session_id=image.session_id,
+            stream_id=image.stream_id,
+            subscription_registration_id=link.registration_id,
+            subscriber_position_id=counter.id,
+            log_file_name=image.log_file_name,
+            source_identity=image.source_identity,
+        )
+
+    def _subscribers_of(self, image: PublicationImage) -> list[SubscriberPosition]:
+        return [
+            p
+            for link in self._conductor.subscription_links
+            if (p := link.positions.get(image.correlation_id)) is not None and p.publication is image
+        ]
+
+    def _push_subscribers(self, image: PublicationImage, released: tuple[AtomicCounter, ...] = ()) -> None:
+        """Give the receiver the image's current subscriber positions; free released counters after."""
+        positions = tuple(p.counter for p in self._subscribers_of(image))
+        conductor = self._conductor
+
+        def close_released() -> None:
+            for counter in released:
+                counter.close()
+
+        def done() -> None:
+            conductor.conductor_command(close_released)
+
+        conductor.receiver_command(functools.partial(conductor.receiver.on_update_subscribers, image, positions, done))
+
+    def remove_subscription(self, link: SubscriptionLink) -> None:
+        endpoint = link.endpoint
+        assert isinstance(endpoint, ReceiveChannelEndpoint)
+        conductor = self._conductor
+        released: dict[int, list[AtomicCounter]] = {}
+        for correlation_id, position in list(link.positions.items()):
+            del link.positions[correlation_id]
+            released.setdefault(correlation_id, []).append(position.counter)
+        for image in self.images:
+            if image.correlation_id in released:
+                self._push_subscribers(image, tuple(released[image.correlation_id]))
+        conductor.receiver_command(
+            functools.partial(conductor.receiver.on_remove_subscription, endpoint, link.stream_id)
+        )
+        still_subscribed = any(
+            other.endpoint is endpoint and other.stream_id == link.stream_id
+            for other in conductor.subscription_links
+            if other is not link
+        )
+        if not still_subscribed:
+            now_ns = conductor.now_ns()
+            for image in self.images:
+                if (
+                    image.endpoint is endpoint
+                    and image.stream_id == link.stream_id
+                    and image.state is ImageState.ACTIVE
+                ):
+                    image.state = ImageState.INACTIVE
+                    image.time_of_last_state_change_ns = now_ns
+        endpoint.ref_count -= 1
+        self._maybe_close_receive_endpoint(endpoint)
+
+    def _on_setup_from_receiver(
+        self, endpoint: ReceiveChannelEndpoint, fields: tuple[int, ...], source: Address
+    ) -> None:
+        """Receiver thread: a SETUP for a subscribed stream; the conductor builds the image."""
+        self._conductor.conductor_command(functools.partial(self._create_image, endpoint, fields, source))
+
+    def _create_image(self, endpoint: ReceiveChannelEndpoint, fields: tuple[int, ...], source: Address) -> None:
+        conductor = self._conductor
+        _, _, _, _, term_offset, session_id, stream_id, initial_term_id, active_term_id, term_length, mtu, _ = fields
+        links = [
+            link
+            for link in conductor.subscription_links
+            if link.endpoint is endpoint
+            and link.stream_id == stream_id
+            and (link.session_id is None or link.session_id == session_id)
+        ]
+        try:
+            check_setup(term_offset, term_length, mtu)
+        except MalformedFrameError:
+            self._invalid_packets.increment()
+            links = []
+        if not links or endpoint.channel.canonical_form not in self.receive_endpoints:
+            conductor.receiver_command(
+                functools.partial(conductor.receiver.on_image_creation_failed, endpoint, session_id, stream_id)
+            )
+            return
+        correlation_id = conductor.next_correlation_id()
+        path = self._images_dir / f"{correlation_id}.logbuffer"
+        channel_text = links[0].channel
+        log = LogBuffers.create(path, term_length, self._ctx.file_page_size, sparse=self._ctx.term_buffer_sparse_file)
+        lbd.initialize_image_metadata(
+            log.metadata,
+            session_id=session_id,
+            stream_id=stream_id,
+            initial_term_id=initial_term_id,
+            mtu_length=mtu,
+            term_length=term_length,
+            page_size=self._ctx.file_page_size,
+            correlation_id=correlation_id,
+        )
+        hwm = conductor.stream_counter(
+            RECEIVER_HWM_NAME, RECEIVER_HWM_TYPE_ID, correlation_id, session_id, stream_id, channel_text
+        )
+        rebuild = conductor.stream_counter(
+            RECEIVER_POS_NAME, RECEIVER_POS_TYPE_ID, correlation_id, session_id, stream_id, channel_text
+        )
+        uri = endpoint.channel.channel_uri
+        multicast = endpoint.channel.is_multicast
+        is_reliable = uri.get("reliable", "true") != "false"
+
+        def loss_detector(on_gap: object) -> LossDetector:
+            generator = (
+                OptimalMulticastDelayGenerator(NAK_MAX_BACKOFF_DEFAULT_NS, NAK_GROUPSIZE_DEFAULT)
+                if multicast
+                else StaticDelayGenerator(NAK_UNICAST_DELAY_DEFAULT_NS, True)
+            )
+            return LossDetector(generator, on_gap)  # type: ignore[arg-type]
+
+        image = PublicationImage(
+            correlation_id=correlation_id,
+            session_id=session_id,
+            stream_id=stream_id,
+            channel=channel_text,
+            endpoint=endpoint,
+            log=log,
+            active_term_id=active_term_id,
+            term_offset=term_offset,
+            source_address=source,
+            control_address=endpoint.control_address_for(source),
+            send_control=endpoint.send_control,
+            receiver_id=endpoint.receiver_id,
+            hwm_position=hwm,
+            rebuild_position=rebuild,
+            loss_detector_factory=loss_detector,
+            congestion_control=new_congestion_control(
+                uri.get("cc"), term_length=term_length, initial_window=self._ctx.initial_window_length
+            ),
+            counters=self.image_counters,
+            status_message_timeout_ns=self._ctx.status_message_timeout_ns,
+            image_liveness_timeout_ns=self._ctx.image_liveness_timeout_ns,
+            is_reliable=is_reliable,
+            on_loss=conductor.loss_observer,
+            now_ns=conductor.now_ns(),
+        )
+        self.images.append(image)
+        for link in links:
+            counter = conductor.subscriber_position(link, session_id, image.join_position)
+            link.positions[correlation_id] = SubscriberPosition(link, image, counter)
+        image.subscriber_positions = tuple(p.counter for p in self._subscribers_of(image))
+        conductor.receiver_command(functools.partial(conductor.receiver.on_new_image, endpoint, image))
+        for link in links:
+            position = link.positions[correlation_id]
+            conductor.client_proxy.on_available_image(
+                correlation_id=correlation_id,
+                session_id=session_id,
+                stream_id=stream_id,
+                subscription_registration_id=link.registration_id,
+                subscriber_position_id=position.counter.id,
+                log_file_name=image.log_file_name,
+                source_identity=image.source_identity,
+            )
+
+    # -- conductor duty cycle and timers ---------------------------------------------------------
+
+    def update_publisher_limits(self) -> int:
+        work = 0
+        for publication in self.publications:
+            work += publication.update_publisher_limit()
+        return work
+
+    def on_timer(self, now_ns: int) -> None:
+        conductor = self._conductor
+        for publication in list(self.publications):
+            publication.on_time_event(now_ns)
+            if publication.state is NetworkPublicationState.DONE and publication in self.publications:
+                self.publications.remove(publication)
+                endpoint = publication.endpoint
+                assert isinstance(endpoint, SendChannelEndpoint)
+                done = functools.partial(
+                    conductor.conductor_command, functools.partial(self._close_publication, publication)
+                )
+                conductor.sender_command(
+                    functools.partial(conductor.sender.on_remove_publication, publication, endpoint, done)
+                )
+        for image in list(self.images):
+            if image.on_time_event(now_ns):
+                self._on_image_inactive(image)
+            elif image.state is ImageState.DONE and image in self.images:
+                self.images.remove(image)
+                done = functools.partial(conductor.conductor_command, functools.partial(self._close_image, image))
+                conductor.receiver_command(
+                    functools.partial(conductor.receiver.on_remove_image, image.endpoint, image, done)
+                )
+
+    def _on_image_inactive(self, image: PublicationImage) -> None:
+        released: list[AtomicCounter] = []
+        for link in self._conductor.subscription_links:
+            position = link.positions.pop(image.correlation_id, None)
+            if position is not None:
+                released.append(position.counter)
+                self._conductor.client_proxy.on_unavailable_image(
+                    image.correlation_id, link.registration_id, image.stream_id, link.channel
+                )
+        self._push_subscribers(image, tuple(released))
+
+    def _close_publication(self, publication: NetworkPublication) -> None:
+        conductor = self._conductor
+        conductor.release_session_id(publication.session_id)
+        publication.close()
+        conductor.delete_file(publication.log.path)
+        endpoint = publication.endpoint
+        assert isinstance(endpoint, SendChannelEndpoint)
+        endpoint.ref_count -= 1
+        if endpoint.ref_count == 0:
+            self._drop_send_endpoint(endpoint)
+
+    def _drop_send_endpoint(self, endpoint: SendChannelEndpoint) -> None:
+        conductor = self._conductor
+        self.send_endpoints.pop(endpoint.channel.canonical_form, None)
+        done = functools.partial(conductor.conductor_command, endpoint.close)
+        conductor.sender_command(functools.partial(conductor.sender.on_close_endpoint, endpoint, done))
+
+    def _close_image(self, image: PublicationImage) -> None:
+        image.close()
+        self._conductor.delete_file(image.log.path)
+        self._maybe_close_receive_endpoint(image.endpoint)
+
+    def _maybe_close_receive_endpoint(self, endpoint: ReceiveChannelEndpoint) -> None:
+        if endpoint.ref_count > 0 or any(i.endpoint is endpoint for i in self.images):
+            return
+        if self.receive_endpoints.get(endpoint.channel.canonical_form) is not endpoint:
+            return
+        conductor = self._conductor
+        del self.receive_endpoints[endpoint.channel.canonical_form]
+        done = functools.partial(conductor.conductor_command, endpoint.close)
+        conductor.receiver_command(functools.partial(conductor.receiver.on_close_endpoint, endpoint, done))
+
+    def close(self) -> None:
+        """Driver shutdown (agents already stopped): free everything."""
+        for publication in self.publications:
+            publication.close()
+        for image in self.images:
+            image.close()
+        for send_endpoint in self.send_endpoints.values():
+            send_endpoint.close()
+        for receive_endpoint in self.receive_endpoints.values():
+            receive_endpoint.close()
+        self.publications.clear()
+        self.images.clear()
+        self.send_endpoints.clear()
+        self.receive_endpoints.clear()

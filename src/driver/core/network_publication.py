@@ -1,0 +1,353 @@
+"""A publication sent over UDP: the sender's half and the conductor's half.
+
+Theory of operation. The sender agent calls ``send`` each duty cycle: until a
+receiver answers, SETUP goes out every 100 ms; then committed frames are sent
+straight from the term, at most one MTU per datagram and never beyond the sender
+limit that flow control derives from the receivers' status messages; with
+nothing to send, a heartbeat goes out every 100 ms (with the EOS flag once the
+publication has been drained). NAKs are answered by resending from the term
+through the retransmit handler's delay and linger rules.
+
+The conductor calls ``update_publisher_limit`` each cycle (the publisher may run
+a term window ahead of the sender once a receiver is connected, and old terms are
+zeroed before they are reused) and ``on_time_event`` on its timer (receivers gone
+quiet for the connection timeout, unblocking a dead writer's claim, and the
+drain → linger → done lifecycle after the last client lets go).
+
+Fields written by the sender thread are only read by the conductor, and the
+other way round; the GIL makes each attribute access atomic.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+from driver.concurrent.counters import AtomicCounter
+from driver.core.flow_control import FlowControl
+from driver.core.retransmit import RetransmitHandler
+from driver.logbuffer import descriptor as lbd
+from driver.logbuffer.log_buffers import LogBuffers
+from driver.logbuffer.scanner import scan_for_availability
+from driver.logbuffer.unblocker import LogBufferUnblocker
+from driver.wire.data import HEARTBEAT_EOS_FLAGS, HEARTBEAT_FLAGS, write_heartbeat
+from driver.wire.setup import write_setup
+
+__all__ = ["NetworkPublication", "NetworkPublicationState"]
+
+SETUP_INTERVAL_NS = 100_000_000
+HEARTBEAT_INTERVAL_NS = 100_000_000
+
+
+class NetworkPublicationState(enum.Enum):
+    ACTIVE = 1
+    DRAINING = 2
+    LINGER = 3
+    DONE = 4
+
+
+class NetworkPublication:
+    def __init__(
+        self,
+        *,
+        registration_id: int,
+        channel: str,
+        endpoint: SendEndpoint,
+        log: LogBuffers,
+        session_id: int,
+        stream_id: int,
+        publisher_position: AtomicCounter,
+        publisher_limit: AtomicCounter,
+        sender_position: AtomicCounter,
+        sender_limit: AtomicCounter,
+        flow_control: FlowControl,
+        retransmit_handler: RetransmitHandler,
+        counters: SenderCounters,
+        term_window_length: int,
+        connection_timeout_ns: int,
+        unblock_timeout_ns: int,
+        linger_timeout_ns: int,
+        multicast_ttl: int,
+        is_exclusive: bool,
+        now_ns: int,
+    ) -> None:
+        self.registration_id = registration_id
+        self.channel = channel
+        self.endpoint = endpoint
+        self.log = log
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.publisher_position = publisher_position
+        self.publisher_limit = publisher_limit
+        self.sender_position = sender_position
+        self.sender_limit = sender_limit
+        self.flow_control = flow_control
+        self.retransmit_handler = retransmit_handler
+        self.counters = counters
+        self.is_exclusive = is_exclusive
+        self.term_length = log.term_length
+        self.term_mask = self.term_length - 1
+        self.position_bits = lbd.position_bits_to_shift(self.term_length)
+        self.initial_term_id = lbd.initial_term_id(log.metadata)
+        self.mtu = lbd.mtu_length(log.metadata)
+        self.term_window_length = term_window_length
+        self.connection_timeout_ns = connection_timeout_ns
+        self.unblock_timeout_ns = unblock_timeout_ns
+        self.linger_timeout_ns = linger_timeout_ns
+        self.multicast_ttl = multicast_ttl
+        self._terms = log.terms
+        self._term_views = log.term_views
+        self._control = bytearray(64)
+        self._control_view = memoryview(self._control)
+        flow_control.initialize(self.initial_term_id, self.term_length)
+        start = self.producer_position()
+        for counter in (publisher_position, publisher_limit, sender_position, sender_limit):
+            counter.set_ordered(start)
+        # sender-thread state
+        self._time_of_last_send_or_heartbeat_ns = now_ns - HEARTBEAT_INTERVAL_NS - 1
+        self._time_of_last_setup_ns = now_ns - SETUP_INTERVAL_NS - 1
+        self.should_send_setup = True
+        self.is_end_of_stream = False
+        self._track_sender_limits = False
+        # shared: set by the sender on SM, read by the conductor
+        self.time_of_last_status_message_ns = now_ns
+        self.has_receivers = False
+        # conductor-thread state
+        self.ref_count = 0
+        self.state = NetworkPublicationState.ACTIVE
+        self._clean_position = start
+        self._last_sender_position = start
+        self._time_of_last_sender_change_ns = now_ns
+        self._time_of_last_state_change_ns = now_ns
+
+    @property
+    def log_file_name(self) -> str:
+        return str(self.log.path)
+
+    def producer_position(self) -> int:
+        raw_tail = lbd.raw_tail_volatile(self.log.metadata)
+        return lbd.compute_position(
+            lbd.term_id(raw_tail), lbd.term_offset(raw_tail, self.term_length), self.position_bits, self.initial_term_id
+        )
+
+    # -- sender thread --------------------------------------------------------------------------
+
+    def send(self, now_ns: int) -> int:
+        sender_position = self.sender_position.get()
+        term_offset = sender_position & self.term_mask
+        active_term_id = lbd.int32((sender_position >> self.position_bits) + self.initial_term_id)
+        if self.should_send_setup:
+            self._setup_check(now_ns, active_term_id, term_offset)
+        bytes_sent = self._send_data(now_ns, sender_position, term_offset)
+        if bytes_sent == 0:
+            bytes_sent = self._heartbeat_check(now_ns, active_term_id, term_offset)
+            limit = self.sender_limit.get()
+            new_limit = self.flow_control.on_idle(now_ns, limit, sender_position, self.is_end_of_stream)
+            if new_limit != limit:
+                self.sender_limit.set_ordered(new_limit)
+        self.retransmit_handler.process_timeouts(now_ns, self.resend)
+        return bytes_sent
+
+    def _send_data(self, now_ns: int, sender_position: int, term_offset: int) -> int:
+        window = self.sender_limit.get() - sender_position
+        if window <= 0:
+            if self._track_sender_limits:
+                self._track_sender_limits = False
+                self.counters.sender_flow_control_limits.increment()
+            return 0
+        index = (sender_position >> self.position_bits) % 3
+        available, padding = scan_for_availability(self._terms[index], term_offset, min(window, self.mtu))
+        if available <= 0:
+            return 0
+        sent = self.endpoint.send(self._term_views[index][term_offset : term_offset + available])
+        if sent != available:
+            self.counters.short_sends.increment()
+            return 0
+        self._time_of_last_send_or_heartbeat_ns = now_ns
+        self._track_sender_limits = True
+        self.sender_position.set_ordered(sender_position + available + padding)
+        self.counters.bytes_sent.get_and_add(available)
+        return available
+
+    def _setup_check(self, now_ns: int, active_term_id: int, term_offset: int) -> None:
+        if now_ns - self._time_of_last_setup_ns > SETUP_INTERVAL_NS:
+            self._time_of_last_setup_ns = now_ns
+            self._time_of_last_send_or_heartbeat_ns = now_ns
+            length = write_setup(
+                self._control,
+                0,
+                term_offset,
+                self.session_id,
+                self.stream_id,
+                self.initial_term_id,
+                active_term_id,
+                self.term_length,
+                self.mtu,
+                self.multicast_ttl,
+            )
+            self.endpoint.send(self._control_view[:length])
+
+    def _heartbeat_check(self, now_ns: int, active_term_id: int, term_offset: int) -> int:
+        if now_ns - self._time_of_last_send_or_heartbeat_ns <= HEARTBEAT_INTERVAL_NS:
+            return 0
+        flags = HEARTBEAT_EOS_FLAGS if self.is_end_of_stream else HEARTBEAT_FLAGS
+        length = write_heartbeat(self._control, 0, self.session_id, self.stream_id, active_term_id, term_offset, flags)
+        sent = self.endpoint.send(self._control_view[:length])
+        if sent == length:
+            self.counters.heartbeats_sent.increment()
+        else:
+            self.counters.short_sends.increment()
+        self._time_of_last_send_or_heartbeat_ns = now_ns
+        return sent
+
+    def on_status_message(
+        self, flags: int, term_id: int, term_offset: int, window: int, receiver_id: int, now_ns: int
+    ) -> None:
+        self.time_of_last_status_message_ns = now_ns
+        if flags & 0x80:  # SEND_SETUP: the receiver lost (or never had) our SETUP
+            if not self.is_end_of_stream:
+                self.should_send_setup = True
+                self._time_of_last_setup_ns = now_ns - SETUP_INTERVAL_NS - 1
+            return
+        self.should_send_setup = False
+        self.has_receivers = True
+        limit = self.sender_limit.get()
+        new_limit = self.flow_control.on_status_message(
+            term_id, term_offset, window, receiver_id, now_ns, limit, self.initial_term_id, self.position_bits
+        )
+        if new_limit != limit:
+            self.sender_limit.set_ordered(new_limit)
+        lbd.set_is_connected(self.log.metadata, True)
+
+    def on_nak(self, term_id: int, term_offset: int, length: int, now_ns: int) -> None:
+        self.retransmit_handler.on_nak(term_id, term_offset, length, self.term_length, now_ns, self.resend)
+
+    def resend(self, term_id: int, term_offset: int, length: int) -> None:
+        """Send ``length`` bytes from ``(term_id, term_offset)`` again, in MTU-sized datagrams."""
+        sender_position = self.sender_position.get()
+        resend_position = lbd.compute_position(term_id, term_offset, self.position_bits, self.initial_term_id)
+        if not sender_position - self.term_length <= resend_position < sender_position:
+            return
+        index = (resend_position >> self.position_bits) % 3
+        term = self._terms[index]
+        view = self._term_views[index]
+        remaining = length
+        offset = term_offset
+        while remaining > 0:
+            available, padding = scan_for_availability(term, offset, min(remaining, self.mtu))
+            if available <= 0:
+                break
+            if self.endpoint.send(view[offset : offset + available]) != available:
+                self.counters.short_sends.increment()
+                break
+            self.counters.retransmits_sent.increment()
+            step = available + padding
+            offset += step
+            remaining -= step
+
+    # -- conductor thread -----------------------------------------------------------------------
+
+    def update_publisher_limit(self) -> int:
+        if self.state is not NetworkPublicationState.ACTIVE:
+            return 0
+        sender_position = self.sender_position.get_volatile()
+        if self.has_receivers:
+            proposed = sender_position + self.term_window_length
+            if self.publisher_limit.propose_max_ordered(proposed):
+                self._clean_buffer(proposed)
+                return 1
+        elif self.publisher_limit.get() > sender_position:
+            self.publisher_limit.set_ordered(sender_position)
+        return 0
+
+    def _clean_buffer(self, publisher_limit: int) -> None:
+        clean_position = self._clean_position
+        reserved = self.term_length * 2
+        dirty = publisher_limit - clean_position
+        if dirty > reserved:
+            term_offset = clean_position & self.term_mask
+            length = min(dirty - reserved, self.term_length - term_offset)
+            self._terms[(clean_position >> self.position_bits) % 3].set_memory(term_offset, length, 0)
+            self._clean_position = clean_position + length
+
+    def on_time_event(self, now_ns: int) -> None:
+        producer_position = self.producer_position()
+        self.publisher_position.set_ordered(producer_position)
+        if self.has_receivers and now_ns - self.time_of_last_status_message_ns > self.connection_timeout_ns:
+            self.has_receivers = False
+            lbd.set_is_connected(self.log.metadata, False)
+        state = self.state
+        if state is NetworkPublicationState.ACTIVE:
+            if not self.is_exclusive:
+                self._check_for_blocked_publisher(producer_position, now_ns)
+        elif state is NetworkPublicationState.DRAINING:
+            sender_position = self.sender_position.get_volatile()
+            if sender_position >= producer_position or not self.has_receivers:
+                self.is_end_of_stream = True
+                self.state = NetworkPublicationState.LINGER
+                self._time_of_last_state_change_ns = now_ns
+            elif self._unblock(sender_position):
+                self.counters.unblocked_publications.increment()
+        elif state is NetworkPublicationState.LINGER:
+            lingered = now_ns - self._time_of_last_state_change_ns > self.linger_timeout_ns
+            if lingered or not self.flow_control.should_linger(now_ns):
+                self.state = NetworkPublicationState.DONE
+
+    def _check_for_blocked_publisher(self, producer_position: int, now_ns: int) -> None:
+        sender_position = self.sender_position.get_volatile()
+        if sender_position == self._last_sender_position and producer_position > sender_position:
+            if now_ns - self._time_of_last_sender_change_ns > self.unblock_timeout_ns and self._unblock(
+                sender_position
+            ):
+                self.counters.unblocked_publications.increment()
+        else:
+            self._last_sender_position = sender_position
+            self._time_of_last_sender_change_ns = now_ns
+
+    def _unblock(self, blocked_position: int) -> bool:
+        return LogBufferUnblocker.unblock(self._terms, self.log.metadata, blocked_position, self.term_length)
+
+    def inc_ref(self) -> None:
+        self.ref_count += 1
+
+    def dec_ref(self, now_ns: int) -> None:
+        self.ref_count -= 1
+        if self.ref_count == 0:
+            self.state = NetworkPublicationState.DRAINING
+            self._time_of_last_state_change_ns = now_ns
+            producer_position = self.producer_position()
+            if self.publisher_limit.get() > producer_position:
+                self.publisher_limit.set_ordered(producer_position)
+            lbd.set_end_of_stream_position(self.log.metadata, producer_position)
+
+    def close(self) -> None:
+        for counter in (self.publisher_position, self.publisher_limit, self.sender_position, self.sender_limit):
+            counter.close()
+        self.log.close()
+
+
+class SendEndpoint(Protocol):
+    """What a publication needs of its channel endpoint (see ``driver.media.endpoints``)."""
+
+    def send(self, data: memoryview) -> int: ...
+
+
+class SenderCounters:
+    """The system counters the send path updates."""
+
+    def __init__(
+        self,
+        *,
+        bytes_sent: AtomicCounter,
+        heartbeats_sent: AtomicCounter,
+        retransmits_sent: AtomicCounter,
+        short_sends: AtomicCounter,
+        sender_flow_control_limits: AtomicCounter,
+        unblocked_publications: AtomicCounter,
+    ) -> None:
+        self.bytes_sent = bytes_sent
+        self.heartbeats_sent = heartbeats_sent
+        self.retransmits_sent = retransmits_sent
+        self.short_sends = short_sends
+        self.sender_flow_control_limits = sender_flow_control_limits
+        self.unblocked_publications = unblocked_publications

@@ -1,0 +1,290 @@
+"""The receiving end of one remote publication (one session of a subscribed stream).
+
+Theory of operation. The receiver thread inserts each validated data datagram
+into the image's log at its term offset (out of order is fine: the rebuilder
+never overwrites and publishes a frame's first word last), raising the
+high-water mark. Each duty cycle it tracks the rebuild: the loss detector scans
+for gaps between the rebuild position and the high-water mark and asks for a
+NAK (first one at once for unicast, then every 60 ms while the gap lasts), and a
+status message goes to the sender when the slowest subscriber has moved a
+quarter window, or every SM timeout, carrying that position and the window. Data
+outside [last SM position, last SM position + window] is dropped and counted
+(flow-control under/over-runs), as a sender honouring our SMs never sends it.
+
+The conductor owns the lifecycle: subscribers are linked and unlinked by it, and
+an image with no packets for the image liveness timeout, or one that has
+received end-of-stream and rebuilt everything, goes inactive, lingers and is
+released.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from driver.concurrent.counters import AtomicCounter
+from driver.core.congestion import CongestionControl
+from driver.core.loss_detector import LossDetector
+from driver.logbuffer import descriptor as lbd
+from driver.logbuffer.gap_filler import try_fill_gap
+from driver.logbuffer.log_buffers import LogBuffers
+from driver.logbuffer.rebuilder import insert
+from driver.media.transport import Address
+from driver.wire.data import DATA_HEADER_LENGTH
+from driver.wire.nak import write_nak
+from driver.wire.status import write_sm
+
+if TYPE_CHECKING:
+    from driver.media.endpoints import ReceiveChannelEndpoint
+
+__all__ = ["ImageCounters", "ImageState", "PublicationImage"]
+
+EOS_FLAG = 0x20
+
+
+class ImageState(enum.Enum):
+    ACTIVE = 1
+    INACTIVE = 2
+    LINGER = 3
+    DONE = 4
+
+
+class ImageCounters:
+    """System counters the receive path updates."""
+
+    def __init__(
+        self,
+        *,
+        heartbeats_received: AtomicCounter,
+        status_messages_sent: AtomicCounter,
+        naks_sent: AtomicCounter,
+        flow_control_under_runs: AtomicCounter,
+        flow_control_over_runs: AtomicCounter,
+        loss_gap_fills: AtomicCounter,
+    ) -> None:
+        self.heartbeats_received = heartbeats_received
+        self.status_messages_sent = status_messages_sent
+        self.naks_sent = naks_sent
+        self.flow_control_under_runs = flow_control_under_runs
+        self.flow_control_over_runs = flow_control_over_runs
+        self.loss_gap_fills = loss_gap_fills
+
+
+class PublicationImage:
+    def __init__(
+        self,
+        *,
+        correlation_id: int,
+        session_id: int,
+        stream_id: int,
+        channel: str,
+        endpoint: ReceiveChannelEndpoint,
+        log: LogBuffers,
+        active_term_id: int,
+        term_offset: int,
+        source_address: Address,
+        control_address: Address,
+        send_control: Callable[[memoryview, Address], int],
+        receiver_id: int,
+        hwm_position: AtomicCounter,
+        rebuild_position: AtomicCounter,
+        loss_detector_factory: Callable[[Callable[[int, int, int], None]], LossDetector],
+        congestion_control: CongestionControl,
+        counters: ImageCounters,
+        status_message_timeout_ns: int,
+        image_liveness_timeout_ns: int,
+        is_reliable: bool,
+        on_loss: Callable[[PublicationImage, int, int], None] | None,
+        now_ns: int,
+    ) -> None:
+        self.correlation_id = correlation_id
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.channel = channel
+        self.endpoint = endpoint
+        self.log = log
+        self.source_address = source_address
+        self.control_address = control_address
+        self._send_control = send_control
+        self.receiver_id = receiver_id
+        self.hwm_position = hwm_position
+        self.rebuild_position = rebuild_position
+        self.congestion_control = congestion_control
+        self.counters = counters
+        self.status_message_timeout_ns = status_message_timeout_ns
+        self.image_liveness_timeout_ns = image_liveness_timeout_ns
+        self.is_reliable = is_reliable
+        self._on_loss = on_loss
+        self.term_length = log.term_length
+        self.term_mask = self.term_length - 1
+        self.position_bits = lbd.position_bits_to_shift(self.term_length)
+        self.initial_term_id = lbd.initial_term_id(log.metadata)
+        self._terms = log.terms
+        self._metadata = log.metadata
+        self.loss_detector = loss_detector_factory(self._on_gap_detected)
+        join = lbd.compute_position(active_term_id, term_offset, self.position_bits, self.initial_term_id)
+        self.join_position = join
+        hwm_position.set_ordered(join)
+        rebuild_position.set_ordered(join)
+        self.window = congestion_control.initial_window_length
+        # receiver-thread state
+        self.subscriber_positions: tuple[AtomicCounter, ...] = ()
+        self._last_sm_position = join
+        self._last_sm_window_limit = join + self.window
+        self._time_of_last_sm_ns = now_ns - status_message_timeout_ns - 1
+        self._pending_nak: tuple[int, int, int] | None = None
+        self._control = bytearray(64)
+        self._control_view = memoryview(self._control)
+        self._clean_position = join
+        self.time_of_last_packet_ns = now_ns
+        self.is_end_of_stream = False
+        # conductor-thread state
+        self.state = ImageState.ACTIVE
+        self.time_of_last_state_change_ns = now_ns
+
+    @property
+    def log_file_name(self) -> str:
+        return str(self.log.path)
+
+    @property
+    def source_identity(self) -> str:
+        return f"{self.source_address[0]}:{self.source_address[1]}"
+
+    # -- receiver thread ------------------------------------------------------------------------
+
+    def insert_packet(self, term_id: int, term_offset: int, packet: memoryview, length: int, now_ns: int) -> int:
+        """Insert a validated data datagram (or heartbeat); returns the bytes taken."""
+        position = (lbd.int32(term_id - self.initial_term_id) << self.position_bits) + term_offset
+        heartbeat = length == DATA_HEADER_LENGTH and not any(packet[0:4])
+        proposed = position if heartbeat else position + length
+        if position < self._last_sm_position:
+            self.counters.flow_control_under_runs.increment()
+            return 0
+        if proposed > self._last_sm_window_limit:
+            self.counters.flow_control_over_runs.increment()
+            return 0
+        if heartbeat:
+            self.counters.heartbeats_received.increment()
+            if packet[5] & EOS_FLAG and not self.is_end_of_stream:
+                self.is_end_of_stream = True
+                lbd.set_end_of_stream_position(self._metadata, position)
+        else:
+            insert(self._terms[(position >> self.position_bits) % 3], term_offset, packet, length)
+        self.time_of_last_packet_ns = now_ns
+        self.hwm_position.propose_max_ordered(proposed)
+        return length
+
+    def _on_gap_detected(self, term_id: int, term_offset: int, length: int) -> None:
+        if self.is_reliable:
+            self._pending_nak = (term_id, term_offset, length)
+        else:
+            index = lbd.int32(term_id - self.initial_term_id) % 3
+            if try_fill_gap(self._metadata, self._terms[index], term_id, term_offset, length):
+                self.counters.loss_gap_fills.increment()
+        if self._on_loss is not None:
+            self._on_loss(self, term_id, length)
+
+    def track_rebuild(self, now_ns: int) -> int:
+        """Scan for loss, then send a NAK and a status message when due; returns work done."""
+        positions = self.subscriber_positions
+        if positions:
+            min_position = max_position = positions[0].get_volatile()
+            for counter in positions[1:]:
+                value = counter.get_volatile()
+                if value < min_position:
+                    min_position = value
+                elif value > max_position:
+                    max_position = value
+        else:
+            min_position = max_position = self.rebuild_position.get()
+        rebuild = max(self.rebuild_position.get(), max_position)
+        hwm = self.hwm_position.get()
+        work = 0
+        if rebuild < hwm:
+            _loss, rebuild_offset = self.loss_detector.scan(
+                self._terms[(rebuild >> self.position_bits) % 3],
+                rebuild,
+                hwm,
+                now_ns,
+                self.term_mask,
+                self.position_bits,
+                self.initial_term_id,
+            )
+            rebuild = rebuild - (rebuild & self.term_mask) + rebuild_offset
+        self.rebuild_position.propose_max_ordered(rebuild)
+        pending = self._pending_nak
+        if pending is not None:
+            self._pending_nak = None
+            term_id, term_offset, length = pending
+            n = write_nak(self._control, 0, self.session_id, self.stream_id, term_id, term_offset, length)
+            self._send_control(self._control_view[:n], self.control_address)
+            self.counters.naks_sent.increment()
+            work += 1
+        window, force = self.congestion_control.on_track_rebuild(
+            now_ns, min_position, self._last_sm_position, hwm, rebuild, rebuild, pending is not None
+        )
+        self.window = window
+        if (
+            force
+            or min_position > self._last_sm_position + (window >> 2)
+            or now_ns - self._time_of_last_sm_ns > self.status_message_timeout_ns
+        ):
+            self._clean_buffer_to(min_position - self.term_length)
+            self.send_status_message(min_position, window, now_ns)
+            work += 1
+        return work
+
+    def send_status_message(self, position: int, window: int, now_ns: int, flags: int = 0) -> None:
+        term_id = lbd.int32((position >> self.position_bits) + self.initial_term_id)
+        n = write_sm(
+            self._control,
+            0,
+            self.session_id,
+            self.stream_id,
+            term_id,
+            position & self.term_mask,
+            window,
+            self.receiver_id,
+            flags,
+        )
+        self._send_control(self._control_view[:n], self.control_address)
+        self.counters.status_messages_sent.increment()
+        self._time_of_last_sm_ns = now_ns
+        self._last_sm_position = position
+        self._last_sm_window_limit = position + window
+
+    def _clean_buffer_to(self, position: int) -> None:
+        clean_position = self._clean_position
+        if position <= clean_position:
+            return
+        term_offset = clean_position & self.term_mask
+        length = min(position - clean_position, self.term_length - term_offset)
+        self._terms[(clean_position >> self.position_bits) % 3].set_memory(term_offset, length, 0)
+        self._clean_position = clean_position + length
+
+    # -- conductor thread -----------------------------------------------------------------------
+
+    def on_time_event(self, now_ns: int) -> bool:
+        """Timer step; True when the image just went inactive (tell the subscribers)."""
+        if self.state is ImageState.ACTIVE:
+            idle = now_ns - self.time_of_last_packet_ns > self.image_liveness_timeout_ns
+            drained = self.is_end_of_stream and self.rebuild_position.get_volatile() >= self.hwm_position.get_volatile()
+            if idle or drained:
+                self.state = ImageState.INACTIVE
+                self.time_of_last_state_change_ns = now_ns
+                return True
+        elif self.state is ImageState.INACTIVE:
+            self.state = ImageState.LINGER
+            self.time_of_last_state_change_ns = now_ns
+        elif (
+            self.state is ImageState.LINGER
+            and now_ns - self.time_of_last_state_change_ns > self.image_liveness_timeout_ns
+        ):
+            self.state = ImageState.DONE
+        return False
+
+    def close(self) -> None:
+        self.hwm_position.close()
+        self.rebuild_position.close()
+        self.log.close()

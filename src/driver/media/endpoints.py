@@ -1,0 +1,323 @@
+"""Channel endpoints: the sockets of the send and receive sides and what arrives on them.
+
+A ``SendChannelEndpoint`` is shared by every network publication of one UDP
+channel: data, SETUP and heartbeats leave through it to the channel's
+destination(s), and the receivers' status messages, NAKs and RTT measurements
+come back to it and are routed to the publication by (session id, stream id).
+
+A ``ReceiveChannelEndpoint`` is shared by every subscription of one UDP channel:
+data, SETUP and RTTM frames arrive on it and are dispatched by stream and
+session — to an existing image, to the conductor to create one from a SETUP, or
+answered with a setup-eliciting status message when data arrives for a session
+we have no image for. Status messages and NAKs leave through the same socket.
+
+Anything malformed is counted as an invalid packet and dropped; nothing read
+from the network raises out of an agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from driver.concurrent.counters import AtomicCounter
+from driver.errors import MalformedFrameError
+from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_PAD, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM
+from driver.media.faults import FaultSpec
+from driver.media.transport import Address, UdpTransport
+from driver.media.udp_channel import UdpChannel
+from driver.wire.data import unpack_data_routing
+from driver.wire.datagram import classify, validate_data_datagram
+from driver.wire.nak import NAK
+from driver.wire.rttm import REPLY_FLAG, RTTM, write_rttm
+from driver.wire.setup import SETUP
+from driver.wire.status import SEND_SETUP_FLAG, SM, write_sm
+
+if TYPE_CHECKING:
+    from driver.core.network_publication import NetworkPublication
+    from driver.core.publication_image import PublicationImage
+
+__all__ = ["EndpointCounters", "ReceiveChannelEndpoint", "SendChannelEndpoint", "SetupHandler"]
+
+RECEIVE_BUFFER_LENGTH = 65536
+_unpack_sm = SM.unpack_from
+_unpack_nak = NAK.unpack_from
+_unpack_rttm = RTTM.unpack_from
+_unpack_setup = SETUP.unpack_from
+
+
+class EndpointCounters:
+    def __init__(
+        self,
+        *,
+        bytes_received: AtomicCounter,
+        invalid_packets: AtomicCounter,
+        status_messages_received: AtomicCounter,
+        naks_received: AtomicCounter,
+        status_messages_sent: AtomicCounter,
+        short_sends: AtomicCounter,
+        bytes_sent: AtomicCounter,
+    ) -> None:
+        self.bytes_received = bytes_received
+        self.invalid_packets = invalid_packets
+        self.status_messages_received = status_messages_received
+        self.naks_received = naks_received
+        self.status_messages_sent = status_messages_sent
+        self.short_sends = short_sends
+        self.bytes_sent = bytes_sent
+
+
+def _receive_buffer() -> tuple[bytearray, memoryview]:
+    raw = bytearray(RECEIVE_BUFFER_LENGTH)
+    return raw, memoryview(raw)
+
+
+class SendChannelEndpoint:
+    """The socket of a UDP channel's publications; routes feedback to them."""
+
+    def __init__(
+        self,
+        channel: UdpChannel,
+        counters: EndpointCounters,
+        status_indicator: AtomicCounter,
+        *,
+        so_rcvbuf: int = 0,
+        so_sndbuf: int = 0,
+        faults: tuple[FaultSpec, FaultSpec] | None = None,
+    ) -> None:
+        self.channel = channel
+        self.counters = counters
+        self.status_indicator = status_indicator
+        send_faults, receive_faults = faults or (None, None)
+        if channel.is_multicast:
+            self.transport = UdpTransport(
+                bind_address=(channel.remote_control[0], channel.remote_control[1]),
+                multicast_group=channel.remote_control[0],
+                interface_address=channel.local_control[0] if channel.local_control[0] != "0.0.0.0" else None,
+                multicast_ttl=channel.multicast_ttl,
+                so_rcvbuf=so_rcvbuf,
+                so_sndbuf=so_sndbuf,
+                send_faults=send_faults,
+                receive_faults=receive_faults,
+                description=f"send endpoint {channel.original_uri_string}",
+            )
+        else:
+            self.transport = UdpTransport(
+                bind_address=(channel.local_control[0], channel.local_control[1]),
+                so_rcvbuf=so_rcvbuf,
+                so_sndbuf=so_sndbuf,
+                send_faults=send_faults,
+                receive_faults=receive_faults,
+                description=f"send endpoint {channel.original_uri_string}",
+            )
+        self.destinations: list[Address] = []
+        self.is_manual = channel.control_mode == "manual"
+        self.is_dynamic = channel.control_mode == "dynamic"
+        if not (self.is_manual or self.is_dynamic):
+            self.destinations.append((channel.remote_data[0], channel.remote_data[1]))
+        self.publications: dict[tuple[int, int], NetworkPublication] = {}
+        self.ref_count = 0
+        self._buffer, self._view = _receive_buffer()
+        self._send = self.transport.send
+        self._reply = bytearray(64)
+
+    def send(self, data: memoryview) -> int:
+        """Send to every destination; returns the length if the first destination took it."""
+        result = 0
+        for index, destination in enumerate(self.destinations):
+            sent = self._send(data, destination)
+            if index == 0:
+                result = sent
+        return result if self.destinations else len(data)
+
+    def add_destination(self, address: Address) -> None:
+        if address not in self.destinations:
+            self.destinations.append(address)
+
+    def remove_destination(self, address: Address) -> None:
+        if address in self.destinations:
+            self.destinations.remove(address)
+
+    def poll(self, now_ns: int, limit: int = 16) -> int:
+        """Read up to ``limit`` control datagrams and route them; returns how many were read."""
+        receive = self.transport.receive_into
+        view = self._view
+        counters = self.counters
+        count = 0
+        while count < limit:
+            received = receive(view)
+            if received is None:
+                break
+            length, address = received
+            count += 1
+            counters.bytes_received.get_and_add(length)
+            try:
+                frame_type = classify(view, length)
+                if frame_type == HDR_TYPE_SM:
+                    self._on_status_message(view, address, now_ns)
+                elif frame_type == HDR_TYPE_NAK:
+                    _, _, _, _, session_id, stream_id, term_id, term_offset, nak_length = _unpack_nak(view, 0)
+                    counters.naks_received.increment()
+                    publication = self.publications.get((session_id, stream_id))
+                    if publication is not None:
+                        publication.on_nak(term_id, term_offset, nak_length, now_ns)
+                elif frame_type == HDR_TYPE_RTTM:
+                    self._on_rttm(view, address)
+            except MalformedFrameError:
+                counters.invalid_packets.increment()
+        return count
+
+    def _on_status_message(self, view: memoryview, address: Address, now_ns: int) -> None:
+        _, _, flags, _, session_id, stream_id, term_id, term_offset, window, receiver_id = _unpack_sm(view, 0)
+        self.counters.status_messages_received.increment()
+        if self.is_dynamic and not flags & SEND_SETUP_FLAG:
+            self.add_destination(address)
+        publication = self.publications.get((session_id, stream_id))
+        if publication is not None:
+            publication.on_status_message(flags, term_id, term_offset, window, receiver_id, now_ns)
+
+    def _on_rttm(self, view: memoryview, address: Address) -> None:
+        _, _, flags, _, session_id, stream_id, echo_ns, _, receiver_id = _unpack_rttm(view, 0)
+        if flags & REPLY_FLAG and (session_id, stream_id) in self.publications:
+            n = write_rttm(self._reply, 0, session_id, stream_id, echo_ns, 0, receiver_id, 0)
+            self._send(memoryview(self._reply)[:n], address)
+
+    def close(self) -> None:
+        self.transport.close()
+        self.status_indicator.close()
+
+
+SetupHandler = Callable[["ReceiveChannelEndpoint", tuple[int, ...], Address], None]
+
+
+class ReceiveChannelEndpoint:
+    """The socket of a UDP channel's subscriptions; dispatches data to images."""
+
+    def __init__(
+        self,
+        channel: UdpChannel,
+        counters: EndpointCounters,
+        status_indicator: AtomicCounter,
+        on_setup: SetupHandler,
+        receiver_id: int,
+        *,
+        so_rcvbuf: int = 0,
+        so_sndbuf: int = 0,
+        faults: tuple[FaultSpec, FaultSpec] | None = None,
+    ) -> None:
+        self.channel = channel
+        self.counters = counters
+        self.status_indicator = status_indicator
+        self.receiver_id = receiver_id
+        send_faults, receive_faults = faults or (None, None)
+        # As Aeron: a receive endpoint binds the channel's endpoint address (joining it if multicast).
+        self.transport = UdpTransport(
+            bind_address=(channel.remote_data[0], channel.remote_data[1]),
+            multicast_group=channel.remote_data[0] if channel.is_multicast else None,
+            interface_address=(
+                channel.local_data[0] if channel.is_multicast and channel.local_data[0] != "0.0.0.0" else None
+            ),
+            multicast_ttl=channel.multicast_ttl,
+            so_rcvbuf=so_rcvbuf,
+            so_sndbuf=so_sndbuf,
+            send_faults=send_faults,
+            receive_faults=receive_faults,
+            description=f"receive endpoint {channel.original_uri_string}",
+        )
+        self._on_setup = on_setup
+        self.stream_ref_counts: dict[int, int] = {}
+        self.images: dict[tuple[int, int], PublicationImage] = {}
+        self.pending_setups: dict[tuple[int, int], int] = {}  # (session, stream) -> time of elicit
+        self.cooldowns: dict[tuple[int, int], int] = {}  # (session, stream) -> until
+        self.ref_count = 0
+        self._buffer, self._view = _receive_buffer()
+        self._control = bytearray(64)
+        self._send = self.transport.send
+
+    def control_address_for(self, source: Address) -> Address:
+        """Where status messages and NAKs go: the sender's socket, or the multicast control group."""
+        if self.channel.is_multicast:
+            return (self.channel.remote_control[0], self.channel.remote_control[1])
+        return source
+
+    def send_control(self, data: memoryview, address: Address) -> int:
+        sent = self._send(data, address)
+        if sent != len(data):
+            self.counters.short_sends.increment()
+        return sent
+
+    def poll(self, now_ns: int, limit: int = 32) -> int:
+        receive = self.transport.receive_into
+        view = self._view
+        counters = self.counters
+        count = 0
+        while count < limit:
+            received = receive(view)
+            if received is None:
+                break
+            length, address = received
+            count += 1
+            counters.bytes_received.get_and_add(length)
+            try:
+                frame_type = classify(view, length)
+                if frame_type <= HDR_TYPE_DATA:  # DATA or PAD
+                    self._on_data(view, length, address, now_ns)
+                elif frame_type == HDR_TYPE_SETUP:
+                    self._on_setup_frame(view, address, now_ns)
+                elif frame_type == HDR_TYPE_RTTM:
+                    self._on_rttm(view, address)
+            except MalformedFrameError:
+                counters.invalid_packets.increment()
+        return count
+
+    def _on_data(self, view: memoryview, length: int, address: Address, now_ns: int) -> None:
+        term_offset, session_id, stream_id, term_id = unpack_data_routing(view, 0)
+        if stream_id not in self.stream_ref_counts:
+            return
+        key = (session_id, stream_id)
+        image = self.images.get(key)
+        if image is not None:
+            validate_data_datagram(view, length, image.term_length)
+            image.insert_packet(term_id, term_offset, view, length, now_ns)
+            return
+        if view[5] & 0x20 or key in self.cooldowns or key in self.pending_setups:  # EOS, cooling down, asked
+            return
+        if view[6] not in (HDR_TYPE_DATA, HDR_TYPE_PAD):
+            return
+        self.pending_setups[key] = now_ns
+        self.elicit_setup(session_id, stream_id, self.control_address_for(address))
+
+    def elicit_setup(self, session_id: int, stream_id: int, address: Address) -> None:
+        n = write_sm(self._control, 0, session_id, stream_id, 0, 0, 0, self.receiver_id, SEND_SETUP_FLAG)
+        self.send_control(memoryview(self._control)[:n], address)
+        self.counters.status_messages_sent.increment()
+
+    def _on_setup_frame(self, view: memoryview, address: Address, now_ns: int) -> None:
+        fields = _unpack_setup(view, 0)
+        session_id, stream_id = fields[5], fields[6]
+        key = (session_id, stream_id)
+        if stream_id not in self.stream_ref_counts or key in self.images or key in self.cooldowns:
+            return
+        if self.pending_setups.get(key) == -1:  # already asked the conductor for an image
+            return
+        self.pending_setups[key] = -1
+        self._on_setup(self, fields, address)
+
+    def _on_rttm(self, view: memoryview, address: Address) -> None:
+        _, _, flags, _, session_id, stream_id, echo_ns, _, _receiver_id = _unpack_rttm(view, 0)
+        if flags & REPLY_FLAG:
+            n = write_rttm(self._control, 0, session_id, stream_id, echo_ns, 0, self.receiver_id, 0)
+            self.send_control(memoryview(self._control)[:n], address)
+
+    def expire_pending(self, now_ns: int, setup_timeout_ns: int) -> None:
+        """Forget elicited setups that got no answer, and cooldowns that ran out."""
+        for key, since in list(self.pending_setups.items()):
+            if since >= 0 and now_ns - since > setup_timeout_ns:
+                del self.pending_setups[key]
+        for key, until in list(self.cooldowns.items()):
+            if now_ns > until:
+                del self.cooldowns[key]
+
+    def close(self) -> None:
+        self.transport.close()
+        self.status_indicator.close()

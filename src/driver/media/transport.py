@@ -1,0 +1,149 @@
+"""UDP sockets for the sender and receiver agents: non-blocking, one per channel endpoint.
+
+A transport owns one socket. ``send`` never blocks: a datagram the kernel will not
+take now is reported as a short send (the sender retries from the same position or
+the receiver's feedback repeats). ``receive_into`` returns ``(length, address)`` or
+``None`` when nothing is waiting. Multicast transports join the group on the
+configured interface and loop datagrams back so several processes on one host can
+take part. Optional fault injectors sit on both directions.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import socket
+import struct
+from typing import TYPE_CHECKING
+
+from driver.errors import ChannelEndpointError
+from driver.media.faults import FaultInjector, FaultSpec
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+__all__ = ["Address", "UdpTransport"]
+
+Address = tuple[str, int]
+_WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
+
+
+class UdpTransport:
+    def __init__(
+        self,
+        *,
+        bind_address: Address,
+        multicast_group: str | None = None,
+        interface_address: str | None = None,
+        multicast_ttl: int = 0,
+        so_rcvbuf: int = 0,
+        so_sndbuf: int = 0,
+        send_faults: FaultSpec | None = None,
+        receive_faults: FaultSpec | None = None,
+        description: str = "",
+    ) -> None:
+        self.description = description or f"udp {bind_address[0]}:{bind_address[1]}"
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            if multicast_group is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if hasattr(socket, "SO_REUSEPORT"):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if so_rcvbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, so_rcvbuf)
+            if so_sndbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, so_sndbuf)
+            sock.bind(bind_address)
+            if multicast_group is not None:
+                iface = interface_address or "0.0.0.0"
+                membership = struct.pack("4s4s", socket.inet_aton(multicast_group), socket.inet_aton(iface))
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(iface))
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+                if multicast_ttl:
+                    sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, multicast_ttl)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise ChannelEndpointError(f"{self.description}: cannot open socket on {bind_address}: {exc}") from exc
+        self.socket = sock
+        self.local_address: Address = sock.getsockname()
+        self._sendto = sock.sendto
+        self._recvfrom_into = sock.recvfrom_into
+        self._send_faults = FaultInjector(send_faults) if send_faults and send_faults.enabled else None
+        self._receive_faults = FaultInjector(receive_faults) if receive_faults and receive_faults.enabled else None
+        self._pending: collections.deque[tuple[bytes, Address]] = collections.deque()
+        self.short_sends = 0
+
+    def send(self, data: Buffer, address: Address) -> int:
+        """Send one datagram; returns the bytes sent, or 0 when the kernel would block."""
+        if self._send_faults is not None:
+            return self._send_with_faults(bytes(data), address)
+        try:
+            return self._sendto(data, address)
+        except OSError as exc:
+            if exc.errno in _WOULD_BLOCK:
+                self.short_sends += 1
+                return 0
+            raise ChannelEndpointError(f"{self.description}: send to {address} failed: {exc}") from exc
+
+    def _send_with_faults(self, data: bytes, address: Address) -> int:
+        assert self._send_faults is not None
+        for datagram in self._send_faults.process(data):
+            try:
+                self._sendto(datagram, address)
+            except OSError as exc:
+                if exc.errno not in _WOULD_BLOCK:
+                    raise ChannelEndpointError(f"{self.description}: send to {address} failed: {exc}") from exc
+        return len(data)
+
+    def receive_into(self, buffer: memoryview) -> tuple[int, Address] | None:
+        """Receive one datagram into ``buffer``; None when nothing is waiting."""
+        if self._receive_faults is not None:
+            return self._receive_with_faults(buffer)
+        try:
+            return self._recvfrom_into(buffer)
+        except OSError as exc:
+            if exc.errno in _WOULD_BLOCK:
+                return None
+            if exc.errno == errno.ECONNREFUSED:  # an ICMP error for an earlier send; not ours to act on
+                return None
+            raise ChannelEndpointError(f"{self.description}: receive failed: {exc}") from exc
+
+    def _receive_with_faults(self, buffer: memoryview) -> tuple[int, Address] | None:
+        faults = self._receive_faults
+        assert faults is not None
+        if not self._pending:
+            try:
+                length, address = self._recvfrom_into(buffer)
+            except OSError as exc:
+                if exc.errno not in (*_WOULD_BLOCK, errno.ECONNREFUSED):
+                    raise ChannelEndpointError(f"{self.description}: receive failed: {exc}") from exc
+                self._pending.extend((d, self._last_address) for d in faults.release_held())
+            else:
+                self._last_address = address
+                self._pending.extend((d, address) for d in faults.process(bytes(buffer[:length])))
+        if not self._pending:
+            return None
+        datagram, address = self._pending.popleft()
+        buffer[: len(datagram)] = datagram
+        return len(datagram), address
+
+    _last_address: Address = ("0.0.0.0", 0)
+
+    @property
+    def fault_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for name, injector in (("send", self._send_faults), ("receive", self._receive_faults)):
+            if injector is not None:
+                counts.update(
+                    {
+                        f"{name}_dropped": injector.dropped,
+                        f"{name}_reordered": injector.reordered,
+                        f"{name}_duplicated": injector.duplicated,
+                    }
+                )
+        return counts
+
+    def close(self) -> None:
+        self.socket.close()
