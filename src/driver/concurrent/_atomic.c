@@ -387,6 +387,150 @@ frames_length(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(total);
 }
 
+
+/* ---- term scans (sender and receiver hot loops) ---- */
+
+static PyObject *
+AtomicBuffer_scan_for_availability(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* scan_for_availability(offset, max_length) -> (available, padding): Aeron's TermScanner.
+     * Whole committed frames from offset up to max_length bytes; a PAD ends the scan and
+     * counts only its header as available, the rest as padding. */
+    if (!nargs_ok(nargs, 2, "scan_for_availability")) return NULL;
+    ARG_INDEX(0)
+    Py_ssize_t max_length = PyLong_AsSsize_t(args[1]);
+    if (max_length == -1 && PyErr_Occurred()) return NULL;
+    if (check(self, index, 0, 0) < 0) return NULL;
+    if ((index & 31) != 0) { PyErr_Format(PyExc_ValueError, "offset %zd not 32-byte aligned", index); return NULL; }
+    Py_ssize_t limit = self->capacity - index;
+    if (max_length < limit) limit = max_length;
+    Py_ssize_t available = 0, padding = 0;
+    while (limit > 0 && index + available + 8 <= self->capacity) {
+        int64_t word = __atomic_load_n((int64_t *)(self->base + index + available), __ATOMIC_ACQUIRE);
+        int32_t length = (int32_t)(word & 0xFFFFFFFF);
+        if (length <= 0) break;
+        Py_ssize_t aligned = ((Py_ssize_t)length + 31) & ~(Py_ssize_t)31;
+        if (((uint64_t)word >> 48) == 0) { /* PAD */
+            padding = aligned - 32;
+            aligned = 32;
+        }
+        available += aligned;
+        if (available > limit) { available -= aligned; padding = 0; break; }
+        if (padding != 0 || available >= limit) break;
+    }
+    return Py_BuildValue("nn", available, padding);
+}
+
+static PyObject *
+AtomicBuffer_scan_for_gap(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* scan_for_gap(rebuild_offset, limit_offset) -> (gap_begin, gap_length): Aeron's
+     * TermGapScanner. gap_length is 0 when there is no gap before limit_offset. */
+    if (!nargs_ok(nargs, 2, "scan_for_gap")) return NULL;
+    ARG_INDEX(0)
+    Py_ssize_t limit_offset = PyLong_AsSsize_t(args[1]);
+    if (limit_offset == -1 && PyErr_Occurred()) return NULL;
+    if ((index & 31) != 0 || index < 0 || limit_offset > self->capacity || index + 4 > self->capacity) {
+        PyErr_Format(PyExc_ValueError, "bad gap scan range %zd..%zd in %zd", index, limit_offset, self->capacity);
+        return NULL;
+    }
+    if (!self->has_view) { PyErr_SetString(PyExc_ValueError, "AtomicBuffer is released"); return NULL; }
+    Py_ssize_t offset = index;
+    for (;;) {
+        if (offset + 4 > self->capacity) break;
+        int32_t length = __atomic_load_n((int32_t *)(self->base + offset), __ATOMIC_ACQUIRE);
+        if (length <= 0) break;
+        offset += ((Py_ssize_t)length + 31) & ~(Py_ssize_t)31;
+        if (offset >= limit_offset) break;
+    }
+    Py_ssize_t gap_begin = offset, gap_length = 0;
+    if (offset < limit_offset) {
+        Py_ssize_t limit = limit_offset - 32;
+        while (offset < limit) {
+            offset += 32;
+            if (__atomic_load_n((int32_t *)(self->base + offset), __ATOMIC_ACQUIRE) != 0) { offset -= 32; break; }
+        }
+        gap_length = offset - gap_begin + 32;
+    }
+    return Py_BuildValue("nn", gap_begin, gap_length);
+}
+
+static PyObject *
+AtomicBuffer_insert_packet(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* insert_packet(term_offset, packet, length) -> bool: Aeron's TermRebuilder. If the
+     * slot is empty, copy bytes [8, length) then release-store the first 8 bytes last. */
+    if (!nargs_ok(nargs, 3, "insert_packet")) return NULL;
+    ARG_INDEX(0)
+    Py_ssize_t length = PyLong_AsSsize_t(args[2]);
+    if (length == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer src;
+    if (PyObject_GetBuffer(args[1], &src, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (length < 8 || length > src.len || (index & 7) != 0 || check(self, index, length, 0) < 0) {
+        PyBuffer_Release(&src);
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "packet of %zd bytes at %zd does not fit", length, index);
+        return NULL;
+    }
+    int inserted = 0;
+    if (*(int32_t *)(self->base + index) == 0) {
+        memcpy(self->base + index + 8, (const char *)src.buf + 8, length - 8);
+        int64_t word0;
+        memcpy(&word0, src.buf, 8);
+        __atomic_store_n((int64_t *)(self->base + index), word0, __ATOMIC_RELEASE);
+        inserted = 1;
+    }
+    PyBuffer_Release(&src);
+    return PyBool_FromLong(inserted);
+}
+
+/* validate_data_datagram(buffer, length, term_length) -> int: bytes of term covered (0 for a
+ * heartbeat), or a negative reason code (see driver.wire.datagram). Today's C driver rules. */
+static PyObject *
+validate_data_datagram(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!nargs_ok(nargs, 3, "validate_data_datagram")) return NULL;
+    Py_ssize_t length = PyLong_AsSsize_t(args[1]);
+    if (length == -1 && PyErr_Occurred()) return NULL;
+    long long term_length = PyLong_AsLongLong(args[2]);
+    if (term_length == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    long result;
+    const unsigned char *p = (const unsigned char *)b.buf;
+    if (length > b.len) { result = -2; goto done; }
+    if (length < 32 || (length & 31)) { result = -1; goto done; }
+    int32_t frame_length, term_offset; uint16_t type; uint8_t version;
+    memcpy(&frame_length, p, 4); version = p[4]; memcpy(&type, p + 6, 2); memcpy(&term_offset, p + 8, 4);
+    if (term_offset < 0 || term_offset >= term_length || (term_offset & 31)) { result = -3; goto done; }
+    if (frame_length == 0 && length == 32) {
+        result = (type != 1 || version != 0) ? -4 : 0;
+        goto done;
+    }
+    {
+        Py_ssize_t offset = 0, last = length - 32;
+        long long next_term_offset = term_offset;
+        for (;;) {
+            if (frame_length < 32) { result = -5; goto done; }
+            if (type > 1) { result = -6; goto done; }
+            if (version != 0) { result = -7; goto done; }
+            if (term_offset != next_term_offset) { result = -8; goto done; }
+            long long aligned = ((long long)frame_length + 31) & ~31LL;
+            next_term_offset += aligned;
+            if (next_term_offset > term_length) { result = -9; goto done; }
+            offset += (Py_ssize_t)aligned;
+            if (offset > last) break;
+            memcpy(&frame_length, p + offset, 4); version = p[offset + 4]; memcpy(&type, p + offset + 6, 2);
+            memcpy(&term_offset, p + offset + 8, 4);
+        }
+        if (offset != length && (offset < length || type != 0)) { result = -10; goto done; }
+        result = (long)offset;
+    }
+done:
+    PyBuffer_Release(&b);
+    return PyLong_FromLong(result);
+}
+
 static PyObject *
 fence(PyObject *mod, PyObject *unused)
 {
@@ -402,6 +546,7 @@ static PyMethodDef AtomicBuffer_methods[] = {
     M(put_int_ordered), M(put_long_ordered), M(put_int_volatile), M(put_long_volatile),
     M(get_and_add_int), M(get_and_add_long), M(compare_and_set_int), M(compare_and_set_long),
     M(put_bytes), M(get_bytes), M(set_memory), M(view), M(write_frame), M(write_frames),
+    M(scan_for_availability), M(scan_for_gap), M(insert_packet),
     {"release", (PyCFunction)AtomicBuffer_release, METH_NOARGS,
      "Let go of the underlying buffer so its owner (e.g. an mmap) can close."},
     {NULL}
@@ -427,6 +572,8 @@ static PyTypeObject AtomicBufferType = {
 
 static PyMethodDef module_methods[] = {
     {"fence", fence, METH_NOARGS, "A full memory fence."},
+    {"validate_data_datagram", (PyCFunction)(void (*)(void))validate_data_datagram, METH_FASTCALL,
+     "Check a DATA/PAD datagram; bytes of term covered, or a negative reason code."},
     {"frames_length", (PyCFunction)(void (*)(void))frames_length, METH_FASTCALL,
      "Total aligned length of the frames of a batch of messages; ValueError if one exceeds max payload."},
     {NULL}

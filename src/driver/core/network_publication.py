@@ -37,6 +37,7 @@ __all__ = ["NetworkPublication", "NetworkPublicationState"]
 
 SETUP_INTERVAL_NS = 100_000_000
 HEARTBEAT_INTERVAL_NS = 100_000_000
+MAX_DATAGRAMS_PER_CYCLE = 16
 
 
 class NetworkPublicationState(enum.Enum):
@@ -138,7 +139,7 @@ class NetworkPublication:
         active_term_id = lbd.int32((sender_position >> self.position_bits) + self.initial_term_id)
         if self.should_send_setup:
             self._setup_check(now_ns, active_term_id, term_offset)
-        bytes_sent = self._send_data(now_ns, sender_position, term_offset)
+        bytes_sent = self._send_data(now_ns, sender_position)
         if bytes_sent == 0:
             bytes_sent = self._heartbeat_check(now_ns, active_term_id, term_offset)
             limit = self.sender_limit.get()
@@ -148,26 +149,43 @@ class NetworkPublication:
         self.retransmit_handler.process_timeouts(now_ns, self.resend)
         return bytes_sent
 
-    def _send_data(self, now_ns: int, sender_position: int, term_offset: int) -> int:
+    def _send_data(self, now_ns: int, sender_position: int) -> int:
+        """Send up to ``MAX_DATAGRAMS_PER_CYCLE`` datagrams within the window; returns the bytes sent.
+
+        Aeron sends one datagram per publication per duty cycle; a Python duty cycle
+        costs far more than a send, so several datagrams share one.
+        """
         window = self.sender_limit.get() - sender_position
         if window <= 0:
             if self._track_sender_limits:
                 self._track_sender_limits = False
                 self.counters.sender_flow_control_limits.increment()
             return 0
-        index = (sender_position >> self.position_bits) % 3
-        available, padding = scan_for_availability(self._terms[index], term_offset, min(window, self.mtu))
-        if available <= 0:
-            return 0
-        sent = self.endpoint.send(self._term_views[index][term_offset : term_offset + available])
-        if sent != available:
-            self.counters.short_sends.increment()
-            return 0
-        self._time_of_last_send_or_heartbeat_ns = now_ns
-        self._track_sender_limits = True
-        self.sender_position.set_ordered(sender_position + available + padding)
-        self.counters.bytes_sent.get_and_add(available)
-        return available
+        mtu = self.mtu
+        send = self.endpoint.send
+        bits = self.position_bits
+        mask = self.term_mask
+        bytes_sent = 0
+        for _ in range(MAX_DATAGRAMS_PER_CYCLE):
+            index = (sender_position >> bits) % 3
+            term_offset = sender_position & mask
+            available, padding = self._terms[index].scan_for_availability(term_offset, min(window, mtu))
+            if available <= 0:
+                break
+            if send(self._term_views[index][term_offset : term_offset + available]) != available:
+                self.counters.short_sends.increment()
+                break
+            bytes_sent += available
+            sender_position += available + padding
+            window -= available + padding
+            if window <= 0:
+                break
+        if bytes_sent:
+            self._time_of_last_send_or_heartbeat_ns = now_ns
+            self._track_sender_limits = True
+            self.sender_position.set_ordered(sender_position)
+            self.counters.bytes_sent.get_and_add(bytes_sent)
+        return bytes_sent
 
     def _setup_check(self, now_ns: int, active_term_id: int, term_offset: int) -> None:
         if now_ns - self._time_of_last_setup_ns > SETUP_INTERVAL_NS:

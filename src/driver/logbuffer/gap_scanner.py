@@ -33,24 +33,7 @@ def scan_for_gap(term: AtomicBuffer, term_id: int, rebuild_offset: int, limit_of
     Like Java the first slot is read even if ``rebuild_offset >= limit_offset``, so
     callers only scan when rebuild is behind the high-water mark.
     """
-    get = term.get_int_volatile
-    offset = rebuild_offset
-    while True:
-        length = get(offset)
-        if length <= 0:
-            break
-        offset += (length + 31) & ~31
-        if offset >= limit_offset:
-            break
-
-    gap_begin = offset
-    if offset < limit_offset:
-        limit = limit_offset - _ALIGN
-        while offset < limit:
-            offset += _ALIGN
-            if get(offset) != 0:
-                offset -= _ALIGN
-                break
-        handler(term_id, gap_begin, offset - gap_begin + _ALIGN)
-
+    gap_begin, gap_length = term.scan_for_gap(rebuild_offset, limit_offset)
+    if gap_length:
+        handler(term_id, gap_begin, gap_length)
     return gap_begin

@@ -35,6 +35,4 @@ _WORD0 = struct.Struct("<q").unpack_from
 
 def insert(term: AtomicBuffer, term_offset: int, packet: memoryview, length: int) -> None:
     """Insert ``packet[0:length]`` at ``term_offset`` unless the slot is already filled."""
-    if term.get_int(term_offset) == 0:
-        term.put_bytes(term_offset + 8, packet, 8, length - 8)
-        term.put_long_ordered(term_offset, _WORD0(packet, 0)[0])
+    term.insert_packet(term_offset, packet, length)

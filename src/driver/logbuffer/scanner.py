@@ -13,36 +13,13 @@ not fit is left for the next scan (and a pad that does not fit is not counted).
 from __future__ import annotations
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
-from driver.logbuffer.frame import HEADER_LENGTH
 
 __all__ = ["TermScanner", "scan_for_availability"]
 
 
 def scan_for_availability(term: AtomicBuffer, offset: int, max_length: int) -> tuple[int, int]:
-    """Return ``(available, padding)`` bytes from ``offset`` (1.15.1 TermScanner)."""
-    limit = min(max_length, term.capacity - offset)
-    if limit <= 0:
-        return 0, 0
-    get_word = term.get_long_volatile
-    available = 0
-    padding = 0
-    while True:
-        word = get_word(offset + available)
-        length = word & 0xFFFF_FFFF
-        if not 0 < length < 0x8000_0000:
-            break
-        aligned = (length + 31) & -32
-        if not word >> 48:  # PAD
-            padding = aligned - HEADER_LENGTH
-            aligned = HEADER_LENGTH
-        available += aligned
-        if available > limit:
-            available -= aligned
-            padding = 0
-            break
-        if padding != 0 or available >= limit:
-            break
-    return available, padding
+    """Return ``(available, padding)`` bytes from ``offset`` (1.15.1 TermScanner), natively."""
+    return term.scan_for_availability(offset, max_length)
 
 
 class TermScanner:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
+from driver.concurrent._atomic import validate_data_datagram as _native_validate
 from driver.errors import MalformedFrameError
 from driver.logbuffer.frame import (
     CURRENT_VERSION,
@@ -109,6 +110,21 @@ def _frame_error(
 
 
 def validate_data_datagram(buf: Buffer, length: int, term_length: int) -> int:
+    """Check a DATA/PAD datagram against a term of ``term_length``; returns the term bytes it covers.
+
+    The result is 0 for a heartbeat, else the sum of the aligned frame lengths
+    (more than ``length`` when a trailing PAD was sent header-only). The check runs
+    natively per datagram; only a datagram that fails it is walked again here, to
+    say exactly what is wrong.
+    """
+    covered = _native_validate(buf, length, term_length)
+    if covered >= 0:
+        return covered
+    explain_invalid_data_datagram(buf, length, term_length)
+    raise MalformedFrameError(f"invalid DATA/PAD datagram of {length} bytes (reason {-covered})")
+
+
+def explain_invalid_data_datagram(buf: Buffer, length: int, term_length: int) -> int:
     """Check a DATA/PAD datagram against a term of ``term_length``; returns the term bytes it covers.
 
     The result is 0 for a heartbeat, else the sum of the aligned frame lengths
