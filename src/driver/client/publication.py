@@ -186,6 +186,11 @@ class Publication(abc.ABC):
         self._stream_word = writer.stream_word
         self._terms = tuple(log.terms)
         self._term_views = tuple(log.term_views)
+        self._on_mapped(log)
+
+    @abc.abstractmethod
+    def _on_mapped(self, log: LogBuffers) -> None:
+        """Set up the subclass's appenders and cached state once the log is mapped."""
 
     # ------------------------------------------------------------------ state
 
@@ -370,29 +375,7 @@ class ConcurrentPublication(Publication):
 
     __slots__ = ("_appenders", "_hot")
 
-    def __init__(
-        self,
-        conductor: ClientConductor,
-        channel: str,
-        stream_id: int,
-        session_id: int,
-        position_limit: AtomicBuffer,
-        channel_status_id: int,
-        log: LogBuffers,
-        original_registration_id: int,
-        registration_id: int,
-    ) -> None:
-        super().__init__(
-            conductor,
-            channel,
-            stream_id,
-            session_id,
-            position_limit,
-            channel_status_id,
-            log,
-            original_registration_id,
-            registration_id,
-        )
+    def _on_mapped(self, log: LogBuffers) -> None:
         self._appenders = tuple(
             TermAppender(log.terms[i], log.metadata, i, log.term_views[i]) for i in range(PARTITION_COUNT)
         )
@@ -551,29 +534,7 @@ class ExclusivePublication(Publication):
 
     __slots__ = ("_active_index", "_appenders", "_term_begin_position", "_term_id", "_term_offset")
 
-    def __init__(
-        self,
-        conductor: ClientConductor,
-        channel: str,
-        stream_id: int,
-        session_id: int,
-        position_limit: AtomicBuffer,
-        channel_status_id: int,
-        log: LogBuffers,
-        original_registration_id: int,
-        registration_id: int,
-    ) -> None:
-        super().__init__(
-            conductor,
-            channel,
-            stream_id,
-            session_id,
-            position_limit,
-            channel_status_id,
-            log,
-            original_registration_id,
-            registration_id,
-        )
+    def _on_mapped(self, log: LogBuffers) -> None:
         self._appenders = tuple(
             ExclusiveTermAppender(log.terms[i], log.metadata, i, log.term_views[i]) for i in range(PARTITION_COUNT)
         )

@@ -133,16 +133,8 @@ def _batch_length(messages: Sequence[bytes | bytearray | memoryview]) -> int:
     return frames_length(messages, _UNLIMITED)
 
 
-class TermAppender:
-    """Appends frames to one partition's term, safely shared by many writers and processes.
-
-    Every method returns the resulting term offset (end of the written frames), or
-    :data:`FAILED` once the term is full (after padding it). Raises DriverError if
-    the tail's term id is not ``active_term_id`` (the caller's rotation view is stale).
-    Messages are byte buffers (``len`` is the byte count).
-    """
-
-    FAILED = FAILED
+class _PartitionAppender:
+    """What both appenders hold: one partition's term, the log metadata and its tail counter."""
 
     __slots__ = ("_tail_offset", "metadata", "partition_index", "term", "term_length", "term_view")
 
@@ -160,6 +152,21 @@ class TermAppender:
         self.term_view = term_view if term_view is not None else term.view(0, term.capacity)
         self._tail_offset = TERM_TAIL_COUNTERS_OFFSET + 8 * partition_index
         metadata.get_long_volatile(self._tail_offset)  # bounds check, as Java's constructor does
+
+
+class TermAppender(_PartitionAppender):
+    """Appends frames to one partition's term, safely shared by many writers and processes.
+
+    Every method returns the resulting term offset (end of the written frames), or
+    :data:`FAILED` once the term is full (after padding it). Raises DriverError if
+    the tail's term id is not ``active_term_id`` (the caller's rotation view is stale).
+    Messages are byte buffers (``len`` is the byte count).
+    """
+
+    FAILED = FAILED
+
+    __slots__ = ()
+
 
     def raw_tail_volatile(self) -> int:
         return self.metadata.get_long_volatile(self._tail_offset)
@@ -279,7 +286,7 @@ class TermAppender:
         return resulting
 
 
-class ExclusiveTermAppender:
+class ExclusiveTermAppender(_PartitionAppender):
     """Single-writer appender: the caller passes the term id and offset it tracks.
 
     Results are the resulting term offset, or :data:`EXCLUSIVE_FAILED` (-1, as in
@@ -289,22 +296,8 @@ class ExclusiveTermAppender:
 
     FAILED = EXCLUSIVE_FAILED
 
-    __slots__ = ("_tail_offset", "metadata", "partition_index", "term", "term_length", "term_view")
+    __slots__ = ()
 
-    def __init__(
-        self,
-        term: AtomicBuffer,
-        metadata: AtomicBuffer,
-        partition_index: int,
-        term_view: memoryview | None = None,
-    ) -> None:
-        self.term = term
-        self.metadata = metadata
-        self.partition_index = partition_index
-        self.term_length = term.capacity
-        self.term_view = term_view if term_view is not None else term.view(0, term.capacity)
-        self._tail_offset = TERM_TAIL_COUNTERS_OFFSET + 8 * partition_index
-        metadata.get_long_volatile(self._tail_offset)
 
     def _end_of_term(self, header: HeaderWriter, term_id: int, term_offset: int) -> int:
         _pad_to_end(self.term, term_offset, header, self.term_length, term_id)
