@@ -391,10 +391,11 @@ class ClientConductor:
         return AtomicBuffer(self._values.view(counter_id * COUNTER_LENGTH, 8))
 
     def _on_error(self, error: ErrorResponse) -> None:
-        if error.error_code == ErrorCode.CHANNEL_ENDPOINT_ERROR:
-            self._on_channel_endpoint_error(error.offending_correlation_id, error.error_message)
-            return
         request = self._pending.pop(error.offending_correlation_id, None)
+        if error.error_code == ErrorCode.CHANNEL_ENDPOINT_ERROR:
+            # Keyed by a channel status counter id (1.15.1); today's Aeron also means a command whose
+            # endpoint could not be opened (our driver answers a refused bind that way).
+            self._on_channel_endpoint_error(error.offending_correlation_id, error.error_message)
         if request is None:
             return
         if isinstance(request.resource, Subscription):

@@ -299,7 +299,9 @@ class DriverConductor:
         except InvalidChannelError as exc:
             self._reply_error(correlation_id, ErrorCode.INVALID_CHANNEL, str(exc), exc)
         except ChannelEndpointError as exc:
-            self._reply_error(correlation_id, ErrorCode.CHANNEL_ENDPOINT_ERROR, str(exc), exc)
+            # As 1.15.1: a socket that cannot open while adding answers the command itself
+            # (GENERIC_ERROR); CHANNEL_ENDPOINT_ERROR is keyed by a status counter id instead.
+            self._reply_error(correlation_id, ErrorCode.GENERIC_ERROR, f"channel error - {exc}", exc)
         except MalformedCommandError as exc:
             self._reply_error(correlation_id, ErrorCode.GENERIC_ERROR, str(exc), exc)
         except Exception as exc:

@@ -46,6 +46,7 @@ class Receiver:
             self._next_expiry_ns = now_ns + 100_000_000
             for endpoint in self.endpoints:
                 endpoint.expire_pending(now_ns, PENDING_SETUP_TIMEOUT_NS)
+                endpoint.elicit_from_control(now_ns, PENDING_SETUP_TIMEOUT_NS)
         return work
 
     def on_close(self) -> None:

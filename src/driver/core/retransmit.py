@@ -3,7 +3,8 @@
 Theory of operation (Aeron 1.15.1 ``RetransmitHandler``, reference §3.6):
 
 - A NAK names (term_id, term_offset, length). Offsets outside ``[0, term_length - 32]`` are
-  invalid: counted (INVALID_PACKETS) and ignored.
+  invalid: counted (INVALID_PACKETS) and ignored. So are offsets not on a 32-byte frame boundary
+  (1.15.1 does not check; its resend would scan from the middle of a frame, ours would raise).
 - Each accepted NAK takes one of ``max_actions`` (16) slots keyed by (term_id, term_offset). While
   a slot for that key is active, further NAKs for it are ignored -- this absorbs the repeats a
   receiver (or many multicast receivers) send for the same gap. When all slots are busy the NAK
@@ -40,6 +41,7 @@ RETRANSMIT_UNICAST_DELAY_NS = 0
 RETRANSMIT_UNICAST_LINGER_NS = 60_000_000
 
 _HEADER_LENGTH = 32  # DATA header: a NAK offset must leave room for one frame header
+_FRAME_ALIGNMENT_MASK = 31  # and name a frame boundary
 
 _INACTIVE = 0
 _DELAYED = 1
@@ -101,7 +103,7 @@ class RetransmitHandler:
     def on_nak(
         self, term_id: int, term_offset: int, length: int, term_length: int, now_ns: int, resend: ResendFn
     ) -> None:
-        if term_offset < 0 or term_offset > term_length - _HEADER_LENGTH:
+        if term_offset < 0 or term_offset > term_length - _HEADER_LENGTH or term_offset & _FRAME_ALIGNMENT_MASK:
             self.invalid_naks += 1
             if self._on_invalid is not None:
                 self._on_invalid()

@@ -170,8 +170,13 @@ class SendChannelEndpoint:
     def _on_status_message(self, view: memoryview, address: Address, now_ns: int) -> None:
         _, _, flags, _, session_id, stream_id, term_id, term_offset, window, receiver_id = _unpack_sm(view, 0)
         self.counters.status_messages_received.increment()
-        if self.is_dynamic and not flags & SEND_SETUP_FLAG:
+        if self.is_dynamic:  # as 1.15.1: every receiver that speaks to the control address is a destination
             self.add_destination(address)
+        if session_id == 0 and stream_id == 0 and flags & SEND_SETUP_FLAG and (self.is_dynamic or self.is_manual):
+            # A subscriber on ``control=`` asking every publication here for a SETUP (it knows no session yet).
+            for each in self.publications.values():
+                each.on_status_message(flags, term_id, term_offset, window, receiver_id, now_ns)
+            return
         publication = self.publications.get((session_id, stream_id))
         if publication is not None:
             publication.on_status_message(flags, term_id, term_offset, window, receiver_id, now_ns)
@@ -233,6 +238,7 @@ class ReceiveChannelEndpoint:
         self._buffer, self._view = _receive_buffer()
         self._control = bytearray(64)
         self._send = self.transport.send
+        self._next_control_elicit_ns = 0
 
     def control_address_for(self, source: Address) -> Address:
         """Where status messages and NAKs go: the sender's socket, or the multicast control group."""
@@ -291,6 +297,21 @@ class ReceiveChannelEndpoint:
         n = write_sm(self._control, 0, session_id, stream_id, 0, 0, 0, self.receiver_id, SEND_SETUP_FLAG)
         self.send_control(memoryview(self._control)[:n], address)
         self.counters.status_messages_sent.increment()
+
+    def elicit_from_control(self, now_ns: int, interval_ns: int) -> None:
+        """``control=`` on a unicast subscription (MDC): ask the publisher there for SETUPs while subscribed.
+
+        The publisher cannot know us before we speak, so, as 1.15.1 does, a
+        setup-eliciting SM for session 0 / stream 0 goes to the control address
+        every ``interval_ns`` while any stream is subscribed.
+        """
+        channel = self.channel
+        if not channel.has_explicit_control or channel.is_multicast or not self.stream_ref_counts:
+            return
+        if now_ns - self._next_control_elicit_ns < 0:
+            return
+        self._next_control_elicit_ns = now_ns + interval_ns
+        self.elicit_setup(0, 0, (channel.local_control[0], channel.local_control[1]))
 
     def _on_setup_frame(self, view: memoryview, address: Address, now_ns: int) -> None:
         fields = _unpack_setup(view, 0)

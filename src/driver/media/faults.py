@@ -9,10 +9,13 @@ next one (or after ``max_hold`` further attempts with nothing else to pass).
 from __future__ import annotations
 
 import random
+from typing import Generic, TypeVar
 
 import attrs
 
 __all__ = ["FaultInjector", "FaultSpec"]
+
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -29,20 +32,23 @@ class FaultSpec:
         return self.loss_rate > 0 or self.reorder_rate > 0 or self.duplicate_rate > 0
 
 
-class FaultInjector:
-    """Decides the fate of each datagram; ``process`` returns what to pass on, in order."""
+class FaultInjector(Generic[T]):
+    """Decides the fate of each datagram (with whatever travels with it, e.g. its address).
+
+    ``process`` returns what to pass on, in order.
+    """
 
     def __init__(self, spec: FaultSpec, max_hold: int = 8) -> None:
         self.spec = spec
         self._rng = random.Random(spec.seed)
-        self._held: bytes | None = None
+        self._held: T | None = None
         self._held_age = 0
         self._max_hold = max_hold
         self.dropped = 0
         self.reordered = 0
         self.duplicated = 0
 
-    def process(self, datagram: bytes) -> list[bytes]:
+    def process(self, datagram: T) -> list[T]:
         rng = self._rng.random
         spec = self.spec
         if spec.loss_rate and rng() < spec.loss_rate:
@@ -61,7 +67,7 @@ class FaultInjector:
             self._held_age = 0
         return out
 
-    def release_held(self) -> list[bytes]:
+    def release_held(self) -> list[T]:
         """Datagrams held back too long; call when the path is otherwise idle."""
         if self._held is None:
             return []

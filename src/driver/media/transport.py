@@ -70,8 +70,12 @@ class UdpTransport:
         self.local_address: Address = sock.getsockname()
         self._sendto = sock.sendto
         self._recvfrom_into = sock.recvfrom_into
-        self._send_faults = FaultInjector(send_faults) if send_faults and send_faults.enabled else None
-        self._receive_faults = FaultInjector(receive_faults) if receive_faults and receive_faults.enabled else None
+        self._send_faults: FaultInjector[tuple[bytes, Address]] | None = (
+            FaultInjector(send_faults) if send_faults and send_faults.enabled else None
+        )
+        self._receive_faults: FaultInjector[tuple[bytes, Address]] | None = (
+            FaultInjector(receive_faults) if receive_faults and receive_faults.enabled else None
+        )
         self._pending: collections.deque[tuple[bytes, Address]] = collections.deque()
         self.short_sends = 0
 
@@ -89,9 +93,9 @@ class UdpTransport:
 
     def _send_with_faults(self, data: bytes, address: Address) -> int:
         assert self._send_faults is not None
-        for datagram in self._send_faults.process(data):
+        for datagram, destination in self._send_faults.process((data, address)):
             try:
-                self._sendto(datagram, address)
+                self._sendto(datagram, destination)
             except OSError as exc:
                 if exc.errno not in _WOULD_BLOCK:
                     raise ChannelEndpointError(f"{self.description}: send to {address} failed: {exc}") from exc
@@ -119,17 +123,14 @@ class UdpTransport:
             except OSError as exc:
                 if exc.errno not in (*_WOULD_BLOCK, errno.ECONNREFUSED):
                     raise ChannelEndpointError(f"{self.description}: receive failed: {exc}") from exc
-                self._pending.extend((d, self._last_address) for d in faults.release_held())
+                self._pending.extend(faults.release_held())
             else:
-                self._last_address = address
-                self._pending.extend((d, address) for d in faults.process(bytes(buffer[:length])))
+                self._pending.extend(faults.process((bytes(buffer[:length]), address)))
         if not self._pending:
             return None
         datagram, address = self._pending.popleft()
         buffer[: len(datagram)] = datagram
         return len(datagram), address
-
-    _last_address: Address = ("0.0.0.0", 0)
 
     @property
     def fault_counts(self) -> dict[str, int]:
