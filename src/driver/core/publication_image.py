@@ -266,23 +266,33 @@ class PublicationImage:
     # -- conductor thread -----------------------------------------------------------------------
 
     def on_time_event(self, now_ns: int) -> bool:
-        """Timer step; True when the image just went inactive (tell the subscribers)."""
+        """Timer step; True when the image just went to linger (tell the subscribers it is unavailable).
+
+        As in 1.15.1, an image that ended (end of stream, or silence) stays INACTIVE, and
+        still available to its subscribers, until every subscriber has read up to the rebuild
+        position: telling them earlier would lose the messages they have not polled yet.
+        """
         if self.state is ImageState.ACTIVE:
             idle = now_ns - self.time_of_last_packet_ns > self.image_liveness_timeout_ns
-            drained = self.is_end_of_stream and self.rebuild_position.get_volatile() >= self.hwm_position.get_volatile()
-            if idle or drained:
+            ended = self.is_end_of_stream and self.rebuild_position.get_volatile() >= self.hwm_position.get_volatile()
+            if idle or ended:
                 self.state = ImageState.INACTIVE
                 self.time_of_last_state_change_ns = now_ns
+        if self.state is ImageState.INACTIVE:
+            if self._is_drained():
+                self.state = ImageState.LINGER
+                self.time_of_last_state_change_ns = now_ns
                 return True
-        elif self.state is ImageState.INACTIVE:
-            self.state = ImageState.LINGER
-            self.time_of_last_state_change_ns = now_ns
         elif (
             self.state is ImageState.LINGER
             and now_ns - self.time_of_last_state_change_ns > self.image_liveness_timeout_ns
         ):
             self.state = ImageState.DONE
         return False
+
+    def _is_drained(self) -> bool:
+        rebuild = self.rebuild_position.get_volatile()
+        return all(position.get_volatile() >= rebuild for position in self.subscriber_positions)
 
     def close(self) -> None:
         self.hwm_position.close()
