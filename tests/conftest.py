@@ -53,7 +53,7 @@ def java_media_driver(aeron_java: AeronJava, aeron_dir: Path, tmp_path: Path) ->
 
 FAST_DRIVER_SETTINGS: dict[str, object] = {
     "timer_interval_ns": 50_000_000,
-    "client_liveness_timeout_ns": 2_000_000_000,
+    "client_liveness_timeout_ns": 3_000_000_000,
     "publication_linger_timeout_ns": 500_000_000,
     "publication_unblock_timeout_ns": 2_000_000_000,
     "ipc_term_buffer_length": 1024 * 1024,

@@ -196,13 +196,14 @@ class DriverConductor:
         self._to_driver.set_consumer_heartbeat_time(self._epoch_clock.time_ms())
 
     def do_work(self) -> int:
+        # Commands first: after a stall (the process descheduled, the machine loaded), keepalives
+        # already waiting in the ring count before liveness is judged.
+        work = self._to_driver.read(self._on_command, COMMAND_LIMIT)
+        work += self._conductor_queue.drain()
         now_ns = self._nano_clock.nano_time()
-        work = 0
         if now_ns >= self._timer_deadline_ns:
             self._timer_deadline_ns = now_ns + self._timer_interval_ns
             work += self._on_timer(now_ns, self._epoch_clock.time_ms())
-        work += self._to_driver.read(self._on_command, COMMAND_LIMIT)
-        work += self._conductor_queue.drain()
         work += self.network.update_publisher_limits()
         for publication in self.ipc_publications:
             if publication.state is PublicationState.ACTIVE:
