@@ -244,6 +244,26 @@ class Publication(abc.ABC):
     def log_buffers(self) -> LogBuffers:
         return self._log
 
+    def add_destination(self, endpoint_channel: str) -> None:
+        """Send to one more destination (``aeron:udp?endpoint=host:port``) too.
+
+        For publications on a ``control-mode=manual`` channel (multi-destination
+        cast); waits, bounded, for the driver; RegistrationError if it refuses.
+        """
+        self._destination(endpoint_channel, add=True)
+
+    def remove_destination(self, endpoint_channel: str) -> None:
+        """Stop sending to a destination added with :meth:`add_destination`."""
+        self._destination(endpoint_channel, add=False)
+
+    def _destination(self, endpoint_channel: str, *, add: bool) -> None:
+        conductor = self._conductor
+        with conductor.lock:
+            request = conductor.begin_destination(
+                self.original_registration_id, endpoint_channel, add=add, receive=False
+            )
+        conductor.await_response(request)
+
     def close(self) -> None:
         """Release the publication (REMOVE_PUBLICATION; waits, bounded, for the driver's answer)."""
         if not self._is_closed:

@@ -1,9 +1,8 @@
 """Multi-destination cast: one publication sent to several unicast subscribers.
 
 ``control-mode=manual``: the publisher adds and removes destinations with
-ADD_DESTINATION / REMOVE_DESTINATION. The client API has no
-``Publication.add_destination`` (only ``ClientConductor.begin_destination``), so
-these tests go through the conductor the way such a method would.
+``Publication.add_destination`` / ``remove_destination`` (ADD_DESTINATION /
+REMOVE_DESTINATION).
 
 ``control-mode=dynamic``: the publication listens on ``control=``; subscribers name
 the same control address and are added when their status messages arrive.
@@ -16,20 +15,12 @@ import time
 import pytest
 from udp_helpers import Collector, UdpDrivers, driver_errors, free_udp_port, publish_checked
 
-from driver.client import Aeron, Publication, Subscription
+from driver.client import Publication, Subscription
 from driver.errors import RegistrationError
 from support.clients import wait_for_image
 from support.waiting import execute_until
 
 STREAM_ID = 3003
-
-
-def _destination(client: Aeron, registration_id: int, channel: str, *, add: bool) -> None:
-    """What ``Publication.add_destination``/``remove_destination`` would do; blocks for the driver's answer."""
-    conductor = client.conductor
-    with conductor.lock:
-        request = conductor.begin_destination(registration_id, channel, add=add, receive=False)
-    conductor.await_response(request)
 
 
 def _offer_for(publication: Publication, subscriptions: list[tuple[Subscription, Collector]], seconds: float) -> None:
@@ -47,16 +38,14 @@ def test_manual_mdc_add_and_remove_destinations(udp: UdpDrivers) -> None:
     pub_dir = udp.embedded("pub").aeron_dir
     sub_dirs = [udp.embedded(f"sub{i}").aeron_dir for i in range(2)]
     sub_channels = [f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}" for _ in sub_dirs]
-    subscriptions = [
-        udp.client(d).add_subscription(c, STREAM_ID) for d, c in zip(sub_dirs, sub_channels, strict=True)
-    ]
+    subscriptions = [udp.client(d).add_subscription(c, STREAM_ID) for d, c in zip(sub_dirs, sub_channels, strict=True)]
     publisher = udp.client(pub_dir)
     publication = publisher.add_exclusive_publication(
         f"aeron:udp?control-mode=manual|fc=min|control=127.0.0.1:{free_udp_port()}", STREAM_ID
     )
     assert not publication.is_connected
     for channel in sub_channels:
-        _destination(publisher, publication.registration_id, channel, add=True)
+        publication.add_destination(channel)
     for subscription in subscriptions:
         wait_for_image(subscription)
     collectors = [Collector(session_id=publication.session_id) for _ in subscriptions]
@@ -65,7 +54,7 @@ def test_manual_mdc_add_and_remove_destinations(udp: UdpDrivers) -> None:
     publish_checked(publication, pairs, 4, 64 * 1024 - 16, timeout_s=20, start_seq=1000)
 
     # Without its destination the second subscriber's image goes away; the first keeps everything.
-    _destination(publisher, publication.registration_id, sub_channels[1], add=False)
+    publication.remove_destination(sub_channels[1])
     execute_until(
         lambda: not subscriptions[1].images,
         lambda: _offer_for(publication, pairs, 0.05),
@@ -79,11 +68,14 @@ def test_manual_mdc_add_and_remove_destinations(udp: UdpDrivers) -> None:
         assert driver_errors(directory) == []
 
     # Unknown publications and non-manual channels are refused with typed errors.
+    conductor = publisher.conductor
+    with conductor.lock:
+        request = conductor.begin_destination(-1, sub_channels[0], add=True, receive=False)
     with pytest.raises(RegistrationError, match="unknown publication"):
-        _destination(publisher, -1, sub_channels[0], add=True)
+        conductor.await_response(request)
     unicast = publisher.add_publication(f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}", STREAM_ID)
     with pytest.raises(RegistrationError, match="manual"):
-        _destination(publisher, unicast.registration_id, sub_channels[0], add=True)
+        unicast.add_destination(sub_channels[0])
 
 
 def test_dynamic_mdc_subscribers_join_through_the_control_address(udp: UdpDrivers) -> None:
@@ -94,9 +86,7 @@ def test_dynamic_mdc_subscribers_join_through_the_control_address(udp: UdpDriver
         f"aeron:udp?control-mode=dynamic|fc=min|control={control}", STREAM_ID
     )
     subscriptions = [
-        udp.client(d).add_subscription(
-            f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|control={control}", STREAM_ID
-        )
+        udp.client(d).add_subscription(f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|control={control}", STREAM_ID)
         for d in sub_dirs
     ]
     for subscription in subscriptions:
