@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from driver.cnc import CncGeneration
 from driver.config import DriverContext
 from driver.core.media_driver import MediaDriver
+from support.aeron_c import AeronC, PeerUnavailableError
 from support.aeron_java import AeronJava, JavaMediaDriver, start_java_media_driver
 from support.any_driver import AnyDriver
 from support.driver_process import DriverProcess
@@ -30,6 +32,18 @@ def _shm_base() -> Path:
 def aeron_java() -> AeronJava:
     """Java 11 + aeron-all-1.15.1.jar, installed into the peer cache on first use."""
     return AeronJava.ensure()
+
+
+@pytest.fixture(scope="session")
+def aeron_c() -> AeronC:
+    """Today's Aeron C driver and client (pyaeron in a CPython >= 3.12 venv), set up in a cache on first use.
+
+    Skips, naming the reason, where no CPython >= 3.12 exists to run it.
+    """
+    try:
+        return AeronC.ensure()
+    except PeerUnavailableError as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture
@@ -60,10 +74,20 @@ FAST_DRIVER_SETTINGS: dict[str, object] = {
 }
 
 
+V15_DRIVER_SETTINGS: dict[str, object] = {**FAST_DRIVER_SETTINGS, "cnc_generation": CncGeneration.V15}
+"""For tests where Aeron Java 1.15.1 clients or tools use our driver: they accept only CnC version 15."""
+
+
+def _driver_settings(request: pytest.FixtureRequest) -> dict[str, object]:
+    """Today's generation (the default) unless the test is marked ``cnc_v15``."""
+    return V15_DRIVER_SETTINGS if request.node.get_closest_marker("cnc_v15") else FAST_DRIVER_SETTINGS
+
+
 @pytest.fixture
-def media_driver(aeron_dir: Path) -> Iterator[MediaDriver]:
+def media_driver(aeron_dir: Path, request: pytest.FixtureRequest) -> Iterator[MediaDriver]:
     """Our driver embedded in the test process (SHARED thread), with short timers, on ``aeron_dir``."""
-    ctx = DriverContext.from_env({}, aeron_dir=aeron_dir, threading_mode="SHARED", **FAST_DRIVER_SETTINGS)
+    settings = _driver_settings(request)
+    ctx = DriverContext.from_env({}, aeron_dir=aeron_dir, threading_mode="SHARED", **settings)
     driver = MediaDriver.launch(ctx)
     try:
         yield driver
@@ -72,9 +96,9 @@ def media_driver(aeron_dir: Path) -> Iterator[MediaDriver]:
 
 
 @pytest.fixture
-def driver_process(aeron_dir: Path, tmp_path: Path) -> Iterator[DriverProcess]:
+def driver_process(aeron_dir: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
     """Our standalone driver (``python -m driver``) as a separate process, stopped by pid afterwards."""
-    proc = DriverProcess.start(aeron_dir, tmp_path / "driver.log", FAST_DRIVER_SETTINGS)
+    proc = DriverProcess.start(aeron_dir, tmp_path / "driver.log", _driver_settings(request))
     try:
         yield proc
     finally:

@@ -85,13 +85,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"driver: running in {driver.aeron_dir} ({context.threading_mode.name}); Ctrl-C stops it", flush=True)
     try:
         invoker = driver.invoker
+        terminate = driver.termination_requested
         if invoker is None:
-            while not stop.wait(0.5):
+            while not stop.wait(0.05) and not terminate.is_set():
                 pass
         else:
             idle = BackoffIdleStrategy()
-            while not stop.is_set():
+            while not stop.is_set() and not terminate.is_set():
                 idle.idle(invoker.invoke())
+        if terminate.is_set():
+            print("driver: terminated by a client's request", flush=True)
     finally:
         driver.close()
     print("driver: stopped", flush=True)

@@ -8,9 +8,12 @@ Construction only converts; :meth:`DriverContext.conclude` checks every field
 and raises :class:`~driver.errors.ConfigurationError` naming the property, the
 value and the allowed range, so a bad setting fails before any file is made.
 
-Settings this implementation adds: ``aeron.cnc.version`` ("15" for Aeron
-1.15.x peers, "current" for today's layout) and ``aeron.dir.delete.on.shutdown``
-(a later Aeron property; 1.15.1 has no equivalent).
+Settings this implementation adds: ``aeron.cnc.version`` (``AERON_CNC_VERSION``:
+"current", the default, for today's CnC 0.2.0 layout that today's C and Java
+clients need; "15" for Aeron 1.15.x clients and tools, which accept nothing
+else), ``aeron.driver.termination.validator`` (today's TERMINATE_DRIVER command:
+"deny", the default, "allow", or "token:<text>" to accept that token only) and
+``aeron.dir.delete.on.shutdown`` (later Aeron properties; 1.15.1 has neither).
 """
 
 from __future__ import annotations
@@ -127,6 +130,7 @@ class _Kind(enum.Enum):
     IDLE = "idle"
     CNC = "cnc"
     RATE = "rate"
+    TEXT = "text"
 
 
 def _parse_text(kind: _Kind, prop: str, text: str) -> object:
@@ -158,6 +162,8 @@ def _parse_text(kind: _Kind, prop: str, text: str) -> object:
             raise ConfigurationError(prop, text, f"one of {', '.join(m.name for m in ThreadingMode)}") from None
     if kind is _Kind.IDLE:
         return normalize_idle_strategy(text, prop)
+    if kind is _Kind.TEXT:
+        return text
     if kind is _Kind.RATE:
         try:
             return float(text)
@@ -292,7 +298,10 @@ class DriverContext:
     )
     dir_warn_if_exists: bool = attrs.field(default=True, metadata=_meta("aeron.dir.warn.if.exists", _Kind.BOOL))
     cnc_generation: CncGeneration = attrs.field(
-        default=CncGeneration.V15, metadata=_meta("aeron.cnc.version", _Kind.CNC)
+        default=CncGeneration.CURRENT, metadata=_meta("aeron.cnc.version", _Kind.CNC)
+    )
+    termination_validator: str = attrs.field(
+        default="deny", metadata=_meta("aeron.driver.termination.validator", _Kind.TEXT)
     )
 
     term_buffer_length: int = attrs.field(default=16 * _MIB, metadata=_meta("aeron.term.buffer.length", _Kind.SIZE))
@@ -487,6 +496,8 @@ class DriverContext:
         for name in ("term_buffer_sparse_file", "perform_storage_checks", "spies_simulate_connection"):
             c.boolean(name)
         c.instance("cnc_generation", CncGeneration)
+        if not (self.termination_validator in ("allow", "deny") or self.termination_validator.startswith("token:")):
+            raise c.fail("termination_validator", '"deny", "allow" or "token:<text>"')
         c.instance("threading_mode", ThreadingMode)
 
         c.power_of_two("term_buffer_length", _TERM_MIN_LENGTH, _TERM_MAX_LENGTH)

@@ -18,6 +18,7 @@ __all__ = [
     "CncVersionError",
     "ConfigurationError",
     "ControlProtocolError",
+    "CurrentErrorCode",
     "DriverError",
     "DriverTimeoutError",
     "ErrorCode",
@@ -26,6 +27,8 @@ __all__ = [
     "MalformedFrameError",
     "RegistrationError",
     "StorageSpaceError",
+    "error_code_name",
+    "wire_error_code",
 ]
 
 
@@ -44,6 +47,54 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_PUBLICATION = 3
     CHANNEL_ENDPOINT_ERROR = 4
     UNKNOWN_COUNTER = 5
+
+
+class CurrentErrorCode(enum.IntEnum):
+    """Error codes carried by ON_ERROR as today's Aeron (CnC 0.2.0) numbers them.
+
+    1-5 keep their 1.15.1 meaning; 0 became UNUSED and GENERIC_ERROR moved to 11.
+    """
+
+    UNUSED = 0
+    INVALID_CHANNEL = 1
+    UNKNOWN_SUBSCRIPTION = 2
+    UNKNOWN_PUBLICATION = 3
+    CHANNEL_ENDPOINT_ERROR = 4
+    UNKNOWN_COUNTER = 5
+    UNKNOWN_COMMAND_TYPE_ID = 6
+    MALFORMED_COMMAND = 7
+    NOT_SUPPORTED = 8
+    UNKNOWN_HOST = 9
+    RESOURCE_TEMPORARILY_UNAVAILABLE = 10
+    GENERIC_ERROR = 11
+    STORAGE_SPACE = 12
+    IMAGE_REJECTED = 13
+    PUBLICATION_REVOKED = 14
+
+
+def wire_error_code(code: ErrorCode | CurrentErrorCode, current: bool) -> int:
+    """The number to put in ON_ERROR for the generation in use.
+
+    A 1.15.1 client knows only 0-5, so today's finer codes fall back to its
+    GENERIC_ERROR (0); today's clients read 0 as UNUSED, so GENERIC is 11 there.
+    """
+    if isinstance(code, CurrentErrorCode):
+        if current:
+            return int(code)
+        if code is CurrentErrorCode.GENERIC_ERROR or int(code) > int(ErrorCode.UNKNOWN_COUNTER):
+            return int(ErrorCode.GENERIC_ERROR)
+        return int(code)
+    if current and code is ErrorCode.GENERIC_ERROR:
+        return int(CurrentErrorCode.GENERIC_ERROR)
+    return int(code)
+
+
+def error_code_name(error_code: int, current: bool = False) -> str:
+    """The name of an ON_ERROR code in the table of the generation in use."""
+    try:
+        return CurrentErrorCode(error_code).name if current else ErrorCode(error_code).name
+    except ValueError:
+        return f"code {error_code}"
 
 
 class DriverError(Exception):
@@ -69,12 +120,10 @@ class InvalidChannelError(ConfigurationError):
 class RegistrationError(DriverError):
     """The driver refused a command (answered ON_ERROR)."""
 
-    def __init__(self, correlation_id: int, error_code: int, message: str) -> None:
-        try:
-            name = ErrorCode(error_code).name
-        except ValueError:
-            name = f"code {error_code}"
+    def __init__(self, correlation_id: int, error_code: int, message: str, current: bool = False) -> None:
+        name = error_code_name(error_code, current)
         super().__init__(f"{name}: {message} (correlation id {correlation_id})")
+        self.error_code_name = name
         self.correlation_id = correlation_id
         self.error_code = error_code
         self.driver_message = message
@@ -125,6 +174,6 @@ class AgentTerminationError(DriverError):
 class ControlProtocolError(DriverError):
     """A client command the driver cannot satisfy; sent back as ON_ERROR with its code."""
 
-    def __init__(self, error_code: ErrorCode, message: str) -> None:
+    def __init__(self, error_code: ErrorCode | CurrentErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_code = error_code

@@ -14,7 +14,7 @@ from support.aeron_java import AeronJava, aeron_stat_snapshot
 from support.driver_process import DriverProcess
 from support.waiting import execute_until
 
-pytestmark = [pytest.mark.interop, pytest.mark.process]
+pytestmark = [pytest.mark.interop, pytest.mark.process, pytest.mark.cnc_v15]
 
 
 def test_aeron_stat_prints_our_counters(aeron_java: AeronJava, media_driver: MediaDriver, tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from driver.client.conductor import (
     ClientError,
     ErrorHandler,
     PendingRequest,
+    PublicationErrorHandler,
     UnavailableCounterHandler,
 )
 from driver.client.counter import Counter
@@ -59,9 +60,12 @@ _CLIENT_OPTIONS = frozenset(
         "unavailable_image_handler",
         "available_counter_handler",
         "unavailable_counter_handler",
+        "publication_error_handler",
     )
 )
 _STALE_DRIVER_RETRY_S = 0.1
+SUPPORTED_CNC_GENERATIONS = (CncGeneration.V15, CncGeneration.CURRENT)
+"""The client speaks whichever of these it finds; any other cnc.dat version is a CncVersionError."""
 _HEARTBEAT_POLL_S = 0.001
 
 
@@ -80,7 +84,7 @@ def _connect_to_driver(context: ClientContext) -> CncFile:
     deadline = time.monotonic() + timeout_s
     while True:
         remaining = max(deadline - time.monotonic(), 0.001)
-        cnc = CncFile.map_existing(context.aeron_dir, timeout_s=remaining, supported=(CncGeneration.V15,))
+        cnc = CncFile.map_existing(context.aeron_dir, timeout_s=remaining, supported=SUPPORTED_CNC_GENERATIONS)
         try:
             ring = ManyToOneRingBuffer(cnc.to_driver_buffer)
             while ring.consumer_heartbeat_time() == 0:
@@ -120,6 +124,7 @@ class Aeron:
         unavailable_image_handler: UnavailableImageHandler | None = None,
         available_counter_handler: AvailableCounterHandler | None = None,
         unavailable_counter_handler: UnavailableCounterHandler | None = None,
+        publication_error_handler: PublicationErrorHandler | None = None,
     ) -> None:
         """Connect with a concluded context; prefer :meth:`connect`, which also builds the context."""
         self.context = context
@@ -134,6 +139,7 @@ class Aeron:
                 unavailable_image_handler=unavailable_image_handler,
                 available_counter_handler=available_counter_handler,
                 unavailable_counter_handler=unavailable_counter_handler,
+                publication_error_handler=publication_error_handler,
                 invoker_mode=use_conductor_agent_invoker,
             )
         except BaseException:
@@ -159,8 +165,9 @@ class Aeron:
         ``error_handler``, ``idle_strategy``, ...) or set client options:
         ``use_conductor_agent_invoker``, ``available_image_handler``,
         ``unavailable_image_handler``, ``available_counter_handler``,
-        ``unavailable_counter_handler``. The conductor thread sleeps 16 ms when idle,
-        as Aeron's client conductor does (a blocking add drives the conductor itself
+        ``unavailable_counter_handler``, ``publication_error_handler`` (today's drivers tell
+        a publication's owner when a receiver refused it with an ERR frame). The conductor
+        thread sleeps 16 ms when idle, as Aeron's client conductor does (a blocking add drives the conductor itself
         while it waits); errors go to :mod:`logging` unless ``error_handler`` is given.
         Raises DriverTimeoutError if no live driver shows up within the driver timeout.
         """
@@ -300,6 +307,24 @@ class Aeron:
         """Have the driver allocate a counter (type id, key up to 112 bytes, ASCII label up to 380)."""
         request = self._begin(lambda: self._conductor.begin_add_counter(type_id, key, label))
         return self._await(request, Counter)
+
+    def add_static_counter(self, type_id: int, registration_id: int, key: bytes = b"", label: str = "") -> int:
+        """Today's drivers only: a counter no client owns, found again by (type id, registration id).
+
+        Returns its counter id (the same one for every caller of the same pair).
+        """
+        request = self._begin(lambda: self._conductor.begin_add_static_counter(type_id, registration_id, key, label))
+        return self._await(request, int)
+
+    def next_available_session_id(self, stream_id: int) -> int:
+        """Today's drivers only: a session id no publication on ``stream_id`` uses now."""
+        request = self._begin(lambda: self._conductor.begin_next_session_id(stream_id))
+        return self._await(request, int)
+
+    @property
+    def cnc_generation(self) -> CncGeneration:
+        """The cnc.dat generation the driver writes (and this client speaks)."""
+        return self._conductor.generation
 
     # ------------------------------------------------------------------ resources (async)
 

@@ -6,8 +6,15 @@ Commands go to the driver through the to-driver ring buffer (:class:`DriverProxy
 the driver answers, and announces images and counters, on the to-clients
 broadcast buffer, which every client reads. The conductor's *service* step reads
 that buffer, keeps only what concerns this client (its pending correlation ids
-and its subscriptions), sends a keepalive every ``keepalive_interval_ns`` and
+and its subscriptions), proves it is alive every ``keepalive_interval_ns`` and
 watches the driver's heartbeat.
+
+The client speaks the generation of the cnc.dat it found. Against a 1.15.1
+(CnC 15) driver it sends CLIENT_KEEPALIVE; against today's (CnC 0.2.0) it does
+what today's clients do: it finds the client-heartbeat counter (type 11, key =
+client id) the driver allocates on its first command and stamps epoch ms into
+it, reads ON_ERROR codes in today's table and understands today's responses
+(ON_STATIC_COUNTER, ON_NEXT_AVAILABLE_SESSION_ID, ON_PUBLICATION_ERROR).
 
 One re-entrant lock guards all conductor state. Whoever holds it may service:
 the conductor's own agent thread (``do_work`` only *tries* the lock), or a
@@ -42,7 +49,7 @@ from driver.client.counter import Counter
 from driver.client.driver_proxy import DriverProxy
 from driver.client.publication import ConcurrentPublication, ExclusivePublication, Publication
 from driver.client.subscription import AvailableImageHandler, Image, Subscription, UnavailableImageHandler
-from driver.cnc import CncFile
+from driver.cnc import CncFile, CncGeneration
 from driver.command import (
     ClientTimeout,
     CounterUpdate,
@@ -54,10 +61,13 @@ from driver.command import (
     ResponseType,
     SubscriptionReady,
 )
+from driver.command.current import PublicationErrorResponse, StaticCounterResponse
+from driver.command.types import CurrentCommandType
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.broadcast import BroadcastReceiver, CopyBroadcastReceiver
 from driver.concurrent.counters import COUNTER_LENGTH, MAX_KEY_LENGTH, MAX_LABEL_LENGTH, CountersReader
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
+from driver.concurrent.system_counters import CLIENT_HEARTBEAT_TYPE_ID
 from driver.errors import (
     AgentTerminationError,
     ChannelEndpointError,
@@ -78,12 +88,14 @@ __all__ = [
     "ClientError",
     "ErrorHandler",
     "PendingRequest",
+    "PublicationErrorHandler",
     "UnavailableCounterHandler",
 ]
 
 ErrorHandler = Callable[[BaseException], None]
 AvailableCounterHandler = Callable[[CountersReader, int, int], object]
 UnavailableCounterHandler = Callable[[CountersReader, int, int], object]
+PublicationErrorHandler = Callable[[PublicationErrorResponse], object]
 
 _IDLE_SLEEP_NS = 16_000_000
 """How often timeouts (keepalive, driver liveness, lingering mappings) are checked, as 1.15.1."""
@@ -157,6 +169,7 @@ class ClientConductor:
         unavailable_image_handler: UnavailableImageHandler | None = None,
         available_counter_handler: AvailableCounterHandler | None = None,
         unavailable_counter_handler: UnavailableCounterHandler | None = None,
+        publication_error_handler: PublicationErrorHandler | None = None,
         invoker_mode: bool = False,
         nano_clock: Callable[[], int] = time.monotonic_ns,
         epoch_clock: Callable[[], int] = _epoch_ms,
@@ -169,6 +182,10 @@ class ClientConductor:
         self._default_unavailable_image_handler = unavailable_image_handler
         self._available_counter_handler = available_counter_handler
         self._unavailable_counter_handler = unavailable_counter_handler
+        self._publication_error_handler = publication_error_handler
+        self.generation = cnc.generation
+        self._current = cnc.generation is CncGeneration.CURRENT
+        self._heartbeat_counter_id = _NO_ID_ALLOCATED
         self._invoker_mode = invoker_mode
         self._nano_clock = nano_clock
         self._epoch_clock = epoch_clock
@@ -275,7 +292,10 @@ class ClientConductor:
             heartbeat_ms = self._proxy.time_of_last_driver_keepalive_ms()
             if self._epoch_clock() > heartbeat_ms + self._driver_timeout_ms:
                 raise DriverTimeoutError(f"MediaDriver keepalive older than {self._driver_timeout_ms} ms")
-            self._proxy.send_client_keepalive()
+            if self._current:
+                self._stamp_heartbeat()
+            else:
+                self._proxy.send_client_keepalive()
             self._time_of_last_keepalive_ns = now_ns
             work += 1
         if self._pending:
@@ -291,6 +311,19 @@ class ClientConductor:
                         work += 1
                 self._lingering = keep
         return work
+
+    def _stamp_heartbeat(self) -> None:
+        """Today's liveness: stamp the heartbeat counter the driver allocated for this client."""
+        reader = self.counters_reader
+        counter_id = self._heartbeat_counter_id
+        if counter_id == _NO_ID_ALLOCATED:
+            counter_id = reader.find_by_type_id_and_registration_id(CLIENT_HEARTBEAT_TYPE_ID, self.client_id)
+            if counter_id == _NO_ID_ALLOCATED:
+                return  # the driver has not seen a command from us yet, so it is not timing us
+            self._heartbeat_counter_id = counter_id
+        elif reader.find_by_type_id_and_registration_id(CLIENT_HEARTBEAT_TYPE_ID, self.client_id) != counter_id:
+            raise ClientTimeoutError(f"unexpected close of heartbeat timestamp counter: {counter_id}")
+        self._values.put_long_ordered(counter_id * COUNTER_LENGTH, self._epoch_clock())
 
     def _drop_stale_requests(self, now_ns: int) -> None:
         """Forget abandoned requests the driver never answered (one more driver timeout of grace)."""
@@ -376,7 +409,17 @@ class ClientConductor:
             self._on_counter(self._unavailable_counter_handler, CounterUpdate.decode(body))
         elif msg_type_id == ResponseType.ON_CLIENT_TIMEOUT and ClientTimeout.decode(body).client_id == self.client_id:
             self._terminate(ClientTimeoutError(f"client {self.client_id} timed out by the driver"))
-        # Anything else (another generation's messages) is not for a 1.15.1 client: ignore it.
+        elif msg_type_id in (CurrentCommandType.ON_STATIC_COUNTER, CurrentCommandType.ON_NEXT_AVAILABLE_SESSION_ID):
+            # Both are (correlation id int64, int32); the request knows which it asked for.
+            answer = StaticCounterResponse.decode(body)
+            request = self._pending.pop(answer.correlation_id, None)
+            if request is not None:
+                request.complete(answer.counter_id)
+        elif msg_type_id == CurrentCommandType.ON_PUBLICATION_ERROR:
+            error = PublicationErrorResponse.decode(body)
+            if error.registration_id in self._resources and self._publication_error_handler is not None:
+                self._callback(self._publication_error_handler, error)
+        # Anything else (another generation's messages) is not for this client: ignore it.
 
     def _complete(self, request: PendingRequest, resource: Publication | Subscription | Counter) -> None:
         if request.abandoned:
@@ -401,7 +444,9 @@ class ClientConductor:
         if isinstance(request.resource, Subscription):
             self._resources.pop(request.correlation_id, None)
             request.resource._internal_close()
-        request.fail(RegistrationError(error.offending_correlation_id, error.error_code, error.error_message))
+        request.fail(
+            RegistrationError(error.offending_correlation_id, error.error_code, error.error_message, self._current)
+        )
 
     def _on_channel_endpoint_error(self, status_indicator_id: int, message: str) -> None:
         for registration_id, resource in list(self._resources.items()):
@@ -566,6 +611,26 @@ class ClientConductor:
         if len(label) > MAX_LABEL_LENGTH:
             raise ValueError(f"label length {len(label)} exceeds {MAX_LABEL_LENGTH}")
         return self._register(self._proxy.add_counter(type_id, key, label), "counter")
+
+    def _require_current(self, what: str) -> None:
+        if not self._current:
+            raise ClientError(
+                f"{what} needs a driver of today's generation (this one writes CnC {self.generation.label})"
+            )
+
+    def begin_add_static_counter(self, type_id: int, registration_id: int, key: bytes, label: str) -> PendingRequest:
+        self._ensure_usable()
+        self._require_current("add_static_counter")
+        if len(key) > MAX_KEY_LENGTH:
+            raise ValueError(f"key length {len(key)} exceeds {MAX_KEY_LENGTH}")
+        if len(label) > MAX_LABEL_LENGTH:
+            raise ValueError(f"label length {len(label)} exceeds {MAX_LABEL_LENGTH}")
+        return self._register(self._proxy.add_static_counter(type_id, registration_id, key, label), "static counter")
+
+    def begin_next_session_id(self, stream_id: int) -> PendingRequest:
+        self._ensure_usable()
+        self._require_current("next_available_session_id")
+        return self._register(self._proxy.next_available_session_id(stream_id), "next available session id")
 
     def begin_destination(self, registration_id: int, channel: str, *, add: bool, receive: bool) -> PendingRequest:
         self._ensure_usable()

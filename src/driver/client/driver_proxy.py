@@ -16,6 +16,8 @@ from driver.command import (
     RemoveMessage,
     SubscriptionMessage,
 )
+from driver.command.current import NextSessionIdMessage, StaticCounterMessage
+from driver.command.types import CurrentCommandType
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.errors import DriverError
 
@@ -38,7 +40,21 @@ class DriverProxy:
         """The driver stamps the ring's consumer heartbeat (epoch ms) on every duty cycle."""
         return self._ring.consumer_heartbeat_time()
 
-    def _write(self, command: CommandType, body: bytes) -> None:
+    def add_static_counter(self, type_id: int, registration_id: int, key: bytes, label: str) -> int:
+        correlation_id = self._ring.next_correlation_id()
+        body = StaticCounterMessage(self.client_id, correlation_id, registration_id, type_id, key, label).encode()
+        self._write(CurrentCommandType.ADD_STATIC_COUNTER, body)
+        return correlation_id
+
+    def next_available_session_id(self, stream_id: int) -> int:
+        correlation_id = self._ring.next_correlation_id()
+        self._write(
+            CurrentCommandType.GET_NEXT_AVAILABLE_SESSION_ID,
+            NextSessionIdMessage(self.client_id, correlation_id, stream_id).encode(),
+        )
+        return correlation_id
+
+    def _write(self, command: CommandType | CurrentCommandType, body: bytes) -> None:
         if not self._ring.write(command, body):
             raise DriverError(f"could not write {command.name} command: the to-driver buffer is full")
 

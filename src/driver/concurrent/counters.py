@@ -1,10 +1,13 @@
-"""Agrona's counters (0.9.31 layout): a metadata buffer and a values buffer, indexed by counter id.
+"""Agrona's counters: a metadata buffer and a values buffer, indexed by counter id.
 
 Theory of operation
 -------------------
-Counter ``id`` owns a 128-byte slot at ``id * 128`` in the values buffer (int64
-value at +0; the rest pads the slot to two cache lines) and a 512-byte record
-at ``id * 512`` in the metadata buffer:
+Counter ``id`` owns a 128-byte slot at ``id * 128`` in the values buffer and a
+512-byte record at ``id * 512`` in the metadata buffer. The value slot holds the
+int64 value at +0 and, as today's Agrona lays it out, the registration id at
++8, the owner id (the client, -1 for none) at +16 and the reference id at +24;
+Agrona 0.9.31 (Aeron 1.15.1) reads only the value and ignores the rest of the
+slot, so one layout serves both generations. The metadata record:
 
 ======  =====  ================================================================
 offset  size   field
@@ -45,9 +48,12 @@ __all__ = [
     "METADATA_LENGTH",
     "NOT_FREE_TO_REUSE",
     "NULL_COUNTER_ID",
+    "OWNER_ID_OFFSET",
     "RECORD_ALLOCATED",
     "RECORD_RECLAIMED",
     "RECORD_UNUSED",
+    "REFERENCE_ID_OFFSET",
+    "REGISTRATION_ID_VALUE_OFFSET",
     "TYPE_ID_OFFSET",
     "AtomicCounter",
     "CountersFullError",
@@ -79,6 +85,14 @@ COUNTER_LENGTH = 128
 
 class CountersFullError(DriverError):
     """No counter id is free (values or metadata buffer exhausted)."""
+
+
+REGISTRATION_ID_VALUE_OFFSET = 8
+OWNER_ID_OFFSET = 16
+REFERENCE_ID_OFFSET = 24
+DEFAULT_REGISTRATION_ID = 0
+DEFAULT_OWNER_ID = 0
+DEFAULT_REFERENCE_ID = 0
 
 
 def counter_offset(counter_id: int) -> int:
@@ -174,6 +188,36 @@ class CountersReader:
             elif state == RECORD_UNUSED:
                 break
 
+    def get_counter_registration_id(self, counter_id: int) -> int:
+        self._check_id(counter_id)
+        return self._values.get_long_volatile(counter_id * COUNTER_LENGTH + REGISTRATION_ID_VALUE_OFFSET)
+
+    def get_counter_owner_id(self, counter_id: int) -> int:
+        self._check_id(counter_id)
+        return self._values.get_long_volatile(counter_id * COUNTER_LENGTH + OWNER_ID_OFFSET)
+
+    def get_counter_reference_id(self, counter_id: int) -> int:
+        self._check_id(counter_id)
+        return self._values.get_long_volatile(counter_id * COUNTER_LENGTH + REFERENCE_ID_OFFSET)
+
+    def find_by_registration_id(self, type_id: int, registration_id: int) -> int:
+        """Id of the allocated counter of ``type_id`` whose value slot carries ``registration_id`` (today's way)."""
+        metadata = self._metadata
+        limit = min(metadata.capacity // METADATA_LENGTH, self._max_counter_id)
+        for counter_id in range(limit):
+            offset = counter_id * METADATA_LENGTH
+            state = metadata.get_int_volatile(offset)
+            if state == RECORD_UNUSED:
+                break
+            if (
+                state == RECORD_ALLOCATED
+                and metadata.get_int(offset + TYPE_ID_OFFSET) == type_id
+                and self._values.get_long_volatile(counter_id * COUNTER_LENGTH + REGISTRATION_ID_VALUE_OFFSET)
+                == registration_id
+            ):
+                return counter_id
+        return NULL_COUNTER_ID
+
     def find_by_type_id_and_registration_id(self, type_id: int, registration_id: int) -> int:
         """Id of the allocated counter of ``type_id`` whose key starts with int64 ``registration_id``.
 
@@ -216,19 +260,56 @@ class CountersManager(CountersReader):
         self._id_high_water_mark = -1
         self._free_list: list[int] = []
 
-    def allocate(self, label: str, type_id: int = DEFAULT_TYPE_ID, key: bytes = b"") -> int:
+    def allocate(
+        self,
+        label: str,
+        type_id: int = DEFAULT_TYPE_ID,
+        key: bytes = b"",
+        *,
+        registration_id: int = DEFAULT_REGISTRATION_ID,
+        owner_id: int = DEFAULT_OWNER_ID,
+        reference_id: int = DEFAULT_REFERENCE_ID,
+    ) -> int:
         """Allocate a counter; the label is ASCII-encoded ('?' for others) and cut to 380 bytes."""
         if len(key) > MAX_KEY_LENGTH:
             raise ValueError(f"key length {len(key)} is invalid: at most {MAX_KEY_LENGTH} bytes")
-        return self._allocate(type_id, key, encode_ascii(label, MAX_LABEL_LENGTH))
+        return self._allocate(
+            type_id, key, encode_ascii(label, MAX_LABEL_LENGTH), registration_id, owner_id, reference_id
+        )
 
-    def allocate_raw_label(self, type_id: int, key: bytes, label: bytes) -> int:
+    def allocate_raw_label(
+        self,
+        type_id: int,
+        key: bytes,
+        label: bytes,
+        *,
+        registration_id: int = DEFAULT_REGISTRATION_ID,
+        owner_id: int = DEFAULT_OWNER_ID,
+        reference_id: int = DEFAULT_REFERENCE_ID,
+    ) -> int:
         """Allocate with an already-encoded label (truncated to 380 bytes)."""
         if len(key) > MAX_KEY_LENGTH:
             raise ValueError(f"key length {len(key)} is invalid: at most {MAX_KEY_LENGTH} bytes")
-        return self._allocate(type_id, key, label[:MAX_LABEL_LENGTH])
+        return self._allocate(type_id, key, label[:MAX_LABEL_LENGTH], registration_id, owner_id, reference_id)
 
-    def _allocate(self, type_id: int, key: bytes, label: bytes) -> int:
+    def set_counter_registration_id(self, counter_id: int, registration_id: int) -> None:
+        self._values.put_long_ordered(counter_id * COUNTER_LENGTH + REGISTRATION_ID_VALUE_OFFSET, registration_id)
+
+    def set_counter_owner_id(self, counter_id: int, owner_id: int) -> None:
+        self._values.put_long(counter_id * COUNTER_LENGTH + OWNER_ID_OFFSET, owner_id)
+
+    def set_counter_reference_id(self, counter_id: int, reference_id: int) -> None:
+        self._values.put_long(counter_id * COUNTER_LENGTH + REFERENCE_ID_OFFSET, reference_id)
+
+    def _allocate(
+        self,
+        type_id: int,
+        key: bytes,
+        label: bytes,
+        registration_id: int = DEFAULT_REGISTRATION_ID,
+        owner_id: int = DEFAULT_OWNER_ID,
+        reference_id: int = DEFAULT_REFERENCE_ID,
+    ) -> int:
         counter_id = self._next_counter_id()
         if (counter_id + 1) * COUNTER_LENGTH > self._values.capacity or (
             counter_id + 1
@@ -237,6 +318,11 @@ class CountersManager(CountersReader):
             raise CountersFullError(
                 f"unable to allocate counter {counter_id}: values buffer holds {self._max_counter_id}"
             )
+        values = self._values
+        value_offset = counter_id * COUNTER_LENGTH
+        values.put_long(value_offset + OWNER_ID_OFFSET, owner_id)
+        values.put_long(value_offset + REFERENCE_ID_OFFSET, reference_id)
+        values.put_long_ordered(value_offset + REGISTRATION_ID_VALUE_OFFSET, registration_id)
         metadata = self._metadata
         offset = counter_id * METADATA_LENGTH
         metadata.put_int(offset + TYPE_ID_OFFSET, type_id)

@@ -40,6 +40,7 @@ __all__ = [
     "CHANNEL_STATUS_INITIALIZING",
     "CLIENT_HEARTBEAT_NAME",
     "CLIENT_HEARTBEAT_TYPE_ID",
+    "CONTROL_PROTOCOL_VERSION",
     "MAX_CHANNEL_LENGTH",
     "MAX_CHANNEL_STATUS_CHANNEL_LENGTH",
     "PER_IMAGE_TYPE_ID",
@@ -65,6 +66,7 @@ __all__ = [
     "SUBSCRIBER_POSITION_NAME",
     "SUBSCRIBER_POSITION_TYPE_ID",
     "SYSTEM_COUNTER_TYPE_ID",
+    "CurrentSystemCounterId",
     "SystemCounterId",
     "SystemCounters",
     "allocate_channel_status",
@@ -188,21 +190,97 @@ _SYSTEM_COUNTER_LABELS: dict[SystemCounterId, str] = {
 }
 
 
+class CurrentSystemCounterId(enum.IntEnum):
+    """The system counters today's Aeron adds after 1.15.1's (ids 25-45); CnC 0.2.0 generation only."""
+
+    RESOLUTION_CHANGES = 25
+    CONDUCTOR_MAX_CYCLE_TIME = 26
+    CONDUCTOR_CYCLE_TIME_THRESHOLD_EXCEEDED = 27
+    SENDER_MAX_CYCLE_TIME = 28
+    SENDER_CYCLE_TIME_THRESHOLD_EXCEEDED = 29
+    RECEIVER_MAX_CYCLE_TIME = 30
+    RECEIVER_CYCLE_TIME_THRESHOLD_EXCEEDED = 31
+    NAME_RESOLVER_MAX_TIME = 32
+    NAME_RESOLVER_TIME_THRESHOLD_EXCEEDED = 33
+    AERON_VERSION = 34
+    BYTES_CURRENTLY_MAPPED = 35
+    RETRANSMITTED_BYTES = 36
+    RETRANSMIT_OVERFLOW = 37
+    ERROR_FRAMES_RECEIVED = 38
+    ERROR_FRAMES_SENT = 39
+    PUBLICATIONS_REVOKED = 40
+    PUBLICATION_IMAGES_REVOKED = 41
+    IMAGES_REJECTED = 42
+    CONTROL_PROTOCOL_VERSION = 43
+    STATUS_MESSAGES_REJECTED = 44
+    NATIVE_RESOURCE_AGENT_PROXY_FAILS = 45
+
+    @property
+    def label(self) -> str:
+        return _CURRENT_SYSTEM_COUNTER_LABELS[self]
+
+
+_CURRENT_SYSTEM_COUNTER_LABELS: dict[CurrentSystemCounterId, str] = {
+    CurrentSystemCounterId.RESOLUTION_CHANGES: "Resolution changes",
+    CurrentSystemCounterId.CONDUCTOR_MAX_CYCLE_TIME: "Conductor max cycle time doing its work in ns",
+    CurrentSystemCounterId.CONDUCTOR_CYCLE_TIME_THRESHOLD_EXCEEDED: "Conductor work cycle exceeded threshold count",
+    CurrentSystemCounterId.SENDER_MAX_CYCLE_TIME: "Sender max cycle time doing its work in ns",
+    CurrentSystemCounterId.SENDER_CYCLE_TIME_THRESHOLD_EXCEEDED: "Sender work cycle exceeded threshold count",
+    CurrentSystemCounterId.RECEIVER_MAX_CYCLE_TIME: "Receiver max cycle time doing its work in ns",
+    CurrentSystemCounterId.RECEIVER_CYCLE_TIME_THRESHOLD_EXCEEDED: "Receiver work cycle exceeded threshold count",
+    CurrentSystemCounterId.NAME_RESOLVER_MAX_TIME: "NameResolver max time in ns",
+    CurrentSystemCounterId.NAME_RESOLVER_TIME_THRESHOLD_EXCEEDED: "NameResolver exceeded threshold count",
+    CurrentSystemCounterId.AERON_VERSION: "Aeron software: version=endpoint (python driver) commit=none",
+    CurrentSystemCounterId.BYTES_CURRENTLY_MAPPED: "Bytes currently mapped",
+    CurrentSystemCounterId.RETRANSMITTED_BYTES: "Retransmitted bytes",
+    CurrentSystemCounterId.RETRANSMIT_OVERFLOW: "Retransmit Pool Overflow count",
+    CurrentSystemCounterId.ERROR_FRAMES_RECEIVED: "Error Frames received",
+    CurrentSystemCounterId.ERROR_FRAMES_SENT: "Error Frames sent",
+    CurrentSystemCounterId.PUBLICATIONS_REVOKED: "Publications Revoked",
+    CurrentSystemCounterId.PUBLICATION_IMAGES_REVOKED: "Publication Images Revoked",
+    CurrentSystemCounterId.IMAGES_REJECTED: "Images rejected",
+    CurrentSystemCounterId.CONTROL_PROTOCOL_VERSION: "Control protocol version",
+    CurrentSystemCounterId.STATUS_MESSAGES_REJECTED: "Status Messages rejected",
+    CurrentSystemCounterId.NATIVE_RESOURCE_AGENT_PROXY_FAILS: "Failed offers to NativeResourceAgentProxy",
+}
+
+CONTROL_PROTOCOL_VERSION = (1 << 16) | (0 << 8) | 0
+"""Today's client-driver protocol version (SemanticVersion 1.0.0), read by today's clients from counter 43."""
+
+
 class SystemCounters:
-    """All system counters, allocated in id order at driver start."""
+    """All system counters, allocated in id order at driver start.
 
-    def __init__(self, manager: CountersManager) -> None:
+    Each value slot carries its id as registration id and -1 as owner, as today's
+    drivers write them (today's clients find counter 43 by that registration id).
+    With ``current`` the counters today's Aeron added follow 1.15.1's.
+    """
+
+    def __init__(self, manager: CountersManager, current: bool = False) -> None:
         self._counters: list[AtomicCounter] = []
-        for counter_id in SystemCounterId:
-            self._counters.append(
-                manager.new_counter(counter_id.label, SYSTEM_COUNTER_TYPE_ID, _INT32.pack(counter_id))
+        ids: list[SystemCounterId | CurrentSystemCounterId] = list(SystemCounterId)
+        if current:
+            ids.extend(CurrentSystemCounterId)
+        for counter_id in ids:
+            allocated = manager.allocate(
+                counter_id.label,
+                SYSTEM_COUNTER_TYPE_ID,
+                _INT32.pack(counter_id),
+                registration_id=int(counter_id),
+                owner_id=-1,
             )
+            self._counters.append(AtomicCounter(manager.values_buffer, allocated, manager))
+        if current:
+            self._counters[CurrentSystemCounterId.CONTROL_PROTOCOL_VERSION].set_ordered(CONTROL_PROTOCOL_VERSION)
 
-    def get(self, counter_id: SystemCounterId) -> AtomicCounter:
+    def get(self, counter_id: SystemCounterId | CurrentSystemCounterId) -> AtomicCounter:
         return self._counters[counter_id]
 
-    def __getitem__(self, counter_id: SystemCounterId) -> AtomicCounter:
+    def __getitem__(self, counter_id: SystemCounterId | CurrentSystemCounterId) -> AtomicCounter:
         return self._counters[counter_id]
+
+    def __len__(self) -> int:
+        return len(self._counters)
 
     def close(self) -> None:
         for counter in self._counters:
@@ -223,8 +301,11 @@ def allocate_stream_counter(
     stream_id: int,
     channel: str,
     suffix: str = "",
+    owner_id: int = 0,
 ) -> int:
     """Allocate a stream counter with 1.15.1's key and label; returns its id.
+
+    The value slot also carries the registration id and the owning client (today's layout).
 
     ``suffix`` is appended only while the label is shorter than 360 bytes, as Aeron
     does for the subscriber position's ``" @<joinPosition>"``.
@@ -235,7 +316,7 @@ def allocate_stream_counter(
     label += encode_ascii(channel, max(0, MAX_LABEL_LENGTH - len(label)))
     if suffix and len(label) < MAX_LABEL_LENGTH - 20:
         label += encode_ascii(suffix, MAX_LABEL_LENGTH)
-    return manager.allocate_raw_label(type_id, key, label)
+    return manager.allocate_raw_label(type_id, key, label, registration_id=registration_id, owner_id=owner_id)
 
 
 def allocate_subscriber_position(
@@ -264,6 +345,7 @@ def allocate_client_heartbeat(manager: CountersManager, client_id: int) -> int:
         CLIENT_HEARTBEAT_TYPE_ID,
         _INT64.pack(client_id),
         encode_ascii(f"{CLIENT_HEARTBEAT_NAME}: {client_id}", MAX_LABEL_LENGTH),
+        registration_id=client_id,
     )
 
 

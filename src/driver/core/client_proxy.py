@@ -1,7 +1,12 @@
-"""Encodes the driver's answers and broadcasts them to every client."""
+"""Encodes the driver's answers and broadcasts them to every client.
+
+Error codes go out in the table of the generation the driver writes: today's
+clients read 0 as UNUSED and want GENERIC_ERROR as 11, 1.15.1 clients know 0-5.
+"""
 
 from __future__ import annotations
 
+from driver.command.current import NextSessionIdResponse, PublicationErrorResponse, StaticCounterResponse
 from driver.command.responses import (
     ClientTimeout,
     CounterUpdate,
@@ -12,18 +17,33 @@ from driver.command.responses import (
     PublicationReady,
     SubscriptionReady,
 )
-from driver.command.types import ResponseType
+from driver.command.types import CurrentCommandType, ResponseType
 from driver.concurrent.broadcast import BroadcastTransmitter
+from driver.errors import CurrentErrorCode, ErrorCode, wire_error_code
 
 __all__ = ["ClientProxy"]
 
 
 class ClientProxy:
-    def __init__(self, transmitter: BroadcastTransmitter) -> None:
+    def __init__(self, transmitter: BroadcastTransmitter, current: bool = False) -> None:
         self._transmit = transmitter.transmit
+        self.current = current
 
-    def on_error(self, correlation_id: int, error_code: int, message: str) -> None:
-        self._transmit(ResponseType.ON_ERROR, ErrorResponse(correlation_id, int(error_code), message[:4000]).encode())
+    def on_error(self, correlation_id: int, error_code: ErrorCode | CurrentErrorCode, message: str) -> None:
+        code = wire_error_code(error_code, self.current)
+        self._transmit(ResponseType.ON_ERROR, ErrorResponse(correlation_id, code, message[:4000]).encode())
+
+    def on_static_counter(self, correlation_id: int, counter_id: int) -> None:
+        self._transmit(CurrentCommandType.ON_STATIC_COUNTER, StaticCounterResponse(correlation_id, counter_id).encode())
+
+    def on_next_available_session_id(self, correlation_id: int, session_id: int) -> None:
+        body = NextSessionIdResponse(correlation_id, session_id).encode()
+        self._transmit(CurrentCommandType.ON_NEXT_AVAILABLE_SESSION_ID, body)
+
+    def on_publication_error(self, error: PublicationErrorResponse) -> None:
+        """Only today's clients know this message; a 1.15.1-generation driver sends none."""
+        if self.current:
+            self._transmit(CurrentCommandType.ON_PUBLICATION_ERROR, error.encode())
 
     def on_publication_ready(
         self,

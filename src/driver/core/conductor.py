@@ -17,6 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from driver.clock import EpochClock, NanoClock, SystemEpochClock, SystemNanoClock
+from driver.cnc import CncGeneration
+from driver.command.current import (
+    DestinationByIdMessage,
+    NextSessionIdMessage,
+    RejectImageMessage,
+    StaticCounterMessage,
+    TerminateDriverMessage,
+    decode_current_command,
+)
 from driver.command.messages import (
     CorrelatedMessage,
     CounterMessage,
@@ -26,7 +35,7 @@ from driver.command.messages import (
     SubscriptionMessage,
     decode_command,
 )
-from driver.command.types import CommandType
+from driver.command.types import CommandType, CurrentCommandType
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.broadcast import BroadcastTransmitter
 from driver.concurrent.counters import AtomicCounter, CountersManager
@@ -56,6 +65,7 @@ from driver.core.sender import Sender
 from driver.errors import (
     ChannelEndpointError,
     ControlProtocolError,
+    CurrentErrorCode,
     ErrorCode,
     InvalidChannelError,
     MalformedCommandError,
@@ -77,6 +87,7 @@ _T = TypeVar("_T")
 COMMAND_LIMIT = 10
 IPC_SOURCE_IDENTITY = "aeron:ipc"
 NO_ID_ALLOCATED = -1
+NULL_OWNER_ID = -1  # Aeron's NULL_VALUE: a static counter belongs to no client
 
 
 class PublicationParams:
@@ -137,14 +148,17 @@ class DriverConductor:
         self._epoch_clock = epoch_clock or SystemEpochClock()
         self._aeron_dir = Path(ctx.aeron_dir)
         self._to_driver = ManyToOneRingBuffer(cnc.to_driver_buffer)
-        self.client_proxy = ClientProxy(BroadcastTransmitter(cnc.to_clients_buffer))
+        self.client_proxy = ClientProxy(
+            BroadcastTransmitter(cnc.to_clients_buffer), current=cnc.generation is CncGeneration.CURRENT
+        )
+        self.termination_hook: Callable[[], None] | None = None
         self.counters = CountersManager(
             cnc.counters_metadata_buffer,
             cnc.counters_values_buffer,
             self._epoch_clock.time_ms,
             ctx.counters_free_to_reuse_timeout_ns // 1_000_000,
         )
-        self.system_counters = SystemCounters(self.counters)
+        self.system_counters = SystemCounters(self.counters, current=cnc.generation is CncGeneration.CURRENT)
         self.error_log = DistinctErrorLog(cnc.error_log_buffer, self._epoch_clock.time_ms)
         self._errors = self.system_counters.get(SystemCounterId.ERRORS)
         self._client_timeouts = self.system_counters.get(SystemCounterId.CLIENT_TIMEOUTS)
@@ -164,6 +178,7 @@ class DriverConductor:
         self.subscription_links: list[SubscriptionLink] = []
         self.counter_links: list[CounterLink] = []
         self._active_session_ids: set[int] = set()
+        self._destinations: dict[int, tuple[int, str]] = {}  # destination registration id -> (publication, channel)
         self._next_session_id = random.randint(-(2**31), 2**31 - 1)
         self._timer_interval_ns = ctx.timer_interval_ns
         self._timer_deadline_ns = 0
@@ -188,6 +203,19 @@ class DriverConductor:
             CommandType.REMOVE_DESTINATION: lambda m: self._on_destination(_cast(m, DestinationMessage), False),
             CommandType.ADD_RCV_DESTINATION: lambda m: self._on_receive_destination(_cast(m, DestinationMessage)),
             CommandType.REMOVE_RCV_DESTINATION: lambda m: self._on_receive_destination(_cast(m, DestinationMessage)),
+        }
+        self._current_dispatch: dict[CurrentCommandType, Callable[[object], None]] = {
+            CurrentCommandType.TERMINATE_DRIVER: lambda m: self._on_terminate_driver(_cast(m, TerminateDriverMessage)),
+            CurrentCommandType.ADD_STATIC_COUNTER: lambda m: self._on_add_static_counter(
+                _cast(m, StaticCounterMessage)
+            ),
+            CurrentCommandType.REJECT_IMAGE: lambda m: self._on_reject_image(_cast(m, RejectImageMessage)),
+            CurrentCommandType.REMOVE_DESTINATION_BY_ID: lambda m: self._on_remove_destination_by_id(
+                _cast(m, DestinationByIdMessage)
+            ),
+            CurrentCommandType.GET_NEXT_AVAILABLE_SESSION_ID: lambda m: self._on_next_session_id(
+                _cast(m, NextSessionIdMessage)
+            ),
         }
 
     # -- agent ---------------------------------------------------------------------------------
@@ -293,6 +321,14 @@ class DriverConductor:
         try:
             if length >= 16:
                 correlation_id = buffer.get_long(index + 8)
+            current = decode_current_command(msg_type_id, buffer, index, length)
+            if current is not None:
+                self._current_dispatch[current[0]](current[1])
+                return
+            if msg_type_id not in _COMMAND_TYPE_IDS:
+                raise ControlProtocolError(
+                    CurrentErrorCode.UNKNOWN_COMMAND_TYPE_ID, f"command=0x{msg_type_id:x} unknown"
+                )
             command_type, message = decode_command(msg_type_id, buffer, index, length)
             self._dispatch[command_type](message)
         except ControlProtocolError as exc:
@@ -304,11 +340,13 @@ class DriverConductor:
             # (GENERIC_ERROR); CHANNEL_ENDPOINT_ERROR is keyed by a status counter id instead.
             self._reply_error(correlation_id, ErrorCode.GENERIC_ERROR, f"channel error - {exc}", exc)
         except MalformedCommandError as exc:
-            self._reply_error(correlation_id, ErrorCode.GENERIC_ERROR, str(exc), exc)
+            self._reply_error(correlation_id, CurrentErrorCode.MALFORMED_COMMAND, str(exc), exc)
         except Exception as exc:
             self._reply_error(correlation_id, ErrorCode.GENERIC_ERROR, f"{type(exc).__name__}: {exc}", exc)
 
-    def _reply_error(self, correlation_id: int, code: ErrorCode, message: str, exc: BaseException) -> None:
+    def _reply_error(
+        self, correlation_id: int, code: ErrorCode | CurrentErrorCode, message: str, exc: BaseException
+    ) -> None:
         self.record_error(exc)
         self.client_proxy.on_error(correlation_id, code, message)
 
@@ -595,7 +633,10 @@ class DriverConductor:
 
     def _on_add_counter(self, msg: CounterMessage) -> None:
         client = self._client(msg.client_id)
-        counter = self.counters.new_counter(msg.label, msg.type_id, msg.key)
+        counter_id = self.counters.allocate(
+            msg.label, msg.type_id, msg.key, registration_id=msg.correlation_id, owner_id=msg.client_id
+        )
+        counter = AtomicCounter(self.counters.values_buffer, counter_id, self.counters)
         self.counter_links.append(CounterLink(msg.correlation_id, client, counter))
         self.client_proxy.on_counter_ready(msg.correlation_id, counter.id)
 
@@ -610,7 +651,76 @@ class DriverConductor:
 
     def _on_destination(self, msg: DestinationMessage, add: bool) -> None:
         self.network.on_destination(msg.registration_correlation_id, msg.channel, add)
+        if add:
+            # Today's clients name a destination by the correlation id that added it.
+            self._destinations[msg.correlation_id] = (msg.registration_correlation_id, msg.channel)
+        else:
+            for key, (publication_id, channel) in list(self._destinations.items()):
+                if publication_id == msg.registration_correlation_id and channel == msg.channel:
+                    del self._destinations[key]
         self.client_proxy.on_operation_success(msg.correlation_id)
+
+    # -- today's commands (CnC 0.2.0 clients) ----------------------------------------------------
+
+    def _on_terminate_driver(self, msg: TerminateDriverMessage) -> None:
+        """As today's drivers: terminate only if the validator accepts the token; never answer."""
+        validator = self._ctx.termination_validator
+        if validator == "allow":
+            valid = True
+        elif validator.startswith("token:"):
+            valid = msg.token == validator.removeprefix("token:").encode()
+        else:
+            valid = False
+        if valid and self.termination_hook is not None:
+            self.termination_hook()
+
+    def _on_add_static_counter(self, msg: StaticCounterMessage) -> None:
+        self._client(msg.client_id)
+        counter_id = self.counters.find_by_registration_id(msg.type_id, msg.registration_id)
+        if counter_id != NO_ID_ALLOCATED:
+            if self.counters.get_counter_owner_id(counter_id) != NULL_OWNER_ID:
+                raise ControlProtocolError(
+                    CurrentErrorCode.GENERIC_ERROR,
+                    f"cannot add static counter, because a non-static counter exists (counterId={counter_id}) "
+                    f"for typeId={msg.type_id} and registrationId={msg.registration_id}",
+                )
+        else:
+            counter_id = self.counters.allocate(
+                msg.label, msg.type_id, msg.key, registration_id=msg.registration_id, owner_id=NULL_OWNER_ID
+            )
+        self.client_proxy.on_static_counter(msg.correlation_id, counter_id)
+
+    def _on_reject_image(self, msg: RejectImageMessage) -> None:
+        known = any(p.registration_id == msg.image_correlation_id for p in self.ipc_publications) or any(
+            i.correlation_id == msg.image_correlation_id for i in self.network.images
+        )
+        if not known:
+            raise ControlProtocolError(
+                CurrentErrorCode.GENERIC_ERROR, f"Unable to resolve image for correlationId={msg.image_correlation_id}"
+            )
+        raise ControlProtocolError(
+            CurrentErrorCode.NOT_SUPPORTED, f"REJECT_IMAGE is not supported (image {msg.image_correlation_id})"
+        )
+
+    def _on_remove_destination_by_id(self, msg: DestinationByIdMessage) -> None:
+        entry = self._destinations.get(msg.destination_registration_id)
+        if entry is None or entry[0] != msg.resource_registration_id:
+            raise ControlProtocolError(
+                ErrorCode.UNKNOWN_PUBLICATION,
+                f"unknown destination {msg.destination_registration_id} of publication {msg.resource_registration_id}",
+            )
+        self.network.on_destination(msg.resource_registration_id, entry[1], False)
+        del self._destinations[msg.destination_registration_id]
+        self.client_proxy.on_operation_success(msg.correlation_id)
+
+    def _on_next_session_id(self, msg: NextSessionIdMessage) -> None:
+        in_use = {p.session_id for p in self.ipc_publications if p.stream_id == msg.stream_id}
+        in_use.update(p.session_id for p in self.network.publications if p.stream_id == msg.stream_id)
+        for _ in range(1 << 16):
+            session_id = self._next_available_session_id()
+            if session_id not in in_use:
+                break
+        self.client_proxy.on_next_available_session_id(msg.correlation_id, session_id)
 
     def _on_receive_destination(self, msg: DestinationMessage) -> None:
         raise ControlProtocolError(
@@ -684,6 +794,9 @@ class DriverConductor:
         else:
             self._last_command_consumer_position = consumer_position
             self._time_of_last_command_position_change_ns = now_ns
+
+
+_COMMAND_TYPE_IDS = frozenset(int(t) for t in CommandType)
 
 
 def _cast(message: object, cls: type[_T]) -> _T:

@@ -19,7 +19,12 @@ __all__ = ["ClientSession", "CounterLink", "PublicationLink", "SubscriptionLink"
 
 
 class ClientSession:
-    """A client known to the driver, alive while its keepalives arrive."""
+    """A client known to the driver, alive while its keepalives arrive.
+
+    1.15.1 clients send CLIENT_KEEPALIVE; today's clients instead find their
+    heartbeat counter (type 11, key = client id) and stamp it with epoch ms, so
+    liveness is the later of the two.
+    """
 
     __slots__ = ("client_id", "heartbeat", "liveness_timeout_ms", "time_of_last_keepalive_ms")
 
@@ -34,7 +39,13 @@ class ClientSession:
         self.heartbeat.set_ordered(now_ms)
 
     def has_timed_out(self, now_ms: int) -> bool:
-        return now_ms > self.time_of_last_keepalive_ms + self.liveness_timeout_ms
+        last = self.time_of_last_keepalive_ms
+        if now_ms <= last + self.liveness_timeout_ms:
+            return False
+        stamped = self.heartbeat.get_volatile()
+        if stamped > last:
+            self.time_of_last_keepalive_ms = last = stamped
+        return now_ms > last + self.liveness_timeout_ms
 
     def close(self) -> None:
         self.heartbeat.close()

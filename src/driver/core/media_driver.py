@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -72,6 +73,9 @@ class MediaDriver:
         self.loss_report = LossReport(self.loss_report_file.buffer)
         self.conductor = DriverConductor(context, self.cnc, error_handler=self._log_error)
         self.conductor.loss_observer = LossObserver(self.loss_report, SystemEpochClock())
+        self.termination_requested = threading.Event()
+        """Set when a client's TERMINATE_DRIVER passed ``termination_validator``; the owner then closes the driver."""
+        self.conductor.termination_hook = self.termination_requested.set
         self.conductor.on_start()
         self._runners: list[AgentRunner] = []
         self.invoker: AgentInvoker | None = None

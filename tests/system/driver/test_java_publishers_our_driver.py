@@ -13,7 +13,7 @@ from support.aeron_java import AeronJava, PropValue
 from support.driver_process import DriverProcess
 from support.waiting import execute_until
 
-pytestmark = [pytest.mark.interop, pytest.mark.process]
+pytestmark = [pytest.mark.interop, pytest.mark.process, pytest.mark.cnc_v15]
 
 
 @pytest.fixture

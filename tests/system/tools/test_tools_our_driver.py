@@ -221,7 +221,7 @@ def test_driver_health_alive_then_dead(driver_process: DriverProcess, traffic: T
     assert status["pid"] == driver_process.pid
     assert status["pid_running"] is True
     assert status["client_count"] == 1
-    assert status["cnc_version"] == 15
+    assert status["cnc_version"] == 512
     traffic.close()
     driver_process.kill()
     time.sleep(0.3)
@@ -256,8 +256,8 @@ def test_exporter_scrapes(driver_process: DriverProcess, traffic: Traffic) -> No
         assert first.endswith("# EOF\n")
         assert "aeron_driver_up 1" in first
         assert (
-            f'aeron_driver_info{{directory="{driver_process.aeron_dir}",cnc_version="15",pid="{driver_process.pid}"}} 1'
-            in first
+            f'aeron_driver_info{{directory="{driver_process.aeron_dir}",'
+            f'cnc_version="512",pid="{driver_process.pid}"}} 1' in first
         )
         pattern = re.compile(rf'aeron_counter\{{[^}}]*type="sub-pos"[^}}]*stream_id="{STREAM}"[^}}]*\}} (\d+)')
         before = int(pattern.search(first)[1])  # type: ignore[index]
@@ -319,7 +319,7 @@ def test_live_view_in_a_terminal(driver_process: DriverProcess, traffic: Traffic
         return text if re.search(r"[1-9][\d,]*\.\d/s\s*$", row) else ""
 
     text = execute_until(rendered_with_rate, timeout_s=30, interval_s=0.1, description="the live view with a rate")
-    assert "Aeron Stat (CnC v15)" in text
+    assert "Aeron Stat (CnC v512)" in text
     assert str(driver_process.aeron_dir) in text
     assert "driver alive" in text
     header = next(line for line in text.splitlines() if line.lstrip().startswith("ID"))

@@ -59,7 +59,8 @@ def test_defaults_are_aeron_1_15_1() -> None:
     assert not ctx.dir_delete_on_shutdown
     assert not ctx.term_buffer_sparse_file
     assert not ctx.spies_simulate_connection
-    assert ctx.cnc_generation is CncGeneration.V15
+    assert ctx.cnc_generation is CncGeneration.CURRENT  # today's layout by default; 15 for 1.15.1 clients
+    assert ctx.termination_validator == "deny"
     assert ctx.conclude() is ctx
 
 
@@ -190,7 +191,9 @@ def test_to_properties_text() -> None:
     assert props["aeron.term.buffer.sparse.file"] == "true"
     assert props["aeron.threading.mode"] == "DEDICATED"
     assert props["aeron.client.liveness.timeout"] == "5000000000"
-    assert DriverContext().to_properties()["aeron.cnc.version"] == "15"
+    assert DriverContext().to_properties()["aeron.cnc.version"] == "current"
+    assert DriverContext(cnc_generation=CncGeneration.V15).to_properties()["aeron.cnc.version"] == "15"
+    assert DriverContext.from_env({"AERON_CNC_VERSION": "15"}).cnc_generation is CncGeneration.V15
 
 
 @pytest.mark.parametrize(
