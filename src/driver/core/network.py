@@ -207,6 +207,7 @@ class NetworkResources:
             linger_timeout_ns=params.linger_ns,
             multicast_ttl=channel.multicast_ttl,
             is_exclusive=is_exclusive,
+            signal_eos=uri.get("eos", "true") != "false",
             now_ns=conductor.now_ns(),
         )
         endpoint.ref_count += 1

@@ -71,6 +71,7 @@ class NetworkPublication:
         multicast_ttl: int,
         is_exclusive: bool,
         now_ns: int,
+        signal_eos: bool = True,
     ) -> None:
         self.registration_id = registration_id
         self.channel = channel
@@ -96,6 +97,7 @@ class NetworkPublication:
         self.unblock_timeout_ns = unblock_timeout_ns
         self.linger_timeout_ns = linger_timeout_ns
         self.multicast_ttl = multicast_ttl
+        self.signal_eos = signal_eos  # the channel's ``eos`` parameter: flag the final heartbeats
         self._terms = log.terms
         self._term_views = log.term_views
         self._control = bytearray(64)
@@ -109,6 +111,7 @@ class NetworkPublication:
         self._time_of_last_setup_ns = now_ns - SETUP_INTERVAL_NS - 1
         self.should_send_setup = True
         self.is_end_of_stream = False
+        self.end_of_stream_sent = False
         self._track_sender_limits = False
         # shared: set by the sender on SM, read by the conductor
         self.time_of_last_status_message_ns = now_ns
@@ -206,13 +209,17 @@ class NetworkPublication:
             self.endpoint.send(self._control_view[:length])
 
     def _heartbeat_check(self, now_ns: int, active_term_id: int, term_offset: int) -> int:
-        if now_ns - self._time_of_last_send_or_heartbeat_ns <= HEARTBEAT_INTERVAL_NS:
+        signal_eos = self.is_end_of_stream and self.signal_eos
+        due = now_ns - self._time_of_last_send_or_heartbeat_ns > HEARTBEAT_INTERVAL_NS
+        if not due and not (signal_eos and not self.end_of_stream_sent):  # the first EOS goes out at once
             return 0
-        flags = HEARTBEAT_EOS_FLAGS if self.is_end_of_stream else HEARTBEAT_FLAGS
+        flags = HEARTBEAT_EOS_FLAGS if signal_eos else HEARTBEAT_FLAGS
         length = write_heartbeat(self._control, 0, self.session_id, self.stream_id, active_term_id, term_offset, flags)
         sent = self.endpoint.send(self._control_view[:length])
         if sent == length:
             self.counters.heartbeats_sent.increment()
+            if signal_eos:
+                self.end_of_stream_sent = True
         else:
             self.counters.short_sends.increment()
         self._time_of_last_send_or_heartbeat_ns = now_ns
@@ -308,7 +315,8 @@ class NetworkPublication:
                 self.counters.unblocked_publications.increment()
         elif state is NetworkPublicationState.LINGER:
             lingered = now_ns - self._time_of_last_state_change_ns > self.linger_timeout_ns
-            if lingered or not self.flow_control.should_linger(now_ns):
+            told = self.end_of_stream_sent or not self.signal_eos
+            if lingered or (told and not self.flow_control.should_linger(now_ns)):
                 self.state = NetworkPublicationState.DONE
 
     def _check_for_blocked_publisher(self, producer_position: int, now_ns: int) -> None:

@@ -33,6 +33,7 @@ from driver.logbuffer.rebuilder import insert
 from driver.media.transport import Address
 from driver.wire.data import DATA_HEADER_LENGTH
 from driver.wire.nak import write_nak
+from driver.wire.rttm import REPLY_FLAG, write_rttm
 from driver.wire.status import write_sm
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ class PublicationImage:
         self._clean_position = join
         self.time_of_last_packet_ns = now_ns
         self.is_end_of_stream = False
+        self.rtt_ns = -1  # last measured round trip, when congestion control asks for measurements
         # conductor-thread state
         self.state = ImageState.ACTIVE
         self.time_of_last_state_change_ns = now_ns
@@ -233,7 +235,23 @@ class PublicationImage:
             self._clean_buffer_to(min_position - self.term_length)
             self.send_status_message(min_position, window, now_ns)
             work += 1
-        return work
+        return work + self._measure_rtt(now_ns)
+
+    def _measure_rtt(self, now_ns: int) -> int:
+        """Ask the sender to echo a timestamp, when congestion control wants RTT (static never does)."""
+        if not self.congestion_control.should_measure_rtt(now_ns):
+            return 0
+        n = write_rttm(self._control, 0, self.session_id, self.stream_id, now_ns, 0, self.receiver_id, REPLY_FLAG)
+        self._send_control(self._control_view[:n], self.control_address)
+        self.congestion_control.on_rttm_sent(now_ns)
+        return 1
+
+    def on_rttm(self, echo_timestamp_ns: int, reception_delta_ns: int, now_ns: int) -> None:
+        """The sender echoed our measurement: RTT = now - echo - time the sender held it."""
+        rtt_ns = now_ns - echo_timestamp_ns - reception_delta_ns
+        if rtt_ns >= 0:
+            self.rtt_ns = rtt_ns
+            self.congestion_control.on_rttm(now_ns, rtt_ns, self.source_address)
 
     def send_status_message(self, position: int, window: int, now_ns: int, flags: int = 0) -> None:
         term_id = lbd.int32((position >> self.position_bits) + self.initial_term_id)

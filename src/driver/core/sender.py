@@ -49,6 +49,7 @@ class Sender:
             self._cycles = 0
             for endpoint in self.endpoints:
                 work += endpoint.poll(now_ns)
+                endpoint.expire_destinations(now_ns)
         return work + bytes_sent
 
     def on_close(self) -> None:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["EndpointCounters", "ReceiveChannelEndpoint", "SendChannelEndpoint", "SetupHandler"]
 
 RECEIVE_BUFFER_LENGTH = 65536
+DESTINATION_TIMEOUT_NS = 5_000_000_000
 _unpack_sm = SM.unpack_from
 _unpack_nak = NAK.unpack_from
 _unpack_rttm = RTTM.unpack_from
@@ -111,6 +112,8 @@ class SendChannelEndpoint:
                 description=f"send endpoint {channel.original_uri_string}",
             )
         self.destinations: list[Address] = []
+        self._last_seen_ns: dict[Address, int] = {}  # dynamic destinations: last status message
+        self._next_expiry_check_ns = 0
         self.is_manual = channel.control_mode == "manual"
         self.is_dynamic = channel.control_mode == "dynamic"
         if not (self.is_manual or self.is_dynamic):
@@ -137,6 +140,16 @@ class SendChannelEndpoint:
     def remove_destination(self, address: Address) -> None:
         if address in self.destinations:
             self.destinations.remove(address)
+
+    def expire_destinations(self, now_ns: int, timeout_ns: int = DESTINATION_TIMEOUT_NS) -> None:
+        """Dynamic MDC: forget receivers that sent no status message for ``timeout_ns`` (5 s, as 1.15.1)."""
+        if not self.is_dynamic or now_ns < self._next_expiry_check_ns:
+            return
+        self._next_expiry_check_ns = now_ns + timeout_ns // 5
+        for address, seen in list(self._last_seen_ns.items()):
+            if now_ns - seen > timeout_ns:
+                del self._last_seen_ns[address]
+                self.remove_destination(address)
 
     def poll(self, now_ns: int, limit: int = 16) -> int:
         """Read up to ``limit`` control datagrams and route them; returns how many were read."""
@@ -172,6 +185,7 @@ class SendChannelEndpoint:
         self.counters.status_messages_received.increment()
         if self.is_dynamic:  # as 1.15.1: every receiver that speaks to the control address is a destination
             self.add_destination(address)
+            self._last_seen_ns[address] = now_ns
         if session_id == 0 and stream_id == 0 and flags & SEND_SETUP_FLAG and (self.is_dynamic or self.is_manual):
             # A subscriber on ``control=`` asking every publication here for a SETUP (it knows no session yet).
             for each in self.publications.values():
@@ -271,7 +285,7 @@ class ReceiveChannelEndpoint:
                 elif frame_type == HDR_TYPE_SETUP:
                     self._on_setup_frame(view, address, now_ns)
                 elif frame_type == HDR_TYPE_RTTM:
-                    self._on_rttm(view, address)
+                    self._on_rttm(view, address, now_ns)
             except MalformedFrameError:
                 counters.invalid_packets.increment()
         return count
@@ -324,11 +338,15 @@ class ReceiveChannelEndpoint:
         self.pending_setups[key] = -1
         self._on_setup(self, fields, address)
 
-    def _on_rttm(self, view: memoryview, address: Address) -> None:
-        _, _, flags, _, session_id, stream_id, echo_ns, _, _receiver_id = _unpack_rttm(view, 0)
+    def _on_rttm(self, view: memoryview, address: Address, now_ns: int) -> None:
+        _, _, flags, _, session_id, stream_id, echo_ns, delta_ns, receiver_id = _unpack_rttm(view, 0)
         if flags & REPLY_FLAG:
             n = write_rttm(self._control, 0, session_id, stream_id, echo_ns, 0, self.receiver_id, 0)
             self.send_control(memoryview(self._control)[:n], address)
+        elif receiver_id == self.receiver_id:  # a sender echoing one of our images' measurements
+            image = self.images.get((session_id, stream_id))
+            if image is not None:
+                image.on_rttm(echo_ns, delta_ns, now_ns)
 
     def expire_pending(self, now_ns: int, setup_timeout_ns: int) -> None:
         """Forget elicited setups that got no answer, and cooldowns that ran out."""
