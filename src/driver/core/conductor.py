@@ -71,8 +71,15 @@ from driver.errors import (
     MalformedCommandError,
 )
 from driver.logbuffer import descriptor as lbd
+from driver.logbuffer.current_metadata import (
+    LOG_TYPE_CONCURRENT_PUBLICATION,
+    LOG_TYPE_EXCLUSIVE_PUBLICATION,
+    CurrentLogMetadata,
+    write_current_metadata,
+)
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.media.endpoints import SendChannelEndpoint
+from driver.media.os_buffers import os_socket_buffer_lengths
 from driver.media.udp_channel import UdpChannel
 from driver.uri import ChannelUri, parse_duration_ns, parse_size
 
@@ -159,6 +166,8 @@ class DriverConductor:
             ctx.counters_free_to_reuse_timeout_ns // 1_000_000,
         )
         self.system_counters = SystemCounters(self.counters, current=cnc.generation is CncGeneration.CURRENT)
+        # Today's generation: extra log metadata fields and counter owner ids are written.
+        self.is_current = cnc.generation is CncGeneration.CURRENT
         self.error_log = DistinctErrorLog(cnc.error_log_buffer, self._epoch_clock.time_ms)
         self._errors = self.system_counters.get(SystemCounterId.ERRORS)
         self._client_timeouts = self.system_counters.get(SystemCounterId.CLIENT_TIMEOUTS)
@@ -280,15 +289,25 @@ class DriverConductor:
             sub.stream_id,
             sub.channel,
             f" @{join_position}",
+            owner_id=sub.client.client_id,
         )
         counter.set_ordered(join_position)
         return counter
 
     def create_publication_log(
-        self, path: Path, session_id: int, stream_id: int, initial_term_id: int, params: PublicationParams
+        self,
+        path: Path,
+        session_id: int,
+        stream_id: int,
+        initial_term_id: int,
+        params: PublicationParams,
+        current: CurrentLogMetadata | None = None,
     ) -> LogBuffers:
+        """``current``: today's extra metadata, written only when the driver speaks the current generation."""
         log = LogBuffers.create(path, params.term_length, self._ctx.file_page_size, sparse=params.sparse)
         try:
+            if current is not None and self.is_current:
+                write_current_metadata(log.metadata, current)
             lbd.initialize_publication_metadata(
                 log.metadata,
                 session_id=session_id,
@@ -306,6 +325,34 @@ class DriverConductor:
             path.unlink(missing_ok=True)
             raise
         return log
+
+    def publication_metadata(
+        self,
+        params: PublicationParams,
+        is_exclusive: bool,
+        window_length: int,
+        *,
+        group: bool = False,
+        socket_sndbuf_length: int = 0,
+        socket_rcvbuf_length: int = 0,
+    ) -> CurrentLogMetadata:
+        """Today's extra metadata for a publication's log, as the C driver fills it."""
+        os_lengths = os_socket_buffer_lengths()
+        return CurrentLogMetadata(
+            log_type=LOG_TYPE_EXCLUSIVE_PUBLICATION if is_exclusive else LOG_TYPE_CONCURRENT_PUBLICATION,
+            publication_window_length=window_length,
+            socket_sndbuf_length=socket_sndbuf_length,
+            os_default_socket_sndbuf_length=os_lengths[0],
+            os_max_socket_sndbuf_length=os_lengths[1],
+            socket_rcvbuf_length=socket_rcvbuf_length,
+            os_default_socket_rcvbuf_length=os_lengths[2],
+            os_max_socket_rcvbuf_length=os_lengths[3],
+            linger_timeout_ns=params.linger_ns,
+            group=group,
+            sparse=params.sparse,
+            signal_eos=True,
+            spies_simulate_connection=self._ctx.spies_simulate_connection,
+        )
 
     def record_error(self, error: BaseException) -> None:
         """Errors of the driver's own agents: counted, logged distinctly, and passed on."""
@@ -436,6 +483,7 @@ class DriverConductor:
                 initial_term_id=initial_term_id,
                 params=params,
                 is_exclusive=is_exclusive,
+                client_id=msg.client_id,
             )
             self._active_session_ids.add(session_id)
         else:
@@ -502,13 +550,33 @@ class DriverConductor:
             params.initial_term_id if params.initial_term_id is not None else random.randint(-(2**31), 2**31 - 1)
         )
         path = self._aeron_dir / "publications" / f"{registration_id}.logbuffer"
-        log = self.create_publication_log(path, session_id, msg.stream_id, initial_term_id, params)
+        window = self._ctx.ipc_publication_term_window_length_for(params.term_length)
+        log = self.create_publication_log(
+            path,
+            session_id,
+            msg.stream_id,
+            initial_term_id,
+            params,
+            self.publication_metadata(params, is_exclusive, window),
+        )
         try:
             publisher_position = self.stream_counter(
-                PUBLISHER_POS_NAME, PUBLISHER_POS_TYPE_ID, registration_id, session_id, msg.stream_id, msg.channel
+                PUBLISHER_POS_NAME,
+                PUBLISHER_POS_TYPE_ID,
+                registration_id,
+                session_id,
+                msg.stream_id,
+                msg.channel,
+                owner_id=msg.client_id,
             )
             publisher_limit = self.stream_counter(
-                PUBLISHER_LIMIT_NAME, PUBLISHER_LIMIT_TYPE_ID, registration_id, session_id, msg.stream_id, msg.channel
+                PUBLISHER_LIMIT_NAME,
+                PUBLISHER_LIMIT_TYPE_ID,
+                registration_id,
+                session_id,
+                msg.stream_id,
+                msg.channel,
+                owner_id=msg.client_id,
             )
         except BaseException:
             log.close()
@@ -545,9 +613,19 @@ class DriverConductor:
         stream_id: int,
         channel: str,
         suffix: str = "",
+        owner_id: int = 0,
     ) -> AtomicCounter:
+        """``owner_id``: the client the counter belongs to, recorded in the current generation only."""
         counter_id = allocate_stream_counter(
-            self.counters, name, type_id, registration_id, session_id, stream_id, channel, suffix
+            self.counters,
+            name,
+            type_id,
+            registration_id,
+            session_id,
+            stream_id,
+            channel,
+            suffix,
+            owner_id=owner_id if self.is_current else 0,
         )
         return AtomicCounter(self.counters.values_buffer, counter_id, self.counters)
 
@@ -698,9 +776,15 @@ class DriverConductor:
             raise ControlProtocolError(
                 CurrentErrorCode.GENERIC_ERROR, f"Unable to resolve image for correlationId={msg.image_correlation_id}"
             )
-        raise ControlProtocolError(
-            CurrentErrorCode.NOT_SUPPORTED, f"REJECT_IMAGE is not supported (image {msg.image_correlation_id})"
-        )
+        image = next((i for i in self.network.images if i.correlation_id == msg.image_correlation_id), None)
+        if image is None:
+            raise ControlProtocolError(
+                CurrentErrorCode.NOT_SUPPORTED,
+                f"REJECT_IMAGE is not supported for IPC (image {msg.image_correlation_id})",
+            )
+        # The receiver thread reads the flag on its next status message: ERR frames replace SMs.
+        image.reject(msg.reason)
+        self.client_proxy.on_operation_success(msg.correlation_id)
 
     def _on_remove_destination_by_id(self, msg: DestinationByIdMessage) -> None:
         entry = self._destinations.get(msg.destination_registration_id)

@@ -74,6 +74,10 @@ class FlowControl(Protocol):
         """Should a closing publication keep lingering for its receivers?"""
         ...
 
+    def on_error(self, receiver_id: int) -> None:
+        """The receiver sent an ERR (it rejected the stream): stop counting on it."""
+        ...
+
 
 class _MaxPositionFlowControl:
     """Shared 1.15.1 logic of unicast and max multicast: the limit follows the fastest receiver."""
@@ -123,6 +127,10 @@ class _MaxPositionFlowControl:
 
     def should_linger(self, now_ns: int) -> bool:
         return self._linger
+
+    def on_error(self, receiver_id: int) -> None:
+        # One receiver (unicast) or the fastest one decides; a rejecting receiver will consume no more.
+        self._linger = False
 
     @property
     def last_position(self) -> int:
@@ -200,6 +208,9 @@ class MinMulticastFlowControl:
                 if other.limit < limit:
                     limit = other.limit
         return limit if limit > sender_limit else sender_limit
+
+    def on_error(self, receiver_id: int) -> None:
+        self._receivers.pop(receiver_id, None)
 
     def on_idle(self, now_ns: int, sender_limit: int, sender_position: int, is_eos: bool) -> int:
         receivers = self._receivers

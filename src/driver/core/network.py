@@ -13,10 +13,12 @@ touches a closed log or socket.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from driver.command.current import ADDRESS_TYPE_IPV4, ADDRESS_TYPE_IPV6, PublicationErrorResponse
 from driver.concurrent.counters import AtomicCounter
 from driver.concurrent.system_counters import (
     CHANNEL_STATUS_ACTIVE,
@@ -54,16 +56,26 @@ from driver.core.publication_image import ImageCounters, ImageState, Publication
 from driver.core.retransmit import RETRANSMIT_UNICAST_DELAY_NS, RETRANSMIT_UNICAST_LINGER_NS, RetransmitHandler
 from driver.errors import ChannelEndpointError, ControlProtocolError, ErrorCode, MalformedFrameError
 from driver.logbuffer import descriptor as lbd
+from driver.logbuffer.current_metadata import LOG_TYPE_PUBLICATION_IMAGE, CurrentLogMetadata, write_current_metadata
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.media.endpoints import EndpointCounters, ReceiveChannelEndpoint, SendChannelEndpoint
+from driver.media.os_buffers import os_socket_buffer_lengths
 from driver.media.transport import Address
 from driver.media.udp_channel import UdpChannel, destination_address
+from driver.uri import parse_size
+from driver.wire.error import ErrorFrame
 from driver.wire.setup import check_setup
 
 if TYPE_CHECKING:
     from driver.core.conductor import DriverConductor, PublicationParams
 
 __all__ = ["NetworkResources"]
+
+NULL_VALUE = -1
+
+
+def _size_param(value: str | None, default: int) -> int:
+    return parse_size(value) if value is not None else default
 
 
 class NetworkResources:
@@ -143,8 +155,37 @@ class NetworkResources:
                 status.close()
                 raise
             status.set_ordered(CHANNEL_STATUS_ACTIVE)
+            endpoint.on_publication_error = self._on_publication_error
             self.send_endpoints[channel.canonical_form] = endpoint
         return endpoint
+
+    def _on_publication_error(self, publication: NetworkPublication, frame: ErrorFrame, address: Address) -> None:
+        """Sender thread: a receiver rejected ``publication``; the conductor tells its owners."""
+        self._conductor.conductor_command(
+            functools.partial(self._notify_publication_error, publication, frame, address)
+        )
+
+    def _notify_publication_error(self, publication: NetworkPublication, frame: ErrorFrame, address: Address) -> None:
+        host, port = address[0], address[1]
+        ip = ipaddress.ip_address(host)
+        for link in self._conductor.publication_links:
+            if link.publication is not publication:
+                continue
+            self._conductor.client_proxy.on_publication_error(
+                PublicationErrorResponse(
+                    registration_id=publication.registration_id,
+                    destination_registration_id=NULL_VALUE,
+                    session_id=frame.session_id,
+                    stream_id=frame.stream_id,
+                    receiver_id=frame.receiver_id,
+                    group_tag=NULL_VALUE if frame.group_tag is None else frame.group_tag,
+                    address_type=ADDRESS_TYPE_IPV6 if ip.version == 6 else ADDRESS_TYPE_IPV4,
+                    source_port=port,
+                    source_address=ip.packed,
+                    error_code=frame.error_code,
+                    error_message=frame.error_message,
+                )
+            )
 
     def add_publication(
         self,
@@ -157,6 +198,7 @@ class NetworkResources:
         initial_term_id: int,
         params: PublicationParams,
         is_exclusive: bool,
+        client_id: int = 0,
     ) -> NetworkPublication:
         conductor = self._conductor
         uri = channel.channel_uri
@@ -167,7 +209,15 @@ class NetworkResources:
         path = Path(self._ctx.aeron_dir) / "publications" / f"{registration_id}.logbuffer"
         counters: list[AtomicCounter] = []
         try:
-            log = conductor.create_publication_log(path, session_id, stream_id, initial_term_id, params)
+            current = conductor.publication_metadata(
+                params,
+                is_exclusive,
+                self._ctx.publication_term_window_length_for(params.term_length),
+                group=channel.is_multicast,
+                socket_sndbuf_length=_size_param(uri.get("so-sndbuf"), self._ctx.socket_sndbuf_length),
+                socket_rcvbuf_length=_size_param(uri.get("so-rcvbuf"), self._ctx.socket_rcvbuf_length),
+            )
+            log = conductor.create_publication_log(path, session_id, stream_id, initial_term_id, params, current)
             for name, type_id in (
                 (PUBLISHER_POS_NAME, PUBLISHER_POS_TYPE_ID),
                 (PUBLISHER_LIMIT_NAME, PUBLISHER_LIMIT_TYPE_ID),
@@ -175,7 +225,9 @@ class NetworkResources:
                 (SENDER_LIMIT_NAME, SENDER_LIMIT_TYPE_ID),
             ):
                 counters.append(
-                    conductor.stream_counter(name, type_id, registration_id, session_id, stream_id, channel_text)
+                    conductor.stream_counter(
+                        name, type_id, registration_id, session_id, stream_id, channel_text, owner_id=client_id
+                    )
                 )
         except BaseException:
             for counter in counters:
@@ -380,15 +432,48 @@ class NetworkResources:
             page_size=self._ctx.file_page_size,
             correlation_id=correlation_id,
         )
+        owner_id = links[0].client.client_id
         hwm = conductor.stream_counter(
-            RECEIVER_HWM_NAME, RECEIVER_HWM_TYPE_ID, correlation_id, session_id, stream_id, channel_text
+            RECEIVER_HWM_NAME,
+            RECEIVER_HWM_TYPE_ID,
+            correlation_id,
+            session_id,
+            stream_id,
+            channel_text,
+            owner_id=owner_id,
         )
         rebuild = conductor.stream_counter(
-            RECEIVER_POS_NAME, RECEIVER_POS_TYPE_ID, correlation_id, session_id, stream_id, channel_text
+            RECEIVER_POS_NAME,
+            RECEIVER_POS_TYPE_ID,
+            correlation_id,
+            session_id,
+            stream_id,
+            channel_text,
+            owner_id=owner_id,
         )
         uri = endpoint.channel.channel_uri
         multicast = endpoint.channel.is_multicast
         is_reliable = uri.get("reliable", "true") != "false"
+        if conductor.is_current:
+            os_lengths = os_socket_buffer_lengths()
+            write_current_metadata(
+                log.metadata,
+                CurrentLogMetadata(
+                    log_type=LOG_TYPE_PUBLICATION_IMAGE,
+                    receiver_window_length=min(self._ctx.initial_window_length, term_length // 2),
+                    socket_sndbuf_length=_size_param(uri.get("so-sndbuf"), self._ctx.socket_sndbuf_length),
+                    os_default_socket_sndbuf_length=os_lengths[0],
+                    os_max_socket_sndbuf_length=os_lengths[1],
+                    socket_rcvbuf_length=_size_param(uri.get("so-rcvbuf"), self._ctx.socket_rcvbuf_length),
+                    os_default_socket_rcvbuf_length=os_lengths[2],
+                    os_max_socket_rcvbuf_length=os_lengths[3],
+                    group=multicast,
+                    rejoin=uri.get("rejoin", "true") != "false",
+                    reliable=is_reliable,
+                    sparse=self._ctx.term_buffer_sparse_file,
+                    tether=uri.get("tether", "true") != "false",
+                ),
+            )
 
         def loss_detector(on_gap: object) -> LossDetector:
             generator = (

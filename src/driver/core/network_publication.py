@@ -116,6 +116,7 @@ class NetworkPublication:
         # shared: set by the sender on SM, read by the conductor
         self.time_of_last_status_message_ns = now_ns
         self.has_receivers = False
+        self._rejecting_receivers: set[int] = set()
         # conductor-thread state
         self.ref_count = 0
         self.state = NetworkPublicationState.ACTIVE
@@ -243,6 +244,15 @@ class NetworkPublication:
         if new_limit != limit:
             self.sender_limit.set_ordered(new_limit)
         lbd.set_is_connected(self.log.metadata, True)
+
+    def on_error(self, receiver_id: int) -> bool:
+        """A receiver rejected this stream (ERR frame): drop it; True the first time it says so."""
+        rejected = self._rejecting_receivers
+        if receiver_id in rejected:
+            return False
+        rejected.add(receiver_id)
+        self.flow_control.on_error(receiver_id)
+        return True
 
     def on_nak(self, term_id: int, term_offset: int, length: int, now_ns: int) -> None:
         self.retransmit_handler.on_nak(term_id, term_offset, length, self.term_length, now_ns, self.resend)

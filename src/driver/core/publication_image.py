@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING
 from driver.concurrent.counters import AtomicCounter
 from driver.core.congestion import CongestionControl
 from driver.core.loss_detector import LossDetector
+from driver.errors import CurrentErrorCode
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.gap_filler import try_fill_gap
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.logbuffer.rebuilder import insert
 from driver.media.transport import Address
 from driver.wire.data import DATA_HEADER_LENGTH
+from driver.wire.error import ERR_MAX_FRAME_LENGTH, write_error
 from driver.wire.nak import write_nak
 from driver.wire.rttm import REPLY_FLAG, write_rttm
 from driver.wire.status import write_sm
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["ImageCounters", "ImageState", "PublicationImage"]
 
 EOS_FLAG = 0x20
+
+
+IMAGE_REJECTED_CODE = int(CurrentErrorCode.IMAGE_REJECTED)
 
 
 class ImageState(enum.Enum):
@@ -135,7 +140,9 @@ class PublicationImage:
         self._last_sm_window_limit = join + self.window
         self._time_of_last_sm_ns = now_ns - status_message_timeout_ns - 1
         self._pending_nak: tuple[int, int, int] | None = None
-        self._control = bytearray(64)
+        self._control = bytearray(ERR_MAX_FRAME_LENGTH)
+        # Set (by the conductor) when a client rejects the image: ERR frames then replace SMs.
+        self.rejection: str | None = None
         self._control_view = memoryview(self._control)
         self._clean_position = join
         self.time_of_last_packet_ns = now_ns
@@ -253,7 +260,26 @@ class PublicationImage:
             self.rtt_ns = rtt_ns
             self.congestion_control.on_rttm(now_ns, rtt_ns, self.source_address)
 
+    def reject(self, reason: str) -> None:
+        """A client refused this image (REJECT_IMAGE): from now on tell the sender with ERR instead of SMs."""
+        self.rejection = reason
+
     def send_status_message(self, position: int, window: int, now_ns: int, flags: int = 0) -> None:
+        if self.rejection is not None:
+            n = write_error(
+                self._control,
+                0,
+                self.session_id,
+                self.stream_id,
+                self.receiver_id,
+                None,
+                IMAGE_REJECTED_CODE,
+                self.rejection.encode("ascii", "replace"),
+            )
+            self._send_control(self._control_view[:n], self.control_address)
+            self._time_of_last_sm_ns = now_ns
+            self._last_sm_position = position
+            return
         term_id = lbd.int32((position >> self.position_bits) + self.initial_term_id)
         n = write_sm(
             self._control,

@@ -22,12 +22,21 @@ from typing import TYPE_CHECKING
 
 from driver.concurrent.counters import AtomicCounter
 from driver.errors import MalformedFrameError
-from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_PAD, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM
+from driver.logbuffer.frame import (
+    HDR_TYPE_DATA,
+    HDR_TYPE_ERR,
+    HDR_TYPE_NAK,
+    HDR_TYPE_PAD,
+    HDR_TYPE_RTTM,
+    HDR_TYPE_SETUP,
+    HDR_TYPE_SM,
+)
 from driver.media.faults import FaultSpec
 from driver.media.transport import Address, UdpTransport
 from driver.media.udp_channel import UdpChannel
 from driver.wire.data import unpack_data_routing
 from driver.wire.datagram import classify, validate_data_datagram
+from driver.wire.error import ErrorFrame
 from driver.wire.nak import NAK
 from driver.wire.rttm import REPLY_FLAG, RTTM, write_rttm
 from driver.wire.setup import SETUP
@@ -114,6 +123,8 @@ class SendChannelEndpoint:
         self.destinations: list[Address] = []
         self._last_seen_ns: dict[Address, int] = {}  # dynamic destinations: last status message
         self._next_expiry_check_ns = 0
+        # Set by the driver: called on the sender thread when a receiver first rejects a publication.
+        self.on_publication_error: Callable[[NetworkPublication, ErrorFrame, Address], None] | None = None
         self.is_manual = channel.control_mode == "manual"
         self.is_dynamic = channel.control_mode == "dynamic"
         if not (self.is_manual or self.is_dynamic):
@@ -176,9 +187,20 @@ class SendChannelEndpoint:
                         publication.on_nak(term_id, term_offset, nak_length, now_ns)
                 elif frame_type == HDR_TYPE_RTTM:
                     self._on_rttm(view, address)
+                elif frame_type == HDR_TYPE_ERR:
+                    self._on_error_frame(view, length, address)
             except MalformedFrameError:
                 counters.invalid_packets.increment()
         return count
+
+    def _on_error_frame(self, view: memoryview, length: int, address: Address) -> None:
+        """Today's receivers reject a stream with ERR: the publication drops that receiver and tells its owner."""
+        frame = ErrorFrame.decode(view, 0, length)
+        publication = self.publications.get((frame.session_id, frame.stream_id))
+        if publication is not None and publication.on_error(frame.receiver_id):
+            listener = self.on_publication_error
+            if listener is not None:
+                listener(publication, frame, address)
 
     def _on_status_message(self, view: memoryview, address: Address, now_ns: int) -> None:
         _, _, flags, _, session_id, stream_id, term_id, term_offset, window, receiver_id = _unpack_sm(view, 0)
