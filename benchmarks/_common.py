@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing as mp
 import os
 import shutil
 import signal
@@ -12,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 MESSAGE_LENGTH = 32
 
@@ -82,3 +84,55 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[objec
         print("  " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
         if n == 0:
             print("  " + "  ".join("-" * w for w in widths))
+
+
+def zmq_sink(address: str, messages: int, ready: Any, out: Any) -> None:
+    """pyzmq PULL: count ``messages`` and report (received, seconds from the first to the last)."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    sock.setsockopt(zmq.RCVHWM, 100_000)
+    sock.bind(address)
+    ready.set()
+    recv = sock.recv
+    recv()
+    start = time.perf_counter()
+    received = 1
+    while received < messages:
+        recv()
+        received += 1
+    out.put((received, time.perf_counter() - start))
+    sock.close(0)
+    ctx.term()
+
+
+def zmq_source(address: str, messages: int, ready: Any) -> None:
+    """pyzmq PUSH: one ``send`` per message, as fast as it goes."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.SNDHWM, 100_000)
+    ready.wait(30)
+    sock.connect(address)
+    send = sock.send
+    payload = b"x" * MESSAGE_LENGTH
+    for _ in range(messages):
+        send(payload)
+    sock.close(linger=10_000)
+    ctx.term()
+
+
+def run_zmq_push_pull(address: str, messages: int) -> tuple[int, float]:
+    """PUSH and PULL in two processes over ``address``; (messages received, seconds)."""
+    ctx = mp.get_context("spawn")
+    ready, out = ctx.Event(), ctx.Queue()
+    sink = ctx.Process(target=zmq_sink, args=(address, messages, ready, out), daemon=True)
+    sink.start()
+    source = ctx.Process(target=zmq_source, args=(address, messages, ready), daemon=True)
+    source.start()
+    received, elapsed = out.get(timeout=300)
+    source.join(60)
+    sink.join(60)
+    return received, elapsed

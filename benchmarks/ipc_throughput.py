@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MESSAGE_LENGTH, fresh_aeron_dir, print_table, standalone_driver
+from _common import MESSAGE_LENGTH, fresh_aeron_dir, print_table, run_zmq_push_pull, standalone_driver
 
 STREAM_ID = 1001
 CHANNEL = "aeron:ipc?term-length=64m"
@@ -113,54 +113,8 @@ def run_endpoint(embedded: bool, messages: int, batch_size: int) -> tuple[float,
     return received, elapsed
 
 
-def zmq_sink(address: str, messages: int, ready: mp.synchronize.Event, out: mp.Queue) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
-    sock.setsockopt(zmq.RCVHWM, 100_000)
-    sock.bind(address)
-    ready.set()
-    recv = sock.recv
-    recv()
-    start = time.perf_counter()
-    received = 1
-    while received < messages:
-        recv()
-        received += 1
-    out.put((received, time.perf_counter() - start))
-    sock.close(0)
-    ctx.term()
-
-
-def zmq_source(address: str, messages: int, ready: mp.synchronize.Event) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUSH)
-    sock.setsockopt(zmq.SNDHWM, 100_000)
-    ready.wait(30)
-    sock.connect(address)
-    send = sock.send
-    payload = b"x" * MESSAGE_LENGTH
-    for _ in range(messages):
-        send(payload)
-    sock.close(linger=10_000)
-    ctx.term()
-
-
-def run_zmq(messages: int) -> tuple[float, float]:
-    ctx = mp.get_context("spawn")
-    ready, out = ctx.Event(), ctx.Queue()
-    address = f"ipc:///tmp/endpoint-bench-zmq-{os.getpid()}"
-    sink = ctx.Process(target=zmq_sink, args=(address, messages, ready, out))
-    sink.start()
-    source = ctx.Process(target=zmq_source, args=(address, messages, ready))
-    source.start()
-    received, elapsed = out.get(timeout=300)
-    source.join(60)
-    sink.join(60)
-    return received, elapsed
+def run_zmq(messages: int) -> tuple[int, float]:
+    return run_zmq_push_pull(f"ipc:///tmp/endpoint-bench-zmq-{os.getpid()}", messages)
 
 
 def main() -> None:

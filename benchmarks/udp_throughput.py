@@ -37,7 +37,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import MESSAGE_LENGTH, fresh_aeron_dir, print_table, standalone_driver  # noqa: E402
+from _common import MESSAGE_LENGTH, fresh_aeron_dir, print_table, run_zmq_push_pull, standalone_driver  # noqa: E402
 
 STREAM_ID = 1001
 RUN_TIMEOUT_S = 120.0
@@ -270,54 +270,8 @@ def run_java(
 # -- pyzmq ----------------------------------------------------------------------------------------
 
 
-def zmq_sink(address: str, messages: int, ready: mp.synchronize.Event, out: mp.Queue) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
-    sock.setsockopt(zmq.RCVHWM, 100_000)
-    sock.bind(address)
-    ready.set()
-    recv = sock.recv
-    recv()
-    start = time.perf_counter()
-    received = 1
-    while received < messages:
-        recv()
-        received += 1
-    out.put((received, time.perf_counter() - start))
-    sock.close(0)
-    ctx.term()
-
-
-def zmq_source(address: str, messages: int, ready: mp.synchronize.Event) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUSH)
-    sock.setsockopt(zmq.SNDHWM, 100_000)
-    ready.wait(30)
-    sock.connect(address)
-    send = sock.send
-    payload = b"x" * MESSAGE_LENGTH
-    for _ in range(messages):
-        send(payload)
-    sock.close(linger=10_000)
-    ctx.term()
-
-
 def run_zmq(messages: int) -> tuple[int, float]:
-    ctx = mp.get_context("spawn")
-    ready, out = ctx.Event(), ctx.Queue()
-    address = f"tcp://127.0.0.1:{free_tcp_port()}"
-    sink = ctx.Process(target=zmq_sink, args=(address, messages, ready, out), daemon=True)
-    sink.start()
-    source = ctx.Process(target=zmq_source, args=(address, messages, ready), daemon=True)
-    source.start()
-    received, elapsed = out.get(timeout=300)
-    source.join(60)
-    sink.join(60)
-    return received, elapsed
+    return run_zmq_push_pull(f"tcp://127.0.0.1:{free_tcp_port()}", messages)
 
 
 # -- main -----------------------------------------------------------------------------------------
