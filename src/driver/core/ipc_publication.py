@@ -11,26 +11,18 @@ drains (the end-of-stream position is set) and lingers before its file goes.
 
 from __future__ import annotations
 
-import enum
 from typing import TYPE_CHECKING
 
 from driver.concurrent.counters import AtomicCounter
+from driver.core.driver_publication import DriverPublication, PublicationState
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.log_buffers import LogBuffers
-from driver.logbuffer.unblocker import LogBufferUnblocker
 
 if TYPE_CHECKING:
     from driver.core.links import SubscriptionLink
     from driver.core.publication_image import PublicationImage
 
 __all__ = ["IpcPublication", "PublicationState", "SubscriberPosition"]
-
-
-class PublicationState(enum.Enum):
-    ACTIVE = 1
-    DRAINING = 2
-    LINGER = 3
-    DONE = 4
 
 
 class SubscriberPosition:
@@ -46,7 +38,7 @@ class SubscriberPosition:
         self.counter = counter
 
 
-class IpcPublication:
+class IpcPublication(DriverPublication):
     def __init__(
         self,
         *,
@@ -64,45 +56,25 @@ class IpcPublication:
         is_exclusive: bool,
         unblocked_publications: AtomicCounter,
     ) -> None:
+        super().__init__(log, publisher_limit, now_ns)
         self.registration_id = registration_id
         self.channel = channel
         self.session_id = session_id
         self.stream_id = stream_id
-        self.log = log
-        self.publisher_limit = publisher_limit
         self.publisher_position = publisher_position
         self.is_exclusive = is_exclusive
-        self.term_length = log.term_length
         self.mtu_length = lbd.mtu_length(log.metadata)
-        self.initial_term_id = lbd.initial_term_id(log.metadata)
-        self.position_bits = lbd.position_bits_to_shift(self.term_length)
         self.term_window_length = term_window_length
         self._trip_gain = term_window_length // 8
         self._unblock_timeout_ns = unblock_timeout_ns
         self.linger_timeout_ns = linger_timeout_ns
         self._unblocked_publications = unblocked_publications
         self.subscribers: list[SubscriberPosition] = []
-        self.ref_count = 0
-        self.state = PublicationState.ACTIVE
         self.consumer_position = self.producer_position()
         self._last_consumer_position = self.consumer_position
         self._clean_position = self.consumer_position
         self._trip_limit = 0
         self._time_of_last_consumer_change_ns = now_ns
-        self._time_of_last_state_change_ns = now_ns
-
-    @property
-    def log_file_name(self) -> str:
-        return str(self.log.path)
-
-    def producer_position(self) -> int:
-        raw_tail = lbd.raw_tail_volatile(self.log.metadata)
-        return lbd.compute_position(
-            lbd.term_id(raw_tail),
-            lbd.term_offset(raw_tail, self.term_length),
-            self.position_bits,
-            self.initial_term_id,
-        )
 
     def join_position(self) -> int:
         return self.consumer_position
@@ -117,19 +89,6 @@ class IpcPublication:
         position.counter.close()
         if not self.subscribers:
             lbd.set_is_connected(self.log.metadata, False)
-
-    def inc_ref(self) -> None:
-        self.ref_count += 1
-
-    def dec_ref(self, now_ns: int) -> None:
-        self.ref_count -= 1
-        if self.ref_count == 0:
-            self.state = PublicationState.DRAINING
-            self._time_of_last_state_change_ns = now_ns
-            producer_position = self.producer_position()
-            if self.publisher_limit.get() > producer_position:
-                self.publisher_limit.set_ordered(producer_position)
-            lbd.set_end_of_stream_position(self.log.metadata, producer_position)
 
     def update_publisher_limit(self) -> int:
         """Move the publisher limit from the subscribers' positions; 1 if it moved."""
@@ -201,9 +160,6 @@ class IpcPublication:
         if term_count != (consumer_position >> self.position_bits):
             return True
         return producer_position > consumer_position
-
-    def _unblock(self, blocked_position: int) -> bool:
-        return LogBufferUnblocker.unblock(self.log.terms, self.log.metadata, blocked_position, self.term_length)
 
     def _clean_buffer(self, min_consumer_position: int) -> None:
         clean_position = self._clean_position

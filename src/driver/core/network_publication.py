@@ -20,16 +20,15 @@ other way round; the GIL makes each attribute access atomic.
 
 from __future__ import annotations
 
-import enum
 from typing import Protocol
 
 from driver.concurrent.counters import AtomicCounter
+from driver.core.driver_publication import DriverPublication, PublicationState
 from driver.core.flow_control import FlowControl
 from driver.core.retransmit import RetransmitHandler
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.logbuffer.scanner import scan_for_availability
-from driver.logbuffer.unblocker import LogBufferUnblocker
 from driver.wire.data import HEARTBEAT_EOS_FLAGS, HEARTBEAT_FLAGS, write_heartbeat
 from driver.wire.setup import write_setup
 
@@ -40,14 +39,10 @@ HEARTBEAT_INTERVAL_NS = 100_000_000
 MAX_DATAGRAMS_PER_CYCLE = 16
 
 
-class NetworkPublicationState(enum.Enum):
-    ACTIVE = 1
-    DRAINING = 2
-    LINGER = 3
-    DONE = 4
+NetworkPublicationState = PublicationState  # one life cycle for every publication
 
 
-class NetworkPublication:
+class NetworkPublication(DriverPublication):
     def __init__(
         self,
         *,
@@ -73,24 +68,20 @@ class NetworkPublication:
         now_ns: int,
         signal_eos: bool = True,
     ) -> None:
+        super().__init__(log, publisher_limit, now_ns)
         self.registration_id = registration_id
         self.channel = channel
         self.endpoint = endpoint
-        self.log = log
         self.session_id = session_id
         self.stream_id = stream_id
         self.publisher_position = publisher_position
-        self.publisher_limit = publisher_limit
         self.sender_position = sender_position
         self.sender_limit = sender_limit
         self.flow_control = flow_control
         self.retransmit_handler = retransmit_handler
         self.counters = counters
         self.is_exclusive = is_exclusive
-        self.term_length = log.term_length
         self.term_mask = self.term_length - 1
-        self.position_bits = lbd.position_bits_to_shift(self.term_length)
-        self.initial_term_id = lbd.initial_term_id(log.metadata)
         self.mtu = lbd.mtu_length(log.metadata)
         self.term_window_length = term_window_length
         self.connection_timeout_ns = connection_timeout_ns
@@ -118,22 +109,9 @@ class NetworkPublication:
         self.has_receivers = False
         self._rejecting_receivers: set[int] = set()
         # conductor-thread state
-        self.ref_count = 0
-        self.state = NetworkPublicationState.ACTIVE
         self._clean_position = start
         self._last_sender_position = start
         self._time_of_last_sender_change_ns = now_ns
-        self._time_of_last_state_change_ns = now_ns
-
-    @property
-    def log_file_name(self) -> str:
-        return str(self.log.path)
-
-    def producer_position(self) -> int:
-        raw_tail = lbd.raw_tail_volatile(self.log.metadata)
-        return lbd.compute_position(
-            lbd.term_id(raw_tail), lbd.term_offset(raw_tail, self.term_length), self.position_bits, self.initial_term_id
-        )
 
     # -- sender thread --------------------------------------------------------------------------
 
@@ -339,22 +317,6 @@ class NetworkPublication:
         else:
             self._last_sender_position = sender_position
             self._time_of_last_sender_change_ns = now_ns
-
-    def _unblock(self, blocked_position: int) -> bool:
-        return LogBufferUnblocker.unblock(self._terms, self.log.metadata, blocked_position, self.term_length)
-
-    def inc_ref(self) -> None:
-        self.ref_count += 1
-
-    def dec_ref(self, now_ns: int) -> None:
-        self.ref_count -= 1
-        if self.ref_count == 0:
-            self.state = NetworkPublicationState.DRAINING
-            self._time_of_last_state_change_ns = now_ns
-            producer_position = self.producer_position()
-            if self.publisher_limit.get() > producer_position:
-                self.publisher_limit.set_ordered(producer_position)
-            lbd.set_end_of_stream_position(self.log.metadata, producer_position)
 
     def close(self) -> None:
         for counter in (self.publisher_position, self.publisher_limit, self.sender_position, self.sender_limit):
