@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -73,6 +74,7 @@ def java_driver(aeron_dir: Path) -> Iterator[int]:
     finally:
         AeronJava.stop(driver.process)
         log.unlink(missing_ok=True)
+        shutil.rmtree(aeron_dir, ignore_errors=True)
 
 
 def main() -> None:
