@@ -7,6 +7,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -136,3 +137,80 @@ def run_zmq_push_pull(address: str, messages: int) -> tuple[int, float]:
     source.join(60)
     sink.join(60)
     return received, elapsed
+
+
+ROUND_TRIP_WARMUP = 2_000
+_STAMP = struct.Struct("<q")
+
+
+def _zmq_kinds(busy: bool, request_reply: bool) -> tuple[int, int]:
+    import zmq
+
+    if busy or not request_reply:
+        return zmq.PAIR, zmq.PAIR
+    return zmq.REQ, zmq.REP
+
+
+def zmq_pong(address: str, busy: bool, request_reply: bool, ready: Any, stop: Any) -> None:
+    """Echo every message until ``stop``; busy polls with NOBLOCK, else blocking receives."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(_zmq_kinds(busy, request_reply)[1])
+    sock.bind(address)
+    ready.set()
+    sock.setsockopt(zmq.RCVTIMEO, 200)
+    while not stop.is_set():
+        try:
+            msg = sock.recv(zmq.NOBLOCK) if busy else sock.recv()
+        except zmq.Again:
+            continue
+        sock.send(msg)
+    sock.close(0)
+    ctx.term()
+
+
+def zmq_ping(address: str, messages: int, busy: bool, request_reply: bool, out: Any) -> None:
+    """Send timestamps, wait for each echo, report the round trips (ns) after a warm-up."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(_zmq_kinds(busy, request_reply)[0])
+    sock.connect(address)
+    now = time.perf_counter_ns
+    buffer = bytearray(MESSAGE_LENGTH)
+    rtts = []
+    for i in range(messages + ROUND_TRIP_WARMUP):
+        start = now()
+        _STAMP.pack_into(buffer, 0, start)
+        sock.send(buffer)
+        while True:
+            try:
+                sock.recv(zmq.NOBLOCK if busy else 0)
+                break
+            except zmq.Again:
+                continue
+        if i >= ROUND_TRIP_WARMUP:
+            rtts.append(now() - start)
+    out.put(rtts)
+    sock.close(0)
+    ctx.term()
+
+
+def run_zmq_round_trip(address: str, messages: int, busy: bool, request_reply: bool = False) -> list[int]:
+    """Ping and pong in two processes over ``address``; the round trips in ns.
+
+    Blocking receives use PAIR, or REQ/REP with ``request_reply``; busy polling uses PAIR.
+    """
+    ctx = mp.get_context("spawn")
+    ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    pong = ctx.Process(target=zmq_pong, args=(address, busy, request_reply, ready, stop), daemon=True)
+    pong.start()
+    ready.wait(60)
+    ping = ctx.Process(target=zmq_ping, args=(address, messages, busy, request_reply, out), daemon=True)
+    ping.start()
+    rtts: list[int] = out.get(timeout=600)
+    stop.set()
+    ping.join(30)
+    pong.join(30)
+    return rtts

@@ -39,7 +39,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import MESSAGE_LENGTH, fresh_aeron_dir, percentile, print_table, standalone_driver  # noqa: E402
+from _common import MESSAGE_LENGTH, fresh_aeron_dir, percentile, print_table, run_zmq_round_trip, standalone_driver  # noqa: E402
 from udp_throughput import free_tcp_port, free_udp_port  # noqa: E402
 
 PING_STREAM, PONG_STREAM = 1002, 1003
@@ -239,64 +239,8 @@ def run_java(peer: object, messages: int, threading_mode: str, idle: str | None)
 # -- pyzmq ----------------------------------------------------------------------------------------
 
 
-def zmq_pong(address: str, busy: bool, ready: mp.synchronize.Event, stop: mp.synchronize.Event) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PAIR if busy else zmq.REP)
-    sock.bind(address)
-    ready.set()
-    sock.setsockopt(zmq.RCVTIMEO, 200)
-    while not stop.is_set():
-        try:
-            msg = sock.recv(zmq.NOBLOCK) if busy else sock.recv()
-        except zmq.Again:
-            continue
-        sock.send(msg)
-    sock.close(0)
-    ctx.term()
-
-
-def zmq_ping(address: str, messages: int, busy: bool, out: mp.Queue) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PAIR if busy else zmq.REQ)
-    sock.connect(address)
-    now = time.perf_counter_ns
-    buffer = bytearray(MESSAGE_LENGTH)
-    rtts = []
-    for i in range(messages + WARMUP):
-        start = now()
-        _STAMP.pack_into(buffer, 0, start)
-        sock.send(buffer)
-        while True:
-            try:
-                sock.recv(zmq.NOBLOCK if busy else 0)
-                break
-            except zmq.Again:
-                continue
-        if i >= WARMUP:
-            rtts.append(now() - start)
-    out.put(rtts)
-    sock.close(0)
-    ctx.term()
-
-
 def run_zmq(messages: int, busy: bool) -> list[int]:
-    ctx = mp.get_context("spawn")
-    ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
-    address = f"tcp://127.0.0.1:{free_tcp_port()}"
-    pong = ctx.Process(target=zmq_pong, args=(address, busy, ready, stop), daemon=True)
-    pong.start()
-    ready.wait(60)
-    ping = ctx.Process(target=zmq_ping, args=(address, messages, busy, out), daemon=True)
-    ping.start()
-    rtts: list[int] = out.get(timeout=600)
-    stop.set()
-    ping.join(30)
-    pong.join(30)
-    return rtts
+    return run_zmq_round_trip(f"tcp://127.0.0.1:{free_tcp_port()}", messages, busy, request_reply=True)
 
 
 # -- main -----------------------------------------------------------------------------------------

@@ -430,12 +430,6 @@ class ConcurrentPublication(Publication):
         length: int | None = None,
         reserved_value_supplier: ReservedValueSupplier | None = None,
     ) -> int:
-        """Append ``buffer[offset:offset+length]`` as one message; new position or an OfferResult code.
-
-        Messages longer than ``max_payload_length`` are fragmented (up to
-        ``max_message_length``). ``reserved_value_supplier(term_view, frame_offset,
-        frame_length)`` may return the 64-bit reserved value of each frame.
-        """
         if self._is_closed:
             return CLOSED
         if length is None:

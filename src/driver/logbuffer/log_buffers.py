@@ -17,6 +17,7 @@ the mapping is freed when the last slice goes away).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -168,24 +169,20 @@ class LogBuffers:
         for term in self.terms:
             term.release()
         self.metadata.release()
+        # A payload slice a caller still holds keeps its view exported: the memory is then
+        # unmapped when the last slice is collected, never under it.
         for view in self.term_views:
-            try:
+            with contextlib.suppress(BufferError):
                 view.release()
-            except BufferError:
-                pass
         if self._view is not None:
-            try:
+            with contextlib.suppress(BufferError):
                 self._view.release()
-            except BufferError:
-                pass
             self._view = None
         mapping = self._mmap
         self._mmap = None
         if mapping is not None:
-            try:
+            with contextlib.suppress(BufferError):
                 mapping.close()
-            except BufferError:
-                pass  # still exported; unmapped when the last view is collected
 
     def __enter__(self) -> LogBuffers:
         return self

@@ -143,7 +143,7 @@ class MetricsServer:
                 self.wfile.write(body)
 
             def log_message(self, format: str, *args: object) -> None:
-                pass  # scrapes every few seconds would flood the terminal
+                """Silent: a scrape every few seconds would flood the terminal."""
 
         self.httpd = ThreadingHTTPServer(address, Handler)
         self.httpd.daemon_threads = True
