@@ -1,1 +1,51 @@
-"""High-level asyncio Server/Client end points over the driver."""
+"""High-level asyncio Server/Client end points over the driver (dorkbox Network style)."""
+
+from endpoint.client import Client
+from endpoint.config import ClientConfiguration, Configuration, ServerConfiguration
+from endpoint.connection import Connection, UnhandledMessageError
+from endpoint.errors import (
+    AllocationError,
+    ClientError,
+    ClientRejectedError,
+    ClientTimeoutError,
+    ConfigurationError,
+    ConnectionClosedError,
+    CriticalDriverError,
+    EndpointClosedError,
+    EndpointError,
+    MessageTooLargeError,
+    RejectReason,
+    SerializationError,
+    ServerError,
+    TransmitError,
+)
+from endpoint.listeners import add_global_error_listener, remove_global_error_listener
+from endpoint.serialization import Serialization
+from endpoint.server import Server
+
+__all__ = [
+    "AllocationError",
+    "Client",
+    "ClientConfiguration",
+    "ClientError",
+    "ClientRejectedError",
+    "ClientTimeoutError",
+    "Configuration",
+    "ConfigurationError",
+    "Connection",
+    "ConnectionClosedError",
+    "CriticalDriverError",
+    "EndpointClosedError",
+    "EndpointError",
+    "MessageTooLargeError",
+    "RejectReason",
+    "Serialization",
+    "SerializationError",
+    "Server",
+    "ServerConfiguration",
+    "ServerError",
+    "TransmitError",
+    "UnhandledMessageError",
+    "add_global_error_listener",
+    "remove_global_error_listener",
+]

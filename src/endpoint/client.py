@@ -1,0 +1,307 @@
+"""The client end point: connects to a server over IPC when it shares our driver, else over UDP.
+
+Connecting: open a handshake publication to the server (IPC first when the
+server is on this machine), send HELLO with a fresh X25519 key and connect key,
+and wait for the sealed HELLO_ACK (resending HELLO every ``handshake_timeout``).
+Check the server's key against the trust-on-first-use store, create the
+connection's publication and subscription from the granted ids, wait for both
+to connect, send DONE and wait for DONE_ACK; then the connection is live and
+``on_connect`` fires. Every wait is bounded; the whole connect by
+``connect_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from driver.client.aio import offer_async
+from driver.client.publication import Publication
+from driver.client.subscription import Subscription
+from endpoint.config import (
+    HANDSHAKE_STREAM_ID,
+    IPC_HANDSHAKE_STREAM_BASE,
+    IPC_REPLY_STREAM_BASE,
+    REPLY_STREAM_ID,
+    ClientConfiguration,
+)
+from endpoint.connection import Connection
+from endpoint.endpoint import EndPoint
+from endpoint.errors import ClientError, ClientRejectedError, ClientTimeoutError, RejectReason
+from endpoint.handshake import Accepted, ClientHandshake, Completed, Rejected
+from endpoint.keystore import KnownServers
+from endpoint.transport import (
+    bracket,
+    data_channel,
+    free_udp_port,
+    is_local_host,
+    local_address_towards,
+    resolve,
+    udp_channel,
+    wait_connected,
+    wait_image,
+)
+
+__all__ = ["Client"]
+
+_log = logging.getLogger("endpoint")
+
+_IPC_PROBE_S = 0.25
+"""How long an IPC handshake publication may take to find a local server before UDP is tried."""
+
+
+class _Route:
+    """The handshake's publication and reply subscription, and where the data streams go."""
+
+    def __init__(
+        self,
+        is_ipc: bool,
+        publication: Publication,
+        reply: Subscription,
+        local: tuple[str, int] | None,
+        server: tuple[str, int],
+    ) -> None:
+        self.is_ipc = is_ipc
+        self.publication = publication
+        self.reply = reply
+        self.local = local
+        self.server = server
+
+    async def close(self) -> None:
+        for resource in (self.publication, self.reply):
+            try:
+                await resource.close_async()
+            except Exception as exc:
+                _log.debug("closing %r failed: %s", resource, exc)
+
+
+class Client(EndPoint[ClientConfiguration]):
+    """Connects to one server; ``connection`` is the live connection (one at a time)."""
+
+    def __init__(self, config: ClientConfiguration | None = None) -> None:
+        super().__init__(config if config is not None else ClientConfiguration())
+        self._known = KnownServers(self.config.known_servers_path)
+        self.connection: Connection | None = None
+        self._target: tuple[str, int] | None = None
+        self._connect_lock = asyncio.Lock()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def connect(self, host: str = "127.0.0.1", port: int = 2000, *, timeout: float | None = None) -> Connection:
+        """Connect (IPC preferred for a server on this machine); ClientRejectedError or ClientTimeoutError if not."""
+        self._ensure_open()
+        async with self._connect_lock:
+            if self.connection is not None and not self.connection.is_closed:
+                raise ClientError(f"already connected: {self.connection!r}; close it first")
+            if self._shared is None:
+                await self._lease_driver()
+            self._start_poller()
+            self._target = (host, port)
+            budget = self.config.connect_timeout if timeout is None else timeout
+            try:
+                return await asyncio.wait_for(self._connect(host, port), budget)
+            except TimeoutError:
+                raise ClientTimeoutError(f"no server answered at {host}:{port} within {budget:g} s") from None
+
+    async def _connect(self, host: str, port: int) -> Connection:
+        ip = await resolve(host)
+        cfg = self.config
+        while True:
+            route = await self._open_route(ip, port)
+            try:
+                connection = await self._handshake(route, host, port)
+            except _Retry:
+                await asyncio.sleep(0.05)
+                continue
+            finally:
+                await route.close()
+            self.connection = connection
+            self._add_connection(connection)
+            return connection
+        raise AssertionError(cfg)  # pragma: no cover
+
+    async def _open_route(self, ip: str, port: int) -> _Route:
+        cfg = self.config
+        aeron = self._shared.client() if self._shared is not None else None
+        assert aeron is not None
+        if cfg.enable_ipc and cfg.prefer_ipc and is_local_host(ip):
+            publication = await aeron.add_exclusive_publication_async(
+                "aeron:ipc?term-length=65536", IPC_HANDSHAKE_STREAM_BASE + port
+            )
+            try:
+                await wait_connected(publication, _IPC_PROBE_S)
+            except TimeoutError:
+                await publication.close_async()
+            else:
+                reply = await aeron.add_subscription_async("aeron:ipc", IPC_REPLY_STREAM_BASE + port)
+                return _Route(True, publication, reply, None, (ip, port))
+        if not cfg.enable_udp:
+            raise ClientError(f"no IPC server on port {port} shares this driver, and enable_udp is False")
+        local_ip = cfg.local_address or local_address_towards(ip)
+        local_port = cfg.local_port or free_udp_port(local_ip)
+        reply = await aeron.add_subscription_async(udp_channel(f"{bracket(local_ip)}:{local_port}"), REPLY_STREAM_ID)
+        try:
+            publication = await aeron.add_exclusive_publication_async(
+                udp_channel(f"{bracket(ip)}:{port}", term_length=65536), HANDSHAKE_STREAM_ID
+            )
+        except BaseException:
+            await reply.close_async()
+            raise
+        return _Route(False, publication, reply, (local_ip, local_port), (ip, port))
+
+    async def _handshake(self, route: _Route, host: str, port: int) -> Connection:
+        cfg = self.config
+        address = f"{host}:{port}"
+        stored = self._known.get(address)
+        handshake = ClientHandshake(
+            registration_hash=cfg.serialization.registration_hash,
+            reply={} if route.is_ipc else {"port": route.local[1] if route.local else 0},
+            tag=cfg.tag,
+            expected_server_key=None if cfg.allow_server_key_change else stored,
+        )
+        step = cfg.handshake_timeout
+        await wait_connected(route.publication, cfg.connect_timeout)
+        answer = await self._exchange(route, handshake, lambda: handshake.hello(time.time_ns()), step)
+        if isinstance(answer, Rejected):
+            if not answer.authenticated and answer.reason is not RejectReason.SERVER_KEY_CHANGED:
+                _log.warning("unauthenticated rejection from %s: %s", address, answer.text)
+            raise ClientRejectedError(answer.reason, answer.text)
+        if not isinstance(answer, Accepted):
+            raise _Retry()
+        if stored is None or stored != answer.server_public:
+            self._known.remember(address, answer.server_public)
+        grant = answer.grant
+        connection = await self._open_connection(route, grant)
+        try:
+            done = await self._exchange(route, handshake, handshake.done, step)
+            if not isinstance(done, Completed):
+                raise ClientError(f"handshake with {address} ended with {done!r}")
+        except BaseException:
+            await self._discard(connection)
+            raise
+        return connection
+
+    async def _exchange(self, route: _Route, handshake: ClientHandshake, packet: Any, step: float) -> object:
+        """Send ``packet()`` and wait for a decisive answer, resending every ``step`` seconds."""
+        while True:
+            await offer_async(route.publication, packet(), timeout=step)
+            deadline = time.monotonic() + step
+            while time.monotonic() < deadline:
+                answers: list[object] = []
+                if route.reply.poll(_collect(handshake, answers), 16) == 0:
+                    await asyncio.sleep(0.0005)
+                if answers:
+                    return answers[0]
+
+    async def _open_connection(self, route: _Route, grant: dict[str, Any]) -> Connection:
+        cfg = self.config
+        aeron = self._shared.client() if self._shared is not None else None
+        assert aeron is not None
+        session_in, session_out = int(grant["session_in"]), int(grant["session_out"])
+        stream_in, stream_out = int(grant["stream_in"]), int(grant["stream_out"])
+        if route.is_ipc:
+            pub_channel = data_channel(None, session_in, int(grant["term_length"]), None)
+            sub_channel = data_channel(None, session_out, None, None)
+            remote = "ipc"
+        else:
+            assert route.local is not None
+            server = f"{bracket(route.server[0])}:{route.server[1]}"
+            pub_channel = data_channel(server, session_in, int(grant["term_length"]), int(grant["mtu"]))
+            sub_channel = data_channel(f"{bracket(route.local[0])}:{route.local[1]}", session_out, None, None)
+            remote = f"{route.server[0]}:{route.server[1]}"
+        subscription = await aeron.add_subscription_async(sub_channel, stream_out)
+        try:
+            publication = await aeron.add_exclusive_publication_async(pub_channel, stream_in)
+        except BaseException:
+            await subscription.close_async()
+            raise
+        connection = Connection(
+            self,
+            connection_id=int(grant["connection_id"]),
+            publication=publication,
+            subscription=subscription,
+            is_ipc=route.is_ipc,
+            remote_address=remote,
+            on_released=self._connection_released,
+        )
+        try:
+            await wait_connected(publication, cfg.handshake_timeout)
+            await wait_image(subscription, cfg.handshake_timeout)
+        except BaseException:
+            await self._discard(connection)
+            raise
+        return connection
+
+    async def _discard(self, connection: Connection) -> None:
+        for resource in connection._resources():
+            try:
+                await resource.close_async()
+            except Exception as exc:
+                _log.debug("closing %r failed: %s", resource, exc)
+
+    # ------------------------------------------------------------------ convenience
+
+    async def send(self, message: object) -> None:
+        """Send on the current connection."""
+        await self._current().send(message)
+
+    def send_nowait(self, message: object) -> bool:
+        return self._current().send_nowait(message)
+
+    def _current(self) -> Connection:
+        connection = self.connection
+        if connection is None:
+            raise ClientError("not connected")
+        return connection
+
+    def forget_server_key(self, host: str, port: int) -> None:
+        """Forget the stored key of ``host:port`` (the next connect trusts whatever key it presents)."""
+        self._known.forget(f"{host}:{port}")
+
+    # ------------------------------------------------------------------ restarts
+
+    def _connection_released(self, connection: Connection) -> None:
+        super()._connection_released(connection)
+        if (
+            connection is self.connection
+            and self.config.auto_reconnect
+            and not self._closing
+            and not self._restarting
+            and connection.lost
+        ):
+            self._spawn(self._reconnect())
+
+    async def _after_restart(self) -> None:
+        if self.config.auto_reconnect and self._target is not None:
+            self._spawn(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        target = self._target
+        if target is None or self._closing:
+            return
+        deadline = time.monotonic() + max(self.config.connect_timeout, 30.0)
+        while not self._closing and time.monotonic() < deadline:
+            try:
+                await self.connect(*target)
+                return
+            except ClientRejectedError:
+                raise
+            except (ClientError, OSError, TimeoutError) as exc:
+                _log.info("reconnect to %s:%s failed: %s", target[0], target[1], exc)
+                await asyncio.sleep(0.2)
+
+
+def _collect(handshake: ClientHandshake, answers: list[object]) -> Any:
+    def on_fragment(payload: memoryview, header: Any) -> None:
+        answer = handshake.receive(payload)
+        if answer is not None:
+            answers.append(answer)
+
+    return on_fragment
+
+
+class _Retry(Exception):
+    """The handshake route broke; open a new one."""

@@ -1,0 +1,253 @@
+"""Configuration of end points: attrs classes, validated on creation.
+
+Every field is checked when the object is built; a bad value raises
+:class:`~endpoint.errors.ConfigurationError` naming the field, the value and
+what is allowed. Fields that shape the driver (directory, threading mode, MTU,
+buffer sizes) form :meth:`Configuration.driver_key`: end points in one process
+whose keys are equal share one driver.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from driver.config import ThreadingMode
+from endpoint.errors import ConfigurationError
+from endpoint.serialization import Serialization
+
+__all__ = [
+    "HANDSHAKE_STREAM_ID",
+    "IPC_HANDSHAKE_STREAM_BASE",
+    "IPC_REPLY_STREAM_BASE",
+    "REPLY_STREAM_ID",
+    "ClientConfiguration",
+    "Configuration",
+    "ServerConfiguration",
+    "default_aeron_dir",
+]
+
+HANDSHAKE_STREAM_ID = 0x1337CAFE
+"""Stream of HELLO/DONE messages on a server's UDP port."""
+IPC_HANDSHAKE_STREAM_BASE = 0x13370000
+"""IPC handshakes use ``base + port``, so several IPC servers can share one driver."""
+IPC_REPLY_STREAM_BASE = 0x13380000
+"""An IPC server answers every IPC client on ``base + port`` (clients pick theirs out by connect key)."""
+REPLY_STREAM_ID = 0x1337C0DE
+"""Stream on which a UDP client hears its handshake answers, on its own port."""
+
+_MIB = 1024 * 1024
+_APP_ID = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
+IdleMode = Literal["backoff", "busy_spin"]
+
+
+def _fail(field: str, value: object, allowed: str) -> ConfigurationError:
+    return ConfigurationError(f"{field}={value!r} is not allowed: {allowed}")
+
+
+def _power_of_two(low: int, high: int) -> Any:
+    def check(inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if not isinstance(value, int) or value < low or value > high or value & (value - 1):
+            raise _fail(attribute.name, value, f"a power of two from {low} to {high}")
+
+    return check
+
+
+def _int_range(low: int, high: int) -> Any:
+    def check(inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise _fail(attribute.name, value, f"an integer from {low} to {high}")
+
+    return check
+
+
+def _positive_seconds(maximum: float = 86_400.0) -> Any:
+    def check(inst: object, attribute: attrs.Attribute[float], value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= maximum:
+            raise _fail(attribute.name, value, f"seconds, > 0 and <= {maximum:g}")
+
+    return check
+
+
+def _one_of(*choices: object) -> Any:
+    def check(inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+        if value not in choices:
+            raise _fail(attribute.name, value, "one of " + ", ".join(repr(c) for c in choices))
+
+    return check
+
+
+def _app_id(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not _APP_ID.match(value):
+        raise _fail(attribute.name, value, "1 to 32 characters of A-Z a-z 0-9 _ . -")
+
+
+def _ip_address(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise _fail(attribute.name, value, "an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::") from None
+
+
+def _networks(inst: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
+    for item in value:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except (ValueError, TypeError):
+            raise _fail(attribute.name, item, "addresses or CIDR networks such as 10.0.0.0/8 or ::1") from None
+
+
+def _id_range(inst: object, attribute: attrs.Attribute[tuple[int, int]], value: tuple[int, int]) -> None:
+    if (
+        not isinstance(value, tuple)
+        or len(value) != 2
+        or not all(isinstance(v, int) for v in value)
+        or not 1 <= value[0] < value[1] <= 0x7FFF_FFFF
+    ):
+        raise _fail(attribute.name, value, "a pair (low, high) with 1 <= low < high <= 2**31-1")
+
+
+def _tag(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or len(value) > 32:
+        raise _fail(attribute.name, value, "a string of at most 32 characters")
+
+
+def _optional_path(value: object) -> Path | None:
+    return None if value is None else Path(str(value))
+
+
+def default_aeron_dir(app_id: str) -> Path:
+    """``/dev/shm/endpoint-<app id>-<user>`` on Linux, the temp dir elsewhere."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    user = os.environ.get("USER") or str(os.getuid() if hasattr(os, "getuid") else "user")
+    return base / f"endpoint-{app_id}-{user}"
+
+
+@attrs.define(kw_only=True)
+class Configuration:
+    """What servers and clients share: the driver, the connections' logs, timeouts and serialization."""
+
+    app_id: str = attrs.field(default="endpoint", validator=_app_id)
+    """Names the shared driver directory; end points with the same app id (and settings) share one driver."""
+    aeron_dir: Path | None = attrs.field(default=None, converter=_optional_path)
+    """Driver directory; default ``/dev/shm/endpoint-<app_id>-<user>``."""
+    unique_aeron_dir: bool = False
+    """Give this end point a driver of its own on a fresh directory (no sharing, no IPC with other processes)."""
+    launch_driver: bool = True
+    """Start an embedded driver when no live driver owns the directory; False only attaches (a standalone one)."""
+    threading_mode: ThreadingMode = attrs.field(default=ThreadingMode.SHARED, converter=ThreadingMode)
+    driver_idle_strategy: str = attrs.field(
+        default="backoff", validator=_one_of("backoff", "sleeping", "yielding", "busy_spin", "noop")
+    )
+    driver_timeout: float = attrs.field(default=10.0, validator=_positive_seconds(600))
+    """A driver whose heartbeat is older than this is dead: connections close and the driver is restarted."""
+
+    enable_ipc: bool = True
+    enable_udp: bool = True
+    mtu: int = attrs.field(default=1408, validator=_int_range(64, 65504))
+    term_length: int = attrs.field(default=64 * 1024, validator=_power_of_two(64 * 1024, 1 << 30))
+    """Term length of each connection's UDP logs; 64 KiB keeps a thousand connections small."""
+    ipc_term_length: int = attrs.field(default=64 * 1024, validator=_power_of_two(64 * 1024, 1 << 30))
+    socket_rcvbuf: int = attrs.field(default=0, validator=_int_range(0, 1 << 30))
+    """SO_RCVBUF of the driver's sockets; 0 keeps the driver default."""
+    socket_sndbuf: int = attrs.field(default=0, validator=_int_range(0, 1 << 30))
+
+    handshake_timeout: float = attrs.field(default=2.0, validator=_positive_seconds(600))
+    """Time for one handshake step to be answered before the client retries it."""
+    connect_timeout: float = attrs.field(default=10.0, validator=_positive_seconds())
+    """Bound on a whole ``connect`` (all retries)."""
+    send_timeout: float = attrs.field(default=5.0, validator=_positive_seconds())
+    """How long ``send`` waits out back pressure before TransmitError."""
+    ping_interval: float = attrs.field(default=1.0, validator=_positive_seconds(3600))
+    """A quiet connection pings its peer this often."""
+    peer_timeout: float = attrs.field(default=5.0, validator=_positive_seconds(86_400))
+    """A connection that hears nothing for this long is dead and closed."""
+    close_timeout: float = attrs.field(default=1.0, validator=_positive_seconds(600))
+    """How long a graceful close waits for the disconnect message to reach the peer."""
+    idle_strategy: IdleMode = attrs.field(default="backoff", validator=_one_of("backoff", "busy_spin"))
+    """How the end point's poller waits when idle: ``backoff`` spins briefly then sleeps; ``busy_spin`` never sleeps."""
+
+    serialization: Serialization = attrs.field(factory=Serialization)
+
+    def __attrs_post_init__(self) -> None:
+        if not (self.enable_ipc or self.enable_udp):
+            raise ConfigurationError("enable_ipc=False and enable_udp=False leave no transport: enable one")
+        if self.peer_timeout <= self.ping_interval:
+            raise ConfigurationError(
+                f"peer_timeout={self.peer_timeout!r} must be longer than ping_interval={self.ping_interval!r}"
+            )
+
+    def resolved_aeron_dir(self) -> Path:
+        return self.aeron_dir if self.aeron_dir is not None else default_aeron_dir(self.app_id)
+
+    def driver_key(self) -> tuple[object, ...]:
+        """What must be equal for two end points to share one driver."""
+        return (
+            str(self.resolved_aeron_dir()),
+            self.threading_mode,
+            self.driver_idle_strategy,
+            self.mtu,
+            self.socket_rcvbuf,
+            self.socket_sndbuf,
+            self.launch_driver,
+        )
+
+
+@attrs.define(kw_only=True)
+class ServerConfiguration(Configuration):
+    port: int = attrs.field(default=2000, validator=_int_range(1, 65535))
+    """UDP port of the handshake and of every connection's inbound stream; also names the IPC handshake stream."""
+    listen_address: str = attrs.field(default="127.0.0.1", validator=_ip_address)
+    """Address to bind; ``0.0.0.0`` (or ``::``) for every interface."""
+    max_clients: int = attrs.field(default=0, validator=_int_range(0, 1 << 20))
+    """0 = no limit."""
+    max_connections_per_ip: int = attrs.field(default=0, validator=_int_range(0, 1 << 20))
+    """0 = no limit; IPC connections are not counted."""
+    allow: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_networks)
+    """When not empty, only these addresses or networks may connect over UDP."""
+    deny: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_networks)
+    """These may never connect over UDP (deny wins over allow)."""
+    session_id_range: tuple[int, int] = attrs.field(default=(0x1000_0000, 0x7FFF_FFFF), validator=_id_range)
+    stream_id_range: tuple[int, int] = attrs.field(default=(0x1000, 0xFFFF), validator=_id_range)
+    key_path: Path | None = attrs.field(default=None, converter=_optional_path)
+    """The server's X25519 private key; None makes a fresh one each start (clients pinning it will then refuse)."""
+    max_pending_handshakes: int = attrs.field(default=1024, validator=_int_range(1, 1 << 20))
+    max_pending_per_source: int = attrs.field(default=64, validator=_int_range(1, 1 << 20))
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        low, high = self.stream_id_range
+        if high - low < 8:
+            raise ConfigurationError(f"stream_id_range={self.stream_id_range!r} is too small: at least 8 ids needed")
+
+
+@attrs.define(kw_only=True)
+class ClientConfiguration(Configuration):
+    prefer_ipc: bool = True
+    """Use IPC when the server is on this machine and shares our driver directory."""
+    local_address: str | None = attrs.field(default=None)
+    """Address on which a UDP client hears the server; None picks the one routing to the server."""
+    local_port: int = attrs.field(default=0, validator=_int_range(0, 65535))
+    """UDP port of the client's inbound streams; 0 picks a free one."""
+    tag: str = attrs.field(default="", validator=_tag)
+    auto_reconnect: bool = False
+    """Reconnect (with the saved address) after the driver restarts or the connection drops uncleanly."""
+    known_servers_path: Path | None = attrs.field(default=None, converter=_optional_path)
+    """Trust-on-first-use store of server keys; None keeps them in memory for this process."""
+    allow_server_key_change: bool = False
+    """Accept a server whose key differs from the stored one (and store the new key)."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        if self.local_address is not None:
+            try:
+                ipaddress.ip_address(self.local_address)
+            except ValueError:
+                raise _fail("local_address", self.local_address, "an IPv4 or IPv6 address of this machine") from None

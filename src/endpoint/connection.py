@@ -1,0 +1,370 @@
+"""A connection between two end points: one publication each way, ping, liveness and ordered dispatch.
+
+Theory of operation: the end point's poller calls :meth:`Connection._poll`,
+which reads whole messages from the peer's image, decodes them and hands them
+to listeners. Sync listeners run right there; a message whose listeners are
+async goes to the connection's inbox, drained in order by one worker task that
+exists only while the inbox is non-empty — so later messages (and
+``on_disconnect``) never overtake an earlier one, and a slow listener holds
+back only its own connection (the poller stops reading it while the inbox is
+full, which pushes back on the sender through the log). ``on_connect`` and
+``on_disconnect`` go through the same inbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import itertools
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from driver.client.aio import offer_async
+from driver.client.publication import ADMIN_ACTION, BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
+from driver.client.subscription import Image, Subscription
+from driver.logbuffer.fragment_assembler import FragmentAssembler
+from driver.logbuffer.header import Header
+from endpoint.errors import (
+    ConnectionClosedError,
+    EndpointError,
+    MessageTooLargeError,
+    SerializationError,
+    TransmitError,
+)
+from endpoint.messages import Disconnect, Ping, Pong
+
+if TYPE_CHECKING:
+    from endpoint.endpoint import EndPoint
+
+__all__ = ["Connection", "UnhandledMessageError"]
+
+_INBOX_LIMIT = 4096
+"""Messages waiting for async listeners before the poller stops reading this connection."""
+_POLL_LIMIT = 64
+_MESSAGE, _CONNECT, _DISCONNECT = 0, 1, 2
+
+
+class UnhandledMessageError(EndpointError):
+    """A message arrived for which no listener (not even a catch-all ``on_message()``) is registered."""
+
+
+class Connection:
+    """One peer. ``id`` is the same number on both ends (the server's inbound session id)."""
+
+    def __init__(
+        self,
+        endpoint: EndPoint[Any],
+        *,
+        connection_id: int,
+        publication: Publication,
+        subscription: Subscription,
+        is_ipc: bool,
+        remote_address: str,
+        on_released: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self._endpoint = endpoint
+        self.id = connection_id
+        self.is_ipc = is_ipc
+        self.remote_address = remote_address
+        """``host:port`` of the peer, or ``"ipc"``."""
+        self._pub = publication
+        self._sub = subscription
+        self._image: Image | None = None
+        self._on_released = on_released
+        config = endpoint.config
+        self._encode: Callable[[object], bytes] = config.serialization.encode
+        self._decode = config.serialization.decode
+        self._listeners = endpoint.listeners
+        self._max_length = publication.max_message_length
+        self._send_timeout = config.send_timeout
+        self._assembler = FragmentAssembler(self._on_message_bytes)
+        self._inbox: collections.deque[tuple[tuple[Callable[..., Any], ...], Any, int]] = collections.deque()
+        self._worker: asyncio.Task[None] | None = None
+        self._pings: dict[int, asyncio.Future[float]] = {}
+        self._ping_seq = itertools.count(1)
+        self._sent = 0
+        self._heard = 0
+        now = time.monotonic_ns()
+        self._last_sent_ns = now
+        self._last_heard_ns = now
+        self._seen_sent = 0
+        self._seen_heard = 0
+        self._closing = False
+        self._closed = False
+        self._closed_event = asyncio.Event()
+        self.close_reason = ""
+        """Why the connection closed: the peer's reason for a graceful remote close, or what happened."""
+        self.closed_by_peer = False
+        self.lost = False
+        """True when the connection ended without a graceful close (peer timed out or vanished, driver failed)."""
+        self.rtt: float | None = None
+        """Round-trip time in seconds of the last answered ping."""
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def endpoint(self) -> EndPoint[Any]:
+        return self._endpoint
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    @property
+    def max_message_length(self) -> int:
+        return self._max_length
+
+    def __repr__(self) -> str:
+        transport = "ipc" if self.is_ipc else "udp"
+        state = "closed" if self._closed else "open"
+        return f"<Connection {self.id} {transport} {self.remote_address} {state}>"
+
+    # ------------------------------------------------------------------ sending
+
+    def _encoded(self, message: object) -> bytes:
+        data = self._encode(message)
+        if len(data) > self._max_length:
+            raise MessageTooLargeError(
+                f"{type(message).__name__} encodes to {len(data)} bytes; this connection carries at most "
+                f"{self._max_length} (raise term_length, or stream it)"
+            )
+        return data
+
+    def send_nowait(self, message: object) -> bool:
+        """Hand ``message`` to the driver now; False when back pressure (or a reconnecting peer) refused it.
+
+        Raises ConnectionClosedError when closed, MessageTooLargeError or
+        SerializationError for a message that can never be sent.
+        """
+        if self._closing:
+            raise self._closed_error()
+        result = self._pub.offer(self._encoded(message))
+        if result >= 0:
+            self._sent += 1
+            return True
+        if result == CLOSED:
+            raise self._closed_error()
+        return False
+
+    async def send(self, message: object, *, timeout: float | None = None) -> None:
+        """Send ``message``, waiting out back pressure for up to ``timeout`` (default: ``send_timeout``) seconds."""
+        if self._closing:
+            raise self._closed_error()
+        data = self._encoded(message)
+        pub = self._pub
+        result = pub.offer(data)
+        if result < 0:
+            if result in (BACK_PRESSURED, NOT_CONNECTED, ADMIN_ACTION):
+                try:
+                    result = await offer_async(pub, data, timeout=self._send_timeout if timeout is None else timeout)
+                except TimeoutError:
+                    raise TransmitError(
+                        f"{self!r}: back pressure for longer than {timeout or self._send_timeout} s"
+                    ) from None
+            if result < 0:
+                if result == CLOSED or self._closing:
+                    raise self._closed_error()
+                raise TransmitError(f"{self!r}: offer failed with {result}")
+        self._sent += 1
+
+    def _send_control(self, message: object) -> bool:
+        try:
+            ok = self._pub.offer(self._encode(message)) >= 0
+        except Exception:  # a control message must never take the poller down
+            return False
+        if ok:
+            self._sent += 1
+        return ok
+
+    async def ping(self, timeout: float | None = None) -> float:
+        """Round-trip time to the peer in seconds (also kept in :attr:`rtt`)."""
+        if self._closing:
+            raise self._closed_error()
+        seq = next(self._ping_seq)
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._pings[seq] = future
+        try:
+            await self.send(Ping(seq, time.perf_counter_ns()))
+            return await asyncio.wait_for(future, timeout or self._endpoint.config.peer_timeout)
+        finally:
+            self._pings.pop(seq, None)
+
+    def _closed_error(self) -> ConnectionClosedError:
+        reason = f": {self.close_reason}" if self.close_reason else ""
+        return ConnectionClosedError(f"{self!r} is closed{reason}", self.close_reason)
+
+    # ------------------------------------------------------------------ receiving (poller)
+
+    def _poll(self) -> int:
+        image = self._image
+        if image is None:
+            images = self._sub.images
+            if not images:
+                return 0
+            image = self._image = images[0]
+        if len(self._inbox) >= _INBOX_LIMIT or self._closed:
+            return 0
+        count = image.poll(self._assembler, _POLL_LIMIT)
+        if count:
+            self._heard += count
+        return count
+
+    def _on_message_bytes(self, payload: memoryview, header: Header) -> None:
+        if self._closing and self.closed_by_peer:
+            return  # nothing after the peer's Disconnect
+        try:
+            message = self._decode(payload)
+        except SerializationError as exc:
+            self._endpoint._notify_error(self, exc)
+            return
+        cls = type(message)
+        if cls is Ping:
+            self._send_control(Pong(message.seq, message.sent_ns))
+            return
+        if cls is Pong:
+            self._on_pong(message)
+            return
+        if cls is Disconnect:
+            self.close_reason = message.reason
+            self.closed_by_peer = True
+            self._closing = True
+            self._endpoint._loop_call_soon(self._finish, message.reason, True)
+            return
+        listeners, any_async = self._listeners.message_listeners(cls)
+        if not listeners:
+            self._endpoint._notify_error(self, UnhandledMessageError(f"no listener for {cls.__name__} on {self!r}"))
+            return
+        if any_async or self._inbox:
+            self._enqueue(listeners, message, _MESSAGE)
+            return
+        for listener in listeners:
+            try:
+                result = listener(self, message)
+            except Exception as exc:
+                self._endpoint._notify_error(self, exc)
+                continue
+            if result is not None and asyncio.iscoroutine(result):  # a sync function that returned a coroutine
+                self._enqueue((lambda c, m, r=result: r,), message, _MESSAGE)
+
+    def _on_pong(self, pong: Pong) -> None:
+        rtt = (time.perf_counter_ns() - pong.sent_ns) / 1e9
+        self.rtt = rtt
+        future = self._pings.pop(pong.seq, None)
+        if future is not None and not future.done():
+            future.set_result(rtt)
+
+    def _enqueue(self, listeners: tuple[Callable[..., Any], ...], message: Any, kind: int) -> None:
+        self._inbox.append((listeners, message, kind))
+        if self._worker is None:
+            self._worker = asyncio.get_running_loop().create_task(self._drain(), name=f"{self!r} listeners")
+
+    async def _drain(self) -> None:
+        inbox = self._inbox
+        notify = self._endpoint._notify_error
+        try:
+            while inbox:
+                listeners, message, kind = inbox.popleft()
+                for listener in listeners:
+                    try:
+                        result = listener(self) if kind != _MESSAGE else listener(self, message)
+                        if result is not None and inspect.isawaitable(result):
+                            await result
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:
+                        notify(self, exc)
+        finally:
+            self._worker = None
+            if inbox:
+                self._worker = asyncio.get_running_loop().create_task(self._drain())
+
+    def _fire_connect(self) -> None:
+        listeners = self._listeners.connect
+        if listeners:
+            self._enqueue(listeners, None, _CONNECT)
+
+    # ------------------------------------------------------------------ liveness (poller, every tick)
+
+    def _tick(self, now_ns: int, ping_interval_ns: int, peer_timeout_ns: int) -> None:
+        if self._closing:
+            return
+        if self._heard != self._seen_heard:
+            self._seen_heard = self._heard
+            self._last_heard_ns = now_ns
+        elif now_ns - self._last_heard_ns > peer_timeout_ns:
+            self._lose(f"peer timed out: nothing heard for {peer_timeout_ns / 1e9:g} s")
+            return
+        image = self._image
+        if image is not None and (image.is_closed or image.is_end_of_stream):
+            self._lose("the peer's stream ended without a disconnect")
+            return
+        if self._sent != self._seen_sent:
+            self._seen_sent = self._sent
+            self._last_sent_ns = now_ns
+        elif now_ns - self._last_sent_ns > ping_interval_ns:
+            self._last_sent_ns = now_ns
+            self._send_control(Ping(0, time.perf_counter_ns()))
+
+    # ------------------------------------------------------------------ closing
+
+    async def close(self, reason: str = "", *, timeout: float | None = None) -> None:
+        """Close gracefully: the peer's ``close_reason`` becomes ``reason``; both sides fire on_disconnect."""
+        if self._closing:
+            await self.wait_closed()
+            return
+        self._closing = True
+        self.close_reason = reason
+        timeout = self._endpoint.config.close_timeout if timeout is None else timeout
+        try:
+            await offer_async(self._pub, self._encode(Disconnect(reason)), timeout=timeout)
+            await self._wait_peer_gone(timeout)
+        except (TimeoutError, Exception):  # the peer may be gone already; closing goes on regardless
+            pass
+        self._finish(reason, False)
+        await self.wait_closed()
+
+    async def _wait_peer_gone(self, timeout: float) -> None:
+        """Until the peer closes its side after our Disconnect (its stream ends), bounded by ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            image = self._image
+            if image is None or image.is_closed or image.is_end_of_stream or not self._sub.images:
+                return
+            await asyncio.sleep(0.001)
+
+    async def wait_closed(self) -> None:
+        await self._closed_event.wait()
+
+    def _finish(self, reason: str, by_peer: bool) -> None:
+        """Loop thread: stop reading, fail pending pings, fire on_disconnect after queued messages, free resources."""
+        if self._closed:
+            return
+        self._closing = True
+        self._closed = True
+        if by_peer:
+            self.closed_by_peer = True
+        if not self.close_reason:
+            self.close_reason = reason
+        for future in self._pings.values():
+            if not future.done():
+                future.set_exception(self._closed_error())
+        self._pings.clear()
+        if self._listeners.disconnect:
+            self._enqueue(self._listeners.disconnect, None, _DISCONNECT)
+        if self._on_released is not None:
+            self._on_released(self)
+        self._closed_event.set()
+
+    def _lose(self, reason: str) -> None:
+        """Drop the connection without a disconnect message (dead peer, failed driver)."""
+        if self._closing:
+            return
+        self._closing = True
+        self.lost = True
+        self.close_reason = reason
+        self._endpoint._loop_call_soon(self._finish, reason, False)
+
+    def _resources(self) -> tuple[Publication, Subscription]:
+        return self._pub, self._sub

@@ -1,0 +1,308 @@
+"""What servers and clients share: the driver lease, listeners, the poller and error routing.
+
+One asyncio task (the poller) reads every connection of an end point and, for a
+server, its handshake streams. When there is work it yields to the loop after
+each round; when there is none it waits according to ``idle_strategy``:
+``busy_spin`` only yields, ``backoff`` yields for a short spin window, then
+sleeps 1 ms, and after a second of silence sleeps longer, so an idle end point
+costs little. A timer inside the poller (every 10 ms) sends keepalive pings,
+times out dead peers, expires half-done handshakes and checks the driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar, overload
+
+from endpoint.config import Configuration
+from endpoint.connection import Connection
+from endpoint.errors import CriticalDriverError, EndpointClosedError
+from endpoint.listeners import ListenerManager, call_listener
+from endpoint.messages import register_internal_messages
+from endpoint.registry import SharedDriver, registry
+
+__all__ = ["EndPoint"]
+
+_log = logging.getLogger("endpoint")
+
+ConfigT = TypeVar("ConfigT", bound=Configuration)
+F = TypeVar("F", bound=Callable[..., Any])
+
+_TICK_NS = 10_000_000
+_SPIN_NS = 200_000
+_SHALLOW_IDLE_NS = 1_000_000_000
+_SHALLOW_SLEEP_S = 0.001
+_DEEP_SLEEP_S = 0.01
+
+
+class EndPoint(Generic[ConfigT]):
+    """Base of :class:`~endpoint.Server` and :class:`~endpoint.Client`."""
+
+    def __init__(self, config: ConfigT) -> None:
+        self.config = config
+        self.listeners: ListenerManager[Connection] = ListenerManager(type(self).__name__)
+        register_internal_messages(config.serialization)
+        self._connections: dict[int, Connection] = {}
+        self._polled: tuple[Connection, ...] = ()
+        self._shared: SharedDriver | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._closing = False
+        self._restarting = False
+        self._wake = threading.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.restarts = 0
+        """How many times the driver under this end point was restarted after a critical error."""
+
+    # ------------------------------------------------------------------ listeners
+
+    def on_connect(self, listener: F) -> F:
+        """``listener(connection)``, sync or async; runs before the connection's first message is dispatched."""
+        return self.listeners.add_connect(listener)
+
+    def on_disconnect(self, listener: F) -> F:
+        """``listener(connection)``; runs after the connection's last message; ``connection.close_reason`` says why."""
+        return self.listeners.add_disconnect(listener)
+
+    def on_error(self, listener: F) -> F:
+        """``listener(connection_or_None, error)`` for this end point's errors (listener failures included)."""
+        return self.listeners.add_error(listener)
+
+    @overload
+    def on_message(self, message_type: type, listener: F) -> F: ...
+
+    @overload
+    def on_message(self, message_type: type = ..., listener: None = None) -> Callable[[F], F]: ...
+
+    def on_message(self, message_type: type = object, listener: F | None = None) -> F | Callable[[F], F]:
+        """``listener(connection, message)`` for ``message_type`` and its subclasses; no type = catch-all.
+
+        ``@ep.on_message(Move)`` decorates; ``ep.on_message(Move, fn)`` registers directly.
+        """
+        if listener is not None:
+            return self.listeners.add_message(message_type, listener)
+
+        def decorate(fn: F) -> F:
+            return self.listeners.add_message(message_type, fn)
+
+        return decorate
+
+    def remove_listener(self, listener: Callable[..., Any]) -> bool:
+        return self.listeners.remove(listener)
+
+    def _notify_error(self, connection: Connection | None, error: BaseException) -> None:
+        self.listeners.notify_error(connection, error)
+
+    # ------------------------------------------------------------------ connections
+
+    @property
+    def connections(self) -> list[Connection]:
+        return [c for c in self._connections.values() if not c.is_closed]
+
+    def _add_connection(self, connection: Connection) -> None:
+        self._connections[connection.id] = connection
+        self._polled = tuple(self._connections.values())
+        connection._fire_connect()
+
+    def _connection_released(self, connection: Connection) -> None:
+        if self._connections.get(connection.id) is connection:
+            del self._connections[connection.id]
+            self._polled = tuple(self._connections.values())
+        self._spawn(self._close_resources(connection))
+
+    async def _close_resources(self, connection: Connection) -> None:
+        pub, sub = connection._resources()
+        for resource in (pub, sub):
+            try:
+                await resource.close_async()
+            except Exception as exc:  # the driver may be gone; nothing else to free
+                _log.debug("closing %r failed: %s", resource, exc)
+        self._after_connection_closed(connection)
+
+    def _after_connection_closed(self, connection: Connection) -> None:
+        """Hook: the server frees the connection's ids here."""
+
+    # ------------------------------------------------------------------ life cycle
+
+    async def _lease_driver(self) -> SharedDriver:
+        self._loop = asyncio.get_running_loop()
+        self.config.serialization.freeze()
+        shared = await registry.acquire(self.config, self)
+        self._shared = shared
+        return shared
+
+    def _start_poller(self) -> None:
+        if self._poller is None:
+            self._poller = asyncio.get_running_loop().create_task(
+                self._poll_loop(), name=f"{type(self).__name__} poller"
+            )
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._notify_error(None, task.exception())  # type: ignore[arg-type]
+
+    def _loop_call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        assert self._loop is not None
+        self._loop.call_soon(fn, *args)
+
+    def _ensure_open(self) -> None:
+        if self._closing:
+            raise EndpointClosedError(f"{type(self).__name__} is closed")
+
+    def _poll_extra(self) -> int:
+        """Hook: the server polls its handshake streams here."""
+        return 0
+
+    def _tick_extra(self, now_ns: int) -> None:
+        """Hook: the server expires half-done handshakes here."""
+
+    async def _poll_loop(self) -> None:
+        config = self.config
+        busy_spin = config.idle_strategy == "busy_spin"
+        ping_ns = int(config.ping_interval * 1e9)
+        timeout_ns = int(config.peer_timeout * 1e9)
+        monotonic_ns = time.monotonic_ns
+        sleep = asyncio.sleep
+        next_tick = 0
+        last_work = monotonic_ns()
+        while not self._closing:
+            work = self._poll_extra()
+            for connection in self._polled:
+                work += connection._poll()
+            now = monotonic_ns()
+            if now >= next_tick:
+                next_tick = now + _TICK_NS
+                self._tick(now, ping_ns, timeout_ns)
+            if work or busy_spin:
+                if work:
+                    last_work = now
+                await sleep(0)
+                continue
+            idle = now - last_work
+            if idle < _SPIN_NS:
+                await sleep(0)
+            elif idle < _SHALLOW_IDLE_NS:
+                await sleep(_SHALLOW_SLEEP_S)
+            else:
+                await sleep(_DEEP_SLEEP_S)
+
+    def _tick(self, now_ns: int, ping_ns: int, timeout_ns: int) -> None:
+        for connection in self._polled:
+            connection._tick(now_ns, ping_ns, timeout_ns)
+        self._tick_extra(now_ns)
+        shared = self._shared
+        if shared is not None and not self._restarting:
+            failure = shared.check_alive()
+            if failure is not None:
+                self._begin_restart(shared, failure)
+
+    # ------------------------------------------------------------------ driver failures
+
+    def _on_driver_error(self, driver: SharedDriver, error: BaseException, critical: bool) -> None:
+        """Any thread (the driver client's conductor): hop onto our loop."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._driver_error_on_loop, driver, error, critical)
+        except RuntimeError:  # loop closed meanwhile
+            pass
+
+    def _driver_error_on_loop(self, driver: SharedDriver, error: BaseException, critical: bool) -> None:
+        if driver is not self._shared:
+            return
+        if critical:
+            self._begin_restart(driver, error)
+        else:
+            self._notify_error(None, error)
+
+    def _begin_restart(self, driver: SharedDriver, cause: BaseException) -> None:
+        if self._restarting or self._closing or driver is not self._shared:
+            return
+        self._restarting = True
+        error = CriticalDriverError(f"driver {driver.aeron_dir} failed ({cause}); restarting it")
+        error.__cause__ = cause
+        self._notify_error(None, error)
+        self._spawn(self._restart(driver))
+
+    async def _restart(self, driver: SharedDriver) -> None:
+        try:
+            for connection in list(self._connections.values()):
+                connection._lose("the driver failed")
+            await self._drop_driver_resources()
+            await registry.release(driver, self)
+            self._shared = None
+            if self._closing:
+                return
+            await self._lease_driver()
+            self.restarts += 1
+            await self._after_restart()
+        finally:
+            self._restarting = False
+
+    async def _drop_driver_resources(self) -> None:
+        """Hook: forget publications and subscriptions of the failed driver (no driver calls)."""
+
+    async def _after_restart(self) -> None:
+        """Hook: the server re-binds; a client with ``auto_reconnect`` reconnects."""
+
+    async def close(self) -> None:
+        """Close every connection gracefully, stop polling and release the driver."""
+        if self._closing:
+            return
+        connections = list(self._connections.values())
+        if connections:
+            await asyncio.gather(*(c.close("end point closed") for c in connections), return_exceptions=True)
+        self._closing = True
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            try:
+                await poller
+            except asyncio.CancelledError:
+                pass
+        await self._close_extra()
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=self.config.close_timeout)
+        for connection in list(self._connections.values()):
+            worker = connection._worker
+            if worker is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(worker), self.config.close_timeout)
+                except (TimeoutError, Exception):
+                    pass
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            await registry.release(shared, self)
+
+    async def _close_extra(self) -> None:
+        """Hook: close handshake resources."""
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _call_user(self, listener: Callable[..., Any], *args: Any) -> None:
+        try:
+            task = call_listener(listener, *args)
+        except Exception as exc:
+            self._notify_error(None, exc)
+            return
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._task_done)

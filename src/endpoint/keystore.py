@@ -1,0 +1,149 @@
+"""On-disk identity of an end point and the server keys a client trusts.
+
+An end point keeps one X25519 key pair for life, so clients can pin the server's
+public key on first contact (trust on first use) and notice when it changes.
+Files are written atomically with mode 0o600: a crash never leaves half a key,
+and the private key is readable by its owner only. Anything unreadable or
+corrupt raises :class:`ConfigurationError` rather than being silently replaced,
+since replacing a key or forgetting pins would defeat the pinning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from endpoint.errors import ConfigurationError
+
+__all__ = ["KnownServers", "load_or_create_private_key"]
+
+_KEY_LENGTH = 32
+
+
+def _write_temp(directory: Path, name: str, data: bytes) -> Path:
+    """A durable 0o600 temp file next to the target, ready to be linked or renamed over it."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+    except BaseException:
+        os.unlink(temp)
+        raise
+    return Path(temp)
+
+
+def _read_private_key(path: Path) -> X25519PrivateKey:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"private key file {path} is unreadable: {exc.strerror or exc}") from exc
+    if len(raw) != _KEY_LENGTH:
+        raise ConfigurationError(f"private key file {path} holds {len(raw)} bytes, expected {_KEY_LENGTH} raw bytes")
+    return X25519PrivateKey.from_private_bytes(raw)
+
+
+def load_or_create_private_key(path: Path | None) -> X25519PrivateKey:
+    """The key stored at ``path`` (32 raw bytes), created there on first use; None gives a fresh in-memory key."""
+    if path is None:
+        return X25519PrivateKey.generate()
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        return _read_private_key(path)
+    key = X25519PrivateKey.generate()
+    try:
+        temp = _write_temp(path.parent, path.name, key.private_bytes_raw())
+        try:
+            # link() refuses to overwrite: if another process created the key meanwhile, we use theirs.
+            os.link(temp, path)
+        except FileExistsError:
+            return _read_private_key(path)
+        except OSError:  # file system without hard links
+            os.replace(temp, path)
+        finally:
+            temp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot create private key file {path}: {exc.strerror or exc}") from exc
+    return key
+
+
+class KnownServers:
+    """Trust on first use: the public key each server address ("host:port") presented the first time."""
+
+    def __init__(self, path: Path | None) -> None:
+        """None keeps the pins in memory only; else they live in a JSON file ``{address: hex key}``."""
+        self.path = Path(path) if path is not None else None
+        self._keys: dict[str, bytes] = {}
+        if self.path is not None and (self.path.exists() or self.path.is_symlink()):
+            self._keys = self._load(self.path)
+
+    @staticmethod
+    def _load(path: Path) -> dict[str, bytes]:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"known servers file {path} is unreadable: {exc}") from exc
+        try:
+            document = json.loads(text)
+        except ValueError as exc:
+            raise ConfigurationError(f"known servers file {path} is not valid JSON: {exc}") from exc
+        if type(document) is not dict:
+            raise ConfigurationError(f"known servers file {path} must hold a JSON object of address -> hex key")
+        keys: dict[str, bytes] = {}
+        for address, hex_key in document.items():
+            try:
+                key = bytes.fromhex(hex_key) if type(hex_key) is str else b""
+            except ValueError:
+                key = b""
+            if len(key) != _KEY_LENGTH:
+                raise ConfigurationError(
+                    f"known servers file {path}: entry {address!r} is not a {_KEY_LENGTH}-byte hex key"
+                )
+            keys[address] = key
+        return keys
+
+    def check(self, address: str, public_key: bytes) -> Literal["new", "match", "changed"]:
+        known = self._keys.get(address)
+        if known is None:
+            return "new"
+        return "match" if known == bytes(public_key) else "changed"
+
+    def get(self, address: str) -> bytes | None:
+        return self._keys.get(address)
+
+    def remember(self, address: str, public_key: bytes) -> None:
+        """Pin (or re-pin) ``address`` to ``public_key`` and persist."""
+        key = bytes(public_key)
+        if len(key) != _KEY_LENGTH:
+            raise ValueError(f"a server public key is {_KEY_LENGTH} bytes, got {len(key)}")
+        if self._keys.get(address) == key:
+            return
+        self._keys[address] = key
+        self._save()
+
+    def forget(self, address: str) -> None:
+        """Drop the pin for ``address`` (the next key it shows is trusted again); unknown addresses are ignored."""
+        if self._keys.pop(address, None) is not None:
+            self._save()
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        document = {address: key.hex() for address, key in sorted(self._keys.items())}
+        data = (json.dumps(document, indent=1) + "\n").encode()
+        try:
+            temp = _write_temp(self.path.parent, self.path.name, data)
+            try:
+                os.replace(temp, self.path)
+            finally:
+                temp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot write known servers file {self.path}: {exc.strerror or exc}") from exc

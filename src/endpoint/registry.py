@@ -1,0 +1,218 @@
+"""One driver (and one driver client) per driver configuration per process, shared and reference-counted.
+
+End points whose :meth:`~endpoint.config.Configuration.driver_key` is equal lease
+the same :class:`SharedDriver`. The first lease starts an embedded driver when
+no live driver owns the directory (or attaches to the live one, e.g. a
+standalone driver or another process's); the last release closes the client
+and, only if this process launched the driver, stops it and removes its
+directory. A critical error (lost driver heartbeat, a channel endpoint or
+network failure) marks the shared driver failed: every lessee is told, drops
+its connections and leases again, which starts a fresh driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Protocol
+
+import anyio.to_thread
+
+from driver.client.aeron import Aeron
+from driver.config import ClientContext, DriverContext
+from driver.core.media_driver import MediaDriver, is_driver_active
+from driver.errors import ActiveDriverError, ChannelEndpointError, DriverTimeoutError
+from endpoint.config import Configuration
+
+__all__ = ["DriverUser", "SharedDriver", "is_critical", "registry"]
+
+_log = logging.getLogger("endpoint")
+
+_RESERVED_SESSIONS = (0x1000_0000, 0x7FFF_FFFF)
+"""Session ids the end points choose themselves; an embedded driver never auto-assigns them."""
+
+
+class DriverUser(Protocol):
+    """An end point leasing a driver: told (from any thread) when the driver failed."""
+
+    def _on_driver_error(self, driver: SharedDriver, error: BaseException, critical: bool) -> None: ...
+
+
+def is_critical(error: BaseException) -> bool:
+    """Errors after which the driver (or its network) can't be trusted: restart it."""
+    if isinstance(error, (ChannelEndpointError, DriverTimeoutError)):
+        return True
+    text = str(error).lower()
+    return "heartbeat" in text or "network is unreachable" in text or "driver is terminated" in text
+
+
+class SharedDriver:
+    """A driver and the one client of it that every lessee in this process uses."""
+
+    def __init__(self, key: tuple[object, ...], config: Configuration) -> None:
+        self.key = key
+        self.aeron_dir: Path = config.resolved_aeron_dir()
+        self.config = config
+        self.media_driver: MediaDriver | None = None
+        self.aeron: Aeron | None = None
+        self.users: list[DriverUser] = []
+        self.failed: BaseException | None = None
+        self.generation = 0
+
+    @property
+    def launched_here(self) -> bool:
+        return self.media_driver is not None
+
+    def client(self) -> Aeron:
+        if self.aeron is None:
+            raise RuntimeError("shared driver is not started")
+        return self.aeron
+
+    # ------------------------------------------------------------------ blocking parts (worker thread)
+
+    def _driver_context(self) -> DriverContext:
+        cfg = self.config
+        overrides: dict[str, object] = {
+            "aeron_dir": self.aeron_dir,
+            "threading_mode": cfg.threading_mode,
+            "mtu_length": cfg.mtu,
+            "publication_reserved_session_id_low": _RESERVED_SESSIONS[0],
+            "publication_reserved_session_id_high": _RESERVED_SESSIONS[1],
+            "driver_timeout_ms": int(cfg.driver_timeout * 1000),
+            "dir_delete_on_shutdown": True,
+            "dir_warn_if_exists": False,
+        }
+        for name in (
+            "conductor_idle_strategy",
+            "sender_idle_strategy",
+            "receiver_idle_strategy",
+            "shared_network_idle_strategy",
+            "shared_idle_strategy",
+        ):
+            overrides[name] = cfg.driver_idle_strategy
+        if cfg.socket_rcvbuf:
+            overrides["socket_rcvbuf_length"] = cfg.socket_rcvbuf
+        if cfg.socket_sndbuf:
+            overrides["socket_sndbuf_length"] = cfg.socket_sndbuf
+        return DriverContext.from_env().evolve(**overrides)
+
+    def _start(self) -> None:
+        timeout_ms = int(self.config.driver_timeout * 1000)
+        if self.config.launch_driver and not is_driver_active(self.aeron_dir, timeout_ms):
+            try:
+                self.media_driver = MediaDriver.launch(self._driver_context())
+            except ActiveDriverError:
+                self.media_driver = None  # another process won the race: attach to its driver
+        try:
+            self.aeron = Aeron.connect(
+                ClientContext.from_env(aeron_dir=self.aeron_dir, driver_timeout_ms=timeout_ms),
+                error_handler=self._on_client_error,
+            )
+        except BaseException:
+            self._stop()
+            raise
+        self.generation += 1
+
+    def _stop(self) -> None:
+        aeron, self.aeron = self.aeron, None
+        if aeron is not None:
+            try:
+                aeron.close()
+            except Exception as exc:  # a dead driver makes the close complain; we are leaving anyway
+                _log.debug("closing the driver client failed: %s", exc)
+        media_driver, self.media_driver = self.media_driver, None
+        if media_driver is not None:
+            media_driver.close()
+
+    def _on_client_error(self, error: BaseException) -> None:
+        """Client conductor thread: pass the error to every lessee, marking the driver failed when critical."""
+        critical = is_critical(error)
+        if critical:
+            if self.failed is not None:
+                return  # already restarting: later errors are echoes of the first
+            self.failed = error
+        for user in list(self.users):
+            try:
+                user._on_driver_error(self, error, critical)
+            except Exception:  # pragma: no cover - a lessee must not break the others
+                _log.exception("driver error listener failed")
+
+    def check_alive(self) -> BaseException | None:
+        """Poll-side health check: a closed client or a stale driver heartbeat is a critical failure."""
+        if self.failed is not None:
+            return self.failed
+        aeron = self.aeron
+        if aeron is None:
+            return None
+        if aeron.is_closed:
+            cause = aeron.termination_cause or DriverTimeoutError(f"driver client for {self.aeron_dir} closed")
+            self._on_client_error(cause if is_critical(cause) else DriverTimeoutError(str(cause)))
+        return self.failed
+
+
+class _Registry:
+    """Process-wide table of shared drivers; all changes under one lock, blocking work off the event loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._drivers: dict[tuple[object, ...], SharedDriver] = {}
+        self._unique = 0
+
+    def _key(self, config: Configuration) -> tuple[object, ...]:
+        key = config.driver_key()
+        if config.unique_aeron_dir:
+            self._unique += 1
+            key = (*key, "unique", os.getpid(), self._unique, time.monotonic_ns())
+        return key
+
+    def acquire_blocking(self, config: Configuration, user: DriverUser) -> SharedDriver:
+        with self._lock:
+            if config.unique_aeron_dir:
+                base = config.resolved_aeron_dir()
+                config = _with_dir(config, base.with_name(f"{base.name}-{os.getpid()}-{os.urandom(4).hex()}"))
+            key = self._key(config)
+            shared = self._drivers.get(key)
+            if shared is not None and shared.failed is not None:
+                # Its lessees are dropping everything on it; stop it now so the new driver gets a clean directory.
+                shared._stop()
+                del self._drivers[key]
+                shared = None
+            if shared is None:
+                shared = SharedDriver(key, config)
+                shared._start()
+                self._drivers[key] = shared
+            shared.users.append(user)
+            return shared
+
+    def release_blocking(self, shared: SharedDriver, user: DriverUser) -> None:
+        with self._lock:
+            if user in shared.users:
+                shared.users.remove(user)
+            if shared.users:
+                return
+            if self._drivers.get(shared.key) is shared:
+                del self._drivers[shared.key]
+            shared._stop()
+
+    async def acquire(self, config: Configuration, user: DriverUser) -> SharedDriver:
+        return await anyio.to_thread.run_sync(self.acquire_blocking, config, user)
+
+    async def release(self, shared: SharedDriver, user: DriverUser) -> None:
+        await anyio.to_thread.run_sync(self.release_blocking, shared, user)
+
+    def active(self) -> list[SharedDriver]:
+        with self._lock:
+            return list(self._drivers.values())
+
+
+def _with_dir(config: Configuration, aeron_dir: Path) -> Configuration:
+    import attrs
+
+    return attrs.evolve(config, aeron_dir=aeron_dir, unique_aeron_dir=True)
+
+
+registry = _Registry()
+"""The process's driver registry."""

@@ -1,0 +1,472 @@
+"""The server end point: handshake streams on its port (UDP) and on IPC, and the connections it accepted.
+
+A client's HELLO arrives on the handshake stream; the server checks it
+(version, serialization, filters, limits), allocates the connection's two
+session ids and two stream ids, creates its publication and subscription and
+answers HELLO_ACK (sealed with the key both derived). The connection exists for
+the server once the client's DONE proves it holds the key and both streams are
+connected; then ``on_connect`` fires and DONE_ACK tells the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from driver.client.aeron import Aeron
+from driver.client.aio import offer_async
+from driver.client.publication import ExclusivePublication, Publication
+from driver.client.subscription import Image, Subscription
+from endpoint.config import (
+    HANDSHAKE_STREAM_ID,
+    IPC_HANDSHAKE_STREAM_BASE,
+    IPC_REPLY_STREAM_BASE,
+    REPLY_STREAM_ID,
+    ServerConfiguration,
+)
+from endpoint.connection import Connection
+from endpoint.endpoint import EndPoint
+from endpoint.errors import AllocationError, RejectReason, ServerError
+from endpoint.handshake import PROTOCOL_VERSION, Done, Hello, ServerHandshake
+from endpoint.ids import IdAllocator
+from endpoint.keystore import load_or_create_private_key
+from endpoint.transport import bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
+
+__all__ = ["Server"]
+
+_log = logging.getLogger("endpoint")
+
+AddressFilter = Callable[[str, str], bool]
+"""``filter(ip, tag) -> allowed``."""
+
+
+@attrs.define
+class _Pending:
+    """A handshake between HELLO_ACK and DONE: what it holds, freed if it never completes."""
+
+    hello: Hello
+    is_ipc: bool
+    address: str
+    ids: tuple[int, int, int, int]  # session_in, session_out, stream_in, stream_out
+    reply: Publication | None = None
+    publication: ExclusivePublication | None = None
+    subscription: Subscription | None = None
+    owns_reply: bool = True
+
+
+class Server(EndPoint[ServerConfiguration]):
+    """Accepts connections on ``config.port`` (UDP) and, with ``enable_ipc``, over IPC on the same driver."""
+
+    def __init__(self, config: ServerConfiguration | None = None) -> None:
+        super().__init__(config if config is not None else ServerConfiguration())
+        cfg = self.config
+        linger_ns = int((cfg.close_timeout + 5.0) * 1e9)
+        reserved = (
+            HANDSHAKE_STREAM_ID,
+            REPLY_STREAM_ID,
+            IPC_HANDSHAKE_STREAM_BASE + cfg.port,
+            IPC_REPLY_STREAM_BASE + cfg.port,
+        )
+        self._session_ids = IdAllocator(*cfg.session_id_range, reuse_delay_ns=linger_ns, name="session id")
+        self._stream_ids = IdAllocator(
+            *cfg.stream_id_range, reserved=reserved, reuse_delay_ns=linger_ns, name="stream id"
+        )
+        self._filters: list[AddressFilter] = []
+        self._allow = tuple(ipaddress.ip_network(n, strict=False) for n in cfg.allow)
+        self._deny = tuple(ipaddress.ip_network(n, strict=False) for n in cfg.deny)
+        self._handshake: ServerHandshake | None = None
+        self._udp_handshake: Subscription | None = None
+        self._ipc_handshake: Subscription | None = None
+        self._ipc_reply: Publication | None = None
+        self._handlers: dict[int, Callable[[memoryview, Any], None]] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._finished_reply: dict[int, Publication] = {}
+        self._per_address: dict[str, int] = {}
+        self._ids_of: dict[int, tuple[int, int, int, int]] = {}
+        self._address_of: dict[int, str] = {}
+        self._bound = False
+        self._stopped = asyncio.Event()
+
+    # ------------------------------------------------------------------ user API
+
+    def filter(self, rule: AddressFilter) -> AddressFilter:
+        """Add ``rule(ip, tag) -> bool``; a UDP client must pass every rule (IPC clients are local, never filtered)."""
+        self._filters.append(rule)
+        return rule
+
+    @property
+    def public_key(self) -> bytes:
+        if self._handshake is None:
+            raise ServerError("the server is not bound yet")
+        return self._handshake.public_key
+
+    @property
+    def handshake_stats(self) -> Any:
+        return self._handshake.stats if self._handshake is not None else None
+
+    async def bind(self) -> None:
+        """Start (or attach to) the driver and open the handshake streams."""
+        self._ensure_open()
+        if self._bound:
+            return
+        cfg = self.config
+        if self._handshake is None:
+            self._handshake = ServerHandshake(
+                load_or_create_private_key(cfg.key_path),
+                handshake_timeout_ns=int(cfg.handshake_timeout * 3e9),
+                replay_window_ns=int(max(60.0, cfg.handshake_timeout * 10) * 1e9),
+                max_pending=cfg.max_pending_handshakes,
+                max_pending_per_source=cfg.max_pending_per_source,
+            )
+        await self._lease_driver()
+        try:
+            await self._open_handshake_streams()
+        except BaseException:
+            await self.close()
+            raise
+        self._bound = True
+        self._start_poller()
+
+    async def _open_handshake_streams(self) -> None:
+        cfg = self.config
+        aeron = self._aeron()
+        if cfg.enable_udp:
+            channel = udp_channel(f"{bracket(cfg.listen_address)}:{cfg.port}")
+            try:
+                self._udp_handshake = await aeron.add_subscription_async(channel, HANDSHAKE_STREAM_ID)
+            except Exception as exc:
+                raise ServerError(f"cannot listen on UDP {cfg.listen_address}:{cfg.port}: {exc}") from exc
+        if cfg.enable_ipc:
+            self._ipc_handshake = await aeron.add_subscription_async("aeron:ipc", IPC_HANDSHAKE_STREAM_BASE + cfg.port)
+            self._ipc_reply = await aeron.add_exclusive_publication_async(
+                "aeron:ipc?term-length=65536", IPC_REPLY_STREAM_BASE + cfg.port
+            )
+
+    async def serve_forever(self) -> None:
+        """Bind if needed and run until :meth:`close` (or cancellation)."""
+        await self.bind()
+        await self._stopped.wait()
+
+    async def __aenter__(self) -> Server:
+        await self.bind()
+        return self
+
+    def broadcast(self, message: object) -> int:
+        """Send ``message`` to every open connection without waiting; returns how many accepted it."""
+        data = self.config.serialization.encode(message)
+        sent = 0
+        for connection in self._polled:
+            if connection.is_closed:
+                continue
+            if len(data) > connection.max_message_length:
+                connection.send_nowait(message)  # raises MessageTooLargeError with the details
+            if connection._pub.offer(data) >= 0:
+                connection._sent += 1
+                sent += 1
+        return sent
+
+    def _aeron(self) -> Aeron:
+        assert self._shared is not None
+        return self._shared.client()
+
+    # ------------------------------------------------------------------ handshake polling
+
+    def _poll_extra(self) -> int:
+        work = 0
+        for sub, is_ipc in ((self._udp_handshake, False), (self._ipc_handshake, True)):
+            if sub is None:
+                continue
+            for image in sub.images:
+                handler = self._handlers.get(image.correlation_id)
+                if handler is None:
+                    handler = self._handlers[image.correlation_id] = self._handshake_handler(image, is_ipc)
+                work += image.poll(handler, 8)
+        return work
+
+    def _handshake_handler(self, image: Image, is_ipc: bool) -> Callable[[memoryview, Any], None]:
+        source = "ipc" if is_ipc else host_of(image.source_identity)
+
+        def handle(payload: memoryview, header: Any) -> None:
+            self._on_handshake_packet(bytes(payload), source, is_ipc)
+
+        return handle
+
+    def _on_handshake_packet(self, data: bytes, source: str, is_ipc: bool) -> None:
+        handshake = self._handshake
+        if handshake is None or self._closing:
+            return
+        event = handshake.receive(data, source, time.time_ns())
+        if isinstance(event, Hello):
+            self._spawn(self._on_hello(event, is_ipc, source))
+        elif isinstance(event, Done):
+            self._spawn(self._on_done(event))
+        elif handshake.retried is not None:
+            self._resend(handshake.retried)
+
+    def _resend(self, connect_key: int) -> None:
+        """A client repeated a step whose answer it missed: send the same answer again (once per retry)."""
+        pending = self._pending.get(connect_key)
+        packet = self._handshake.last_reply(connect_key) if self._handshake is not None else None
+        reply = pending.reply if pending is not None else self._finished_reply.get(connect_key)
+        if packet is not None and reply is not None and not reply.is_closed:
+            reply.offer(packet)
+
+    def _tick_extra(self, now_ns: int) -> None:
+        if self._handshake is None:
+            return
+        for connect_key in self._handshake.expire(time.time_ns()):
+            pending = self._pending.pop(connect_key, None)
+            if pending is not None:
+                self._spawn(self._free_pending(pending))
+        if len(self._handlers) > 64:
+            live = {
+                image.correlation_id
+                for sub in (self._udp_handshake, self._ipc_handshake)
+                if sub is not None
+                for image in sub.images
+            }
+            self._handlers = {k: v for k, v in self._handlers.items() if k in live}
+
+    # ------------------------------------------------------------------ HELLO
+
+    def _check(self, hello: Hello, is_ipc: bool, address: str) -> tuple[RejectReason, str] | None:
+        cfg = self.config
+        if self._closing:
+            return RejectReason.SHUTTING_DOWN, "the server is shutting down"
+        if hello.protocol_version != PROTOCOL_VERSION:
+            return RejectReason.VERSION_MISMATCH, (
+                f"client speaks handshake version {hello.protocol_version}, server {PROTOCOL_VERSION}"
+            )
+        if hello.registration_hash != cfg.serialization.registration_hash:
+            return RejectReason.SERIALIZATION_MISMATCH, (
+                "the client's registered message classes differ from the server's: register the same classes "
+                "with the same ids on both sides"
+            )
+        live = len(self._connections) + len(self._pending)
+        if cfg.max_clients and live >= cfg.max_clients:
+            return RejectReason.SERVER_FULL, f"server is full ({cfg.max_clients} clients)"
+        if is_ipc:
+            return None
+        ip = ipaddress.ip_address(address)
+        if any(ip in net for net in self._deny) or (self._allow and not any(ip in net for net in self._allow)):
+            return RejectReason.FILTERED, f"{address} is not permitted"
+        for rule in self._filters:
+            try:
+                allowed = rule(address, hello.tag)
+            except Exception as exc:
+                self._notify_error(None, exc)
+                allowed = False
+            if not allowed:
+                return RejectReason.FILTERED, f"{address} is not permitted"
+        if cfg.max_connections_per_ip and self._per_address.get(address, 0) >= cfg.max_connections_per_ip:
+            return RejectReason.TOO_MANY_FROM_ADDRESS, (
+                f"too many connections from {address} (at most {cfg.max_connections_per_ip})"
+            )
+        return None
+
+    async def _on_hello(self, hello: Hello, is_ipc: bool, address: str) -> None:
+        handshake = self._handshake
+        assert handshake is not None
+        cfg = self.config
+        timeout = cfg.handshake_timeout
+        aeron = self._aeron()
+        pending = _Pending(hello, is_ipc, address, (0, 0, 0, 0))
+        try:
+            reply: Publication
+            if is_ipc:
+                assert self._ipc_reply is not None
+                reply, pending.owns_reply = self._ipc_reply, False
+            else:
+                port = hello.reply.get("port")
+                if not isinstance(port, int) or not 0 < port < 65536:
+                    handshake.abandon(hello.connect_key)
+                    return
+                reply = await aeron.add_exclusive_publication_async(
+                    udp_channel(f"{bracket(address)}:{port}", term_length=65536), REPLY_STREAM_ID
+                )
+            pending.reply = reply
+            await wait_connected(reply, timeout)
+            refusal = self._check(hello, is_ipc, address)
+            if refusal is None:
+                try:
+                    pending.ids = self._allocate_ids()
+                except AllocationError as exc:
+                    refusal = (RejectReason.IDS_EXHAUSTED, str(exc))
+            if refusal is not None:
+                await self._send_reply(reply, handshake.reject(hello.connect_key, *refusal), timeout)
+                self._keep_reply(hello.connect_key, pending)
+                pending.reply = None
+                await self._free_pending(pending)
+                return
+            session_in, session_out, stream_in, stream_out = pending.ids
+            if is_ipc:
+                sub_channel = data_channel(None, session_in, cfg.ipc_term_length, None)
+                pub_channel = data_channel(None, session_out, cfg.ipc_term_length, None)
+            else:
+                sub_channel = data_channel(f"{bracket(cfg.listen_address)}:{cfg.port}", session_in, None, None)
+                pub_channel = data_channel(
+                    f"{bracket(address)}:{hello.reply['port']}", session_out, cfg.term_length, cfg.mtu
+                )
+            pending.subscription = await aeron.add_subscription_async(sub_channel, stream_in)
+            pending.publication = await aeron.add_exclusive_publication_async(pub_channel, stream_out)
+            if not is_ipc:
+                self._per_address[address] = self._per_address.get(address, 0) + 1
+            grant: dict[str, int | str | bytes | bool] = {
+                "connection_id": session_in,
+                "session_in": session_in,
+                "session_out": session_out,
+                "stream_in": stream_in,
+                "stream_out": stream_out,
+                "term_length": cfg.ipc_term_length if is_ipc else cfg.term_length,
+                "mtu": cfg.mtu,
+                "ipc": is_ipc,
+            }
+            self._pending[hello.connect_key] = pending
+            await self._send_reply(reply, handshake.accept(hello.connect_key, grant, time.time_ns()), timeout)
+        except Exception as exc:
+            handshake.abandon(hello.connect_key)
+            self._pending.pop(hello.connect_key, None)
+            await self._free_pending(pending)
+            if not self._closing:
+                self._notify_error(None, ServerError(f"handshake with {address} failed: {exc}"))
+
+    def _allocate_ids(self) -> tuple[int, int, int, int]:
+        now = time.monotonic_ns()
+        taken: list[tuple[IdAllocator, int]] = []
+        try:
+            for allocator in (self._session_ids, self._session_ids, self._stream_ids, self._stream_ids):
+                taken.append((allocator, allocator.allocate(now)))
+        except AllocationError:
+            for allocator, value in taken:
+                allocator.release(value, now)
+            raise
+        return taken[0][1], taken[1][1], taken[2][1], taken[3][1]
+
+    def _release_ids(self, ids: tuple[int, int, int, int]) -> None:
+        if ids == (0, 0, 0, 0):
+            return
+        now = time.monotonic_ns()
+        for allocator, value in zip(
+            (self._session_ids, self._session_ids, self._stream_ids, self._stream_ids), ids, strict=True
+        ):
+            if allocator.is_live(value):
+                allocator.release(value, now)
+
+    async def _send_reply(self, publication: Publication, packet: bytes, timeout: float) -> None:
+        await offer_async(publication, packet, timeout=timeout)
+
+    async def _free_pending(self, pending: _Pending) -> None:
+        self._release_ids(pending.ids)
+        if pending.publication is not None and not pending.is_ipc:
+            self._leave_address(pending.address)
+        for resource in (pending.publication, pending.subscription, pending.reply if pending.owns_reply else None):
+            if resource is not None:
+                try:
+                    await resource.close_async()
+                except Exception as exc:
+                    _log.debug("closing %r failed: %s", resource, exc)
+
+    def _leave_address(self, address: str) -> None:
+        count = self._per_address.get(address, 0) - 1
+        if count > 0:
+            self._per_address[address] = count
+        else:
+            self._per_address.pop(address, None)
+
+    # ------------------------------------------------------------------ DONE
+
+    async def _on_done(self, done: Done) -> None:
+        handshake = self._handshake
+        assert handshake is not None
+        pending = self._pending.pop(done.connect_key, None)
+        if pending is None:
+            return
+        timeout = self.config.handshake_timeout
+        try:
+            assert pending.publication is not None
+            assert pending.subscription is not None
+            assert pending.reply is not None
+            await wait_connected(pending.publication, timeout)
+            await wait_image(pending.subscription, timeout)
+            connection = Connection(
+                self,
+                connection_id=done.connection_id,
+                publication=pending.publication,
+                subscription=pending.subscription,
+                is_ipc=pending.is_ipc,
+                remote_address="ipc" if pending.is_ipc else f"{pending.address}:{pending.hello.reply['port']}",
+                on_released=self._connection_released,
+            )
+            await self._send_reply(pending.reply, handshake.complete(done.connect_key), timeout)
+        except Exception as exc:
+            handshake.abandon(done.connect_key)
+            await self._free_pending(pending)
+            if not self._closing:
+                self._notify_error(None, ServerError(f"handshake with {pending.address} failed at DONE: {exc}"))
+            return
+        self._ids_of[connection.id] = pending.ids
+        if not pending.is_ipc:
+            self._address_of[connection.id] = pending.address
+        self._keep_reply(done.connect_key, pending)
+        self._add_connection(connection)
+
+    def _keep_reply(self, connect_key: int, pending: _Pending) -> None:
+        """Keep the answer route open a while, so a client that lost the last answer can get it again."""
+        reply = pending.reply
+        if reply is None:
+            return
+        self._finished_reply[connect_key] = reply
+
+        async def close_later() -> None:
+            await asyncio.sleep(self.config.handshake_timeout * 2)
+            self._finished_reply.pop(connect_key, None)
+            if pending.owns_reply:
+                await reply.close_async()
+
+        self._spawn(close_later())
+
+    def _after_connection_closed(self, connection: Connection) -> None:
+        ids = self._ids_of.pop(connection.id, None)
+        if ids is not None:
+            self._release_ids(ids)
+        address = self._address_of.pop(connection.id, None)
+        if address is not None:
+            self._leave_address(address)
+
+    # ------------------------------------------------------------------ closing and restarting
+
+    async def _close_extra(self) -> None:
+        for pending in list(self._pending.values()):
+            await self._free_pending(pending)
+        self._pending.clear()
+        for resource in (self._udp_handshake, self._ipc_handshake, self._ipc_reply):
+            if resource is not None:
+                try:
+                    await resource.close_async()
+                except Exception as exc:
+                    _log.debug("closing %r failed: %s", resource, exc)
+        self._udp_handshake = self._ipc_handshake = None
+        self._ipc_reply = None
+        self._handlers.clear()
+        self._bound = False
+        self._stopped.set()
+
+    async def _drop_driver_resources(self) -> None:
+        for pending in self._pending.values():
+            self._release_ids(pending.ids)
+        self._pending.clear()
+        self._per_address.clear()
+        self._udp_handshake = self._ipc_handshake = None
+        self._ipc_reply = None
+        self._handlers.clear()
+        self._bound = False
+
+    async def _after_restart(self) -> None:
+        await self._open_handshake_streams()
+        self._bound = True

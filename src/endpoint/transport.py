@@ -1,0 +1,118 @@
+"""Channel URIs and waits shared by the server and client handshakes."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+
+from driver.client.publication import Publication
+from driver.client.subscription import Subscription
+
+__all__ = [
+    "bracket",
+    "data_channel",
+    "free_udp_port",
+    "host_of",
+    "is_local_host",
+    "local_address_towards",
+    "udp_channel",
+    "wait_connected",
+    "wait_image",
+]
+
+_POLL_S = 0.001
+
+
+def bracket(host: str) -> str:
+    """IPv6 literals go in brackets inside an Aeron endpoint."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def udp_channel(endpoint: str, *, term_length: int | None = None, mtu: int | None = None) -> str:
+    params = [f"endpoint={endpoint}"]
+    if term_length is not None:
+        params.append(f"term-length={term_length}")
+    if mtu is not None:
+        params.append(f"mtu={mtu}")
+    return "aeron:udp?" + "|".join(params)
+
+
+def data_channel(endpoint: str | None, session_id: int, term_length: int | None, mtu: int | None) -> str:
+    """A connection's stream: IPC when ``endpoint`` is None, else UDP to/at ``endpoint``; tagged with its session."""
+    params = [f"session-id={session_id}"]
+    if endpoint is not None:
+        params.insert(0, f"endpoint={endpoint}")
+    if term_length is not None:
+        params.append(f"term-length={term_length}")
+    if mtu is not None:
+        params.append(f"mtu={mtu}")
+    return ("aeron:ipc?" if endpoint is None else "aeron:udp?") + "|".join(params)
+
+
+def host_of(source_identity: str) -> str:
+    """The IP of an image's ``source_identity`` (``ip:port`` or ``[v6]:port``)."""
+    host, _, _ = source_identity.rpartition(":")
+    return host.strip("[]") or source_identity
+
+
+def is_local_host(ip: str) -> bool:
+    """True for loopback addresses and addresses of this machine's interfaces."""
+    address = ipaddress.ip_address(ip)
+    if address.is_loopback:
+        return True
+    try:
+        with socket.socket(socket.AF_INET6 if address.version == 6 else socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((ip, 0))
+        return True
+    except OSError:
+        return False
+
+
+def local_address_towards(ip: str) -> str:
+    """The local address the kernel would use to reach ``ip`` (no packet is sent)."""
+    family = socket.AF_INET6 if ipaddress.ip_address(ip).version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((ip, 9))
+        return str(s.getsockname()[0])
+
+
+def free_udp_port(host: str) -> int:
+    """A UDP port free on ``host`` right now (the driver binds it next)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+async def resolve(host: str) -> str:
+    """Host name to an IP address, without blocking the loop."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_DGRAM)
+    return str(infos[0][4][0])
+
+
+async def wait_connected(publication: Publication, timeout: float) -> None:
+    """Until a subscriber is connected to ``publication``; TimeoutError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not publication.is_connected:
+        if publication.is_closed:
+            raise ConnectionError(f"{publication!r} closed while waiting for a subscriber")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no subscriber connected to {publication!r} within {timeout:g} s")
+        await asyncio.sleep(_POLL_S)
+
+
+async def wait_image(subscription: Subscription, timeout: float) -> None:
+    """Until ``subscription`` has an image (its publisher is there); TimeoutError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not subscription.images:
+        if subscription.is_closed:
+            raise ConnectionError(f"{subscription!r} closed while waiting for its publisher")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no publisher reached {subscription!r} within {timeout:g} s")
+        await asyncio.sleep(_POLL_S)

@@ -1,0 +1,171 @@
+"""Private key file and trust-on-first-use server pins: create, load, persist, corrupt files, permissions."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from endpoint.errors import ConfigurationError
+from endpoint.keystore import KnownServers, load_or_create_private_key
+
+
+def raw(key: X25519PrivateKey) -> bytes:
+    return key.private_bytes_raw()
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+# ---------------------------------------------------------------------------------------------------- private key
+
+
+def test_no_path_gives_fresh_keys() -> None:
+    assert raw(load_or_create_private_key(None)) != raw(load_or_create_private_key(None))
+
+
+def test_key_is_created_with_parents_and_mode_600_then_loaded(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "server.key"
+    created = load_or_create_private_key(path)
+    assert path.read_bytes() == raw(created)
+    assert mode(path) == 0o600
+    assert leftovers(path.parent) == []
+    assert raw(load_or_create_private_key(path)) == raw(created)
+
+
+def test_key_is_created_0600_even_with_a_permissive_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        path = tmp_path / "k"
+        load_or_create_private_key(path)
+    finally:
+        os.umask(old)
+    assert mode(path) == 0o600
+
+
+def test_existing_key_is_not_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "k"
+    key = X25519PrivateKey.generate()
+    path.write_bytes(raw(key))
+    assert raw(load_or_create_private_key(path)) == raw(key)
+    assert path.read_bytes() == raw(key)
+
+
+@pytest.mark.parametrize("content", [b"", b"\x01" * 31, b"\x01" * 33, b"\x01" * 64])
+def test_wrong_size_key_file_names_the_path(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "k"
+    path.write_bytes(content)
+    with pytest.raises(ConfigurationError, match=re.escape(str(path))):
+        load_or_create_private_key(path)
+    assert path.read_bytes() == content  # left alone for the operator
+
+
+def test_unreadable_key_file_names_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "k"
+    path.mkdir()  # a directory where the key should be
+    with pytest.raises(ConfigurationError, match=re.escape(str(path))):
+        load_or_create_private_key(path)
+
+
+def test_uncreatable_key_file_names_the_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    path = blocker / "k"  # parent is a regular file
+    with pytest.raises(ConfigurationError, match=re.escape(str(path))):
+        load_or_create_private_key(path)
+
+
+# ---------------------------------------------------------------------------------------------------- known servers
+
+A = bytes(range(32))
+B = bytes(range(1, 33))
+
+
+def test_in_memory_pins() -> None:
+    known = KnownServers(None)
+    assert known.check("h:1", A) == "new"
+    assert known.get("h:1") is None
+    known.remember("h:1", A)
+    assert known.check("h:1", A) == "match"
+    assert known.check("h:1", B) == "changed"
+    assert known.check("h:2", B) == "new"
+    known.forget("h:1")
+    assert known.check("h:1", B) == "new"
+    known.forget("never")
+
+
+def test_pins_persist_atomically_with_mode_600(tmp_path: Path) -> None:
+    path = tmp_path / "dir" / "known.json"
+    known = KnownServers(path)
+    assert not path.exists()  # nothing written until something is remembered
+    known.remember("10.0.0.1:6000", A)
+    known.remember("[::1]:6000", B)
+    assert mode(path) == 0o600
+    assert json.loads(path.read_text()) == {"10.0.0.1:6000": A.hex(), "[::1]:6000": B.hex()}
+    assert leftovers(path.parent) == []
+
+    reloaded = KnownServers(path)
+    assert reloaded.get("10.0.0.1:6000") == A
+    assert reloaded.check("[::1]:6000", B) == "match"
+    reloaded.forget("10.0.0.1:6000")
+    assert KnownServers(path).get("10.0.0.1:6000") is None
+    assert KnownServers(path).get("[::1]:6000") == B
+
+
+def test_re_pinning_a_changed_key_persists(tmp_path: Path) -> None:
+    path = tmp_path / "known.json"
+    KnownServers(path).remember("h:1", A)
+    known = KnownServers(path)
+    assert known.check("h:1", B) == "changed"
+    known.remember("h:1", B)
+    assert KnownServers(path).check("h:1", B) == "match"
+
+
+def test_remember_rejects_wrong_key_length() -> None:
+    with pytest.raises(ValueError, match="32"):
+        KnownServers(None).remember("h:1", b"\x00" * 31)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        "{not json",
+        "[]",
+        '{"h:1": 5}',
+        '{"h:1": "zz"}',
+        '{"h:1": "' + "00" * 31 + '"}',
+        '{"h:1": null}',
+    ],
+)
+def test_corrupt_file_names_the_path_and_is_not_overwritten(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "known.json"
+    path.write_text(content)
+    with pytest.raises(ConfigurationError, match=re.escape(str(path))):
+        KnownServers(path)
+    assert path.read_text() == content
+
+
+def test_non_utf8_file_names_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "known.json"
+    path.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ConfigurationError, match=re.escape(str(path))):
+        KnownServers(path)
+
+
+def test_unwritable_location_names_the_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    known = KnownServers(blocker / "known.json")
+    with pytest.raises(ConfigurationError, match=re.escape(str(blocker / "known.json"))):
+        known.remember("h:1", A)
