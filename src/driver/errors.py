@@ -156,7 +156,16 @@ class StorageSpaceError(DriverError, OSError):
 
 
 class ChannelEndpointError(DriverError):
-    """A network endpoint failed (bind, send); critical for the channel."""
+    """A network endpoint failed (bind, send, receive); critical for the channel.
+
+    ``status_indicator_id`` names the endpoint's channel status counter when the
+    failure happened on an open endpoint: the driver then marks that counter
+    ERRORED and tells clients with ON_ERROR(CHANNEL_ENDPOINT_ERROR) keyed by it.
+    """
+
+    def __init__(self, message: str, status_indicator_id: int | None = None) -> None:
+        super().__init__(message)
+        self.status_indicator_id = status_indicator_id
 
 
 class MalformedFrameError(DriverError):

@@ -11,6 +11,7 @@ the agent.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +43,7 @@ from driver.concurrent.counters import AtomicCounter, CountersManager
 from driver.concurrent.error_log import DistinctErrorLog
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.concurrent.system_counters import (
+    CHANNEL_STATUS_ERRORED,
     PUBLISHER_LIMIT_NAME,
     PUBLISHER_LIMIT_TYPE_ID,
     PUBLISHER_POS_NAME,
@@ -95,6 +97,9 @@ COMMAND_LIMIT = 10
 IPC_SOURCE_IDENTITY = "aeron:ipc"
 NO_ID_ALLOCATED = -1
 NULL_OWNER_ID = -1  # Aeron's NULL_VALUE: a static counter belongs to no client
+
+
+_ENDPOINT_ERROR_REPORT_INTERVAL_NS = 1_000_000_000
 
 
 class PublicationParams:
@@ -187,6 +192,7 @@ class DriverConductor:
         self.subscription_links: list[SubscriptionLink] = []
         self.counter_links: list[CounterLink] = []
         self._active_session_ids: set[int] = set()
+        self._endpoint_error_reported: dict[int, int] = {}  # status indicator id -> when clients were last told
         self._destinations: dict[int, tuple[int, str]] = {}  # destination registration id -> (publication, channel)
         self._next_session_id = random.randint(-(2**31), 2**31 - 1)
         self._timer_interval_ns = ctx.timer_interval_ns
@@ -266,6 +272,20 @@ class DriverConductor:
 
     def receiver_command(self, command: Callable[[], None]) -> None:
         self.receiver.commands.offer(command)
+
+    def on_channel_endpoint_error(self, error: ChannelEndpointError) -> None:
+        """A send or receive failed on an open endpoint: mark it ERRORED and tell the clients (once a second)."""
+        status_id = error.status_indicator_id
+        if status_id is None:
+            return
+        now_ns = self._nano_clock.nano_time()
+        last = self._endpoint_error_reported.get(status_id)
+        if last is not None and now_ns - last < _ENDPOINT_ERROR_REPORT_INTERVAL_NS:
+            return
+        self._endpoint_error_reported[status_id] = now_ns
+        with contextlib.suppress(ValueError):
+            AtomicCounter(self.counters.values_buffer, status_id).set_ordered(CHANNEL_STATUS_ERRORED)
+        self.client_proxy.on_error(status_id, ErrorCode.CHANNEL_ENDPOINT_ERROR, str(error))
 
     def conductor_command(self, command: Callable[[], None]) -> None:
         """Queue work for the conductor's own thread (from the sender or receiver)."""

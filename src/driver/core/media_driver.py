@@ -9,6 +9,7 @@ conductor; the sender and receiver carry the network transport.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -26,7 +27,7 @@ from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.config import DriverContext, ThreadingMode
 from driver.core.conductor import DriverConductor
 from driver.core.loss_observer import LossObserver
-from driver.errors import ActiveDriverError, DriverError
+from driver.errors import ActiveDriverError, ChannelEndpointError, DriverError
 from driver.idle import IdleStrategy, idle_strategy_from_name
 
 __all__ = ["MediaDriver", "is_driver_active"]
@@ -141,6 +142,9 @@ class MediaDriver:
 
     def _on_agent_error(self, error: BaseException) -> None:
         self.conductor.record_error(error)
+        if isinstance(error, ChannelEndpointError) and error.status_indicator_id is not None:
+            # Raised on the sender or receiver thread; the conductor owns counters and the clients' channel.
+            self.conductor.conductor_command(functools.partial(self.conductor.on_channel_endpoint_error, error))
 
     def _log_error(self, error: BaseException) -> None:
         _log.error("driver error: %s", error, exc_info=error)

@@ -120,6 +120,7 @@ class SendChannelEndpoint:
                 receive_faults=receive_faults,
                 description=f"send endpoint {channel.original_uri_string}",
             )
+        self.transport.status_indicator_id = status_indicator.id
         self.destinations: list[Address] = []
         self._last_seen_ns: dict[Address, int] = {}  # dynamic destinations: last status message
         self._next_expiry_check_ns = 0
@@ -265,6 +266,7 @@ class ReceiveChannelEndpoint:
             receive_faults=receive_faults,
             description=f"receive endpoint {channel.original_uri_string}",
         )
+        self.transport.status_indicator_id = status_indicator.id
         self._on_setup = on_setup
         self.stream_ref_counts: dict[int, int] = {}
         self.images: dict[tuple[int, int], PublicationImage] = {}

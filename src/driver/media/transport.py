@@ -78,6 +78,8 @@ class UdpTransport:
         )
         self._pending: collections.deque[tuple[bytes, Address]] = collections.deque()
         self.short_sends = 0
+        self.status_indicator_id: int | None = None
+        """The owning endpoint's channel status counter, carried by the errors this transport raises."""
 
     def send(self, data: Buffer, address: Address) -> int:
         """Send one datagram; returns the bytes sent, or 0 when the kernel would block."""
@@ -89,7 +91,9 @@ class UdpTransport:
             if exc.errno in _WOULD_BLOCK:
                 self.short_sends += 1
                 return 0
-            raise ChannelEndpointError(f"{self.description}: send to {address} failed: {exc}") from exc
+            raise ChannelEndpointError(
+                f"{self.description}: send to {address} failed: {exc}", self.status_indicator_id
+            ) from exc
 
     def _send_with_faults(self, data: bytes, address: Address) -> int:
         assert self._send_faults is not None
@@ -98,7 +102,9 @@ class UdpTransport:
                 self._sendto(datagram, destination)
             except OSError as exc:
                 if exc.errno not in _WOULD_BLOCK:
-                    raise ChannelEndpointError(f"{self.description}: send to {address} failed: {exc}") from exc
+                    raise ChannelEndpointError(
+                        f"{self.description}: send to {address} failed: {exc}", self.status_indicator_id
+                    ) from exc
         return len(data)
 
     def receive_into(self, buffer: memoryview) -> tuple[int, Address] | None:
@@ -112,7 +118,7 @@ class UdpTransport:
                 return None
             if exc.errno == errno.ECONNREFUSED:  # an ICMP error for an earlier send; not ours to act on
                 return None
-            raise ChannelEndpointError(f"{self.description}: receive failed: {exc}") from exc
+            raise ChannelEndpointError(f"{self.description}: receive failed: {exc}", self.status_indicator_id) from exc
 
     def _receive_with_faults(self, buffer: memoryview) -> tuple[int, Address] | None:
         faults = self._receive_faults
@@ -122,7 +128,9 @@ class UdpTransport:
                 length, address = self._recvfrom_into(buffer)
             except OSError as exc:
                 if exc.errno not in (*_WOULD_BLOCK, errno.ECONNREFUSED):
-                    raise ChannelEndpointError(f"{self.description}: receive failed: {exc}") from exc
+                    raise ChannelEndpointError(
+                        f"{self.description}: receive failed: {exc}", self.status_indicator_id
+                    ) from exc
                 self._pending.extend(faults.release_held())
             else:
                 self._pending.extend(faults.process((bytes(buffer[:length]), address)))

@@ -15,6 +15,7 @@ import re
 import signal
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -204,3 +205,29 @@ def test_stream_counters_carry_aerons_types_and_labels(udp: UdpDrivers) -> None:
         assert found[RECEIVE_CHANNEL_STATUS_TYPE_ID] == f"rcv-channel: {channel}"
         sub_pos = next(i for i, t, _ in allocated_counters(reader) if t == SUBSCRIBER_POSITION_TYPE_ID)
         assert reader.get_counter_value(sub_pos) == image.position
+
+
+def test_send_failure_on_an_open_endpoint_reaches_the_client_as_channel_endpoint_error(aeron_dir: Path) -> None:
+    """Sending to the broadcast address without SO_BROADCAST fails with EACCES on every datagram.
+
+    As Aeron does, the driver marks the endpoint's channel status ERRORED and sends
+    ON_ERROR(CHANNEL_ENDPOINT_ERROR) keyed by that status counter (at most once a
+    second, however often the send fails); the client closes the publication and
+    hands a ChannelEndpointError to its error handler.
+    """
+    from driver.client import Aeron
+    from driver.concurrent.system_counters import CHANNEL_STATUS_ERRORED
+    from driver.core.media_driver import MediaDriver
+    from driver.errors import ChannelEndpointError
+
+    errors: list[BaseException] = []
+    with (
+        MediaDriver.launch(aeron_dir=aeron_dir, dir_delete_on_shutdown=True) as driver,
+        Aeron.connect(aeron_dir=driver.aeron_dir, error_handler=errors.append) as aeron,
+    ):
+        publication = aeron.add_publication(f"aeron:udp?endpoint=255.255.255.255:{free_udp_port()}", STREAM_ID)
+        execute_until(lambda: bool(errors), timeout_s=10.0, description="the channel endpoint error")
+        assert isinstance(errors[0], ChannelEndpointError)
+        assert "Permission denied" in str(errors[0])
+        assert publication.channel_status == CHANNEL_STATUS_ERRORED
+        assert publication.is_closed
