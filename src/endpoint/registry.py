@@ -12,10 +12,13 @@ its connections and leases again, which starts a fresh driver.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -101,11 +104,13 @@ class SharedDriver:
 
     def _start(self) -> None:
         timeout_ms = int(self.config.driver_timeout * 1000)
-        if self.config.launch_driver and not is_driver_active(self.aeron_dir, timeout_ms):
-            try:
-                self.media_driver = MediaDriver.launch(self._driver_context())
-            except ActiveDriverError:
-                self.media_driver = None  # another process won the race: attach to its driver
+        if self.config.launch_driver:
+            with _launch_lock(self.aeron_dir):
+                if not is_driver_active(self.aeron_dir, timeout_ms):
+                    try:
+                        self.media_driver = MediaDriver.launch(self._driver_context())
+                    except ActiveDriverError:
+                        self.media_driver = None  # another process won the race: attach to its driver
         try:
             self.aeron = Aeron.connect(
                 ClientContext.from_env(aeron_dir=self.aeron_dir, driver_timeout_ms=timeout_ms),
@@ -206,6 +211,19 @@ class _Registry:
     def active(self) -> list[SharedDriver]:
         with self._lock:
             return list(self._drivers.values())
+
+
+@contextlib.contextmanager
+def _launch_lock(aeron_dir: Path) -> Iterator[None]:
+    """Serialise "is a driver alive here? then launch one" across processes (flock on the parent directory)."""
+    parent = aeron_dir.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _with_dir(config: Configuration, aeron_dir: Path) -> Configuration:

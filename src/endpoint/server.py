@@ -468,5 +468,15 @@ class Server(EndPoint[ServerConfiguration]):
         self._bound = False
 
     async def _after_restart(self) -> None:
-        await self._open_handshake_streams()
-        self._bound = True
+        """Re-bind on the same port, retrying while the network is still away (until closed)."""
+        delay = 0.05
+        while not self._closing:
+            try:
+                await self._open_handshake_streams()
+            except ServerError as exc:
+                _log.info("re-binding after a driver restart failed, retrying: %s", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            self._bound = True
+            return

@@ -33,6 +33,7 @@ from driver.idle import IdleStrategy, idle_strategy_from_name
 __all__ = ["MediaDriver", "is_driver_active"]
 
 _log = logging.getLogger("driver")
+_LOG_REPEAT_S = 10.0
 
 
 def is_driver_active(aeron_dir: Path, driver_timeout_ms: int, now_ms: int | None = None) -> bool:
@@ -56,6 +57,7 @@ class MediaDriver:
 
     def __init__(self, context: DriverContext) -> None:
         self.context = context
+        self._logged: dict[str, tuple[float, int]] = {}
         self.aeron_dir = Path(context.aeron_dir)
         self._prepare_directory()
         self.cnc = CncFile.create(
@@ -147,7 +149,18 @@ class MediaDriver:
             self.conductor.conductor_command(functools.partial(self.conductor.on_channel_endpoint_error, error))
 
     def _log_error(self, error: BaseException) -> None:
-        _log.error("driver error: %s", error, exc_info=error)
+        """Log an error, but the same one (type and text) at most once every 10 s: a dead network repeats it."""
+        key = f"{type(error).__name__}: {error}"
+        now = time.monotonic()
+        last, repeats = self._logged.get(key, (-_LOG_REPEAT_S, 0))
+        if now - last < _LOG_REPEAT_S:
+            self._logged[key] = (last, repeats + 1)
+            return
+        if len(self._logged) > 1024:
+            self._logged.clear()
+        self._logged[key] = (now, 0)
+        suffix = f" (and {repeats} times more in the last {now - last:.0f} s)" if repeats else ""
+        _log.error("driver error: %s%s", error, suffix, exc_info=error if not repeats else None)
 
     def close(self, timeout_s: float = 5.0) -> None:
         if self._closed:
