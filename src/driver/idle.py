@@ -82,15 +82,19 @@ class BackoffIdleStrategy:
 
     Any work resets it to spinning. Parks cap at ``max_park_period_ns`` (1 ms, as
     Aeron's) while idleness is fresh; after ``deep_idle_after`` parks at that cap
-    (about 100 ms with nothing to do) the park deepens to ``deep_park_period_ns``.
-    A Python thread waking every millisecond costs over 1% of a core in wake-ups
-    alone; the deep park keeps a long-idle driver or client well under that, at
-    the price of a few milliseconds on the first command after a quiet spell.
+    (about 100 ms with nothing to do) the park deepens to ``deep_park_period_ns``
+    (4 ms), and after as many again (about half a second more) to
+    ``deeper_park_period_ns`` (10 ms). A Python thread waking every millisecond
+    costs over 1% of a core in wake-ups alone, and a duty cycle over hundreds of
+    idle publications costs more; the deep parks keep a long-idle driver or
+    client well under that, at the price of a few milliseconds on the first
+    command after a quiet spell.
     """
 
     __slots__ = (
         "_deep_after",
         "_deep_park_s",
+        "_deeper_park_s",
         "_max_park_s",
         "_max_spins",
         "_max_yields",
@@ -109,20 +113,22 @@ class BackoffIdleStrategy:
         max_park_period_ns: int = 1_000_000,
         deep_park_period_ns: int = 4_000_000,
         deep_idle_after: int = 100,
+        deeper_park_period_ns: int = 10_000_000,
     ) -> None:
         if max_spins < 0 or max_yields < 0:
             raise ConfigurationError("max_spins/max_yields", (max_spins, max_yields), "must be >= 0")
-        if not 0 < min_park_period_ns <= max_park_period_ns <= deep_park_period_ns:
+        if not 0 < min_park_period_ns <= max_park_period_ns <= deep_park_period_ns <= deeper_park_period_ns:
             raise ConfigurationError(
                 "park_period_ns",
-                (min_park_period_ns, max_park_period_ns, deep_park_period_ns),
-                "0 < min <= max <= deep required",
+                (min_park_period_ns, max_park_period_ns, deep_park_period_ns, deeper_park_period_ns),
+                "0 < min <= max <= deep <= deeper required",
             )
         self._max_spins = max_spins
         self._max_yields = max_yields
         self._min_park_s = min_park_period_ns / 1e9
         self._max_park_s = max_park_period_ns / 1e9
         self._deep_park_s = deep_park_period_ns / 1e9
+        self._deeper_park_s = deeper_park_period_ns / 1e9
         self._deep_after = deep_idle_after
         self._spins = 0
         self._yields = 0
@@ -145,8 +151,11 @@ class BackoffIdleStrategy:
                 self._park_s = min(self._park_s * 2, self._max_park_s)
             elif self._parks_at_max < self._deep_after:
                 self._parks_at_max += 1
-            else:
+            elif self._parks_at_max < 2 * self._deep_after:
+                self._parks_at_max += 1
                 self._park_s = self._deep_park_s
+            else:
+                self._park_s = self._deeper_park_s
 
     def reset(self) -> None:
         self._spins = 0

@@ -226,6 +226,7 @@ class Client(EndPoint[ClientConfiguration]):
             is_ipc=route.is_ipc,
             remote_address=remote,
             on_released=self._connection_released,
+            keepalive=True,
         )
         try:
             await wait_connected(publication, cfg.handshake_timeout)

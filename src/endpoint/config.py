@@ -13,6 +13,7 @@ import ipaddress
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,6 +76,11 @@ def _positive_seconds(maximum: float = 86_400.0) -> Any:
     return check
 
 
+def _mtu(inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 64 <= value <= 65504 or value % 32:
+        raise _fail(attribute.name, value, "an integer from 64 to 65504 and a multiple of 32")
+
+
 def _one_of(*choices: object) -> Any:
     def check(inst: object, attribute: attrs.Attribute[object], value: object) -> None:
         if value not in choices:
@@ -84,12 +90,14 @@ def _one_of(*choices: object) -> Any:
 
 
 def _app_id(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
-    if not isinstance(value, str) or not _APP_ID.match(value):
+    if not isinstance(value, str) or not _APP_ID.fullmatch(value):
         raise _fail(attribute.name, value, "1 to 32 characters of A-Z a-z 0-9 _ . -")
 
 
 def _ip_address(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
     try:
+        if not isinstance(value, str):
+            raise ValueError(value)
         ipaddress.ip_address(value)
     except ValueError:
         raise _fail(attribute.name, value, "an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::") from None
@@ -98,6 +106,8 @@ def _ip_address(inst: object, attribute: attrs.Attribute[str], value: str) -> No
 def _networks(inst: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
     for item in value:
         try:
+            if not isinstance(item, str):
+                raise TypeError(item)
             ipaddress.ip_network(item, strict=False)
         except (ValueError, TypeError):
             raise _fail(attribute.name, item, "addresses or CIDR networks such as 10.0.0.0/8 or ::1") from None
@@ -116,6 +126,30 @@ def _id_range(inst: object, attribute: attrs.Attribute[tuple[int, int]], value: 
 def _tag(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
     if not isinstance(value, str) or len(value) > 32:
         raise _fail(attribute.name, value, "a string of at most 32 characters")
+
+
+def _threading_mode(value: object) -> ThreadingMode:
+    try:
+        return ThreadingMode(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in ThreadingMode)
+        raise _fail("threading_mode", value, f"one of {allowed}") from None
+
+
+def _address_list(name: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, Iterable):
+        raise _fail(name, value, "a list of addresses or CIDR networks such as ['10.0.0.0/8']")
+    return tuple(value)
+
+
+def _allow_list(value: object) -> tuple[str, ...]:
+    return _address_list("allow", value)
+
+
+def _deny_list(value: object) -> tuple[str, ...]:
+    return _address_list("deny", value)
 
 
 def _optional_path(value: object) -> Path | None:
@@ -142,7 +176,7 @@ class Configuration:
     """Give this end point a driver of its own on a fresh directory (no sharing, no IPC with other processes)."""
     launch_driver: bool = True
     """Start an embedded driver when no live driver owns the directory; False only attaches (a standalone one)."""
-    threading_mode: ThreadingMode = attrs.field(default=ThreadingMode.SHARED, converter=ThreadingMode)
+    threading_mode: ThreadingMode = attrs.field(default=ThreadingMode.SHARED, converter=_threading_mode)
     driver_idle_strategy: str = attrs.field(
         default="backoff", validator=_one_of("backoff", "sleeping", "yielding", "busy_spin", "noop")
     )
@@ -151,7 +185,7 @@ class Configuration:
 
     enable_ipc: bool = True
     enable_udp: bool = True
-    mtu: int = attrs.field(default=1408, validator=_int_range(64, 65504))
+    mtu: int = attrs.field(default=1408, validator=_mtu)
     term_length: int = attrs.field(default=64 * 1024, validator=_power_of_two(64 * 1024, 1 << 30))
     """Term length of each connection's UDP logs; 64 KiB keeps a thousand connections small."""
     ipc_term_length: int = attrs.field(default=64 * 1024, validator=_power_of_two(64 * 1024, 1 << 30))
@@ -179,6 +213,10 @@ class Configuration:
     def __attrs_post_init__(self) -> None:
         if not (self.enable_ipc or self.enable_udp):
             raise ConfigurationError("enable_ipc=False and enable_udp=False leave no transport: enable one")
+        if self.socket_sndbuf and self.socket_sndbuf < self.mtu:
+            raise ConfigurationError(
+                f"socket_sndbuf={self.socket_sndbuf!r} is not allowed: 0 (the OS default) or at least mtu={self.mtu}"
+            )
         if self.peer_timeout <= self.ping_interval:
             raise ConfigurationError(
                 f"peer_timeout={self.peer_timeout!r} must be longer than ping_interval={self.ping_interval!r}"
@@ -197,6 +235,7 @@ class Configuration:
             self.socket_rcvbuf,
             self.socket_sndbuf,
             self.launch_driver,
+            self.driver_timeout,
         )
 
 
@@ -210,9 +249,9 @@ class ServerConfiguration(Configuration):
     """0 = no limit."""
     max_connections_per_ip: int = attrs.field(default=0, validator=_int_range(0, 1 << 20))
     """0 = no limit; IPC connections are not counted."""
-    allow: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_networks)
+    allow: tuple[str, ...] = attrs.field(default=(), converter=_allow_list, validator=_networks)
     """When not empty, only these addresses or networks may connect over UDP."""
-    deny: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_networks)
+    deny: tuple[str, ...] = attrs.field(default=(), converter=_deny_list, validator=_networks)
     """These may never connect over UDP (deny wins over allow)."""
     session_id_range: tuple[int, int] = attrs.field(default=(0x1000_0000, 0x7FFF_FFFF), validator=_id_range)
     stream_id_range: tuple[int, int] = attrs.field(default=(0x1000, 0xFFFF), validator=_id_range)
@@ -224,7 +263,7 @@ class ServerConfiguration(Configuration):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         low, high = self.stream_id_range
-        if high - low < 8:
+        if high - low + 1 < 8:
             raise ConfigurationError(f"stream_id_range={self.stream_id_range!r} is too small: at least 8 ids needed")
 
 
@@ -248,6 +287,8 @@ class ClientConfiguration(Configuration):
         super().__attrs_post_init__()
         if self.local_address is not None:
             try:
+                if not isinstance(self.local_address, str):
+                    raise ValueError(self.local_address)
                 ipaddress.ip_address(self.local_address)
             except ValueError:
                 raise _fail("local_address", self.local_address, "an IPv4 or IPv6 address of this machine") from None

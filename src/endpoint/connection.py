@@ -63,6 +63,7 @@ class Connection:
         is_ipc: bool,
         remote_address: str,
         on_released: Callable[[Connection], None] | None = None,
+        keepalive: bool = False,
     ) -> None:
         self._endpoint = endpoint
         self.id = connection_id
@@ -86,10 +87,11 @@ class Connection:
         self._ping_seq = itertools.count(1)
         self._sent = 0
         self._heard = 0
+        self._control = 0
+        self._keepalive = keepalive
         now = time.monotonic_ns()
-        self._last_sent_ns = now
+        self._last_ping_ns = now
         self._last_heard_ns = now
-        self._seen_sent = 0
         self._seen_heard = 0
         self._closing = False
         self._closed = False
@@ -204,11 +206,15 @@ class Connection:
             if not images:
                 return 0
             image = self._image = images[0]
+            self._endpoint._rebuild_poll_set()
         if len(self._inbox) >= _INBOX_LIMIT or self._closed:
             return 0
         count = image.poll(self._assembler, _POLL_LIMIT)
         if count:
             self._heard += count
+            if self._control:
+                count -= self._control  # keepalives are not work: they must not keep an idle poller spinning
+                self._control = 0
         return count
 
     def _on_message_bytes(self, payload: memoryview, header: Header) -> None:
@@ -221,9 +227,11 @@ class Connection:
             return
         cls = type(message)
         if cls is Ping:
+            self._control += 1
             self._send_control(Pong(message.seq, message.sent_ns))
             return
         if cls is Pong:
+            self._control += 1
             self._on_pong(message)
             return
         if cls is Disconnect:
@@ -300,11 +308,13 @@ class Connection:
         if image is not None and (image.is_closed or image.is_end_of_stream):
             self._lose("the peer's stream ended without a disconnect")
             return
-        if self._sent != self._seen_sent:
-            self._seen_sent = self._sent
-            self._last_sent_ns = now_ns
-        elif now_ns - self._last_sent_ns > ping_interval_ns:
-            self._last_sent_ns = now_ns
+        if (
+            self._keepalive
+            and now_ns - self._last_heard_ns > ping_interval_ns
+            and now_ns - self._last_ping_ns > ping_interval_ns
+        ):
+            # The client asks when it has heard nothing for a ping interval; the pong keeps both ends alive.
+            self._last_ping_ns = now_ns
             self._send_control(Ping(0, time.perf_counter_ns()))
 
     # ------------------------------------------------------------------ closing

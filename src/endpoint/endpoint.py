@@ -15,9 +15,11 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
+from driver.concurrent._atomic import images_ready
 from endpoint.config import Configuration
 from endpoint.connection import Connection
 from endpoint.errors import CriticalDriverError, EndpointClosedError
@@ -32,7 +34,7 @@ _log = logging.getLogger("endpoint")
 ConfigT = TypeVar("ConfigT", bound=Configuration)
 F = TypeVar("F", bound=Callable[..., Any])
 
-_TICK_NS = 10_000_000
+_TICK_NS = 100_000_000
 _SPIN_NS = 200_000
 _SHALLOW_IDLE_NS = 1_000_000_000
 _SHALLOW_SLEEP_S = 0.001
@@ -48,9 +50,11 @@ class EndPoint(Generic[ConfigT]):
         register_internal_messages(config.serialization)
         self._connections: dict[int, Connection] = {}
         self._polled: tuple[Connection, ...] = ()
+        self._mapped: tuple[Connection, ...] = ()
+        self._unmapped: tuple[Connection, ...] = ()
         self._shared: SharedDriver | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._poller: asyncio.Task[None] | None = None
+        self._polling = False
         self._closing = False
         self._restarting = False
         self._wake = threading.Event()
@@ -105,13 +109,13 @@ class EndPoint(Generic[ConfigT]):
 
     def _add_connection(self, connection: Connection) -> None:
         self._connections[connection.id] = connection
-        self._polled = tuple(self._connections.values())
+        self._rebuild_poll_set()
         connection._fire_connect()
 
     def _connection_released(self, connection: Connection) -> None:
         if self._connections.get(connection.id) is connection:
             del self._connections[connection.id]
-            self._polled = tuple(self._connections.values())
+            self._rebuild_poll_set()
         self._spawn(self._close_resources(connection))
 
     async def _close_resources(self, connection: Connection) -> None:
@@ -136,10 +140,14 @@ class EndPoint(Generic[ConfigT]):
         return shared
 
     def _start_poller(self) -> None:
-        if self._poller is None:
-            self._poller = asyncio.get_running_loop().create_task(
-                self._poll_loop(), name=f"{type(self).__name__} poller"
-            )
+        if not self._polling:
+            self._polling = True
+            _LoopPoller.for_running_loop().add(self)
+
+    def _stop_poller(self) -> None:
+        if self._polling:
+            self._polling = False
+            _LoopPoller.for_running_loop().remove(self)
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -167,37 +175,25 @@ class EndPoint(Generic[ConfigT]):
     def _tick_extra(self, now_ns: int) -> None:
         """Hook: the server expires half-done handshakes here."""
 
-    async def _poll_loop(self) -> None:
+    def _poll_unmapped(self) -> int:
+        """Handshakes, and connections whose image is not mapped yet; the poller checks mapped ones natively."""
+        work = self._poll_extra()
+        for connection in self._unmapped:
+            work += connection._poll()
+        return work
+
+    def _rebuild_poll_set(self) -> None:
+        """Split connections into those whose image is mapped (checked natively) and those still waiting for it."""
+        self._polled = tuple(self._connections.values())
+        self._mapped = tuple(c for c in self._polled if c._image is not None)
+        self._unmapped = tuple(c for c in self._polled if c._image is None)
+        if self._polling:
+            _LoopPoller.for_running_loop().changed = True
+
+    def _tick(self, now_ns: int) -> None:
         config = self.config
-        busy_spin = config.idle_strategy == "busy_spin"
         ping_ns = int(config.ping_interval * 1e9)
         timeout_ns = int(config.peer_timeout * 1e9)
-        monotonic_ns = time.monotonic_ns
-        sleep = asyncio.sleep
-        next_tick = 0
-        last_work = monotonic_ns()
-        while not self._closing:
-            work = self._poll_extra()
-            for connection in self._polled:
-                work += connection._poll()
-            now = monotonic_ns()
-            if now >= next_tick:
-                next_tick = now + _TICK_NS
-                self._tick(now, ping_ns, timeout_ns)
-            if work or busy_spin:
-                if work:
-                    last_work = now
-                await sleep(0)
-                continue
-            idle = now - last_work
-            if idle < _SPIN_NS:
-                await sleep(0)
-            elif idle < _SHALLOW_IDLE_NS:
-                await sleep(_SHALLOW_SLEEP_S)
-            else:
-                await sleep(_DEEP_SLEEP_S)
-
-    def _tick(self, now_ns: int, ping_ns: int, timeout_ns: int) -> None:
         for connection in self._polled:
             connection._tick(now_ns, ping_ns, timeout_ns)
         self._tick_extra(now_ns)
@@ -265,13 +261,7 @@ class EndPoint(Generic[ConfigT]):
         if connections:
             await asyncio.gather(*(c.close("end point closed") for c in connections), return_exceptions=True)
         self._closing = True
-        poller, self._poller = self._poller, None
-        if poller is not None:
-            poller.cancel()
-            try:
-                await poller
-            except asyncio.CancelledError:
-                pass
+        self._stop_poller()
         await self._close_extra()
         pending = [t for t in self._tasks if not t.done()]
         if pending:
@@ -306,3 +296,95 @@ class EndPoint(Generic[ConfigT]):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             task.add_done_callback(self._task_done)
+
+
+class _LoopPoller:
+    """The one task per event loop that polls every end point on that loop.
+
+    A process running many clients (bots, tests) then pays for one wake-up per
+    idle period, not one per end point. When there is work it yields to the loop
+    after each round; when there is none it waits: ``busy_spin`` (if any end
+    point asked for it) only yields; otherwise it yields for a short spin window,
+    then sleeps 1 ms, and after a second without work sleeps 10 ms, so idle end
+    points cost little. Keepalive pings are not work. Every 100 ms it runs the end
+    points' timers: keepalives, dead-peer timeouts, handshake expiry, driver health.
+    """
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPoller] = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self.endpoints: tuple[EndPoint[Any], ...] = ()
+        self.task: asyncio.Task[None] | None = None
+        self.changed = True
+        self._mapped: tuple[Connection, ...] = ()
+        self._entries: list[tuple[Any, ...]] = []
+
+    @classmethod
+    def for_running_loop(cls) -> _LoopPoller:
+        loop = asyncio.get_running_loop()
+        poller = cls._by_loop.get(loop)
+        if poller is None:
+            poller = cls._by_loop[loop] = cls()
+        return poller
+
+    def add(self, endpoint: EndPoint[Any]) -> None:
+        self.endpoints = (*self.endpoints, endpoint)
+        self.changed = True
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run(), name="endpoint poller")
+
+    def remove(self, endpoint: EndPoint[Any]) -> None:
+        self.endpoints = tuple(e for e in self.endpoints if e is not endpoint)
+        self.changed = True
+
+    def _collect(self) -> None:
+        """Every mapped connection of every end point, for one native readiness check per round."""
+        self.changed = False
+        self._mapped = tuple(c for e in self.endpoints for c in e._mapped)
+        self._entries = [c._image.ready_entry for c in self._mapped if c._image is not None]
+
+    async def _run(self) -> None:
+        monotonic_ns = time.monotonic_ns
+        sleep = asyncio.sleep
+        next_tick = 0
+        last_work = monotonic_ns()
+        while self.endpoints:
+            endpoints = self.endpoints
+            work = 0
+            busy_spin = False
+            for endpoint in endpoints:
+                try:
+                    work += endpoint._poll_unmapped()
+                except Exception as exc:  # a broken end point must not stop the others
+                    endpoint._notify_error(None, exc)
+                if endpoint.config.idle_strategy == "busy_spin":
+                    busy_spin = True
+            if self.changed:
+                self._collect()
+            if self._entries:
+                mapped = self._mapped
+                # One native call finds the connections with a frame waiting; only those are polled.
+                for index in images_ready(self._entries):
+                    connection = mapped[index]
+                    try:
+                        work += connection._poll()
+                    except Exception as exc:
+                        connection._endpoint._notify_error(connection, exc)
+            now = monotonic_ns()
+            if now >= next_tick:
+                next_tick = now + _TICK_NS
+                for endpoint in endpoints:
+                    try:
+                        endpoint._tick(now)
+                    except Exception as exc:
+                        endpoint._notify_error(None, exc)
+            if work:
+                last_work = now
+                await sleep(0)
+            elif busy_spin or now - last_work < _SPIN_NS:
+                await sleep(0)
+            elif now - last_work < _SHALLOW_IDLE_NS:
+                await sleep(_SHALLOW_SLEEP_S)
+            else:
+                await sleep(_DEEP_SLEEP_S)
+        self.task = None

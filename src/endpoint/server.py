@@ -86,7 +86,8 @@ class Server(EndPoint[ServerConfiguration]):
         self._ipc_reply: Publication | None = None
         self._handlers: dict[int, Callable[[memoryview, Any], None]] = {}
         self._pending: dict[int, _Pending] = {}
-        self._finished_reply: dict[int, Publication] = {}
+        self._finished_reply: dict[int, tuple[Publication, bool, int]] = {}
+        """connect key -> (answer route, whether we own it, when to let it go): for a client that missed the answer."""
         self._per_address: dict[str, int] = {}
         self._ids_of: dict[int, tuple[int, int, int, int]] = {}
         self._address_of: dict[int, str] = {}
@@ -190,20 +191,22 @@ class Server(EndPoint[ServerConfiguration]):
         return work
 
     def _handshake_handler(self, image: Image, is_ipc: bool) -> Callable[[memoryview, Any], None]:
-        source = "ipc" if is_ipc else host_of(image.source_identity)
+        address = "ipc" if is_ipc else host_of(image.source_identity)
+        # Pending-handshake limits are per source: per remote host, or per local process stream for IPC.
+        source = f"ipc:{image.session_id}" if is_ipc else address
 
         def handle(payload: memoryview, header: Any) -> None:
-            self._on_handshake_packet(bytes(payload), source, is_ipc)
+            self._on_handshake_packet(bytes(payload), source, address, is_ipc)
 
         return handle
 
-    def _on_handshake_packet(self, data: bytes, source: str, is_ipc: bool) -> None:
+    def _on_handshake_packet(self, data: bytes, source: str, address: str, is_ipc: bool) -> None:
         handshake = self._handshake
         if handshake is None or self._closing:
             return
         event = handshake.receive(data, source, time.time_ns())
         if isinstance(event, Hello):
-            self._spawn(self._on_hello(event, is_ipc, source))
+            self._spawn(self._on_hello(event, is_ipc, address))
         elif isinstance(event, Done):
             self._spawn(self._on_done(event))
         elif handshake.retried is not None:
@@ -213,13 +216,16 @@ class Server(EndPoint[ServerConfiguration]):
         """A client repeated a step whose answer it missed: send the same answer again (once per retry)."""
         pending = self._pending.get(connect_key)
         packet = self._handshake.last_reply(connect_key) if self._handshake is not None else None
-        reply = pending.reply if pending is not None else self._finished_reply.get(connect_key)
+        kept = self._finished_reply.get(connect_key)
+        reply = pending.reply if pending is not None else kept[0] if kept is not None else None
         if packet is not None and reply is not None and not reply.is_closed:
             reply.offer(packet)
 
     def _tick_extra(self, now_ns: int) -> None:
         if self._handshake is None:
             return
+        if self._finished_reply:
+            self._let_go_of_replies(now_ns)
         for connect_key in self._handshake.expire(time.time_ns()):
             pending = self._pending.pop(connect_key, None)
             if pending is not None:
@@ -367,10 +373,7 @@ class Server(EndPoint[ServerConfiguration]):
             self._leave_address(pending.address)
         for resource in (pending.publication, pending.subscription, pending.reply if pending.owns_reply else None):
             if resource is not None:
-                try:
-                    await resource.close_async()
-                except Exception as exc:
-                    _log.debug("closing %r failed: %s", resource, exc)
+                await self._close_quietly(resource)
 
     def _leave_address(self, address: str) -> None:
         count = self._per_address.get(address, 0) - 1
@@ -418,18 +421,23 @@ class Server(EndPoint[ServerConfiguration]):
 
     def _keep_reply(self, connect_key: int, pending: _Pending) -> None:
         """Keep the answer route open a while, so a client that lost the last answer can get it again."""
-        reply = pending.reply
-        if reply is None:
-            return
-        self._finished_reply[connect_key] = reply
+        if pending.reply is not None:
+            until = time.monotonic_ns() + int(self.config.handshake_timeout * 2e9)
+            self._finished_reply[connect_key] = (pending.reply, pending.owns_reply, until)
 
-        async def close_later() -> None:
-            await asyncio.sleep(self.config.handshake_timeout * 2)
-            self._finished_reply.pop(connect_key, None)
-            if pending.owns_reply:
-                await reply.close_async()
+    def _let_go_of_replies(self, now_ns: int | None) -> None:
+        """Close the kept answer routes whose time is up (all of them when ``now_ns`` is None)."""
+        for connect_key, (reply, owned, until) in list(self._finished_reply.items()):
+            if now_ns is None or now_ns >= until:
+                del self._finished_reply[connect_key]
+                if owned:
+                    self._spawn(self._close_quietly(reply))
 
-        self._spawn(close_later())
+    async def _close_quietly(self, resource: Publication | Subscription) -> None:
+        try:
+            await resource.close_async()
+        except Exception as exc:  # the driver may be gone; nothing else to free
+            _log.debug("closing %r failed: %s", resource, exc)
 
     def _after_connection_closed(self, connection: Connection) -> None:
         ids = self._ids_of.pop(connection.id, None)
@@ -445,12 +453,10 @@ class Server(EndPoint[ServerConfiguration]):
         for pending in list(self._pending.values()):
             await self._free_pending(pending)
         self._pending.clear()
+        self._let_go_of_replies(None)
         for resource in (self._udp_handshake, self._ipc_handshake, self._ipc_reply):
             if resource is not None:
-                try:
-                    await resource.close_async()
-                except Exception as exc:
-                    _log.debug("closing %r failed: %s", resource, exc)
+                await self._close_quietly(resource)
         self._udp_handshake = self._ipc_handshake = None
         self._ipc_reply = None
         self._handlers.clear()

@@ -159,6 +159,11 @@ class Image:
         self._position.put_long_ordered(0, new_position)
 
     @property
+    def ready_entry(self) -> tuple[AtomicBuffer, tuple[AtomicBuffer, ...], int, int]:
+        """What :func:`~driver.concurrent._atomic.images_ready` needs to check many images at once for data."""
+        return (self._position, self._terms, self._position_bits_to_shift, self._mask)
+
+    @property
     def is_end_of_stream(self) -> bool:
         """True once the publisher closed and everything it sent has been consumed."""
         if self._is_closed:

@@ -19,6 +19,8 @@ typedef struct {
     Py_ssize_t capacity;
 } AtomicBuffer;
 
+static PyTypeObject AtomicBufferType;
+
 static int
 check(AtomicBuffer *self, Py_ssize_t index, Py_ssize_t size, int aligned)
 {
@@ -387,6 +389,108 @@ frames_length(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(total);
 }
 
+static PyObject *
+images_ready(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* images_ready(entries) -> indices of the entries whose next frame is there.
+     * entry: (position: AtomicBuffer (position at offset 0), terms: tuple of 3 AtomicBuffer,
+     *         position_bits_to_shift: int, term_mask: int).
+     * One call checks many images, so an idle poller over hundreds of connections costs
+     * a few nanoseconds per connection instead of a Python call each. */
+    if (!nargs_ok(nargs, 1, "images_ready")) return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "entries must be a sequence of tuples");
+    if (!seq) return NULL;
+    PyObject *ready = PyList_New(0);
+    if (!ready) { Py_DECREF(seq); return NULL; }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = items[i];
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4) {
+            PyErr_Format(PyExc_TypeError, "entry %zd must be (position, terms, bits, mask)", i);
+            goto fail;
+        }
+        PyObject *pos_obj = PyTuple_GET_ITEM(entry, 0), *terms = PyTuple_GET_ITEM(entry, 1);
+        if (!PyObject_TypeCheck(pos_obj, &AtomicBufferType) || !PyTuple_Check(terms) || PyTuple_GET_SIZE(terms) != 3) {
+            PyErr_Format(PyExc_TypeError, "entry %zd must hold an AtomicBuffer and a tuple of 3 terms", i);
+            goto fail;
+        }
+        long bits = PyLong_AsLong(PyTuple_GET_ITEM(entry, 2));
+        long long mask = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 3));
+        if ((bits == -1 || mask == -1) && PyErr_Occurred()) goto fail;
+        AtomicBuffer *pos = (AtomicBuffer *)pos_obj;
+        if (!pos->has_view) continue;  /* the client closed under us: nothing to read */
+        if (check(pos, 0, 8, 1) < 0) goto fail;
+        int64_t position = __atomic_load_n((int64_t *)pos->base, __ATOMIC_ACQUIRE);
+        if (bits < 0 || bits > 62 || position < 0) continue;
+        PyObject *term_obj = PyTuple_GET_ITEM(terms, (Py_ssize_t)((position >> bits) % 3));
+        if (!PyObject_TypeCheck(term_obj, &AtomicBufferType)) {
+            PyErr_Format(PyExc_TypeError, "entry %zd: terms must be AtomicBuffers", i);
+            goto fail;
+        }
+        AtomicBuffer *term = (AtomicBuffer *)term_obj;
+        Py_ssize_t offset = (Py_ssize_t)(position & mask);
+        if (!term->has_view || offset < 0 || offset > term->capacity - 4) continue;  /* closed image: skip */
+        int32_t length = __atomic_load_n((int32_t *)(term->base + offset), __ATOMIC_ACQUIRE);
+        if (length > 0) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (!index || PyList_Append(ready, index) < 0) { Py_XDECREF(index); goto fail; }
+            Py_DECREF(index);
+        }
+    }
+    Py_DECREF(seq);
+    return ready;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(ready);
+    return NULL;
+}
+
+static PyObject *
+positions_changed(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* positions_changed(entries, last) -> indices whose int64 at (buffer, offset) differs from last[i];
+     * last[i] is updated. entries: sequence of (AtomicBuffer, offset); last: writable int64 buffer. */
+    if (!nargs_ok(nargs, 2, "positions_changed")) return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "entries must be a sequence of (AtomicBuffer, offset)");
+    if (!seq) return NULL;
+    Py_buffer last;
+    if (PyObject_GetBuffer(args[1], &last, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) { Py_DECREF(seq); return NULL; }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *changed = NULL;
+    if (last.len < n * 8) {
+        PyErr_Format(PyExc_ValueError, "last holds %zd bytes, %zd entries need %zd", last.len, n, n * 8);
+        goto done;
+    }
+    changed = PyList_New(0);
+    if (!changed) goto done;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    int64_t *values = (int64_t *)last.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = items[i];
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+            !PyObject_TypeCheck(PyTuple_GET_ITEM(entry, 0), &AtomicBufferType)) {
+            PyErr_Format(PyExc_TypeError, "entry %zd must be (AtomicBuffer, offset)", i);
+            Py_CLEAR(changed);
+            goto done;
+        }
+        AtomicBuffer *buffer = (AtomicBuffer *)PyTuple_GET_ITEM(entry, 0);
+        Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
+        if (offset == -1 && PyErr_Occurred()) { Py_CLEAR(changed); goto done; }
+        if (check(buffer, offset, 8, 1) < 0) { Py_CLEAR(changed); goto done; }
+        int64_t value = __atomic_load_n((int64_t *)(buffer->base + offset), __ATOMIC_ACQUIRE);
+        if (value != values[i]) {
+            values[i] = value;
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (!index || PyList_Append(changed, index) < 0) { Py_XDECREF(index); Py_CLEAR(changed); goto done; }
+            Py_DECREF(index);
+        }
+    }
+done:
+    PyBuffer_Release(&last);
+    Py_DECREF(seq);
+    return changed;
+}
 
 /* ---- term scans (sender and receiver hot loops) ---- */
 
@@ -576,6 +680,10 @@ static PyMethodDef module_methods[] = {
      "Check a DATA/PAD datagram; bytes of term covered, or a negative reason code."},
     {"frames_length", (PyCFunction)(void (*)(void))frames_length, METH_FASTCALL,
      "Total aligned length of the frames of a batch of messages; ValueError if one exceeds max payload."},
+    {"positions_changed", (PyCFunction)(void (*)(void))positions_changed, METH_FASTCALL,
+     "Indices of (AtomicBuffer, offset) entries whose int64 changed from last[i] (updated)."},
+    {"images_ready", (PyCFunction)(void (*)(void))images_ready, METH_FASTCALL,
+     "Indices of (position, terms, bits, mask) entries whose next frame has arrived."},
     {NULL}
 };
 

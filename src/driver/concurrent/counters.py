@@ -391,6 +391,10 @@ class AtomicCounter:
     def get_volatile(self) -> int:
         return self._buffer.get_long_volatile(self._offset)
 
+    def location(self) -> tuple[AtomicBuffer, int]:
+        """The buffer and offset of the value, for native scans over many counters."""
+        return self._buffer, self._offset
+
     def get_weak(self) -> int:
         return self._buffer.get_long(self._offset)
 

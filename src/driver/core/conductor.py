@@ -11,6 +11,7 @@ the agent.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import random
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from driver.command.messages import (
     decode_command,
 )
 from driver.command.types import CommandType, CurrentCommandType
+from driver.concurrent._atomic import positions_changed
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.broadcast import BroadcastTransmitter
 from driver.concurrent.counters import AtomicCounter, CountersManager
@@ -100,6 +102,8 @@ NULL_OWNER_ID = -1  # Aeron's NULL_VALUE: a static counter belongs to no client
 
 
 _ENDPOINT_ERROR_REPORT_INTERVAL_NS = 1_000_000_000
+_INT32_MIN = -(2**31)
+_INT32_MAX = 2**31 - 1
 
 
 class PublicationParams:
@@ -192,6 +196,8 @@ class DriverConductor:
         self.subscription_links: list[SubscriptionLink] = []
         self.counter_links: list[CounterLink] = []
         self._active_session_ids: set[int] = set()
+        self._keepalives = 0
+        self._limit_watch = _LimitWatch()
         self._endpoint_error_reported: dict[int, int] = {}  # status indicator id -> when clients were last told
         self._destinations: dict[int, tuple[int, str]] = {}  # destination registration id -> (publication, channel)
         self._next_session_id = random.randint(-(2**31), 2**31 - 1)
@@ -242,14 +248,46 @@ class DriverConductor:
         # Commands first: after a stall (the process descheduled, the machine loaded), keepalives
         # already waiting in the ring count before liveness is judged.
         work = self._to_driver.read(self._on_command, COMMAND_LIMIT)
+        if self._keepalives:
+            # A keepalive needs no follow-up: it must not keep an otherwise idle driver spinning.
+            work -= self._keepalives
+            self._keepalives = 0
         work += self._conductor_queue.drain()
         now_ns = self._nano_clock.nano_time()
         if now_ns >= self._timer_deadline_ns:
             self._timer_deadline_ns = now_ns + self._timer_interval_ns
             work += self._on_timer(now_ns, self._epoch_clock.time_ms())
         work += self.network.update_publisher_limits()
-        for publication in self.ipc_publications:
-            if publication.state is PublicationState.ACTIVE:
+        return work + self._update_ipc_publisher_limits()
+
+    def _update_ipc_publisher_limits(self) -> int:
+        """Move IPC publisher limits; after a change of publications or subscribers, all of them, else only
+        those whose subscriber positions moved (one native scan), so hundreds of idle publications cost little."""
+        watch = self._limit_watch
+        if watch.version != IpcPublication.topology_version or watch.publication_count != len(self.ipc_publications):
+            work = 0
+            entries: list[tuple[AtomicBuffer, int]] = []
+            owners: list[IpcPublication] = []
+            for publication in self.ipc_publications:
+                if publication.state is PublicationState.ACTIVE:
+                    work += publication.update_publisher_limit()
+                    for subscriber in publication.subscribers:
+                        entries.append(subscriber.counter.location())
+                        owners.append(publication)
+            watch.reset(IpcPublication.topology_version, len(self.ipc_publications), entries, owners)
+            return work
+        if not watch.entries:
+            return 0
+        moved = positions_changed(watch.entries, watch.last)
+        if not moved:
+            return 0
+        work = 0
+        owners_of = watch.owners
+        done: set[int] = set()
+        for index in moved:
+            publication = owners_of[index]
+            if id(publication) not in done and publication.state is PublicationState.ACTIVE:
+                done.add(id(publication))
                 work += publication.update_publisher_limit()
         return work
 
@@ -556,7 +594,9 @@ class DriverConductor:
             session_id = self._next_session_id
             self._next_session_id = lbd.int32(session_id + 1)
             if low <= session_id <= high:
-                self._next_session_id = lbd.int32(high + 1)
+                # Leave the reserved range at a random point, not at high + 1: drivers started alike would
+                # otherwise all hand out the same first id, and images are keyed by session and stream.
+                self._next_session_id = _random_outside(low, high)
                 continue
             if session_id not in self._active_session_ids:
                 return session_id
@@ -720,6 +760,7 @@ class DriverConductor:
         sub.positions.clear()
 
     def _on_client_keepalive(self, msg: CorrelatedMessage) -> None:
+        self._keepalives += 1
         client = self.clients.get(msg.client_id)
         if client is not None:
             client.on_keepalive(self._epoch_clock.time_ms())
@@ -906,3 +947,39 @@ _COMMAND_TYPE_IDS = frozenset(int(t) for t in CommandType)
 def _cast(message: object, cls: type[_T]) -> _T:
     assert isinstance(message, cls)
     return message
+
+
+def _random_outside(low: int, high: int) -> int:
+    """A random int32 outside ``[low, high]`` (the reserved session ids)."""
+    below = low - _INT32_MIN
+    above = _INT32_MAX - high
+    if below + above <= 0:
+        raise ControlProtocolError(ErrorCode.GENERIC_ERROR, "every session id is reserved")
+    pick = random.randrange(below + above)
+    return _INT32_MIN + pick if pick < below else high + 1 + pick - below
+
+
+class _LimitWatch:
+    """The subscriber positions of active IPC publications and their values at the last look."""
+
+    __slots__ = ("entries", "last", "owners", "publication_count", "version")
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.publication_count = -1
+        self.entries: list[tuple[AtomicBuffer, int]] = []
+        self.owners: list[IpcPublication] = []
+        self.last = array.array("q")
+
+    def reset(
+        self,
+        version: int,
+        publication_count: int,
+        entries: list[tuple[AtomicBuffer, int]],
+        owners: list[IpcPublication],
+    ) -> None:
+        self.version = version
+        self.publication_count = publication_count
+        self.entries = entries
+        self.owners = owners
+        self.last = array.array("q", (buffer.get_long_volatile(offset) for buffer, offset in entries))

@@ -79,13 +79,18 @@ class IpcPublication(DriverPublication):
     def join_position(self) -> int:
         return self.consumer_position
 
+    topology_version = 0
+    """Bumped whenever any IPC publication gains or loses a subscriber (the conductor re-reads who watches what)."""
+
     def add_subscriber(self, position: SubscriberPosition) -> None:
         lbd.set_is_connected(self.log.metadata, True)
         self.subscribers.append(position)
+        IpcPublication.topology_version += 1
 
     def remove_subscriber(self, position: SubscriberPosition) -> None:
         self.consumer_position = max(self.consumer_position, position.counter.get_volatile())
         self.subscribers.remove(position)
+        IpcPublication.topology_version += 1
         position.counter.close()
         if not self.subscribers:
             lbd.set_is_connected(self.log.metadata, False)

@@ -83,12 +83,15 @@ def test_backoff_parks_after_spins_and_yields_then_idles_deeper() -> None:
         max_park_period_ns=4000,
         deep_park_period_ns=8000,
         deep_idle_after=2,
+        deeper_park_period_ns=16000,
     )
     for _ in range(6):
         idle.idle(0)
     assert idle._park_s == pytest.approx(4e-6)
-    for _ in range(3):
-        idle.idle(0)
+    idle.idle(0)
     assert idle._park_s == pytest.approx(8e-6)
+    for _ in range(2):
+        idle.idle(0)
+    assert idle._park_s == pytest.approx(16e-6)
     idle.idle(1)
     assert idle._park_s == pytest.approx(1e-6)

@@ -238,3 +238,14 @@ def test_unblocks_a_log_left_mid_claim(harness: Harness) -> None:
         assert log.terms[0].get_int(0) == 64  # padded over
         assert log.terms[0].get_ushort(6) == 0  # PAD
     assert harness.counters.get_counter_value(19) == 1  # UNBLOCKED_PUBLICATIONS
+
+
+def test_reserved_session_ids_are_left_at_a_random_point() -> None:
+    """Drivers whose first pick falls in the reserved range must not all move to the same next id."""
+    from driver.core.conductor import _random_outside
+
+    picks = {_random_outside(0x1000_0000, 0x7FFF_FFFF) for _ in range(200)}
+    assert all(-(2**31) <= p < 0x1000_0000 for p in picks)
+    assert len(picks) > 190
+    picks = {_random_outside(-1, 1000) for _ in range(200)}
+    assert all(p < -1 or p > 1000 for p in picks)

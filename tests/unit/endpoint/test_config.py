@@ -1,0 +1,513 @@
+"""Configuration classes: every bad value raises ConfigurationError naming the field and what is allowed.
+
+Also: driver keys (equal settings share a driver) and the default Aeron directory. No I/O beyond reading
+``os.environ`` and checking ``/dev/shm``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from driver.config import ThreadingMode
+from endpoint import config as config_module
+from endpoint.config import ClientConfiguration, Configuration, ServerConfiguration, default_aeron_dir
+from endpoint.errors import ConfigurationError, EndpointError
+
+ALL = (Configuration, ServerConfiguration, ClientConfiguration)
+INT31 = 0x7FFF_FFFF
+
+
+def raises_for(field: str, allowed: str) -> Any:
+    """``pytest.raises`` for a ConfigurationError whose message starts with ``field=`` and contains ``allowed``."""
+    return pytest.raises(ConfigurationError, match=rf"^{re.escape(field)}=(?s:.*){re.escape(allowed)}")
+
+
+# ---------------------------------------------------------------------------------------------- defaults
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_defaults_are_valid(cls: type[Configuration]) -> None:
+    cfg = cls()
+    assert cfg.app_id == "endpoint"
+    assert cfg.aeron_dir is None
+    assert cfg.threading_mode is ThreadingMode.SHARED
+    assert cfg.enable_ipc
+    assert cfg.enable_udp
+    assert cfg.mtu == 1408
+    assert cfg.peer_timeout > cfg.ping_interval
+
+
+def test_server_and_client_defaults() -> None:
+    server = ServerConfiguration()
+    assert server.port == 2000
+    assert server.listen_address == "127.0.0.1"
+    assert server.allow == server.deny == ()
+    assert server.session_id_range == (0x1000_0000, INT31)
+    assert server.stream_id_range == (0x1000, 0xFFFF)
+    client = ClientConfiguration()
+    assert client.local_address is None
+    assert client.local_port == 0
+    assert client.tag == ""
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_fields_are_keyword_only(cls: type[Configuration]) -> None:
+    with pytest.raises(TypeError):
+        cls("endpoint")  # type: ignore[misc]
+
+
+def test_configuration_error_is_a_value_error_and_an_endpoint_error() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        Configuration(mtu=1)
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, EndpointError)
+
+
+# ---------------------------------------------------------------------------------------------- field validators
+
+SECONDS_600 = "seconds, > 0 and <= 600"
+SECONDS_DAY = "seconds, > 0 and <= 86400"
+ID_PAIR = "a pair (low, high) with 1 <= low < high <= 2**31-1"
+
+INVALID: list[tuple[type[Configuration], str, object, str]] = [
+    *[(Configuration, "app_id", v, "1 to 32 characters of A-Z a-z 0-9 _ . -") for v in ("", "x" * 33, "a b", "a/b", 5)],
+    (Configuration, "app_id", None, "1 to 32 characters"),
+    (Configuration, "driver_idle_strategy", "fast", "one of 'backoff', 'sleeping', 'yielding', 'busy_spin', 'noop'"),
+    (Configuration, "driver_idle_strategy", None, "one of 'backoff'"),
+    (Configuration, "idle_strategy", "sleeping", "one of 'backoff', 'busy_spin'"),
+    *[(Configuration, "driver_timeout", v, SECONDS_600) for v in (0, -1, 600.001, True, "10", math.nan, math.inf)],
+    *[(Configuration, "handshake_timeout", v, SECONDS_600) for v in (0, 600.5, None)],
+    *[(Configuration, "connect_timeout", v, SECONDS_DAY) for v in (0.0, -0.5, 86_401)],
+    *[(Configuration, "send_timeout", v, SECONDS_DAY) for v in (0, -math.inf)],
+    (Configuration, "ping_interval", 3601, "seconds, > 0 and <= 3600"),
+    (Configuration, "peer_timeout", 86_400.5, SECONDS_DAY),
+    (Configuration, "close_timeout", 0, SECONDS_600),
+    *[(Configuration, "mtu", v, "an integer from 64 to 65504") for v in (63, 65505, 0, 1408.0, "1408", True)],
+    *[
+        (Configuration, name, v, "a power of two from 65536 to 1073741824")
+        for name in ("term_length", "ipc_term_length")
+        for v in (32768, 65537, 3 * 65536, 1 << 31, 65536.0, 0, -65536)
+    ],
+    *[
+        (Configuration, name, v, "an integer from 0 to 1073741824")
+        for name in ("socket_rcvbuf", "socket_sndbuf")
+        for v in (-1, (1 << 30) + 1, True, 1.5)
+    ],
+    *[(ServerConfiguration, "port", v, "an integer from 1 to 65535") for v in (0, 65536, -1, True, "2000")],
+    *[
+        (ServerConfiguration, "listen_address", v, "an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::")
+        for v in ("localhost", "256.0.0.1", "", " 127.0.0.1", "127.0.0.1\n", "10.0.0.0/8", None)
+    ],
+    *[(ServerConfiguration, "max_clients", v, "an integer from 0 to 1048576") for v in (-1, (1 << 20) + 1)],
+    (ServerConfiguration, "max_connections_per_ip", -1, "an integer from 0 to 1048576"),
+    *[
+        (ServerConfiguration, name, v, "an integer from 1 to 1048576")
+        for name in ("max_pending_handshakes", "max_pending_per_source")
+        for v in (0, (1 << 20) + 1)
+    ],
+    *[
+        (ServerConfiguration, name, v, ID_PAIR)
+        for name in ("session_id_range", "stream_id_range")
+        for v in (
+            (0, 5000),
+            (5000, 5000),
+            (6000, 5000),
+            (1, INT31 + 1),
+            [1, 5000],
+            (1,),
+            (1, 2, 5000),
+            ("1", "5000"),
+            (1.0, 5000.0),
+            None,
+        )
+    ],
+    *[(ClientConfiguration, "local_port", v, "an integer from 0 to 65535") for v in (-1, 65536)],
+    *[(ClientConfiguration, "tag", v, "a string of at most 32 characters") for v in ("x" * 33, 5, None)],
+    *[
+        (ClientConfiguration, "local_address", v, "an IPv4 or IPv6 address of this machine")
+        for v in ("nope", "", "1.2.3")
+    ],
+]
+
+
+@pytest.mark.parametrize(
+    ("cls", "field", "value", "allowed"), INVALID, ids=[f"{c[0].__name__}.{c[1]}={c[2]!r}"[:60] for c in INVALID]
+)
+def test_bad_value_names_field_value_and_what_is_allowed(
+    cls: type[Configuration], field: str, value: object, allowed: str
+) -> None:
+    with raises_for(field, allowed) as info:
+        cls(**{field: value})
+    assert repr(value) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "allowed"),
+    [
+        ("allow", ("10.0.0.0/8", "nope"), "addresses or CIDR networks such as 10.0.0.0/8 or ::1"),
+        ("allow", ("10.0.0.0/33",), "addresses or CIDR networks"),
+        ("deny", ("::1", "::g"), "addresses or CIDR networks"),
+        ("deny", (None,), "addresses or CIDR networks"),
+    ],
+)
+def test_bad_network_names_the_bad_entry(field: str, value: tuple[object, ...], allowed: str) -> None:
+    with raises_for(field, allowed) as info:
+        ServerConfiguration(**{field: value})
+    assert repr(value[-1]) in str(info.value)
+
+
+VALID: list[tuple[type[Configuration], str, object]] = [
+    *[(Configuration, "app_id", v) for v in ("a", "x" * 32, "My_App-1.2")],
+    *[(Configuration, "driver_idle_strategy", v) for v in ("backoff", "sleeping", "yielding", "busy_spin", "noop")],
+    *[(Configuration, "idle_strategy", v) for v in ("backoff", "busy_spin")],
+    *[(Configuration, "driver_timeout", v) for v in (600, 0.001, 1e-9)],
+    (Configuration, "connect_timeout", 86_400),
+    (Configuration, "mtu", 64),
+    (Configuration, "mtu", 65504),
+    *[(Configuration, "term_length", v) for v in (65536, 1 << 20, 1 << 30)],
+    (Configuration, "ipc_term_length", 1 << 30),
+    *[(Configuration, "socket_rcvbuf", v) for v in (0, 1 << 30)],
+    (Configuration, "socket_sndbuf", 1 << 30),
+    *[(ServerConfiguration, "port", v) for v in (1, 65535)],
+    *[(ServerConfiguration, "listen_address", v) for v in ("0.0.0.0", "::", "::1", "192.168.1.10", "fe80::1%eth0")],
+    *[(ServerConfiguration, "max_clients", v) for v in (0, 1 << 20)],
+    *[(ServerConfiguration, "session_id_range", v) for v in ((1, 2), (INT31 - 1, INT31))],
+    (ServerConfiguration, "stream_id_range", (1, INT31)),
+    *[(ServerConfiguration, "allow", v) for v in ((), ("10.0.0.1",), ("10.0.0.0/8", "::1", "fd00::/8", "10.1.2.3/8"))],
+    *[(ClientConfiguration, "local_port", v) for v in (0, 65535)],
+    *[(ClientConfiguration, "tag", v) for v in ("", "x" * 32)],
+    *[(ClientConfiguration, "local_address", v) for v in (None, "127.0.0.1", "::1")],
+]
+
+
+@pytest.mark.parametrize(("cls", "field", "value"), VALID, ids=[f"{c[0].__name__}.{c[1]}={c[2]!r}"[:60] for c in VALID])
+def test_allowed_values_are_accepted(cls: type[Configuration], field: str, value: object) -> None:
+    assert getattr(cls(**{field: value}), field) == value
+
+
+# ---------------------------------------------------------------------------------------------- converters
+
+
+def test_threading_mode_accepts_its_name() -> None:
+    assert Configuration(threading_mode="DEDICATED").threading_mode is ThreadingMode.DEDICATED  # type: ignore[arg-type]
+    assert Configuration(threading_mode=ThreadingMode.INVOKER).threading_mode is ThreadingMode.INVOKER
+
+
+def test_unknown_threading_mode_is_a_configuration_error() -> None:
+    with raises_for("threading_mode", "SHARED"):
+        Configuration(threading_mode="FAST")  # type: ignore[arg-type]
+
+
+def test_paths_are_converted() -> None:
+    assert Configuration(aeron_dir="/tmp/x").aeron_dir == Path("/tmp/x")  # type: ignore[arg-type]
+    assert ServerConfiguration(key_path="k.pem").key_path == Path("k.pem")  # type: ignore[arg-type]
+    assert ClientConfiguration(known_servers_path=Path("/a/b")).known_servers_path == Path("/a/b")
+    assert ClientConfiguration().known_servers_path is None
+
+
+def test_address_lists_become_tuples() -> None:
+    cfg = ServerConfiguration(allow=["10.0.0.0/8"], deny=iter(["10.0.0.1"]))  # type: ignore[arg-type]
+    assert cfg.allow == ("10.0.0.0/8",)
+    assert cfg.deny == ("10.0.0.1",)
+
+
+@pytest.mark.parametrize("value", [None, 5])
+def test_a_non_iterable_address_list_is_a_configuration_error(value: object) -> None:
+    with raises_for("allow", "addresses or CIDR networks"):
+        ServerConfiguration(allow=value)  # type: ignore[arg-type]
+
+
+def test_a_single_network_string_is_not_split_into_characters() -> None:
+    """``allow="10.0.0.0/8"`` (a str, not a tuple) must either mean that network or be refused naming it."""
+    message = ""
+    try:
+        cfg = ServerConfiguration(allow="10.0.0.0/8")  # type: ignore[arg-type]
+    except ConfigurationError as exc:
+        message = str(exc)
+    if message:
+        assert "'10.0.0.0/8'" in message
+    else:
+        assert cfg.allow == ("10.0.0.0/8",)
+
+
+@pytest.mark.parametrize(("field", "value"), [("listen_address", 2130706433), ("listen_address", b"\x7f\x00\x00\x01")])
+def test_server_address_must_be_text(field: str, value: object) -> None:
+    with raises_for(field, "an IPv4 or IPv6 address"):
+        ServerConfiguration(**{field: value})
+
+
+@pytest.mark.parametrize("value", [2130706433, b"\x7f\x00\x00\x01"])
+def test_client_address_must_be_text(value: object) -> None:
+    with raises_for("local_address", "an IPv4 or IPv6 address"):
+        ClientConfiguration(local_address=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [("10.0.0.0/8", 167772160), (b"\x7f\x00\x00\x01",)])
+def test_networks_must_be_text(value: tuple[object, ...]) -> None:
+    with raises_for("allow", "addresses or CIDR networks"):
+        ServerConfiguration(allow=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", ["abc\n", "x" * 32 + "\n"])
+def test_app_id_with_a_trailing_newline_is_refused(value: str) -> None:
+    with raises_for("app_id", "1 to 32 characters"):
+        Configuration(app_id=value)
+
+
+# ---------------------------------------------------------------------------------------------- what the driver needs
+
+
+@pytest.mark.parametrize("mtu", [65, 1000, 1409, 65503])
+def test_mtu_must_be_a_multiple_of_the_frame_alignment(mtu: int) -> None:
+    """The driver refuses an MTU that is not a multiple of 32; the end point must say so up front."""
+    with raises_for("mtu", "32"):
+        Configuration(mtu=mtu)
+
+
+def test_send_buffer_smaller_than_the_mtu_is_refused() -> None:
+    """The driver refuses 0 < SO_SNDBUF < MTU; the end point must say so up front."""
+    with pytest.raises(ConfigurationError, match="socket_sndbuf"):
+        Configuration(socket_sndbuf=1024, mtu=1408)
+    assert Configuration(socket_sndbuf=1408, mtu=1408).socket_sndbuf == 1408
+
+
+# ---------------------------------------------------------------------------------------------- cross-field rules
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_no_transport_is_refused(cls: type[Configuration]) -> None:
+    with pytest.raises(ConfigurationError, match=r"enable_ipc=False and enable_udp=False"):
+        cls(enable_ipc=False, enable_udp=False)
+    assert cls(enable_ipc=False).enable_udp
+    assert cls(enable_udp=False).enable_ipc
+
+
+@pytest.mark.parametrize("cls", ALL)
+@pytest.mark.parametrize(("ping", "peer"), [(1.0, 1.0), (5.0, 4.0)])
+def test_peer_timeout_must_exceed_ping_interval(cls: type[Configuration], ping: float, peer: float) -> None:
+    with pytest.raises(ConfigurationError, match=r"^peer_timeout=.*must be longer than ping_interval="):
+        cls(ping_interval=ping, peer_timeout=peer)
+
+
+def test_stream_id_range_needs_room_for_eight_ids() -> None:
+    with pytest.raises(ConfigurationError, match=r"^stream_id_range=\(4096, 4102\) is too small: at least 8 ids"):
+        ServerConfiguration(stream_id_range=(0x1000, 0x1006))
+    assert ServerConfiguration(stream_id_range=(0x1000, 0x1007)).stream_id_range == (0x1000, 0x1007)
+
+
+def test_setting_a_field_later_is_validated_too() -> None:
+    cfg = ServerConfiguration()
+    with raises_for("mtu", "an integer from 64"):
+        cfg.mtu = 1
+    with raises_for("port", "an integer from 1 to 65535"):
+        cfg.port = 0
+    assert cfg.mtu == 1408
+    assert cfg.port == 2000
+
+
+def test_evolve_validates() -> None:
+    cfg = ClientConfiguration()
+    assert attrs.evolve(cfg, tag="x").tag == "x"
+    with raises_for("tag", "at most 32"):
+        attrs.evolve(cfg, tag="x" * 40)
+    with pytest.raises(ConfigurationError, match="peer_timeout"):
+        attrs.evolve(cfg, peer_timeout=0.5)
+
+
+# ---------------------------------------------------------------------------------------------- properties
+
+INT_FIELDS: list[tuple[type[Configuration], str, int, int]] = [
+    (Configuration, "mtu", 64, 65504),
+    (Configuration, "socket_rcvbuf", 0, 1 << 30),
+    (ServerConfiguration, "port", 1, 65535),
+    (ServerConfiguration, "max_clients", 0, 1 << 20),
+    (ServerConfiguration, "max_connections_per_ip", 0, 1 << 20),
+    (ServerConfiguration, "max_pending_handshakes", 1, 1 << 20),
+    (ServerConfiguration, "max_pending_per_source", 1, 1 << 20),
+    (ClientConfiguration, "local_port", 0, 65535),
+]
+
+
+@pytest.mark.parametrize(("cls", "field", "low", "high"), INT_FIELDS, ids=[f[1] for f in INT_FIELDS])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_integer_fields_accept_exactly_their_range(
+    cls: type[Configuration], field: str, low: int, high: int, data: st.DataObject
+) -> None:
+    value = data.draw(
+        st.one_of(st.integers(), st.integers(low - 2, low + 2), st.integers(high - 2, high + 2), st.integers(low, high))
+    )
+    if field == "mtu" and low <= value <= high and value % 32:
+        value -= value % 32  # the driver's alignment rule is tested on its own above
+        value = max(value, low)
+    if low <= value <= high:
+        assert getattr(cls(**{field: value}), field) == value
+    else:
+        with raises_for(field, f"an integer from {low} to {high}"):
+            cls(**{field: value})
+
+
+@pytest.mark.parametrize("field", ["term_length", "ipc_term_length"])
+@settings(max_examples=60, deadline=None)
+@given(value=st.one_of(st.integers(-(1 << 32), 1 << 32), st.integers(0, 40).map(lambda n: 1 << n)))
+def test_term_lengths_accept_exactly_powers_of_two_in_range(field: str, value: int) -> None:
+    if 65536 <= value <= 1 << 30 and value & (value - 1) == 0:
+        assert getattr(Configuration(**{field: value}), field) == value
+    else:
+        with raises_for(field, "a power of two from 65536 to 1073741824"):
+            Configuration(**{field: value})
+
+
+SECONDS_FIELDS = [
+    ("driver_timeout", 600.0),
+    ("handshake_timeout", 600.0),
+    ("connect_timeout", 86_400.0),
+    ("send_timeout", 86_400.0),
+    ("ping_interval", 3600.0),
+    ("peer_timeout", 86_400.0),
+    ("close_timeout", 600.0),
+]
+
+
+@pytest.mark.parametrize(("field", "maximum"), SECONDS_FIELDS, ids=[f[0] for f in SECONDS_FIELDS])
+@settings(max_examples=60, deadline=None)
+@given(value=st.one_of(st.floats(), st.integers(-10, 100_000)))
+def test_seconds_fields_accept_exactly_positive_values_up_to_their_maximum(
+    field: str, maximum: float, value: float
+) -> None:
+    # Keep the ping/peer rule out of the way: the smallest ping interval, the largest peer timeout.
+    others: dict[str, float] = {"ping_interval": 5e-324} if field == "peer_timeout" else {"peer_timeout": 86_400.0}
+    if 0 < value <= maximum and not (field == "peer_timeout" and value <= 5e-324):
+        assert getattr(Configuration(**others, **{field: value}), field) == value
+    else:
+        with pytest.raises(ConfigurationError, match=rf"^{field}="):
+            Configuration(**others, **{field: value})
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=st.one_of(
+        st.text(max_size=40).filter(lambda s: not s.endswith("\n")),
+        st.from_regex(r"[A-Za-z0-9_.-]{1,32}", fullmatch=True),
+    )
+)
+def test_app_id_accepts_exactly_short_names_of_safe_characters(value: str) -> None:
+    if re.fullmatch(r"[A-Za-z0-9_.-]{1,32}", value):
+        assert Configuration(app_id=value).app_id == value
+    else:
+        with raises_for("app_id", "1 to 32 characters of A-Z a-z 0-9 _ . -"):
+            Configuration(app_id=value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(low=st.integers(-5, INT31 + 5), high=st.integers(-5, INT31 + 5))
+def test_session_id_range_accepts_exactly_ordered_pairs_in_the_positive_int32_range(low: int, high: int) -> None:
+    if 1 <= low < high <= INT31:
+        assert ServerConfiguration(session_id_range=(low, high)).session_id_range == (low, high)
+    else:
+        with raises_for("session_id_range", ID_PAIR):
+            ServerConfiguration(session_id_range=(low, high))
+
+
+# ---------------------------------------------------------------------------------------------- driver key
+
+DRIVER_CHANGES: list[tuple[str, object]] = [
+    ("aeron_dir", "/tmp/endpoint-other"),
+    ("app_id", "other"),
+    ("threading_mode", ThreadingMode.DEDICATED),
+    ("driver_idle_strategy", "busy_spin"),
+    ("mtu", 8192),
+    ("socket_rcvbuf", 1 << 20),
+    ("socket_sndbuf", 1 << 20),
+    ("launch_driver", False),
+]
+OTHER_CHANGES: list[tuple[str, object]] = [
+    ("enable_ipc", False),
+    ("enable_udp", False),
+    ("term_length", 1 << 20),
+    ("ipc_term_length", 1 << 20),
+    ("handshake_timeout", 0.5),
+    ("connect_timeout", 3.0),
+    ("send_timeout", 1.0),
+    ("ping_interval", 0.25),
+    ("peer_timeout", 60.0),
+    ("close_timeout", 0.1),
+    ("idle_strategy", "busy_spin"),
+]
+
+
+@pytest.mark.parametrize("a", ALL)
+@pytest.mark.parametrize("b", ALL)
+def test_equal_driver_settings_give_equal_keys_across_classes(a: type[Configuration], b: type[Configuration]) -> None:
+    common: dict[str, Any] = {"app_id": "game", "mtu": 4096, "threading_mode": "DEDICATED", "socket_rcvbuf": 1 << 21}
+    key = a(**common).driver_key()
+    assert key == b(**common).driver_key()
+    assert hash(key) == hash(b(**common).driver_key())
+    assert key == a(**common).driver_key()
+
+
+def test_server_and_client_only_settings_do_not_split_drivers() -> None:
+    base = ServerConfiguration().driver_key()
+    assert ServerConfiguration(port=4000, max_clients=3, allow=("10.0.0.0/8",)).driver_key() == base
+    assert ClientConfiguration(local_port=5000, tag="x", prefer_ipc=False).driver_key() == base
+
+
+@pytest.mark.parametrize(("field", "value"), OTHER_CHANGES, ids=[c[0] for c in OTHER_CHANGES])
+def test_settings_outside_the_driver_keep_the_key(field: str, value: object) -> None:
+    assert Configuration(**{field: value}).driver_key() == Configuration().driver_key()
+
+
+@pytest.mark.parametrize(("field", "value"), DRIVER_CHANGES, ids=[c[0] for c in DRIVER_CHANGES])
+def test_each_driver_setting_changes_the_key(field: str, value: object) -> None:
+    assert Configuration(**{field: value}).driver_key() != Configuration().driver_key()
+
+
+def test_key_uses_the_resolved_directory() -> None:
+    explicit = Configuration(aeron_dir=default_aeron_dir("game")).driver_key()
+    assert Configuration(app_id="game").driver_key() == explicit
+    assert Configuration(app_id="other", aeron_dir=default_aeron_dir("game")).driver_key() == explicit
+    as_text = Configuration(aeron_dir="/tmp/endpoint-x").driver_key()  # type: ignore[arg-type]
+    assert as_text == Configuration(aeron_dir=Path("/tmp/endpoint-x")).driver_key()
+
+
+# ---------------------------------------------------------------------------------------------- default directory
+
+
+def test_default_aeron_dir_names_app_and_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("USER", "alice")
+    path = default_aeron_dir("game")
+    assert path.name == "endpoint-game-alice"
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        assert path.parent == shm
+    else:
+        assert path.parent == Path(tempfile.gettempdir())
+
+
+def test_default_aeron_dir_falls_back_to_the_temp_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("USER", "bob")
+    monkeypatch.setattr(config_module.os, "access", lambda *args, **kwargs: False)
+    assert default_aeron_dir("game") == Path(tempfile.gettempdir()) / "endpoint-game-bob"
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="needs os.getuid")
+def test_default_aeron_dir_without_user_uses_the_uid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("USER", raising=False)
+    assert default_aeron_dir("game").name == f"endpoint-game-{os.getuid()}"
+
+
+def test_resolved_aeron_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("USER", "carol")
+    assert Configuration(app_id="game").resolved_aeron_dir() == default_aeron_dir("game")
+    assert Configuration().resolved_aeron_dir().name == "endpoint-endpoint-carol"
+    assert ServerConfiguration(aeron_dir="/tmp/d").resolved_aeron_dir() == Path("/tmp/d")  # type: ignore[arg-type]
