@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 from driver.client.aio import offer_async
 from driver.client.publication import ADMIN_ACTION, BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
 from driver.client.subscription import Image, Subscription
-from driver.logbuffer.fragment_assembler import FragmentAssembler
-from driver.logbuffer.header import Header
+from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.errors import (
     ConnectionClosedError,
     EndpointError,
@@ -44,6 +43,7 @@ _INBOX_LIMIT = 4096
 """Messages waiting for async listeners before the poller stops reading this connection."""
 _POLL_LIMIT = 64
 _MESSAGE, _CONNECT, _DISCONNECT = 0, 1, 2
+_UNFRAGMENTED = BEGIN_FRAG_FLAG | END_FRAG_FLAG
 
 
 class UnhandledMessageError(EndpointError):
@@ -80,7 +80,7 @@ class Connection:
         self._listeners = endpoint.listeners
         self._max_length = publication.max_message_length
         self._send_timeout = config.send_timeout
-        self._assembler = FragmentAssembler(self._on_message_bytes)
+        self._fragments: bytearray | None = None
         self._inbox: collections.deque[tuple[tuple[Callable[..., Any], ...], Any, int]] = collections.deque()
         self._worker: asyncio.Task[None] | None = None
         self._pings: dict[int, asyncio.Future[float]] = {}
@@ -209,7 +209,7 @@ class Connection:
             self._endpoint._rebuild_poll_set()
         if len(self._inbox) >= _INBOX_LIMIT or self._closed:
             return 0
-        count = image.poll(self._assembler, _POLL_LIMIT)
+        count = image.poll_payloads(self._on_fragment, _POLL_LIMIT)
         if count:
             self._heard += count
             if self._control:
@@ -217,7 +217,18 @@ class Connection:
                 self._control = 0
         return count
 
-    def _on_message_bytes(self, payload: memoryview, header: Header) -> None:
+    def _on_fragment(self, payload: memoryview, flags: int) -> None:
+        if flags & _UNFRAGMENTED == _UNFRAGMENTED:
+            self._on_message_bytes(payload)
+        elif flags & BEGIN_FRAG_FLAG:
+            self._fragments = bytearray(payload)
+        elif self._fragments is not None:
+            self._fragments += payload
+            if flags & END_FRAG_FLAG:
+                whole, self._fragments = self._fragments, None
+                self._on_message_bytes(memoryview(whole))
+
+    def _on_message_bytes(self, payload: memoryview) -> None:
         if self._closing and self.closed_by_peer:
             return  # nothing after the peer's Disconnect
         try:

@@ -32,7 +32,7 @@ from driver.logbuffer.descriptor import (
     mtu_length,
     position_bits_to_shift,
 )
-from driver.logbuffer.frame import FRAME_ALIGNMENT
+from driver.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 from driver.logbuffer.header import Header
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.logbuffer.reader import (
@@ -194,6 +194,32 @@ class Image:
         if new_offset > offset:
             counter.put_long_ordered(0, position + new_offset - offset)
         return fragments
+
+    def poll_payloads(self, handler: Callable[[memoryview, int], object], fragment_limit: int = 64) -> int:
+        """Like :meth:`poll` for handlers that need only the payload and the frame flags: ``handler(payload, flags)``.
+
+        The term is scanned natively in one call and no Header is kept up to date,
+        which makes this the cheapest way to drain an image. Fragments are not
+        reassembled (``flags`` tells BEGIN/END); a handler exception goes to the
+        error handler and the fragment counts as consumed.
+        """
+        if self._is_closed:
+            return 0
+        counter = self._position
+        position = counter.get_long(0)
+        index = (position >> self._position_bits_to_shift) % 3
+        offset = position & self._mask
+        end, frames = self._terms[index].scan_frames(offset, fragment_limit)
+        if end == offset:
+            return 0
+        view = self._term_views[index]
+        for frame_offset, length, flags in frames:
+            try:
+                handler(view[frame_offset + HEADER_LENGTH : frame_offset + length], flags)
+            except Exception as exc:
+                self._error_handler(exc)
+        counter.put_long_ordered(0, position + end - offset)
+        return len(frames)
 
     def controlled_poll(self, handler: ControlledFragmentHandler, fragment_limit: int = 10) -> int:
         """Like :meth:`poll`, but ``handler`` returns a :class:`ControlledAction` (ABORT, BREAK, COMMIT, CONTINUE)."""

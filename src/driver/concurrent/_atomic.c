@@ -526,6 +526,40 @@ AtomicBuffer_scan_for_availability(AtomicBuffer *self, PyObject *const *args, Py
 }
 
 static PyObject *
+AtomicBuffer_scan_frames(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* scan_frames(offset, limit) -> (end_offset, [(frame_offset, frame_length, flags), ...]):
+     * up to `limit` committed DATA frames from offset (padding is stepped over, not listed),
+     * stopping at the first uncommitted frame or the end of the term. The subscriber's hot
+     * loop in one call: the caller slices payloads and moves its position to end_offset. */
+    if (!nargs_ok(nargs, 2, "scan_frames")) return NULL;
+    ARG_INDEX(0)
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    if (check(self, index, 0, 0) < 0) return NULL;
+    if ((index & 31) != 0) { PyErr_Format(PyExc_ValueError, "offset %zd not 32-byte aligned", index); return NULL; }
+    PyObject *frames = PyList_New(0);
+    if (!frames) return NULL;
+    Py_ssize_t offset = index, count = 0;
+    while (count < limit && offset + 8 <= self->capacity) {
+        int64_t word = __atomic_load_n((int64_t *)(self->base + offset), __ATOMIC_ACQUIRE);
+        int32_t length = (int32_t)(word & 0xFFFFFFFF);
+        if (length <= 0) break;
+        Py_ssize_t aligned = ((Py_ssize_t)length + 31) & ~(Py_ssize_t)31;
+        if (offset + aligned > self->capacity) break;
+        if (((uint64_t)word >> 48) != 0) { /* not PAD */
+            PyObject *frame = Py_BuildValue("nii", offset, (int)length, (int)((word >> 40) & 0xFF));
+            if (!frame || PyList_Append(frames, frame) < 0) { Py_XDECREF(frame); Py_DECREF(frames); return NULL; }
+            Py_DECREF(frame);
+            count++;
+        }
+        offset += aligned;
+    }
+    PyObject *result = Py_BuildValue("nN", offset, frames);
+    return result;
+}
+
+static PyObject *
 AtomicBuffer_scan_for_gap(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
 {
     /* scan_for_gap(rebuild_offset, limit_offset) -> (gap_begin, gap_length): Aeron's
@@ -650,7 +684,7 @@ static PyMethodDef AtomicBuffer_methods[] = {
     M(put_int_ordered), M(put_long_ordered), M(put_int_volatile), M(put_long_volatile),
     M(get_and_add_int), M(get_and_add_long), M(compare_and_set_int), M(compare_and_set_long),
     M(put_bytes), M(get_bytes), M(set_memory), M(view), M(write_frame), M(write_frames),
-    M(scan_for_availability), M(scan_for_gap), M(insert_packet),
+    M(scan_for_availability), M(scan_for_gap), M(scan_frames), M(insert_packet),
     {"release", (PyCFunction)AtomicBuffer_release, METH_NOARGS,
      "Let go of the underlying buffer so its owner (e.g. an mmap) can close."},
     {NULL}
