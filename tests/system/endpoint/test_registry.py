@@ -1,0 +1,82 @@
+"""The shared driver registry: one driver per driver configuration, reference-counted, never clobbering."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from endpoint import Client, ClientConfiguration, Server
+from endpoint.registry import registry
+from support.driver_process import DriverProcess
+from support.endpoints import free_udp_port, server_config
+
+
+async def test_end_points_with_equal_settings_share_one_driver_until_the_last_closes(aeron_dir: Path) -> None:
+    first = Server(server_config(aeron_dir, free_udp_port()))
+    second = Server(server_config(aeron_dir, free_udp_port()))
+    await first.bind()
+    try:
+        await second.bind()
+        try:
+            assert first._shared is second._shared
+            assert len(registry.active()) == 1
+            assert first._shared is not None
+            assert first._shared.launched_here
+        finally:
+            await second.close()
+        assert (aeron_dir / "cnc.dat").exists()  # still leased by the first
+        assert len(registry.active()) == 1
+    finally:
+        await first.close()
+    assert registry.active() == []
+    assert not aeron_dir.exists()  # launched here, so the last close removed it
+
+
+async def test_concurrent_starts_and_closes_make_and_free_exactly_one_driver(aeron_dir: Path) -> None:
+    clients = [Client(ClientConfiguration(aeron_dir=aeron_dir)) for _ in range(12)]
+    server = Server(server_config(aeron_dir, free_udp_port()))
+    await asyncio.gather(server.bind(), *(c._lease_driver() for c in clients))
+    try:
+        drivers = {id(c._shared) for c in clients} | {id(server._shared)}
+        assert len(drivers) == 1
+        assert len(registry.active()) == 1
+        assert server._shared is not None
+        assert len(server._shared.users) == 13
+    finally:
+        await asyncio.gather(server.close(), *(c.close() for c in clients))
+    assert registry.active() == []
+    assert not aeron_dir.exists()
+
+
+async def test_a_live_driver_in_the_directory_is_attached_to_and_left_running(aeron_dir: Path, tmp_path: Path) -> None:
+    standalone = DriverProcess.start(aeron_dir, tmp_path / "driver.log")
+    try:
+        server = Server(server_config(aeron_dir, free_udp_port()))
+        await server.bind()
+        try:
+            assert server._shared is not None
+            assert not server._shared.launched_here
+        finally:
+            await server.close()
+        assert standalone.process.poll() is None  # not ours to stop
+        assert (aeron_dir / "cnc.dat").exists()  # nor to remove
+    finally:
+        standalone.stop()
+
+
+async def test_unique_directories_give_each_end_point_its_own_driver(aeron_dir: Path) -> None:
+    a = Server(server_config(aeron_dir, free_udp_port(), unique_aeron_dir=True))
+    b = Server(server_config(aeron_dir, free_udp_port(), unique_aeron_dir=True))
+    await a.bind()
+    await b.bind()
+    try:
+        assert a._shared is not None
+        assert b._shared is not None
+        assert a._shared is not b._shared
+        assert a._shared.aeron_dir != b._shared.aeron_dir
+        dirs = [a._shared.aeron_dir, b._shared.aeron_dir]
+        assert all(d.exists() for d in dirs)
+    finally:
+        await a.close()
+        await b.close()
+    assert not any(d.exists() for d in dirs)
