@@ -91,7 +91,11 @@ class Client(EndPoint[ClientConfiguration]):
         return self
 
     async def connect(self, host: str = "127.0.0.1", port: int = 2000, *, timeout: float | None = None) -> Connection:
-        """Connect (IPC preferred for a server on this machine); ClientRejectedError or ClientTimeoutError if not."""
+        """Connect (IPC preferred for a server on this machine); ClientRejectedError or ClientTimeoutError if not.
+
+        ``timeout`` (default ``connect_timeout``) bounds the handshake; leasing the
+        driver first is bounded by ``driver_timeout`` (DriverUnavailableError).
+        """
         self._ensure_open()
         async with self._connect_lock:
             if self.connection is not None and not self.connection.is_closed:
@@ -108,7 +112,6 @@ class Client(EndPoint[ClientConfiguration]):
 
     async def _connect(self, host: str, port: int) -> Connection:
         ip = await resolve(host)
-        cfg = self.config
         while True:
             route = await self._open_route(ip, port)
             try:
@@ -121,7 +124,6 @@ class Client(EndPoint[ClientConfiguration]):
             self.connection = connection
             self._add_connection(connection)
             return connection
-        raise AssertionError(cfg)  # pragma: no cover
 
     async def _open_route(self, ip: str, port: int) -> _Route:
         cfg = self.config

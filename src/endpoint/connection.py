@@ -142,7 +142,14 @@ class Connection:
         """
         if self._closing:
             raise self._closed_error()
-        result = self._pub.offer(self._encoded(message))
+        return self._offer_now(self._encoded(message))
+
+    def _offer_now(self, data: bytes) -> bool:
+        """Offer once, and once more straight away after ADMIN_ACTION (the log rotated: the retry succeeds)."""
+        offer = self._pub.offer
+        result = offer(data)
+        if result == ADMIN_ACTION:
+            result = offer(data)
         if result >= 0:
             self._sent += 1
             return True
@@ -173,12 +180,9 @@ class Connection:
 
     def _send_control(self, message: object) -> bool:
         try:
-            ok = self._pub.offer(self._encode(message)) >= 0
+            return self._offer_now(self._encode(message))
         except Exception:  # a control message must never take the poller down
             return False
-        if ok:
-            self._sent += 1
-        return ok
 
     async def ping(self, timeout: float | None = None) -> float:
         """Round-trip time to the peer in seconds (also kept in :attr:`rtt`)."""
@@ -238,11 +242,13 @@ class Connection:
             return
         cls = type(message)
         if cls is Ping:
-            self._control += 1
+            if message.seq == 0:  # a keepalive: not work for the poller (a user's ping is)
+                self._control += 1
             self._send_control(Pong(message.seq, message.sent_ns))
             return
         if cls is Pong:
-            self._control += 1
+            if message.seq == 0:
+                self._control += 1
             self._on_pong(message)
             return
         if cls is Disconnect:

@@ -18,6 +18,7 @@ __all__ = [
     "ConfigurationError",
     "ConnectionClosedError",
     "CriticalDriverError",
+    "DriverUnavailableError",
     "EndpointClosedError",
     "EndpointError",
     "HandshakeError",
@@ -102,6 +103,10 @@ class TransmitError(EndpointError):
 
 class MessageTooLargeError(TransmitError, ValueError):
     """The encoded message is longer than the connection's maximum message length."""
+
+
+class DriverUnavailableError(EndpointError):
+    """No driver could be started or reached on the end point's directory (the cause says why)."""
 
 
 class CriticalDriverError(EndpointError):

@@ -27,8 +27,9 @@ import anyio.to_thread
 from driver.client.aeron import Aeron
 from driver.config import ClientContext, DriverContext
 from driver.core.media_driver import MediaDriver, is_driver_active
-from driver.errors import ActiveDriverError, ChannelEndpointError, DriverTimeoutError
+from driver.errors import ActiveDriverError, ChannelEndpointError, DriverError, DriverTimeoutError
 from endpoint.config import Configuration
+from endpoint.errors import DriverUnavailableError
 
 __all__ = ["DriverUser", "SharedDriver", "is_critical", "registry"]
 
@@ -203,7 +204,10 @@ class _Registry:
             shared._stop()
 
     async def acquire(self, config: Configuration, user: DriverUser) -> SharedDriver:
-        return await anyio.to_thread.run_sync(self.acquire_blocking, config, user)
+        try:
+            return await anyio.to_thread.run_sync(self.acquire_blocking, config, user)
+        except (DriverError, OSError) as exc:
+            raise DriverUnavailableError(f"no driver on {config.resolved_aeron_dir()}: {exc}") from exc
 
     async def release(self, shared: SharedDriver, user: DriverUser) -> None:
         await anyio.to_thread.run_sync(self.release_blocking, shared, user)

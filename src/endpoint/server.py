@@ -32,7 +32,7 @@ from endpoint.config import (
 )
 from endpoint.connection import Connection
 from endpoint.endpoint import EndPoint
-from endpoint.errors import AllocationError, RejectReason, ServerError
+from endpoint.errors import AllocationError, ConnectionClosedError, RejectReason, ServerError
 from endpoint.handshake import PROTOCOL_VERSION, Done, Hello, ServerHandshake
 from endpoint.ids import IdAllocator
 from endpoint.keystore import load_or_create_private_key
@@ -163,13 +163,14 @@ class Server(EndPoint[ServerConfiguration]):
         data = self.config.serialization.encode(message)
         sent = 0
         for connection in self._polled:
-            if connection.is_closed:
+            if connection._closing:
                 continue
             if len(data) > connection.max_message_length:
                 connection.send_nowait(message)  # raises MessageTooLargeError with the details
-            if connection._pub.offer(data) >= 0:
-                connection._sent += 1
-                sent += 1
+            try:
+                sent += connection._offer_now(data)
+            except ConnectionClosedError:
+                continue
         return sent
 
     def _aeron(self) -> Aeron:

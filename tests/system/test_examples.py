@@ -70,13 +70,23 @@ class Example:
 
 @contextmanager
 def example(
-    name: str, args: Sequence[str], tmp_path: Path, env: Mapping[str, str], *, stop_signal: int = signal.SIGTERM
+    name: str,
+    args: Sequence[str],
+    tmp_path: Path,
+    env: Mapping[str, str],
+    *,
+    stop_signal: int = signal.SIGTERM,
+    stdin: int | None = None,
 ) -> Iterator[Example]:
-    """Start ``examples/<name>``; afterwards stop it by pid (``stop_signal``, then SIGKILL) if it still runs."""
+    """Start ``examples/<name>``; afterwards stop it by pid (``stop_signal``, then SIGKILL) if it still runs.
+
+    ``stdin=subprocess.PIPE`` lets the test type into it (``example.process.stdin``).
+    """
     output_path = tmp_path / f"{name.removesuffix('.py')}-{len(list(tmp_path.iterdir()))}.out"
     with output_path.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, str(EXAMPLES / name), *args],
+            stdin=stdin,
             stdout=sink,
             stderr=subprocess.STDOUT,
             env={**os.environ, **env},
@@ -92,6 +102,8 @@ def example(
                 process.wait(10)
             except subprocess.TimeoutExpired:
                 running.kill()
+        if process.stdin is not None:
+            process.stdin.close()
 
 
 @pytest.fixture

@@ -213,6 +213,23 @@ async def test_ping_measures_a_positive_round_trip(
             assert server_conn.rtt == server_rtt
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_pings_across_many_term_rotations_are_all_answered(
+    transport: str, aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """A 64 KiB term holds about a thousand pongs: an offer at the rotation (ADMIN_ACTION) must be retried."""
+    async with (
+        running_server(server_config(aeron_dir, port)) as server,
+        connected_client(client_config(transport, aeron_dir, client_dir), port) as (_, conn),
+    ):
+        async with asyncio.timeout(60):
+            for _ in range(2500):
+                assert await conn.ping(timeout=5) > 0
+            (server_conn,) = server.connections
+            for _ in range(1100):
+                assert await server_conn.ping(timeout=5) > 0
+
+
 @pytest.mark.parametrize("closer", ["client", "server"])
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_graceful_close_carries_the_reason_to_the_peer(
