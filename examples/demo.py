@@ -1,203 +1,188 @@
-"""The endpoint demo: an embedded media driver, a publisher and two subscribers over ``aeron:ipc``.
+"""The endpoint demo: a server and two clients, one over IPC and one over UDP, on embedded drivers.
 
 Run it with ``.venv/bin/python examples/demo.py``. In a few seconds it shows:
 
-1. what ``offer`` says before anyone subscribes (``NOT_CONNECTED``: nothing is
-   queued, the message is simply not accepted);
-2. messages going through, one of them larger than the MTU: it travels as several
-   fragments and a ``FragmentAssembler`` hands it back whole;
-3. back pressure: while the subscriber stops reading, ``offer`` fills the term
-   window and then returns ``BACK_PRESSURED``; ``offer_async`` waits until the
-   subscriber has caught up.
+1. a server binding its port (UDP) and its IPC handshake stream on a driver it
+   starts inside this process;
+2. a client on the same driver directory connecting over IPC, and a client with
+   a driver of its own connecting over UDP to 127.0.0.1 — each handshake sealed
+   with an X25519 key exchange, the server's key pinned on first use;
+3. typed messages (attrs classes registered on both sides) dispatched to the
+   most specific listener, replies, a broadcast, and ping round-trip times;
+4. a client whose registered classes differ being turned away with a clear reason;
+5. graceful closes whose reason the other side sees, and nothing left behind.
 
-Two subscriptions read the same stream: one polls through a FragmentAssembler
-(whole messages), the other is an ``async for`` over raw fragments (so it sees
-the large message as its pieces).
+The drivers' directories are under /dev/shm (or the temp dir) and removed at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import os
+import socket
 import sys
-import time
-from collections.abc import Callable
+import tempfile
+from pathlib import Path
 
-from driver.client import (
-    BACK_PRESSURED,
-    NOT_CONNECTED,
-    Aeron,
-    FragmentAssembler,
-    Header,
-    OfferResult,
-    Publication,
-    Subscription,
+import attrs
+
+from endpoint import (
+    Client,
+    ClientConfiguration,
+    ClientRejectedError,
+    Connection,
+    Serialization,
+    Server,
+    ServerConfiguration,
 )
-from driver.core.media_driver import MediaDriver
-from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 
 __all__ = ["main"]
 
-# A small term (64 KiB) so the back-pressure part fills the publication window quickly.
-CHANNEL = "aeron:ipc?term-length=64k"
-STREAM_ID = 1001
-LARGE_MESSAGE_LENGTH = 5000  # above the 1408-byte MTU: four fragments
-BURST_MESSAGE = b"x" * 1000
+
+@attrs.define
+class Move:
+    player: str
+    x: float
+    y: float
 
 
-def describe(result: int) -> str:
-    """A negative offer result by its Aeron name; a position as ``position=N``."""
-    return f"position={result}" if result >= 0 else OfferResult(result).name
+@attrs.define
+class Dash(Move):
+    """A subclass: the Dash listener is the most specific, so it gets these, not the Move one."""
+
+    speed: float = 2.0
 
 
-def show(payload: memoryview | bytes) -> str:
-    if len(payload) > 40:
-        return f"<{len(payload)} bytes: {bytes(payload[:12])!r}...{bytes(payload[-6:])!r}>"
-    return repr(bytes(payload))
+@attrs.define
+class Ack:
+    text: str
 
 
-class Reader:
-    """Subscriber 1: a poll loop through a FragmentAssembler, printing whole messages."""
-
-    def __init__(self, subscription: Subscription) -> None:
-        self.subscription = subscription
-        self.assembler = FragmentAssembler(self.on_message)
-        self.running = asyncio.Event()
-        self.running.set()
-        self.received = 0
-        self.burst_received = 0
-        self.large_intact = False
-
-    def on_message(self, payload: memoryview, header: Header) -> None:
-        # ``payload`` is only valid during this call: copy what you keep.
-        self.received += 1
-        if payload[:5].tobytes() == b"burst":
-            self.burst_received += 1
-            return
-        if len(payload) == LARGE_MESSAGE_LENGTH:
-            self.large_intact = bytes(payload) == large_message()
-        print(
-            f"  [reader] {show(payload)} session={header.session_id} "
-            f"stream={header.stream_id} position={header.position}"
-        )
-
-    async def wait_for(self, count: int) -> None:
-        """Until ``count`` messages have arrived (bounded)."""
-        await wait_until(lambda: self.received >= count)
-
-    async def run(self) -> None:
-        poll = self.subscription.poll
-        while not self.subscription.is_closed:
-            await self.running.wait()
-            if poll(self.assembler, 10) == 0:
-                await asyncio.sleep(0.001)  # idle: back off instead of spinning the loop
+@attrs.define
+class News:
+    text: str
 
 
-async def raw_fragments(subscription: Subscription, counts: dict[str, int]) -> None:
-    """Subscriber 2: ``async for`` over raw fragments (no reassembly): count what arrives."""
-    async for payload, header in subscription:
-        flags = header.flags
-        counts["fragments"] += 1
-        if flags & (BEGIN_FRAG_FLAG | END_FRAG_FLAG) != (BEGIN_FRAG_FLAG | END_FRAG_FLAG):
-            counts["pieces"] += 1
-            counts["piece_bytes"] += len(payload)
+def messages(*extra: type) -> Serialization:
+    serialization = Serialization()
+    for cls in (Move, Dash, Ack, News, *extra):
+        serialization.register(cls)
+    return serialization
 
 
-def large_message() -> bytes:
-    return bytes(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"[i % 26] for i in range(LARGE_MESSAGE_LENGTH))
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Bounded wait for something another task does."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("demo: gave up waiting")
-        await asyncio.sleep(0.001)
-
-
-async def exchange(aeron: Aeron) -> bool:
-    publication: Publication = await aeron.add_publication_async(CHANNEL, STREAM_ID)
-    print(
-        f"publication: session={publication.session_id} stream={publication.stream_id} "
-        f"term={publication.term_buffer_length // 1024} KiB max_payload={publication.max_payload_length} "
-        f"max_message={publication.max_message_length}"
-    )
-
-    print("\n1. nobody subscribed yet")
-    result = publication.offer(b"hello?")
-    print(f"  offer(b'hello?') -> {describe(result)} (not queued: offer again once a subscriber is there)")
-    assert result == NOT_CONNECTED
-
-    reader_subscription = await aeron.add_subscription_async(CHANNEL, STREAM_ID)
-    raw_subscription = await aeron.add_subscription_async(CHANNEL, STREAM_ID)
-    await wait_until(lambda: publication.is_connected and raw_subscription.is_connected)
-    print(f"  two subscriptions added; publication.is_connected={publication.is_connected}")
-
-    reader = Reader(reader_subscription)
-    counts = {"fragments": 0, "pieces": 0, "piece_bytes": 0}
-    tasks = [asyncio.create_task(reader.run()), asyncio.create_task(raw_fragments(raw_subscription, counts))]
-    try:
-        print("\n2. messages, one of them larger than the MTU")
-        messages = [b"hello, endpoint", b"second message", large_message(), b"last one"]
-        for sent, message in enumerate(messages, 1):
-            position = await publication.offer_async(message, timeout=5.0)
-            print(f"  [publisher] offer_async({show(message)}) -> {describe(position)}")
-            await reader.wait_for(sent)
-        pieces = -(-LARGE_MESSAGE_LENGTH // publication.max_payload_length)
-        await wait_until(lambda: counts["fragments"] == len(messages) - 1 + pieces)
-        print(
-            f"  [raw] async for saw {counts['fragments']} fragments: the {LARGE_MESSAGE_LENGTH}-byte message "
-            f"came as {counts['pieces']} pieces ({counts['piece_bytes']} bytes); "
-            f"reassembled intact: {reader.large_intact}"
-        )
-
-        print("\n3. back pressure: the reader pauses, the publisher keeps offering")
-        reader.running.clear()
-        accepted = 0
-        result = 0
-        for _ in range(10_000):  # bounded: the window is 64 KiB of 1 KiB messages
-            result = publication.offer(b"burst" + BURST_MESSAGE)
-            if result >= 0:
-                accepted += 1
-            elif result != BACK_PRESSURED:
-                await asyncio.sleep(0)  # ADMIN_ACTION (term rotation): just retry
-            else:
-                break
-        print(
-            f"  accepted {accepted} x {len(BURST_MESSAGE) + 5} bytes, then offer -> {describe(result)} "
-            f"(position={publication.position}, limit={publication.position_limit})"
-        )
-        loop = asyncio.get_running_loop()
-        loop.call_later(0.2, reader.running.set)
-        started = time.monotonic()
-        position = await publication.offer_async(b"burst" + BURST_MESSAGE, timeout=5.0)
-        print(
-            f"  offer_async waited {(time.monotonic() - started) * 1000:.0f} ms for the reader to resume "
-            f"-> {describe(position)}"
-        )
-        await wait_until(lambda: reader.burst_received == accepted + 1)
-        print(f"  reader caught up: {reader.burst_received} burst messages, nothing lost")
-        return reader.large_intact
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await publication.close_async()
-        await reader_subscription.close_async()
-        await raw_subscription.close_async()
+def base_dir() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
 async def main() -> int:
-    started = time.monotonic()
-    with MediaDriver.launch_embedded() as driver:
-        print(f"driver: embedded in {driver.aeron_dir}")
-        async with await Aeron.connect_async(aeron_dir=driver.aeron_dir) as aeron:
-            print(f"client: connected (client_id={aeron.client_id})")
-            ok = await exchange(aeron)
-    print(f"\ndone in {time.monotonic() - started:.1f} s")
+    tag = f"{os.getpid()}-{os.urandom(3).hex()}"
+    server_dir = base_dir() / f"endpoint-demo-server-{tag}"
+    udp_client_dir = base_dir() / f"endpoint-demo-client-{tag}"
+    port = free_udp_port()
+
+    server = Server(ServerConfiguration(port=port, aeron_dir=server_dir, serialization=messages()))
+
+    @server.on_connect
+    def joined(conn: Connection) -> None:
+        print(f"  [server] connection {conn.id} from {conn.remote_address} ({'IPC' if conn.is_ipc else 'UDP'})")
+
+    @server.on_message(Move)
+    async def moved(conn: Connection, move: Move) -> None:
+        await conn.send(Ack(f"{move.player} moved to ({move.x:g}, {move.y:g})"))
+
+    @server.on_message(Dash)
+    async def dashed(conn: Connection, dash: Dash) -> None:
+        await conn.send(Ack(f"{dash.player} dashed at speed {dash.speed:g}"))
+
+    @server.on_disconnect
+    def left(conn: Connection) -> None:
+        print(f"  [server] connection {conn.id} closed: {conn.close_reason!r}")
+
+    @server.on_error
+    def failed(conn: Connection | None, error: BaseException) -> None:
+        print(f"  [server] error on {conn}: {error!r}")
+
+    print(f"1. server: binding UDP 127.0.0.1:{port} and IPC, embedded driver in {server_dir}")
+    async with server:
+        acks: list[str] = []
+        news: list[str] = []
+        got_all = asyncio.Event()
+
+        def client(aeron_dir: Path, prefer_ipc: bool, name: str) -> Client:
+            c = Client(ClientConfiguration(aeron_dir=aeron_dir, prefer_ipc=prefer_ipc, serialization=messages()))
+
+            @c.on_message(Ack)
+            def acked(conn: Connection, ack: Ack) -> None:
+                acks.append(ack.text)
+                print(f"  [{name}] ack: {ack.text}")
+                if len(acks) == 4:
+                    got_all.set()
+
+            @c.on_message(News)
+            def heard(conn: Connection, item: News) -> None:
+                news.append(item.text)
+                print(f"  [{name}] news: {item.text}")
+
+            @c.on_disconnect
+            def closed(conn: Connection) -> None:
+                print(f"  [{name}] closed: {conn.close_reason!r} (by the server: {conn.closed_by_peer})")
+
+            return c
+
+        ipc_client = client(server_dir, True, "ipc client")
+        udp_client = client(udp_client_dir, False, "udp client")
+        async with ipc_client, udp_client:
+            print("2. clients connecting (handshakes sealed with X25519 + AES-GCM)")
+            ipc_conn = await ipc_client.connect("127.0.0.1", port)
+            udp_conn = await udp_client.connect("127.0.0.1", port)
+            print(f"  ipc client: connection {ipc_conn.id} over {'IPC' if ipc_conn.is_ipc else 'UDP'}")
+            print(f"  udp client: connection {udp_conn.id} over {'IPC' if udp_conn.is_ipc else 'UDP'}")
+
+            print("3. messages, a broadcast and pings")
+            await ipc_conn.send(Move("ada", 3, 4))
+            await ipc_conn.send(Dash("ada", 5, 6, speed=3))
+            await udp_conn.send(Move("bob", 1, 2))
+            await udp_conn.send(Dash("bob", 7, 8))
+            await asyncio.wait_for(got_all.wait(), 10)
+            print(f"  server broadcast reached {server.broadcast(News('round two starts'))} connections")
+            for conn, name in ((ipc_conn, "ipc"), (udp_conn, "udp")):
+                rtts = sorted([await conn.ping() for _ in range(20)])
+                print(f"  {name} ping: median {rtts[10] * 1e6:.0f} µs over 20 round trips")
+            for _ in range(200):
+                if len(news) == 2:
+                    break
+                await asyncio.sleep(0.01)
+
+            print("4. a client with different message classes is turned away")
+
+            @attrs.define
+            class Stranger:
+                note: str
+
+            odd = Client(ClientConfiguration(aeron_dir=server_dir, serialization=messages(Stranger)))
+            async with odd:
+                try:
+                    await odd.connect("127.0.0.1", port)
+                    print("  ... unexpectedly accepted")
+                except ClientRejectedError as exc:
+                    print(f"  rejected: {exc.reason.name}")
+
+            print("5. closing")
+            await ipc_conn.close("ada logs off")
+            server_side = server.connections
+            print(f"  server now has {len(server_side)} connection(s)")
+    await asyncio.sleep(0)
+    leftovers = [d for d in (server_dir, udp_client_dir) if d.exists()]
+    print("driver directories removed" if not leftovers else f"left behind: {leftovers}")
+    ok = len(acks) == 4 and len(news) == 2 and not leftovers
+    print("demo complete: all acks and news delivered" if ok else "demo incomplete")
     return 0 if ok else 1
 
 

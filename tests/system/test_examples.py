@@ -113,7 +113,24 @@ def example_env(aeron_dir: Path) -> dict[str, str]:
 
 
 def test_demo(tmp_path: Path, example_env: dict[str, str]) -> None:
+    """The README's demo: a server, an IPC client and a UDP client on embedded drivers."""
     with example("demo.py", [], tmp_path, example_env) as demo:
+        assert demo.wait(60) == 0, demo.output()
+        out = demo.output()
+    assert re.search(r"ipc client: connection \d+ over IPC", out), out
+    assert re.search(r"udp client: connection \d+ over UDP", out), out
+    for text in ("ada moved to (3, 4)", "ada dashed at speed 3", "bob moved to (1, 2)", "bob dashed at speed 2"):
+        assert f"ack: {text}" in out
+    assert "server broadcast reached 2 connections" in out
+    assert out.count("news: round two starts") == 2
+    assert "rejected: SERIALIZATION_MISMATCH" in out
+    assert "closed: 'ada logs off'" in out
+    assert "driver directories removed" in out
+    assert "demo complete: all acks and news delivered" in out
+
+
+def test_driver_demo(tmp_path: Path, example_env: dict[str, str]) -> None:
+    with example("driver_demo.py", [], tmp_path, example_env) as demo:
         assert demo.wait(60) == 0, demo.output()
         out = demo.output()
     assert "offer(b'hello?') -> NOT_CONNECTED" in out
