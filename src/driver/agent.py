@@ -10,6 +10,8 @@ a duty cycle goes to the error handler and the loop carries on;
 
 from __future__ import annotations
 
+import ctypes
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -22,6 +24,23 @@ __all__ = ["Agent", "AgentInvoker", "AgentRunner", "CompositeAgent", "ErrorHandl
 
 ErrorHandler = Callable[[BaseException], None]
 
+
+
+_PR_SET_TIMERSLACK = 29
+_TIMER_SLACK_NS = 1_000
+
+
+def tighten_timer_slack() -> None:
+    """Let this thread's short parks end on time (Linux): the default 50 µs slack stretches a 1 µs park to ~60 µs.
+
+    Only the calling thread changes; elsewhere, or if the call fails, nothing happens.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_TIMERSLACK, _TIMER_SLACK_NS, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 class Agent(Protocol):
     role_name: str
@@ -131,6 +150,7 @@ class AgentRunner:
     def _run(self) -> None:
         agent = self.agent
         idle = self._idle.idle
+        tighten_timer_slack()
         try:
             agent.on_start()
             do_work = agent.do_work
