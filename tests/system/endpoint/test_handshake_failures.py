@@ -445,3 +445,26 @@ def test_client_handshake_helper_matches_the_end_points() -> None:
     client = Client(client_config("ipc", Path("/nonexistent"), Path("/nonexistent")))
     assert client.config.serialization.registration_hash == registration_hash()
     assert ClientHandshake(registration_hash=registration_hash(), reply={}).state == "new"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_client_speaking_another_handshake_version_is_rejected_with_an_authenticated_reason(
+    transport: str, aeron_dir: Path, port: int
+) -> None:
+    async with (
+        running_server(server_config(aeron_dir, port)) as server,
+        raw_driver(aeron_dir if transport == "ipc" else None) as aeron,
+    ):
+        peer = await RawHandshakePeer.open(aeron, transport, port)
+        try:
+            handshake = peer.handshake(protocol_version=2)
+            await peer.send(handshake.hello(time.time_ns()))
+            answer = await peer.receive(handshake)
+            assert isinstance(answer, Rejected)
+            assert answer.reason is RejectReason.VERSION_MISMATCH
+            assert answer.authenticated
+            assert "version 2" in answer.text
+            await wait_until(lambda: server._pending == {} and server._session_ids.live_count == 0, 5)
+            assert server.connections == []
+        finally:
+            await peer.close()
