@@ -1,12 +1,8 @@
-"""What servers and clients share: the driver lease, listeners, the poller and error routing.
+"""What servers and clients share: the driver lease, listeners, polling and error routing.
 
-One asyncio task (the poller) reads every connection of an end point and, for a
-server, its handshake streams. When there is work it yields to the loop after
-each round; when there is none it waits according to ``idle_strategy``:
-``busy_spin`` only yields, ``backoff`` yields for a short spin window, then
-sleeps 1 ms, and after a second of silence sleeps longer, so an idle end point
-costs little. A timer inside the poller (every 10 ms) sends keepalive pings,
-times out dead peers, expires half-done handshakes and checks the driver.
+Every end point on an event loop is polled by that loop's one poller task
+(:class:`_LoopPoller`); a driver failure reported on the driver client's thread
+hops onto the loop and restarts the end point on a fresh driver.
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ ConfigT = TypeVar("ConfigT", bound=Configuration)
 F = TypeVar("F", bound=Callable[..., Any])
 
 _TICK_NS = 100_000_000
-_SPIN_NS = 200_000
+_SPIN_NS = 1_000_000
 _SHALLOW_IDLE_NS = 1_000_000_000
 _SHALLOW_SLEEP_S = 0.001
 _DEEP_SLEEP_S = 0.01
@@ -302,12 +298,14 @@ class _LoopPoller:
     """The one task per event loop that polls every end point on that loop.
 
     A process running many clients (bots, tests) then pays for one wake-up per
-    idle period, not one per end point. When there is work it yields to the loop
-    after each round; when there is none it waits: ``busy_spin`` (if any end
-    point asked for it) only yields; otherwise it yields for a short spin window,
-    then sleeps 1 ms, and after a second without work sleeps 10 ms, so idle end
-    points cost little. Keepalive pings are not work. Every 100 ms it runs the end
-    points' timers: keepalives, dead-peer timeouts, handshake expiry, driver health.
+    idle period, not one per end point, and one native call finds the
+    connections with data. When there is work it yields to the loop after each
+    round; when there is none it waits: ``busy_spin`` (if any end point asked
+    for it) only yields; otherwise it keeps yielding for 1 ms after the last
+    work, then sleeps 1 ms, and after a second without work sleeps 10 ms, so
+    idle end points cost little. Keepalive pings are not work. Every 100 ms it
+    runs the end points' timers: keepalives, dead-peer timeouts, handshake
+    expiry, driver health.
     """
 
     _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPoller] = weakref.WeakKeyDictionary()
