@@ -93,6 +93,7 @@ class Connection:
         self._last_ping_ns = now
         self._last_heard_ns = now
         self._seen_heard = 0
+        self._seen_limit = 0
         self._closing = False
         self._closed = False
         self._closed_event = asyncio.Event()
@@ -315,8 +316,12 @@ class Connection:
     def _tick(self, now_ns: int, ping_interval_ns: int, peer_timeout_ns: int) -> None:
         if self._closing:
             return
-        if self._heard != self._seen_heard:
+        limit = self._pub.position_limit
+        if self._heard != self._seen_heard or limit != self._seen_limit:
+            # Hearing from the peer, or the peer consuming what we send (our limit moves): it is alive. The second
+            # matters when we stream one way and back pressure keeps even our keepalive pings from going out.
             self._seen_heard = self._heard
+            self._seen_limit = limit
             self._last_heard_ns = now_ns
         elif now_ns - self._last_heard_ns > peer_timeout_ns:
             self._lose(f"peer timed out: nothing heard for {peer_timeout_ns / 1e9:g} s")

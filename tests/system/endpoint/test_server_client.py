@@ -214,6 +214,36 @@ async def test_ping_measures_a_positive_round_trip(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_streaming_one_way_under_back_pressure_outlives_the_peer_timeout(
+    transport: str, aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """Back pressure can keep a sender's keepalive pings from going out; the peer consuming still proves it alive."""
+    timing = {"ping_interval": 0.2, "peer_timeout": 1.0}
+    received: list[int] = []
+
+    async def slow(conn: Connection, num: Num) -> None:
+        received.append(num.i)
+        if num.i % 50 == 0:
+            await asyncio.sleep(0.005)  # a consumer slower than the sender: the window stays full
+
+    async with (
+        running_server(server_config(aeron_dir, port, **timing)) as server,
+        connected_client(client_config(transport, aeron_dir, client_dir, **timing), port) as (_, conn),
+    ):
+        server.on_message(Num, slow)
+        sent = 0
+        deadline = time.monotonic() + 3.0  # three peer timeouts
+        async with asyncio.timeout(30):
+            while time.monotonic() < deadline:
+                await conn.send(Num(sent), timeout=5)
+                sent += 1
+            await wait_until(lambda: len(received) == sent, 20)
+        assert not conn.is_closed
+        assert received == list(range(sent))
+        assert len(server.connections) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_pings_across_many_term_rotations_are_all_answered(
     transport: str, aeron_dir: Path, client_dir: Path, port: int
 ) -> None:
