@@ -1,0 +1,523 @@
+"""Connections: handshake rate, a thousand clients on one server, and what idle connections cost.
+
+    python benchmarks/endpoint_connections.py [--handshakes 200] [--udp-handshakes 100] [--clients 1000]
+                                              [--client-processes 4] [--concurrency 16] [--crowd-seconds 5]
+                                              [--idle-clients 100] [--idle-seconds 10] [--only abc] [--quick]
+
+About two minutes with the defaults on a 2-core machine, most of it the
+sequential UDP handshakes (about 0.2 s each, hence 100 of them rather than 200)
+and the thousand IPC ones.
+
+(a) Handshakes per second. A ``Server`` process; one client process opens
+``--handshakes`` connections (``--udp-handshakes`` over UDP) one after another (each a new ``Client``, kept
+open) and then, after closing those, as many at once (``asyncio.gather`` over
+new ``Client`` objects in one event loop; they share one driver, as every end
+point of a process with the same driver settings does). Over IPC the clients
+share the server's Aeron directory (the driver embedded in the server
+process); over UDP the client process has its own directory and driver
+(``prefer_ipc=False``). The peer in the same run is asyncio TCP: a
+``start_server`` whose handler writes one byte, and a client that counts a
+connection once ``open_connection`` returned and that byte arrived.
+
+(b) ``--clients`` concurrent IPC clients on one server process, spread over
+``--client-processes`` child processes, each connecting its share with at most
+``--concurrency`` handshakes in flight. Reported: how many connected, how long
+that took, the server's RSS with none and with all of them connected and idle
+(then per connection), the Aeron directory's size, and the CPU every process
+used over ``--crowd-seconds`` while they sat idle.
+
+(c) An idle server with ``--idle-clients`` idle IPC clients (one client
+process): the server process's CPU time (``/proc/<pid>/stat``, all threads,
+its embedded driver included) over ``--idle-seconds`` after they connected,
+as % of one core; the same for the clients' process, and for the server over
+5 s before any client came.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import fresh_aeron_dir, percentile, print_table
+from _endpoint_common import (
+    children,
+    cpu_seconds,
+    free_tcp_port,
+    free_udp_port,
+    rss_breakdown,
+    rss_bytes,
+    serialization,
+    wait_event,
+)
+
+MIB = 1024 * 1024
+_T0 = time.monotonic()
+
+
+def note(text: str) -> None:
+    print(f"  [{time.monotonic() - _T0:6.1f} s] {text}", file=sys.stderr, flush=True)
+
+
+# -- the server process -------------------------------------------------------------------------------------------
+
+
+def endpoint_server(
+    aeron_dir: str, port: int, connected: Any, ready: Any, stop: Any, out: Any, env: dict[str, str] | None = None
+) -> None:
+    """A ``Server`` that counts its live connections in ``connected`` until ``stop``; then reports its errors.
+
+    ``env`` is set first: ``AERON_*`` variables reach the embedded driver's context.
+    """
+    os.environ.update(env or {})
+
+    async def serve() -> None:
+        from endpoint import Connection, Server, ServerConfiguration
+
+        config = ServerConfiguration(
+            port=port, listen_address="127.0.0.1", aeron_dir=aeron_dir, serialization=serialization()
+        )
+        server = Server(config)
+        errors: list[str] = []
+
+        @server.on_connect
+        def on_connect(conn: Connection) -> None:
+            connected.value += 1
+
+        @server.on_disconnect
+        def on_disconnect(conn: Connection) -> None:
+            connected.value -= 1
+
+        @server.on_error
+        def on_error(conn: Connection | None, exc: BaseException) -> None:
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+        try:
+            async with server:
+                ready.set()
+                await wait_event(stop, 3600, interval=0.1)
+                out.put(("server", len(errors), errors[:3], repr(server.handshake_stats)))
+        except Exception as exc:
+            out.put(("server", -1, [f"{type(exc).__name__}: {exc}"], ""))
+            raise
+
+    asyncio.run(serve())
+
+
+def _client_config(aeron_dir: str, udp: bool, connect_timeout: float = 30.0) -> Any:
+    from endpoint import ClientConfiguration
+
+    return ClientConfiguration(
+        aeron_dir=aeron_dir, serialization=serialization(), prefer_ipc=not udp, connect_timeout=connect_timeout
+    )
+
+
+async def _close_all(clients: Sequence[Any]) -> None:
+    await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+# -- (a) handshakes per second ------------------------------------------------------------------------------------
+
+
+class Rate(NamedTuple):
+    ok: int
+    seconds: float
+    p50_ms: float
+    """Median time of one connect (sequential phase only; nan for the concurrent one)."""
+    error: str
+
+
+def endpoint_handshakes(aeron_dir: str, port: int, count: int, udp: bool, out: Any) -> None:
+    """Client process: ``count`` connects one at a time, then ``count`` at once; a Rate for each."""
+
+    async def run() -> None:
+        from endpoint import Client
+
+        results: list[Rate] = []
+        clients: list[Any] = []
+        times: list[float] = []
+        errors: list[str] = []
+        start = time.perf_counter()
+        for _ in range(count):
+            client = Client(_client_config(aeron_dir, udp))
+            clients.append(client)
+            began = time.perf_counter()
+            try:
+                await client.connect("127.0.0.1", port)
+                times.append(time.perf_counter() - began)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+        elapsed = time.perf_counter() - start
+        times.sort()
+        results.append(Rate(len(times), elapsed, percentile(times, 50) * 1000, errors[0] if errors else ""))
+        await _close_all(clients)
+
+        clients = [Client(_client_config(aeron_dir, udp)) for _ in range(count)]
+        start = time.perf_counter()
+        outcomes = await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients), return_exceptions=True)
+        elapsed = time.perf_counter() - start
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        first = f"{type(failed[0]).__name__}: {failed[0]}" if failed else ""
+        results.append(Rate(count - len(failed), elapsed, float("nan"), first))
+        await _close_all(clients)
+        out.put(results)
+
+    asyncio.run(run())
+
+
+def run_endpoint_handshakes(count: int, udp: bool) -> tuple[Rate, Rate, str]:
+    with children() as group:
+        ctx = group.ctx
+        ready, stop, out, server_out = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
+        connected = ctx.Value("i", 0, lock=False)
+        server_dir = fresh_aeron_dir("ep-conn-srv")
+        client_dir = fresh_aeron_dir("ep-conn-cli") if udp else server_dir
+        group.dirs += [server_dir, client_dir]
+        port = free_udp_port()
+        server = group.start(endpoint_server, str(server_dir), port, connected, ready, stop, server_out)
+        if not ready.wait(60):
+            raise RuntimeError("the server process did not start")
+        client = group.start(endpoint_handshakes, str(client_dir), port, count, udp, out)
+        sequential, concurrent = out.get(timeout=600)
+        group.join(client, 30)
+        stop.set()
+        _, error_count, errors, stats = server_out.get(timeout=30)
+        group.join(server, 15)
+    return sequential, concurrent, f"server errors: {error_count} {errors} {stats}" if error_count else ""
+
+
+def tcp_accept_server(port: int, ready: Any, stop: Any) -> None:
+    async def serve() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(b"!")
+            await reader.read()  # until the client closes
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
+        async with server:
+            ready.set()
+            await wait_event(stop, 600, interval=0.1)
+
+    asyncio.run(serve())
+
+
+def tcp_handshakes(port: int, count: int, out: Any) -> None:
+    async def run() -> None:
+        async def one() -> asyncio.StreamWriter:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            await reader.readexactly(1)
+            return writer
+
+        results: list[Rate] = []
+        writers: list[asyncio.StreamWriter] = []
+        times: list[float] = []
+        start = time.perf_counter()
+        for _ in range(count):
+            began = time.perf_counter()
+            writers.append(await one())
+            times.append(time.perf_counter() - began)
+        elapsed = time.perf_counter() - start
+        times.sort()
+        results.append(Rate(len(writers), elapsed, percentile(times, 50) * 1000, ""))
+        for writer in writers:
+            writer.close()
+        start = time.perf_counter()
+        outcomes = await asyncio.gather(*(one() for _ in range(count)), return_exceptions=True)
+        elapsed = time.perf_counter() - start
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        results.append(Rate(count - len(failed), elapsed, float("nan"), repr(failed[0]) if failed else ""))
+        for o in outcomes:
+            if isinstance(o, asyncio.StreamWriter):
+                o.close()
+        out.put(results)
+
+    asyncio.run(run())
+
+
+def run_tcp_handshakes(count: int) -> tuple[Rate, Rate]:
+    with children() as group:
+        ctx = group.ctx
+        ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+        port = free_tcp_port()
+        server = group.start(tcp_accept_server, port, ready, stop)
+        if not ready.wait(60):
+            raise RuntimeError("the TCP server process did not start")
+        client = group.start(tcp_handshakes, port, count, out)
+        sequential, concurrent = out.get(timeout=300)
+        group.join(client, 15)
+        stop.set()
+        group.join(server, 15)
+    return sequential, concurrent
+
+
+# -- (b) and (c): many idle clients -------------------------------------------------------------------------------
+
+
+def idle_clients(aeron_dir: str, port: int, count: int, concurrency: int, out: Any, stop: Any) -> None:
+    """Client process: connect ``count`` clients (``concurrency`` at a time), report, then stay idle until ``stop``."""
+
+    async def run() -> None:
+        from endpoint import Client
+
+        gate = asyncio.Semaphore(concurrency)
+        clients = [Client(_client_config(aeron_dir, udp=False, connect_timeout=60.0)) for _ in range(count)]
+
+        async def connect(client: Any) -> None:
+            async with gate:
+                await client.connect("127.0.0.1", port)
+
+        start = time.perf_counter()
+        outcomes = await asyncio.gather(*(connect(c) for c in clients), return_exceptions=True)
+        elapsed = time.perf_counter() - start
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        first = f"{type(failed[0]).__name__}: {failed[0]}" if failed else ""
+        out.put((count - len(failed), elapsed, first))
+        await wait_event(stop, 3600, interval=0.1)
+        await _close_all(clients)
+
+    asyncio.run(run())
+
+
+class Crowd(NamedTuple):
+    connected: int
+    server_saw: int
+    seconds: float
+    rss_before: int
+    rss_after: int
+    breakdown_before: dict[str, int]
+    breakdown_after: dict[str, int]
+    shm_bytes: int
+    server_cpu: float
+    """% of one core over the idle window."""
+    client_cpu: list[float]
+    server_idle_cpu: float
+    """% of one core before any client came (nan when not measured)."""
+    error: str
+
+
+def _cpu_percent(pids: Sequence[int], seconds: float) -> list[float]:
+    before = [cpu_seconds(pid) for pid in pids]
+    time.sleep(seconds)
+    return [(cpu_seconds(pid) - b) / seconds * 100 for pid, b in zip(pids, before, strict=True)]
+
+
+def _du(path: Path) -> int:
+    """Bytes actually allocated under ``path`` (the connections' log files in /dev/shm)."""
+    try:
+        text = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, timeout=30).stdout
+        return int(text.split()[0]) * 1024
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return 0
+
+
+def run_crowd(
+    clients: int,
+    processes: int,
+    concurrency: int,
+    idle_seconds: float,
+    settle: float,
+    measure_empty: float = 0.0,
+    counters_buffer: str = "",
+) -> Crowd:
+    """A server and ``processes`` client processes holding ``clients`` idle IPC connections between them."""
+    with children() as group:
+        ctx = group.ctx
+        ready, stop, clients_stop, server_out, out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
+        connected = ctx.Value("i", 0, lock=False)
+        aeron_dir = fresh_aeron_dir("ep-crowd")
+        group.dirs.append(aeron_dir)
+        port = free_udp_port()
+        env = {"AERON_COUNTERS_BUFFER_LENGTH": counters_buffer} if counters_buffer else {}
+        server = group.start(endpoint_server, str(aeron_dir), port, connected, ready, stop, server_out, env)
+        if not ready.wait(60):
+            raise RuntimeError("the server process did not start")
+        time.sleep(settle)
+        rss_before, breakdown_before = rss_bytes(server.pid), rss_breakdown(server.pid)
+        server_idle_cpu = _cpu_percent([server.pid], measure_empty)[0] if measure_empty else float("nan")
+        shares = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+        crowd = [
+            group.start(idle_clients, str(aeron_dir), port, share, concurrency, out, clients_stop) for share in shares
+        ]
+        note(f"{clients} clients connecting from {processes} process(es)")
+        ok, longest, errors = 0, 0.0, []
+        for _ in crowd:
+            got, seconds, first = out.get(timeout=900)
+            ok += got
+            longest = max(longest, seconds)
+            if first:
+                errors.append(first)
+        note(f"{ok} connected in {longest:.1f} s; measuring idle CPU for {idle_seconds:g} s")
+        time.sleep(settle)
+        server_saw = connected.value
+        rss_after, breakdown_after = rss_bytes(server.pid), rss_breakdown(server.pid)
+        shm = _du(aeron_dir)
+        cpu = _cpu_percent([server.pid, *(p.pid for p in crowd)], idle_seconds)
+        clients_stop.set()
+        for proc in crowd:
+            group.join(proc, 60)
+        stop.set()
+        _, error_count, server_errors, stats = server_out.get(timeout=60)
+        group.join(server, 15)
+    if error_count:
+        errors.append(f"server errors: {error_count} {server_errors} {stats}")
+    return Crowd(
+        ok,
+        server_saw,
+        longest,
+        rss_before,
+        rss_after,
+        breakdown_before,
+        breakdown_after,
+        shm,
+        cpu[0],
+        cpu[1:],
+        server_idle_cpu,
+        "; ".join(errors),
+    )
+
+
+# -- main ---------------------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--handshakes", type=int, default=200, help="(a) connections per phase, TCP and IPC")
+    parser.add_argument(
+        "--udp-handshakes", type=int, default=100, help="(a) connections per phase over UDP (~0.2 s each sequentially)"
+    )
+    parser.add_argument("--clients", type=int, default=1000, help="(b) concurrent clients on one server")
+    parser.add_argument("--client-processes", type=int, default=4, help="(b) processes holding those clients")
+    parser.add_argument("--concurrency", type=int, default=16, help="(b) handshakes in flight per client process")
+    parser.add_argument(
+        "--counters-buffer",
+        default="",
+        help="(b) the server driver's counters buffer (AERON_COUNTERS_BUFFER_LENGTH, e.g. 4m); default 1 MiB: 8,192 "
+        "counters, 6 per idle IPC connection plus those of handshakes in flight",
+    )
+    parser.add_argument("--idle-clients", type=int, default=100, help="(c) idle clients")
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="(c) CPU measuring window")
+    parser.add_argument("--crowd-seconds", type=float, default=5.0, help="(b) CPU measuring window")
+    parser.add_argument("--only", default="abc", help="parts to run, e.g. 'a' or 'bc'")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 20 handshakes, 40 clients, 1 s windows")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+    if args.quick:
+        args.handshakes, args.udp_handshakes, args.clients, args.client_processes, args.idle_clients = 20, 10, 40, 2, 10
+        args.idle_seconds = args.crowd_seconds = 1.0
+    settle = 0.5 if args.quick else 2.0
+    failed: list[str] = []
+
+    if "a" in args.only:
+        k = args.handshakes
+        rates: dict[str, Rate] = {}
+        notes: list[str] = []
+        seq, conc = run_tcp_handshakes(k)
+        note("(a) asyncio TCP done")
+        rates["asyncio TCP connect + 1-byte greeting, sequential"] = seq
+        rates["asyncio TCP connect + 1-byte greeting, concurrent"] = conc
+        for transport in ("IPC", "UDP"):
+            try:
+                udp = transport == "UDP"
+                seq, conc, server_note = run_endpoint_handshakes(args.udp_handshakes if udp else k, udp)
+            except Exception as exc:
+                print(f"  endpoint {transport}: FAILED: {exc}", file=sys.stderr, flush=True)
+                failed.append(f"endpoint {transport}")
+                continue
+            note(f"(a) endpoint {transport} done: {seq.ok / seq.seconds:.1f}/s sequential")
+            rates[f"endpoint {transport}, sequential"] = seq
+            rates[f"endpoint {transport}, concurrent (one loop, shared driver)"] = conc
+            if server_note:
+                notes.append(f"{transport}: {server_note}")
+        base = {kind: rates[f"asyncio TCP connect + 1-byte greeting, {kind}"] for kind in ("sequential", "concurrent")}
+        table = []
+        for name, r in rates.items():
+            kind = "sequential" if "sequential" in name else "concurrent"
+            rate = r.ok / r.seconds if r.seconds else 0.0
+            base_rate = base[kind].ok / base[kind].seconds if base[kind].seconds else 0.0
+            tried = args.udp_handshakes if "UDP" in name else k
+            p50 = "-" if math.isnan(r.p50_ms) else f"{r.p50_ms:.1f}"
+            ratio = f"{rate / base_rate:.3g}" if base_rate else "-"
+            table.append((name, f"{r.ok}/{tried}", r.seconds, rate, p50, ratio))
+        print_table(
+            f"(a) Handshakes per second: {k} connections ({args.udp_handshakes} over UDP) from one client process "
+            "to a server process",
+            ["", "connected", "seconds", "per s", "p50 ms each", "x asyncio TCP"],
+            table,
+        )
+        for name, r in rates.items():
+            if r.error:
+                print(f"  {name}: first error: {r.error}")
+        for remark in notes:
+            print(f"  {remark}")
+
+    if "b" in args.only:
+        crowd = run_crowd(
+            args.clients, args.client_processes, args.concurrency, args.crowd_seconds, settle, 0.0, args.counters_buffer
+        )
+        idle_n = max(crowd.server_saw, 1)
+        per_conn = (crowd.rss_after - crowd.rss_before) / idle_n
+        anon = (crowd.breakdown_after.get("RssAnon", 0) - crowd.breakdown_before.get("RssAnon", 0)) / idle_n
+        shmem = (crowd.breakdown_after.get("RssShmem", 0) - crowd.breakdown_before.get("RssShmem", 0)) / idle_n
+        rows = [
+            ("clients connected (client side)", f"{crowd.connected} of {args.clients}"),
+            ("connections the server holds", str(crowd.server_saw)),
+            (
+                f"time to connect them ({args.client_processes} processes, {args.concurrency} in flight each)",
+                f"{crowd.seconds:.1f} s",
+            ),
+            ("server RSS, no connections", f"{crowd.rss_before / MIB:.1f} MiB"),
+            (f"server RSS, {crowd.server_saw} idle connections", f"{crowd.rss_after / MIB:.1f} MiB"),
+            ("server RSS per idle connection", f"{per_conn / 1024:.1f} KiB"),
+            ("  of which heap and other private memory (RssAnon)", f"{anon / 1024:.1f} KiB"),
+            ("  of which mapped log buffers (RssShmem)", f"{shmem / 1024:.1f} KiB"),
+            ("log files in the Aeron directory (/dev/shm, allocated)", f"{crowd.shm_bytes / MIB:.1f} MiB"),
+            (f"server CPU while idle, {args.crowd_seconds:g} s", f"{crowd.server_cpu:.1f} % of a core"),
+            ("client processes' CPU while idle", ", ".join(f"{c:.1f}" for c in crowd.client_cpu) + " % of a core"),
+        ]
+        print_table(f"(b) {args.clients} concurrent IPC clients on one server process", ["", "result"], rows)
+        if crowd.error:
+            print(f"  errors: {crowd.error}")
+
+    if "c" in args.only:
+        empty = 1.0 if args.quick else 5.0
+        crowd = run_crowd(args.idle_clients, 1, args.concurrency, args.idle_seconds, settle, empty)
+        idle_rows: list[tuple[object, ...]] = [
+            (
+                f"server, no clients ({empty:g} s)",
+                "1 (server)",
+                crowd.server_idle_cpu,
+                "< 3",
+                "met" if crowd.server_idle_cpu < 3 else "not met",
+            ),
+            (
+                f"server, {crowd.server_saw} idle clients",
+                "1 (server)",
+                crowd.server_cpu,
+                "< 3",
+                "met" if crowd.server_cpu < 3 else "not met",
+            ),
+            (f"client process, {crowd.connected} idle clients", "1 (clients)", crowd.client_cpu[0], "", ""),
+        ]
+        print_table(
+            f"(c) Idle CPU over {args.idle_seconds:g} s, % of one core (user + system, all threads)",
+            ["", "process", "% of a core", "bar", ""],
+            idle_rows,
+        )
+        if crowd.error:
+            print(f"  errors: {crowd.error}")
+
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
