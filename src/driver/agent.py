@@ -38,7 +38,12 @@ def tighten_timer_slack() -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_TIMERSLACK, _TIMER_SLACK_NS, 0, 0, 0)
+        # prctl is variadic: every argument must be passed at its full width (unsigned long), or the upper
+        # half of a register is whatever was there, and the slack may become seconds.
+        ulong = ctypes.c_ulong
+        ctypes.CDLL(None, use_errno=True).prctl(
+            ctypes.c_int(_PR_SET_TIMERSLACK), ulong(_TIMER_SLACK_NS), ulong(0), ulong(0), ulong(0)
+        )
     except (OSError, AttributeError):
         pass
 

@@ -81,6 +81,8 @@ class Connection:
         self._max_length = publication.max_message_length
         self._send_timeout = config.send_timeout
         self._fragments: bytearray | None = None
+        poller = endpoint._loop_poller
+        self._poke: Callable[[], None] = poller.poke if poller is not None else endpoint._poke_poller
         self._inbox: collections.deque[tuple[tuple[Callable[..., Any], ...], Any, int]] = collections.deque()
         self._worker: asyncio.Task[None] | None = None
         self._pings: dict[int, asyncio.Future[float]] = {}
@@ -153,6 +155,7 @@ class Connection:
             result = offer(data)
         if result >= 0:
             self._sent += 1
+            self._poke()
             return True
         if result == CLOSED:
             raise self._closed_error()
@@ -178,6 +181,7 @@ class Connection:
                     raise self._closed_error()
                 raise TransmitError(f"{self!r}: offer failed with {result}")
         self._sent += 1
+        self._poke()
 
     def _send_control(self, message: object) -> bool:
         try:

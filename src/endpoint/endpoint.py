@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
+from driver.agent import tighten_timer_slack
 from driver.concurrent._atomic import images_ready
 from endpoint.config import Configuration
 from endpoint.connection import Connection
@@ -31,6 +32,8 @@ ConfigT = TypeVar("ConfigT", bound=Configuration)
 F = TypeVar("F", bound=Callable[..., Any])
 
 _TICK_NS = 100_000_000
+_BREATHE_EVERY_NS = 500_000
+_BREATHE_S = 0.000_02
 _SPIN_NS = 1_000_000
 _SHALLOW_IDLE_NS = 1_000_000_000
 _SHALLOW_SLEEP_S = 0.001
@@ -51,9 +54,9 @@ class EndPoint(Generic[ConfigT]):
         self._shared: SharedDriver | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._polling = False
+        self._loop_poller: _LoopPoller | None = None
         self._closing = False
         self._restarting = False
-        self._wake = threading.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.restarts = 0
         """How many times the driver under this end point was restarted after a critical error."""
@@ -138,12 +141,19 @@ class EndPoint(Generic[ConfigT]):
     def _start_poller(self) -> None:
         if not self._polling:
             self._polling = True
-            _LoopPoller.for_running_loop().add(self)
+            self._loop_poller = _LoopPoller.for_running_loop()
+            self._loop_poller.add(self)
+
+    def _poke_poller(self) -> None:
+        poller = self._loop_poller
+        if poller is not None:
+            poller.poke()
 
     def _stop_poller(self) -> None:
         if self._polling:
             self._polling = False
             _LoopPoller.for_running_loop().remove(self)
+            self._loop_poller = None
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -314,6 +324,8 @@ class _LoopPoller:
         self.endpoints: tuple[EndPoint[Any], ...] = ()
         self.task: asyncio.Task[None] | None = None
         self.changed = True
+        self._poked = False
+        self._wake: asyncio.Future[None] | None = None
         self._mapped: tuple[Connection, ...] = ()
         self._entries: list[tuple[Any, ...]] = []
 
@@ -345,7 +357,9 @@ class _LoopPoller:
         monotonic_ns = time.monotonic_ns
         sleep = asyncio.sleep
         next_tick = 0
+        last_breath = 0
         last_work = monotonic_ns()
+        tighten_timer_slack()  # the brief stops below should not last the default 50 µs slack longer
         while self.endpoints:
             endpoints = self.endpoints
             work = 0
@@ -376,13 +390,42 @@ class _LoopPoller:
                         endpoint._tick(now)
                     except Exception as exc:
                         endpoint._notify_error(None, exc)
-            if work:
+            if now - last_breath > _BREATHE_EVERY_NS and threading.active_count() > 1:
+                last_breath = now
+                # Yielding to the loop hands the GIL back and takes it again at once, which starves the
+                # driver's threads in this process (an embedded driver, the driver client's conductor):
+                # CPython lets a waiting thread force a switch only if the holder never released it. So a
+                # spinning loop stops briefly now and then; otherwise publisher limits and heartbeats stall.
+                time.sleep(_BREATHE_S)
+            if work or self._poked:
+                self._poked = False
                 last_work = now
                 await sleep(0)
             elif busy_spin or now - last_work < _SPIN_NS:
                 await sleep(0)
-            elif now - last_work < _SHALLOW_IDLE_NS:
-                await sleep(_SHALLOW_SLEEP_S)
             else:
-                await sleep(_DEEP_SLEEP_S)
+                await self._nap(_SHALLOW_SLEEP_S if now - last_work < _SHALLOW_IDLE_NS else _DEEP_SLEEP_S)
         self.task = None
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep, unless :meth:`poke` wakes us first."""
+        loop = asyncio.get_running_loop()
+        wake = self._wake = loop.create_future()
+        handle = loop.call_later(seconds, _wake_up, wake)
+        try:
+            await wake
+        finally:
+            handle.cancel()
+            self._wake = None
+
+    def poke(self) -> None:
+        """A connection on this loop just sent: an answer may follow soon, so spin again (waking a nap)."""
+        self._poked = True
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+
+def _wake_up(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

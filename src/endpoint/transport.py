@@ -7,6 +7,7 @@ import ipaddress
 import socket
 import time
 
+from driver.client.aio import Backoff
 from driver.client.publication import Publication
 from driver.client.subscription import Subscription
 
@@ -22,7 +23,8 @@ __all__ = [
     "wait_image",
 ]
 
-_POLL_S = 0.001
+_YIELD_WINDOW_S = 0.001
+"""Handshake waits keep yielding this long before napping: over IPC the answer is usually there by then."""
 
 
 def bracket(host: str) -> str:
@@ -99,20 +101,22 @@ async def resolve(host: str) -> str:
 async def wait_connected(publication: Publication, timeout: float) -> None:
     """Until a subscriber is connected to ``publication``; TimeoutError after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
+    backoff = Backoff(yield_window=_YIELD_WINDOW_S)
     while not publication.is_connected:
         if publication.is_closed:
             raise ConnectionError(f"{publication!r} closed while waiting for a subscriber")
         if time.monotonic() > deadline:
             raise TimeoutError(f"no subscriber connected to {publication!r} within {timeout:g} s")
-        await asyncio.sleep(_POLL_S)
+        await backoff.idle()
 
 
 async def wait_image(subscription: Subscription, timeout: float) -> None:
     """Until ``subscription`` has an image (its publisher is there); TimeoutError after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
+    backoff = Backoff(yield_window=_YIELD_WINDOW_S)
     while not subscription.images:
         if subscription.is_closed:
             raise ConnectionError(f"{subscription!r} closed while waiting for its publisher")
         if time.monotonic() > deadline:
             raise TimeoutError(f"no publisher reached {subscription!r} within {timeout:g} s")
-        await asyncio.sleep(_POLL_S)
+        await backoff.idle()

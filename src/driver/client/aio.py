@@ -10,6 +10,7 @@ little and a busy one reacts within a millisecond. Every wait is cancellable
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -35,18 +36,27 @@ __all__ = ["Backoff", "await_request", "offer_async", "offer_batch_async", "subs
 T = TypeVar("T")
 
 _RETRYABLE = frozenset((NOT_CONNECTED, BACK_PRESSURED, ADMIN_ACTION))
+_DRIVER_ANSWER_WINDOW_S = 0.001
+"""An awake driver answers a command within a millisecond: keep yielding that long before sleeping."""
 
 
 class Backoff:
-    """Yield a few times, then sleep with a doubling period capped at ``max_sleep`` seconds."""
+    """Yield a few times (or for ``yield_window`` seconds), then sleep with a doubling period up to ``max_sleep``.
 
-    __slots__ = ("_max_sleep", "_sleep", "_yields", "max_yields")
+    An event loop cannot sleep less than about a millisecond, so a wait for
+    something that usually comes within microseconds (a driver's answer) should
+    keep yielding for a while before its first sleep.
+    """
 
-    def __init__(self, max_sleep: float = 0.001, max_yields: int = 10) -> None:
+    __slots__ = ("_max_sleep", "_sleep", "_started", "_yield_window", "_yields", "max_yields")
+
+    def __init__(self, max_sleep: float = 0.001, max_yields: int = 10, yield_window: float = 0.0) -> None:
         self._max_sleep = max_sleep
         self.max_yields = max_yields
+        self._yield_window = yield_window
         self._yields = 0
         self._sleep = 0.0
+        self._started = 0.0
 
     def reset(self) -> None:
         self._yields = 0
@@ -54,7 +64,12 @@ class Backoff:
 
     async def idle(self) -> None:
         if self._yields < self.max_yields:
+            if self._yields == 0:
+                self._started = time.monotonic()
             self._yields += 1
+            await anyio.sleep(0)
+            return
+        if self._yield_window and time.monotonic() - self._started < self._yield_window:
             await anyio.sleep(0)
             return
         self._sleep = min(self._sleep * 2 or 0.000_05, self._max_sleep)
@@ -63,7 +78,7 @@ class Backoff:
 
 async def await_request(conductor: ClientConductor, request: PendingRequest) -> object:
     """Wait for the driver's answer to ``request`` without blocking the loop (bounded by the driver timeout)."""
-    backoff = Backoff()
+    backoff = Backoff(yield_window=_DRIVER_ANSWER_WINDOW_S)
     try:
         while not conductor.try_service(request):
             await backoff.idle()
