@@ -105,18 +105,23 @@ class Client(EndPoint[ClientConfiguration]):
             self._start_poller()
             self._target = (host, port)
             budget = self.config.connect_timeout if timeout is None else timeout
+            failures: list[BaseException] = []
             try:
-                return await asyncio.wait_for(self._connect(host, port), budget)
+                return await asyncio.wait_for(self._connect(host, port, failures), budget)
             except TimeoutError:
-                raise ClientTimeoutError(f"no server answered at {host}:{port} within {budget:g} s") from None
+                last = f" (last attempt: {failures[-1]})" if failures else ""
+                raise ClientTimeoutError(f"no server answered at {host}:{port} within {budget:g} s{last}") from None
 
-    async def _connect(self, host: str, port: int) -> Connection:
+    async def _connect(self, host: str, port: int, failures: list[BaseException]) -> Connection:
+        """Attempts until one succeeds or is rejected; a step that times out starts a new attempt (the caller's
+        budget ends them)."""
         ip = await resolve(host)
         while True:
             route = await self._open_route(ip, port)
             try:
                 connection = await self._handshake(route, host, port)
-            except _Retry:
+            except (_Retry, TimeoutError, ConnectionError) as exc:
+                failures.append(exc)
                 await asyncio.sleep(0.05)
                 continue
             finally:

@@ -258,7 +258,8 @@ class ServerConfiguration(Configuration):
     key_path: Path | None = attrs.field(default=None, converter=_optional_path)
     """The server's X25519 private key; None makes a fresh one each start (clients pinning it will then refuse)."""
     max_pending_handshakes: int = attrs.field(default=1024, validator=_int_range(1, 1 << 20))
-    max_pending_per_source: int = attrs.field(default=64, validator=_int_range(1, 1 << 20))
+    max_pending_per_source: int = attrs.field(default=256, validator=_int_range(1, 1 << 20))
+    """Handshakes in flight from one remote address (one NAT may hide many clients)."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()

@@ -35,6 +35,7 @@ __all__ = ["DriverUser", "SharedDriver", "is_critical", "registry"]
 
 _log = logging.getLogger("endpoint")
 
+_COUNTERS_VALUES_LENGTH = 4 * 1024 * 1024
 _RESERVED_SESSIONS = (0x1000_0000, 0x7FFF_FFFF)
 """Session ids the end points choose themselves; an embedded driver never auto-assigns them."""
 
@@ -88,6 +89,8 @@ class SharedDriver:
             "driver_timeout_ms": int(cfg.driver_timeout * 1000),
             "dir_delete_on_shutdown": True,
             "dir_warn_if_exists": False,
+            # Each connection holds about six counters; Aeron's 1 MiB default (8,192) runs out near a thousand.
+            "counters_values_buffer_length": _COUNTERS_VALUES_LENGTH,
         }
         for name in (
             "conductor_idle_strategy",
