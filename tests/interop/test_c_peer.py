@@ -64,7 +64,15 @@ def free_udp_port() -> int:
 
 
 def events(output: str) -> list[dict[str, object]]:
-    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    """The JSON objects the peer printed; two threads' lines may run together, so decode objects one by one."""
+    decoder = json.JSONDecoder()
+    found: list[dict[str, object]] = []
+    for line in output.splitlines():
+        index = 0
+        while line.startswith("{", index):
+            event, index = decoder.raw_decode(line, index)
+            found.append(event)
+    return found
 
 
 def last(output: str, name: str) -> dict[str, object]:
