@@ -121,6 +121,15 @@ class Connection:
     def max_message_length(self) -> int:
         return self._max_length
 
+    @property
+    def messages_sent(self) -> int:
+        return self._sent
+
+    @property
+    def messages_received(self) -> int:
+        """Messages (fragments) read from the peer, keepalives included."""
+        return self._heard
+
     def __repr__(self) -> str:
         transport = "ipc" if self.is_ipc else "udp"
         state = "closed" if self._closed else "open"
@@ -147,15 +156,19 @@ class Connection:
             raise self._closed_error()
         return self._offer_now(self._encoded(message))
 
-    def _offer_now(self, data: bytes) -> bool:
-        """Offer once, and once more straight away after ADMIN_ACTION (the log rotated: the retry succeeds)."""
+    def _offer_now(self, data: bytes, poke: bool = True) -> bool:
+        """Offer once, and once more straight away after ADMIN_ACTION (the log rotated: the retry succeeds).
+
+        A message the user sent pokes the poller (an answer may follow); a keepalive does not.
+        """
         offer = self._pub.offer
         result = offer(data)
         if result == ADMIN_ACTION:
             result = offer(data)
         if result >= 0:
             self._sent += 1
-            self._poke()
+            if poke:
+                self._poke()
             return True
         if result == CLOSED:
             raise self._closed_error()
@@ -185,7 +198,7 @@ class Connection:
 
     def _send_control(self, message: object) -> bool:
         try:
-            return self._offer_now(self._encode(message))
+            return self._offer_now(self._encode(message), poke=False)
         except Exception:  # a control message must never take the poller down
             return False
 

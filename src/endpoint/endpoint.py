@@ -20,7 +20,7 @@ from driver.concurrent._atomic import images_ready
 from endpoint.config import Configuration
 from endpoint.connection import Connection
 from endpoint.errors import CriticalDriverError, EndpointClosedError
-from endpoint.listeners import ListenerManager, call_listener
+from endpoint.listeners import ListenerManager
 from endpoint.messages import register_internal_messages
 from endpoint.registry import SharedDriver, registry
 
@@ -291,17 +291,6 @@ class EndPoint(Generic[ConfigT]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    def _call_user(self, listener: Callable[..., Any], *args: Any) -> None:
-        try:
-            task = call_listener(listener, *args)
-        except Exception as exc:
-            self._notify_error(None, exc)
-            return
-        if task is not None:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            task.add_done_callback(self._task_done)
 
 
 class _LoopPoller:

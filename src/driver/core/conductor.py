@@ -281,7 +281,7 @@ class DriverConductor:
         moved = positions_changed(watch.entries, watch.last)
         if not moved:
             return 0
-        work = 1  # subscribers are reading: stay awake, so limits keep up with them (a park would stall publishers)
+        work = 0
         owners_of = watch.owners
         done: set[int] = set()
         for index in moved:
