@@ -6,6 +6,7 @@ import asyncio
 import ipaddress
 import socket
 import time
+from collections.abc import Callable
 
 from driver.client.aio import Backoff
 from driver.client.publication import Publication
@@ -100,23 +101,20 @@ async def resolve(host: str) -> str:
 
 async def wait_connected(publication: Publication, timeout: float) -> None:
     """Until a subscriber is connected to ``publication``; TimeoutError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    backoff = Backoff(yield_window=_YIELD_WINDOW_S)
-    while not publication.is_connected:
-        if publication.is_closed:
-            raise ConnectionError(f"{publication!r} closed while waiting for a subscriber")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no subscriber connected to {publication!r} within {timeout:g} s")
-        await backoff.idle()
+    await _wait(lambda: publication.is_connected, publication, "no subscriber connected to", timeout)
 
 
 async def wait_image(subscription: Subscription, timeout: float) -> None:
     """Until ``subscription`` has an image (its publisher is there); TimeoutError after ``timeout`` seconds."""
+    await _wait(lambda: bool(subscription.images), subscription, "no publisher reached", timeout)
+
+
+async def _wait(done: Callable[[], bool], resource: Publication | Subscription, missing: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     backoff = Backoff(yield_window=_YIELD_WINDOW_S)
-    while not subscription.images:
-        if subscription.is_closed:
-            raise ConnectionError(f"{subscription!r} closed while waiting for its publisher")
+    while not done():
+        if resource.is_closed:
+            raise ConnectionError(f"{resource!r} closed while waiting ({missing} it yet)")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no publisher reached {subscription!r} within {timeout:g} s")
+            raise TimeoutError(f"{missing} {resource!r} within {timeout:g} s")
         await backoff.idle()
