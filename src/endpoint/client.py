@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from driver.client.aio import offer_async
+from driver.client.aio import Backoff, offer_async
 from driver.client.publication import Publication
 from driver.client.subscription import Subscription
 from endpoint.config import (
@@ -33,6 +33,7 @@ from endpoint.errors import ClientError, ClientRejectedError, ClientTimeoutError
 from endpoint.handshake import Accepted, ClientHandshake, Completed, Rejected
 from endpoint.keystore import KnownServers
 from endpoint.transport import (
+    add_pair,
     bracket,
     data_channel,
     free_udp_port,
@@ -49,6 +50,8 @@ __all__ = ["Client"]
 _log = logging.getLogger("endpoint")
 
 _IPC_PROBE_S = 0.25
+_ANSWER_YIELD_S = 0.003
+"""The server's answer usually comes within a few milliseconds: keep checking that long before napping."""
 """How long an IPC handshake publication may take to find a local server before UDP is tried."""
 
 
@@ -122,10 +125,13 @@ class Client(EndPoint[ClientConfiguration]):
                 connection = await self._handshake(route, host, port)
             except (_Retry, TimeoutError, ConnectionError) as exc:
                 failures.append(exc)
+                await route.close()
                 await asyncio.sleep(0.05)
                 continue
-            finally:
+            except BaseException:
                 await route.close()
+                raise
+            self._spawn(route.close())  # off the critical path: the connection is up
             self.connection = connection
             self._add_connection(connection)
             return connection
@@ -135,28 +141,27 @@ class Client(EndPoint[ClientConfiguration]):
         aeron = self._shared.client() if self._shared is not None else None
         assert aeron is not None
         if cfg.enable_ipc and cfg.prefer_ipc and is_local_host(ip):
-            publication = await aeron.add_exclusive_publication_async(
-                "aeron:ipc?term-length=65536", IPC_HANDSHAKE_STREAM_BASE + port
+            reply, publication = await add_pair(
+                aeron,
+                ("aeron:ipc", IPC_REPLY_STREAM_BASE + port),
+                ("aeron:ipc?term-length=65536", IPC_HANDSHAKE_STREAM_BASE + port),
             )
+            route = _Route(True, publication, reply, None, (ip, port))
             try:
                 await wait_connected(publication, _IPC_PROBE_S)
             except TimeoutError:
-                await publication.close_async()
+                await route.close()
             else:
-                reply = await aeron.add_subscription_async("aeron:ipc", IPC_REPLY_STREAM_BASE + port)
-                return _Route(True, publication, reply, None, (ip, port))
+                return route
         if not cfg.enable_udp:
             raise ClientError(f"no IPC server on port {port} shares this driver, and enable_udp is False")
         local_ip = cfg.local_address or local_address_towards(ip)
         local_port = cfg.local_port or free_udp_port(local_ip)
-        reply = await aeron.add_subscription_async(udp_channel(f"{bracket(local_ip)}:{local_port}"), REPLY_STREAM_ID)
-        try:
-            publication = await aeron.add_exclusive_publication_async(
-                udp_channel(f"{bracket(ip)}:{port}", term_length=65536), HANDSHAKE_STREAM_ID
-            )
-        except BaseException:
-            await reply.close_async()
-            raise
+        reply, publication = await add_pair(
+            aeron,
+            (udp_channel(f"{bracket(local_ip)}:{local_port}"), REPLY_STREAM_ID),
+            (udp_channel(f"{bracket(ip)}:{port}", term_length=65536), HANDSHAKE_STREAM_ID),
+        )
         return _Route(False, publication, reply, (local_ip, local_port), (ip, port))
 
     async def _handshake(self, route: _Route, host: str, port: int) -> Connection:
@@ -196,10 +201,12 @@ class Client(EndPoint[ClientConfiguration]):
         while True:
             await offer_async(route.publication, packet(), timeout=step)
             deadline = time.monotonic() + step
+            backoff = Backoff(yield_window=_ANSWER_YIELD_S)
+            answers: list[object] = []
+            collect = _collect(handshake, answers)
             while time.monotonic() < deadline:
-                answers: list[object] = []
-                if route.reply.poll(_collect(handshake, answers), 16) == 0:
-                    await asyncio.sleep(0.0005)
+                if route.reply.poll(collect, 16) == 0:
+                    await backoff.idle()
                 if answers:
                     return answers[0]
 
@@ -219,12 +226,7 @@ class Client(EndPoint[ClientConfiguration]):
             pub_channel = data_channel(server, session_in, int(grant["term_length"]), int(grant["mtu"]))
             sub_channel = data_channel(f"{bracket(route.local[0])}:{route.local[1]}", session_out, None, None)
             remote = f"{route.server[0]}:{route.server[1]}"
-        subscription = await aeron.add_subscription_async(sub_channel, stream_out)
-        try:
-            publication = await aeron.add_exclusive_publication_async(pub_channel, stream_in)
-        except BaseException:
-            await subscription.close_async()
-            raise
+        subscription, publication = await add_pair(aeron, (sub_channel, stream_out), (pub_channel, stream_in))
         connection = Connection(
             self,
             connection_id=int(grant["connection_id"]),
@@ -237,7 +239,7 @@ class Client(EndPoint[ClientConfiguration]):
         )
         try:
             await wait_connected(publication, cfg.handshake_timeout)
-            await wait_image(subscription, cfg.handshake_timeout)
+            await wait_image(subscription, cfg.handshake_timeout, aeron)
         except BaseException:
             await self._discard(connection)
             raise

@@ -36,6 +36,7 @@ __all__ = ["DriverUser", "SharedDriver", "is_critical", "registry"]
 _log = logging.getLogger("endpoint")
 
 _COUNTERS_VALUES_LENGTH = 4 * 1024 * 1024
+_CLIENT_CONDUCTOR_SLEEP_NS = 2_000_000
 _RESERVED_SESSIONS = (0x1000_0000, 0x7FFF_FFFF)
 """Session ids the end points choose themselves; an embedded driver never auto-assigns them."""
 
@@ -117,7 +118,13 @@ class SharedDriver:
                         self.media_driver = None  # another process won the race: attach to its driver
         try:
             self.aeron = Aeron.connect(
-                ClientContext.from_env(aeron_dir=self.aeron_dir, driver_timeout_ms=timeout_ms),
+                ClientContext.from_env(
+                    aeron_dir=self.aeron_dir,
+                    driver_timeout_ms=timeout_ms,
+                    # New images (a connecting peer) arrive through this thread; Aeron's 16 ms nap would make
+                    # every handshake wait for it.
+                    idle_sleep_duration_ns=_CLIENT_CONDUCTOR_SLEEP_NS,
+                ),
                 error_handler=self._on_client_error,
             )
         except BaseException:

@@ -36,7 +36,7 @@ from endpoint.errors import AllocationError, ConnectionClosedError, RejectReason
 from endpoint.handshake import PROTOCOL_VERSION, Done, Hello, ServerHandshake
 from endpoint.ids import IdAllocator
 from endpoint.keystore import load_or_create_private_key
-from endpoint.transport import bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
+from endpoint.transport import add_pair, bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
 
 __all__ = ["Server"]
 
@@ -320,8 +320,9 @@ class Server(EndPoint[ServerConfiguration]):
                 pub_channel = data_channel(
                     f"{bracket(address)}:{hello.reply['port']}", session_out, cfg.term_length, cfg.mtu
                 )
-            pending.subscription = await aeron.add_subscription_async(sub_channel, stream_in)
-            pending.publication = await aeron.add_exclusive_publication_async(pub_channel, stream_out)
+            pending.subscription, pending.publication = await add_pair(
+                aeron, (sub_channel, stream_in), (pub_channel, stream_out)
+            )
             if not is_ipc:
                 self._per_address[address] = self._per_address.get(address, 0) + 1
             grant: dict[str, int | str | bytes | bool] = {
@@ -397,7 +398,7 @@ class Server(EndPoint[ServerConfiguration]):
             assert pending.subscription is not None
             assert pending.reply is not None
             await wait_connected(pending.publication, timeout)
-            await wait_image(pending.subscription, timeout)
+            await wait_image(pending.subscription, timeout, self._aeron())
             connection = Connection(
                 self,
                 connection_id=done.connection_id,

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
 import time
 from collections.abc import Callable
 
+from driver.client.aeron import Aeron
 from driver.client.aio import Backoff
-from driver.client.publication import Publication
+from driver.client.publication import ExclusivePublication, Publication
 from driver.client.subscription import Subscription
 
 __all__ = [
+    "add_pair",
     "bracket",
     "data_channel",
     "free_udp_port",
@@ -99,14 +102,47 @@ async def resolve(host: str) -> str:
     return str(infos[0][4][0])
 
 
+async def add_pair(
+    aeron: Aeron, subscription: tuple[str, int], publication: tuple[str, int]
+) -> tuple[Subscription, ExclusivePublication]:
+    """Add a subscription and an exclusive publication at once (two driver round trips in parallel).
+
+    If either fails, the other is closed again and the first error is raised.
+    """
+    results = await asyncio.gather(
+        aeron.add_subscription_async(*subscription),
+        aeron.add_exclusive_publication_async(*publication),
+        return_exceptions=True,
+    )
+    sub, pub = results
+    if isinstance(sub, BaseException) or isinstance(pub, BaseException):
+        for made in results:
+            if not isinstance(made, BaseException):
+                with contextlib.suppress(Exception):
+                    await made.close_async()
+        raise sub if isinstance(sub, BaseException) else pub  # type: ignore[misc]
+    return sub, pub
+
+
 async def wait_connected(publication: Publication, timeout: float) -> None:
     """Until a subscriber is connected to ``publication``; TimeoutError after ``timeout`` seconds."""
     await _wait(lambda: publication.is_connected, publication, "no subscriber connected to", timeout)
 
 
-async def wait_image(subscription: Subscription, timeout: float) -> None:
-    """Until ``subscription`` has an image (its publisher is there); TimeoutError after ``timeout`` seconds."""
-    await _wait(lambda: bool(subscription.images), subscription, "no publisher reached", timeout)
+async def wait_image(subscription: Subscription, timeout: float, aeron: Aeron | None = None) -> None:
+    """Until ``subscription`` has an image (its publisher is there); TimeoutError after ``timeout`` seconds.
+
+    Images arrive through the client conductor, whose thread sleeps while idle; with ``aeron`` the wait
+    services the conductor itself, so the image shows up as soon as the driver announced it.
+    """
+    service = aeron.conductor.do_work if aeron is not None else None
+
+    def arrived() -> bool:
+        if service is not None and not subscription.images:
+            service()
+        return bool(subscription.images)
+
+    await _wait(arrived, subscription, "no publisher reached", timeout)
 
 
 async def _wait(done: Callable[[], bool], resource: Publication | Subscription, missing: str, timeout: float) -> None:

@@ -70,6 +70,11 @@ class Backoff:
             await anyio.sleep(0)
             return
         if self._yield_window and time.monotonic() - self._started < self._yield_window:
+            self._yields += 1
+            if self._yields % 4 == 0:
+                # Only yielding hands the GIL back and retakes it at once, which starves the thread whose
+                # answer we wait for (the driver's, the client conductor): stop briefly instead.
+                time.sleep(0.000_02)
             await anyio.sleep(0)
             return
         self._sleep = min(self._sleep * 2 or 0.000_05, self._max_sleep)
