@@ -37,6 +37,7 @@ from driver.media.faults import FaultSpec
 from driver.uri import parse_duration_ns, parse_size
 
 __all__ = [
+    "IDLE_STRATEGY_FIELDS",
     "IDLE_STRATEGY_NAMES",
     "ClientContext",
     "DriverContext",
@@ -47,6 +48,14 @@ __all__ = [
 ]
 
 _INT32_MAX = (1 << 31) - 1
+IDLE_STRATEGY_FIELDS = (
+    "conductor_idle_strategy",
+    "sender_idle_strategy",
+    "receiver_idle_strategy",
+    "shared_network_idle_strategy",
+    "shared_idle_strategy",
+)
+"""The driver context's idle strategy settings, one per agent composition."""
 _TERM_MIN_LENGTH = 64 * 1024
 _TERM_MAX_LENGTH = 1024 * 1024 * 1024
 _PAGE_MIN_SIZE = 4 * 1024
@@ -525,13 +534,7 @@ class DriverContext:
             c.int_range(f"{prefix}_fault_seed", -(1 << 63), (1 << 63) - 1)
         c.int_range("publication_reserved_session_id_low", -(1 << 31), _INT32_MAX)
         c.int_range("publication_reserved_session_id_high", self.publication_reserved_session_id_low, _INT32_MAX)
-        for name in (
-            "conductor_idle_strategy",
-            "sender_idle_strategy",
-            "receiver_idle_strategy",
-            "shared_network_idle_strategy",
-            "shared_idle_strategy",
-        ):
+        for name in IDLE_STRATEGY_FIELDS:
             c.idle(name)
         for name in (
             "client_liveness_timeout_ns",

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Protocol
 
 import anyio.to_thread
+import attrs
 
 from driver.client.aeron import Aeron
-from driver.config import ClientContext, DriverContext
+from driver.config import IDLE_STRATEGY_FIELDS, ClientContext, DriverContext
 from driver.core.media_driver import MediaDriver, is_driver_active
 from driver.errors import ActiveDriverError, ChannelEndpointError, DriverError, DriverTimeoutError
 from endpoint.config import Configuration
@@ -93,13 +94,7 @@ class SharedDriver:
             # Each connection holds about six counters; Aeron's 1 MiB default (8,192) runs out near a thousand.
             "counters_values_buffer_length": _COUNTERS_VALUES_LENGTH,
         }
-        for name in (
-            "conductor_idle_strategy",
-            "sender_idle_strategy",
-            "receiver_idle_strategy",
-            "shared_network_idle_strategy",
-            "shared_idle_strategy",
-        ):
+        for name in IDLE_STRATEGY_FIELDS:
             overrides[name] = cfg.driver_idle_strategy
         if cfg.socket_rcvbuf:
             overrides["socket_rcvbuf_length"] = cfg.socket_rcvbuf
@@ -241,8 +236,6 @@ def _launch_lock(aeron_dir: Path) -> Iterator[None]:
 
 
 def _with_dir(config: Configuration, aeron_dir: Path) -> Configuration:
-    import attrs
-
     return attrs.evolve(config, aeron_dir=aeron_dir, unique_aeron_dir=True)
 
 
