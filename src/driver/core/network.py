@@ -112,6 +112,9 @@ class NetworkResources:
         self._invalid_packets = sc.get(SystemCounterId.INVALID_PACKETS)
         self.send_endpoints: dict[str, SendChannelEndpoint] = {}
         self.receive_endpoints: dict[str, ReceiveChannelEndpoint] = {}
+        # Endpoints handed to the sender or receiver to close: still open until they answer, so
+        # a shutdown in between closes them here rather than leaking their sockets.
+        self._closing: set[SendChannelEndpoint | ReceiveChannelEndpoint] = set()
         self.publications: list[NetworkPublication] = []
         self.images: list[PublicationImage] = []
         self._images_dir = Path(self._ctx.aeron_dir) / "images"
@@ -584,7 +587,8 @@ class NetworkResources:
     def _drop_send_endpoint(self, endpoint: SendChannelEndpoint) -> None:
         conductor = self._conductor
         self.send_endpoints.pop(endpoint.channel.canonical_form, None)
-        done = functools.partial(conductor.conductor_command, endpoint.close)
+        self._closing.add(endpoint)
+        done = functools.partial(conductor.conductor_command, functools.partial(self._closed, endpoint))
         conductor.sender_command(functools.partial(conductor.sender.on_close_endpoint, endpoint, done))
 
     def _close_image(self, image: PublicationImage) -> None:
@@ -599,8 +603,14 @@ class NetworkResources:
             return
         conductor = self._conductor
         del self.receive_endpoints[endpoint.channel.canonical_form]
-        done = functools.partial(conductor.conductor_command, endpoint.close)
+        self._closing.add(endpoint)
+        done = functools.partial(conductor.conductor_command, functools.partial(self._closed, endpoint))
         conductor.receiver_command(functools.partial(conductor.receiver.on_close_endpoint, endpoint, done))
+
+    def _closed(self, endpoint: SendChannelEndpoint | ReceiveChannelEndpoint) -> None:
+        """Conductor: the sender or receiver has let go of ``endpoint``."""
+        self._closing.discard(endpoint)
+        endpoint.close()
 
     def close(self) -> None:
         """Driver shutdown (agents already stopped): free everything."""
@@ -612,6 +622,9 @@ class NetworkResources:
             send_endpoint.close()
         for receive_endpoint in self.receive_endpoints.values():
             receive_endpoint.close()
+        for endpoint in self._closing:
+            endpoint.close()
+        self._closing.clear()
         self.publications.clear()
         self.images.clear()
         self.send_endpoints.clear()
