@@ -207,6 +207,17 @@ class Configuration:
     """How long a graceful close waits for the disconnect message to reach the peer."""
     idle_strategy: IdleMode = attrs.field(default="backoff", validator=_one_of("backoff", "busy_spin"))
     """How the end point's poller waits when idle: ``backoff`` spins briefly then sleeps; ``busy_spin`` never sleeps."""
+    rpc_timeout: float = attrs.field(default=30.0, validator=_positive_seconds())
+    """Default bound on one remote call (a proxy or a call may set its own)."""
+    max_pending_calls: int = attrs.field(default=65_536, validator=_int_range(1, 1 << 20))
+    """Calls one connection may have awaiting answers; a call beyond it waits for a free slot (within its timeout)."""
+    max_message_size: int = attrs.field(default=64 << 20, validator=_int_range(1 << 16, 1 << 31))
+    """Largest message ``send`` streams in chunks when it exceeds the connection's max message length; the
+    receiver drops (and reports) a larger one rather than buffer it."""
+    stream_chunk_size: int = attrs.field(default=1 << 20, validator=_int_range(1024, 16 << 20))
+    """Upper bound on one chunk of a stream; chunks are also kept within the connection's max message length."""
+    stream_window: int = attrs.field(default=8 << 20, validator=_int_range(1 << 16, 1 << 30))
+    """Bytes of a stream the receiver buffers for a slow consumer before it stops reading the connection."""
 
     serialization: Serialization = attrs.field(factory=Serialization)
 

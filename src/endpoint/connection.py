@@ -9,6 +9,10 @@ exists only while the inbox is non-empty — so later messages (and
 back only its own connection (the poller stops reading it while the inbox is
 full, which pushes back on the sender through the log). ``on_connect`` and
 ``on_disconnect`` go through the same inbox.
+
+Remote calls (:mod:`endpoint.rpc`) and streams (:mod:`endpoint.streaming`) ride the
+same publication; their control messages are handled by the poller directly, never
+queued behind listeners.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ import asyncio
 import collections
 import inspect
 import itertools
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from driver.client.aio import offer_async
+from driver.client.aio import Backoff, offer_async
 from driver.client.publication import ADMIN_ACTION, BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
 from driver.client.subscription import Image, Subscription
 from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
@@ -32,9 +37,25 @@ from endpoint.errors import (
     SerializationError,
     TransmitError,
 )
-from endpoint.messages import Disconnect, Ping, Pong
+from endpoint.messages import (
+    Disconnect,
+    Ping,
+    Pong,
+    RpcCall,
+    RpcCancel,
+    RpcFailure,
+    RpcReply,
+    StreamAbort,
+    StreamCancel,
+    StreamEnd,
+    StreamOpen,
+)
+from endpoint.rpc import ConnectionRpc
+from endpoint.streaming import CHUNK_EXT, MESSAGE, Progress, StreamManager, StreamSource
 
 if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
     from endpoint.endpoint import EndPoint
 
 __all__ = ["Connection", "UnhandledMessageError"]
@@ -106,6 +127,23 @@ class Connection:
         """True when the connection ended without a graceful close (peer timed out or vanished, driver failed)."""
         self.rtt: float | None = None
         """Round-trip time in seconds of the last answered ping."""
+        self._paused = 0
+        self._backlog: collections.deque[tuple[Buffer, asyncio.Future[None]]] = collections.deque()
+        self._writer: asyncio.Task[None] | None = None
+        self.rpc = ConnectionRpc(self, endpoint.rpc)
+        """Objects exposed to this peer only, and proxies of the peer's objects."""
+        self.streams = StreamManager(self)
+        rpc, streams = self.rpc, self.streams
+        self._internal: dict[type, Callable[[Any], None]] = {
+            RpcCall: self._on_rpc_call,
+            RpcReply: rpc._on_reply,
+            RpcFailure: rpc._on_failure,
+            RpcCancel: rpc._on_cancel,
+            StreamOpen: streams.on_open,
+            StreamEnd: streams.on_end,
+            StreamAbort: streams.on_abort,
+            StreamCancel: streams.on_cancel,
+        }
 
     # ------------------------------------------------------------------ state
 
@@ -156,11 +194,14 @@ class Connection:
             raise self._closed_error()
         return self._offer_now(self._encoded(message))
 
-    def _offer_now(self, data: bytes, poke: bool = True) -> bool:
+    def _offer_now(self, data: Buffer, poke: bool = True, *, jump_queue: bool = False) -> bool:
         """Offer once, and once more straight away after ADMIN_ACTION (the log rotated: the retry succeeds).
 
+        False while sends are queued behind back pressure (they go first) unless ``jump_queue``.
         A message the user sent pokes the poller (an answer may follow); a keepalive does not.
         """
+        if self._backlog and not jump_queue:
+            return False
         offer = self._pub.offer
         result = offer(data)
         if result == ADMIN_ACTION:
@@ -175,32 +216,148 @@ class Connection:
         return False
 
     async def send(self, message: object, *, timeout: float | None = None) -> None:
-        """Send ``message``, waiting out back pressure for up to ``timeout`` (default: ``send_timeout``) seconds."""
+        """Send ``message``, waiting out back pressure for up to ``timeout`` (default: ``send_timeout``) seconds.
+
+        A message longer than the connection's max message length (up to ``max_message_size``) goes as a
+        stream of chunks and reaches the peer's listeners whole; ``timeout`` then bounds each chunk's wait.
+        """
         if self._closing:
             raise self._closed_error()
-        data = self._encoded(message)
-        pub = self._pub
-        result = pub.offer(data)
-        if result < 0:
-            if result in (BACK_PRESSURED, NOT_CONNECTED, ADMIN_ACTION):
-                try:
-                    result = await offer_async(pub, data, timeout=self._send_timeout if timeout is None else timeout)
-                except TimeoutError:
-                    raise TransmitError(
-                        f"{self!r}: back pressure for longer than {timeout or self._send_timeout} s"
-                    ) from None
-            if result < 0:
-                if result == CLOSED or self._closing:
-                    raise self._closed_error()
-                raise TransmitError(f"{self!r}: offer failed with {result}")
-        self._sent += 1
-        self._poke()
+        data = self._encode(message)
+        if len(data) > self._max_length:
+            limit = self._endpoint.config.max_message_size
+            if len(data) > limit:
+                raise MessageTooLargeError(
+                    f"{type(message).__name__} encodes to {len(data)} bytes; max_message_size is {limit}"
+                )
+            await self.streams.send(data, name=type(message).__name__, timeout=timeout, kind=MESSAGE)
+            return
+        await self._send_bytes(data, timeout)
 
-    def _send_control(self, message: object) -> bool:
+    async def _send_bytes(self, data: Buffer, timeout: float | None) -> None:
+        """Offer one encoded message, waiting out back pressure (the shared path of every awaited send).
+
+        Under back pressure, senders queue in order behind one writer task that offers as the log frees up:
+        thousands of waiting calls cost one poll each time, not one each, and none starves.
+        """
+        if not self._backlog:
+            offer = self._pub.offer
+            result = offer(data)
+            if result == ADMIN_ACTION:
+                result = offer(data)
+            if result >= 0:
+                self._sent += 1
+                self._poke()
+                return
+            if result == CLOSED:
+                raise self._closed_error()
+            if result not in (BACK_PRESSURED, NOT_CONNECTED, ADMIN_ACTION):
+                raise TransmitError(f"{self!r}: offer failed with {result}")
+        if self._closing:
+            raise self._closed_error()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._backlog.append((data, future))
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_backlog(), name=f"{self!r} writer")
+        wait = self._send_timeout if timeout is None else timeout
         try:
-            return self._offer_now(self._encode(message), poke=False)
+            async with asyncio.timeout(wait):
+                await future
+        except TimeoutError:
+            raise TransmitError(f"{self!r}: back pressure for longer than {wait:g} s") from None
+
+    async def _write_backlog(self) -> None:
+        backlog = self._backlog
+        offer = self._pub.offer
+        backoff = Backoff(0.001)
+        try:
+            while backlog:
+                data, future = backlog[0]
+                if future.done():  # its sender timed out or was cancelled
+                    backlog.popleft()
+                    continue
+                result = offer(data)
+                if result == ADMIN_ACTION:
+                    result = offer(data)
+                if result >= 0:
+                    backlog.popleft()
+                    self._sent += 1
+                    future.set_result(None)
+                    backoff.reset()
+                    self._poke()
+                elif result in (BACK_PRESSURED, NOT_CONNECTED):
+                    await backoff.idle()
+                else:
+                    backlog.popleft()
+                    future.set_exception(
+                        self._closed_error()
+                        if result == CLOSED
+                        else TransmitError(f"{self!r}: offer failed with {result}")
+                    )
+        finally:
+            self._writer = None
+
+    def _fail_backlog(self) -> None:
+        error = self._closed_error()
+        while self._backlog:
+            _, future = self._backlog.popleft()
+            if not future.done():
+                future.set_exception(error)
+        if self._writer is not None:
+            self._writer.cancel()
+
+    async def _send_message(self, message: object, timeout: float | None) -> None:
+        """An internal message that must arrive (unlike a keepalive): waits out back pressure."""
+        if self._closing:
+            raise self._closed_error()
+        await self._send_bytes(self._encode(message), timeout)
+
+    async def send_stream(
+        self,
+        source: StreamSource,
+        *,
+        name: str = "",
+        size: int | None = None,
+        metadata: Any = None,
+        progress: Progress | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """Stream ``source`` to the peer's ``on_stream`` listener; returns the bytes sent once all are out.
+
+        ``source``: bytes-like, a path, a binary file, or an (async) iterable of bytes — read a chunk at a
+        time, so memory stays bounded. ``metadata`` is any serializable value the receiver sees;
+        ``progress(sent, size)`` is called after each chunk. Cancelling the calling task aborts the stream
+        on both sides; the receiver cancelling it raises StreamCancelledError here.
+        """
+        return await self.streams.send(
+            source, name=name, size=size, metadata=metadata, progress=progress, timeout=timeout
+        )
+
+    async def send_file(
+        self, path: str | os.PathLike[str], *, metadata: Any = None, progress: Progress | None = None
+    ) -> int:
+        """Stream the file at ``path``, named by its file name."""
+        return await self.send_stream(path, name=os.path.basename(path), metadata=metadata, progress=progress)
+
+    def _send_control(self, message: object, *, must_arrive: bool = False) -> bool:
+        """Offer an internal message at once, ahead of queued sends; one that ``must_arrive`` queues if refused."""
+        try:
+            data = self._encode(message)
+            if self._offer_now(data, poke=False, jump_queue=True):
+                return True
         except Exception:  # a control message must never take the poller down
             return False
+        if must_arrive and not self._closing:
+            self._endpoint._spawn(self._send_quietly(data))
+        return False
+
+    async def _send_quietly(self, data: bytes) -> None:
+        try:
+            await self._send_bytes(data, None)
+        except ConnectionClosedError:
+            pass
+        except EndpointError as exc:
+            self._endpoint._notify_error(self, exc)
 
     async def ping(self, timeout: float | None = None) -> float:
         """Round-trip time to the peer in seconds (also kept in :attr:`rtt`)."""
@@ -229,7 +386,7 @@ class Connection:
                 return 0
             image = self._image = images[0]
             self._endpoint._rebuild_poll_set()
-        if len(self._inbox) >= _INBOX_LIMIT or self._closed:
+        if self._paused or len(self._inbox) >= _INBOX_LIMIT or self._closed:
             return 0
         count = image.poll_payloads(self._on_fragment, _POLL_LIMIT)
         if count:
@@ -253,6 +410,9 @@ class Connection:
     def _on_message_bytes(self, payload: memoryview) -> None:
         if self._closing and self.closed_by_peer:
             return  # nothing after the peer's Disconnect
+        if payload[0] == 0xC9 and len(payload) > 9 and payload[5] == CHUNK_EXT:
+            self.streams.on_chunk(payload)
+            return
         try:
             message = self._decode(payload)
         except SerializationError as exc:
@@ -275,6 +435,10 @@ class Connection:
             self._closing = True
             self._endpoint._loop_call_soon(self._finish, message.reason, True)
             return
+        internal = self._internal.get(cls)
+        if internal is not None:
+            internal(message)
+            return
         listeners, any_async = self._listeners.message_listeners(cls)
         if not listeners:
             self._endpoint._notify_error(self, UnhandledMessageError(f"no listener for {cls.__name__} on {self!r}"))
@@ -290,6 +454,24 @@ class Connection:
                 continue
             if result is not None and asyncio.iscoroutine(result):  # a sync function that returned a coroutine
                 self._enqueue((lambda c, m, r=result: r,), message, _MESSAGE)
+
+    def _on_rpc_call(self, call: RpcCall) -> None:
+        if self._inbox:  # on_connect (or earlier messages) still running: the call starts after them
+            self._enqueue((self._run_queued_call,), call, _MESSAGE)
+        else:
+            self.rpc._on_call(call)
+
+    def _run_queued_call(self, connection: Connection, call: RpcCall) -> None:
+        self.rpc._on_call(call)
+
+    def _pause_reading(self) -> None:
+        """A stream's consumer is behind: stop reading (the sender feels it as back pressure)."""
+        self._paused += 1
+
+    def _resume_reading(self) -> None:
+        self._paused -= 1
+        if not self._paused:
+            self._poke()
 
     def _on_pong(self, pong: Pong) -> None:
         rtt = (time.perf_counter_ns() - pong.sent_ns) / 1e9
@@ -332,6 +514,9 @@ class Connection:
 
     def _tick(self, now_ns: int, ping_interval_ns: int, peer_timeout_ns: int) -> None:
         if self._closing:
+            return
+        if self._paused:  # we are the ones not reading; the peer is not to blame
+            self._last_heard_ns = now_ns
             return
         limit = self._pub.position_limit
         if self._heard != self._seen_heard or limit != self._seen_limit:
@@ -400,6 +585,9 @@ class Connection:
             if not future.done():
                 future.set_exception(self._closed_error())
         self._pings.clear()
+        self._fail_backlog()
+        self.rpc._close()
+        self.streams.close()
         if self._listeners.disconnect:
             self._enqueue(self._listeners.disconnect, None, _DISCONNECT)
         if self._on_released is not None:

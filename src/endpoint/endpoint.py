@@ -23,6 +23,7 @@ from endpoint.errors import CriticalDriverError, EndpointClosedError
 from endpoint.listeners import ListenerManager
 from endpoint.messages import register_internal_messages
 from endpoint.registry import SharedDriver, registry
+from endpoint.rpc import RpcRegistry
 
 __all__ = ["EndPoint"]
 
@@ -47,6 +48,8 @@ class EndPoint(Generic[ConfigT]):
         self.config = config
         self.listeners: ListenerManager[Connection] = ListenerManager(type(self).__name__)
         register_internal_messages(config.serialization)
+        self.rpc = RpcRegistry()
+        """Objects every connection's peer can call (``connection.rpc`` adds per-connection ones)."""
         self._connections: dict[int, Connection] = {}
         self._polled: tuple[Connection, ...] = ()
         self._mapped: tuple[Connection, ...] = ()
@@ -74,6 +77,14 @@ class EndPoint(Generic[ConfigT]):
     def on_error(self, listener: F) -> F:
         """``listener(connection_or_None, error)`` for this end point's errors (listener failures included)."""
         return self.listeners.add_error(listener)
+
+    def on_stream(self, listener: F) -> F:
+        """``listener(connection, stream)`` for each incoming :class:`~endpoint.streaming.IncomingStream`.
+
+        It runs as a task of its own (a long transfer holds back nothing else) and should consume the
+        stream (iterate, ``read()`` or ``save()``); whatever it leaves is cancelled when it returns.
+        """
+        return self.listeners.add_stream(listener)
 
     @overload
     def on_message(self, message_type: type, listener: F) -> F: ...

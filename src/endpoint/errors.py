@@ -24,9 +24,18 @@ __all__ = [
     "HandshakeError",
     "MessageTooLargeError",
     "RejectReason",
+    "RemoteError",
+    "RpcError",
+    "RpcTimeoutError",
     "SerializationError",
     "ServerError",
+    "StreamAbortedError",
+    "StreamCancelledError",
+    "StreamChecksumError",
+    "StreamError",
     "TransmitError",
+    "UnknownMethodError",
+    "UnknownObjectError",
 ]
 
 
@@ -115,3 +124,62 @@ class CriticalDriverError(EndpointError):
     Every ``on_error`` listener is told with this error; the connections on that
     driver are closed without a disconnect message and the driver is restarted.
     """
+
+
+class RpcError(EndpointError):
+    """A remote call failed on the way or on the other side."""
+
+
+class RpcTimeoutError(RpcError, TimeoutError):
+    """No answer to a remote call within its timeout (the remote side is told to cancel it)."""
+
+
+class UnknownObjectError(RpcError, LookupError):
+    """The peer exposes no object under the called id."""
+
+
+class UnknownMethodError(RpcError, AttributeError):
+    """The called object has no such remote method (or does not expose it)."""
+
+
+class RemoteError(RpcError):
+    """The remote method raised; the remote type name, message and traceback text come along.
+
+    For built-in exception types the raised error also subclasses the built-in (``except KeyError`` works).
+    """
+
+    def __init__(self, remote_type: str, remote_message: str, remote_traceback: str = "") -> None:
+        super().__init__(f"{remote_type}: {remote_message}" if remote_message else remote_type)
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        text = f"{self.remote_type}: {self.remote_message}" if self.remote_message else self.remote_type
+        if self.remote_traceback:
+            text += "\n\nRemote traceback:\n" + self.remote_traceback.rstrip()
+        return text
+
+
+class StreamError(EndpointError):
+    """A stream of chunks (a file, a large message) could not be sent or received whole."""
+
+
+class StreamAbortedError(StreamError):
+    """The sender gave up on the stream (cancelled, or its source failed); ``reason`` says why."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class StreamCancelledError(StreamError):
+    """The receiver declined or cancelled the stream; ``reason`` says why."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class StreamChecksumError(StreamError):
+    """The bytes received do not match the sender's length or CRC-32."""

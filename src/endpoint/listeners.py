@@ -66,6 +66,7 @@ class ListenerManager(Generic[C]):
         self.connect: tuple[Callable[[C], Any], ...] = ()
         self.disconnect: tuple[Callable[[C], Any], ...] = ()
         self.error: tuple[ErrorListener, ...] = ()
+        self.stream: tuple[Callable[[C, Any], Any], ...] = ()
         self._by_type: dict[type, tuple[Callable[[C, Any], Any], ...]] = {}
         self._resolved: dict[type, tuple[tuple[Callable[[C, Any], Any], ...], bool]] = {}
 
@@ -83,6 +84,10 @@ class ListenerManager(Generic[C]):
         self.error = (*self.error, listener)
         return listener
 
+    def add_stream(self, listener: F) -> F:
+        self.stream = (*self.stream, listener)
+        return listener
+
     def add_message(self, message_type: type, listener: F) -> F:
         if not isinstance(message_type, type):
             raise TypeError(f"on_message needs a class, got {message_type!r}")
@@ -93,7 +98,7 @@ class ListenerManager(Generic[C]):
     def remove(self, listener: Callable[..., Any]) -> bool:
         """Remove ``listener`` wherever it is registered; True if it was."""
         found = False
-        for name in ("connect", "disconnect", "error"):
+        for name in ("connect", "disconnect", "error", "stream"):
             current = getattr(self, name)
             if listener in current:
                 setattr(self, name, tuple(x for x in current if x != listener))
@@ -111,7 +116,7 @@ class ListenerManager(Generic[C]):
         return found
 
     def clear(self) -> None:
-        self.connect = self.disconnect = self.error = ()
+        self.connect = self.disconnect = self.error = self.stream = ()
         self._by_type.clear()
         self._resolved = {}
 

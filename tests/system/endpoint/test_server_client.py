@@ -347,32 +347,36 @@ async def test_sending_on_a_closed_connection_raises(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_a_too_large_message_is_refused_and_the_connection_keeps_working(
+async def test_a_message_over_the_max_length_is_streamed_whole_and_one_over_max_message_size_refused(
     transport: str, aeron_dir: Path, client_dir: Path, port: int
 ) -> None:
     at_server: list[object] = []
     at_client: list[object] = []
-    async with running_server(server_config(aeron_dir, port)) as server:
+    limit = 1 << 17
+    async with running_server(server_config(aeron_dir, port, max_message_size=limit)) as server:
         server.on_message(Blob, lambda c, m: at_server.append(m))
-        async with connected_client(client_config(transport, aeron_dir, client_dir), port) as (client, conn):
+        client_cfg = client_config(transport, aeron_dir, client_dir, max_message_size=limit)
+        async with connected_client(client_cfg, port) as (client, conn):
             client.on_message(Blob, lambda c, m: at_client.append(m))
             server_conn = await wait_until(lambda: server.connections and server.connections[0], 5)
-            too_big = Blob(b"x" * conn.max_message_length)
+            over_one_offer = Blob(bytes(range(256)) * (conn.max_message_length // 256 * 3))
+            # Only the awaited send can stream: the non-blocking ones refuse what one offer cannot carry.
             with pytest.raises(MessageTooLargeError):
-                await conn.send(too_big)
+                conn.send_nowait(over_one_offer)
             with pytest.raises(MessageTooLargeError):
-                conn.send_nowait(too_big)
-            with pytest.raises(MessageTooLargeError):
-                await server_conn.send(too_big)
-            with pytest.raises(MessageTooLargeError):
-                server.broadcast(too_big)
+                server.broadcast(over_one_offer)
+            over_limit = Blob(b"x" * limit)
+            with pytest.raises(MessageTooLargeError, match="max_message_size"):
+                await conn.send(over_limit)
+            with pytest.raises(MessageTooLargeError, match="max_message_size"):
+                await server_conn.send(over_limit)
 
-            fits = Blob(b"y" * (conn.max_message_length - 64))
-            await asyncio.wait_for(conn.send(fits), 5)
-            await asyncio.wait_for(server_conn.send(Blob(b"z")), 5)
-            await wait_until(lambda: at_server and at_client, 5)
-            assert at_server == [fits]
-            assert at_client == [Blob(b"z")]
+            await asyncio.wait_for(conn.send(over_one_offer), 10)
+            await asyncio.wait_for(server_conn.send(over_one_offer), 10)
+            await asyncio.wait_for(conn.send(Blob(b"after")), 5)
+            await wait_until(lambda: len(at_server) == 2 and at_client, 10)
+            assert at_server == [over_one_offer, Blob(b"after")]  # in order: the large one first
+            assert at_client == [over_one_offer]
             assert not conn.is_closed
             assert not server_conn.is_closed
 
