@@ -10,6 +10,7 @@ spin by default.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from driver.errors import ConfigurationError
@@ -23,6 +24,10 @@ __all__ = [
     "YieldingIdleStrategy",
     "idle_strategy_from_name",
 ]
+
+
+Park = Callable[[float], None]
+"""Sleep for up to the given seconds."""
 
 
 class IdleStrategy(Protocol):
@@ -68,10 +73,12 @@ class SleepingIdleStrategy:
         if sleep_period_ns <= 0:
             raise ConfigurationError("sleep_period_ns", sleep_period_ns, "must be > 0")
         self._period_s = sleep_period_ns / 1e9
+        self.park: Park = time.sleep
+        """How a sleep is taken; a runner may swap in one that also ends when the agent's sockets are readable."""
 
     def idle(self, work_count: int) -> None:
         if work_count <= 0:
-            time.sleep(self._period_s)
+            self.park(self._period_s)
 
     def reset(self) -> None:
         pass
@@ -103,6 +110,7 @@ class BackoffIdleStrategy:
         "_parks_at_max",
         "_spins",
         "_yields",
+        "park",
     )
 
     def __init__(
@@ -134,6 +142,8 @@ class BackoffIdleStrategy:
         self._yields = 0
         self._parks_at_max = 0
         self._park_s: float = self._min_park_s
+        self.park: Park = time.sleep
+        """How a park is taken; a runner may swap in one that also ends when the agent's sockets are readable."""
 
     def idle(self, work_count: int) -> None:
         if work_count > 0:
@@ -146,7 +156,7 @@ class BackoffIdleStrategy:
             self._yields += 1
             time.sleep(0)
         else:
-            time.sleep(self._park_s)
+            self.park(self._park_s)
             if self._park_s < self._max_park_s:
                 self._park_s = min(self._park_s * 2, self._max_park_s)
             elif self._parks_at_max < self._deep_after:

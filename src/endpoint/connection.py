@@ -128,7 +128,8 @@ class Connection:
         self.rtt: float | None = None
         """Round-trip time in seconds of the last answered ping."""
         self._paused = 0
-        self._backlog: collections.deque[tuple[Buffer, asyncio.Future[None]]] = collections.deque()
+        self._held_calls = 0
+        self._backlog: collections.deque[tuple[Buffer, asyncio.Future[None], float]] = collections.deque()
         self._writer: asyncio.Task[None] | None = None
         self.rpc = ConnectionRpc(self, endpoint.rpc)
         """Objects exposed to this peer only, and proxies of the peer's objects."""
@@ -255,25 +256,23 @@ class Connection:
                 raise TransmitError(f"{self!r}: offer failed with {result}")
         if self._closing:
             raise self._closed_error()
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._backlog.append((data, future))
-        if self._writer is None:
-            self._writer = asyncio.get_running_loop().create_task(self._write_backlog(), name=f"{self!r} writer")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         wait = self._send_timeout if timeout is None else timeout
-        try:
-            async with asyncio.timeout(wait):
-                await future
-        except TimeoutError:
-            raise TransmitError(f"{self!r}: back pressure for longer than {wait:g} s") from None
+        self._backlog.append((data, future, loop.time() + wait))
+        if self._writer is None:
+            self._writer = loop.create_task(self._write_backlog(), name=f"{self!r} writer")
+        await future
 
     async def _write_backlog(self) -> None:
         backlog = self._backlog
         offer = self._pub.offer
         backoff = Backoff(0.001)
+        time_now = asyncio.get_running_loop().time
         try:
             while backlog:
-                data, future = backlog[0]
-                if future.done():  # its sender timed out or was cancelled
+                data, future, deadline = backlog[0]
+                if future.done():  # its sender was cancelled
                     backlog.popleft()
                     continue
                 result = offer(data)
@@ -286,6 +285,10 @@ class Connection:
                     backoff.reset()
                     self._poke()
                 elif result in (BACK_PRESSURED, NOT_CONNECTED):
+                    if time_now() > deadline:  # the head waits longest; equal timeouts expire in order
+                        backlog.popleft()
+                        future.set_exception(TransmitError(f"{self!r}: back pressure outlasted the send timeout"))
+                        continue
                     await backoff.idle()
                 else:
                     backlog.popleft()
@@ -300,7 +303,7 @@ class Connection:
     def _fail_backlog(self) -> None:
         error = self._closed_error()
         while self._backlog:
-            _, future = self._backlog.popleft()
+            _, future, _ = self._backlog.popleft()
             if not future.done():
                 future.set_exception(error)
         if self._writer is not None:
@@ -456,12 +459,14 @@ class Connection:
                 self._enqueue((lambda c, m, r=result: r,), message, _MESSAGE)
 
     def _on_rpc_call(self, call: RpcCall) -> None:
-        if self._inbox:  # on_connect (or earlier messages) still running: the call starts after them
-            self._enqueue((self._run_queued_call,), call, _MESSAGE)
+        if self._held_calls:  # on_connect still running: the call (and any after it) starts after it
+            self._held_calls += 1
+            self._enqueue((self._run_held_call,), call, _MESSAGE)
         else:
             self.rpc._on_call(call)
 
-    def _run_queued_call(self, connection: Connection, call: RpcCall) -> None:
+    def _run_held_call(self, connection: Connection, call: RpcCall) -> None:
+        self._held_calls -= 1
         self.rpc._on_call(call)
 
     def _pause_reading(self) -> None:
@@ -508,7 +513,11 @@ class Connection:
     def _fire_connect(self) -> None:
         listeners = self._listeners.connect
         if listeners:
-            self._enqueue(listeners, None, _CONNECT)
+            self._held_calls += 1  # calls wait until on_connect has run (it may expose objects)
+            self._enqueue((*listeners, self._release_calls), None, _CONNECT)
+
+    def _release_calls(self, connection: Connection) -> None:
+        self._held_calls -= 1
 
     # ------------------------------------------------------------------ liveness (poller, every tick)
 

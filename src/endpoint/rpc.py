@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import collections
 import contextvars
 import functools
 import inspect
@@ -299,6 +300,10 @@ class ConnectionRpc(RpcRegistry):
         self._pool: CorrelationPool[tuple[asyncio.Future[Any], int, str]] = CorrelationPool(config.max_pending_calls)
         self._slot_waiters: list[asyncio.Future[None]] = []
         self._running: dict[int, asyncio.Task[Any]] = {}
+        # Deadlines of our calls, one FIFO per timeout value (so each is in deadline order); answered calls
+        # are left in place and skipped, and a queue is compacted when it outgrows the calls in flight.
+        self._deadlines: dict[float, collections.deque[tuple[float, int]]] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
         self._encode = config.serialization.encode
         self.calls_made = 0
         self.calls_served = 0
@@ -340,7 +345,7 @@ class ConnectionRpc(RpcRegistry):
             await self._wait_for_slot(loop, timeout)
         future: asyncio.Future[Any] = loop.create_future()
         call_id = pool.acquire((future, object_id, method))
-        timer = loop.call_later(timeout, self._expire, call_id, timeout)
+        self._track_deadline(loop, timeout, call_id)
         try:
             data = self._encode(RpcCall(call_id, object_id, method, list(args), kwargs or None))
             if not connection._offer_now(data):
@@ -352,8 +357,6 @@ class ConnectionRpc(RpcRegistry):
                 connection._send_control(RpcCancel(call_id), must_arrive=True)
                 self._wake_slot_waiter()
             raise
-        finally:
-            timer.cancel()
 
     async def _send_oneway(self, object_id: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         connection = self.connection
@@ -388,8 +391,47 @@ class ConnectionRpc(RpcRegistry):
                 waiter.set_result(None)
                 return
 
+    def _track_deadline(self, loop: asyncio.AbstractEventLoop, timeout: float, call_id: int) -> None:
+        """One deque append per call instead of a timer each (a timer costs a heap push and a cancel)."""
+        queue = self._deadlines.get(timeout)
+        if queue is None:
+            queue = self._deadlines[timeout] = collections.deque()
+        deadline = loop.time() + timeout
+        queue.append((deadline, call_id))
+        if len(queue) > 2 * len(self._pool) + 1024:
+            get = self._pool.get
+            self._deadlines[timeout] = collections.deque(item for item in queue if get(item[1]) is not None)
+        sweeper = self._sweeper
+        if sweeper is None or deadline < sweeper.when():  # a shorter timeout than any so far
+            if sweeper is not None:
+                sweeper.cancel()
+            self._sweeper = loop.call_at(deadline, self._sweep)
+
+    def _sweep(self) -> None:
+        """Expire the calls whose deadline has passed; wake again at the next deadline still pending."""
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        get = self._pool.get
+        following = float("inf")
+        for timeout, queue in list(self._deadlines.items()):
+            while queue:
+                deadline, call_id = queue[0]
+                if get(call_id) is None:
+                    queue.popleft()
+                elif deadline <= now:
+                    queue.popleft()
+                    self._expire(call_id, timeout)
+                else:
+                    following = min(following, deadline)
+                    break
+            if not queue:
+                del self._deadlines[timeout]
+        if following != float("inf"):
+            self._sweeper = loop.call_at(following, self._sweep)
+
     def _expire(self, call_id: int, timeout: float) -> None:
-        entry = self._pool.release(call_id)
+        entry = self._pool.discard(call_id)
         if entry is None:
             return
         future, object_id, method = entry
@@ -515,3 +557,7 @@ class ConnectionRpc(RpcRegistry):
         for task in self._running.values():
             task.cancel()
         self._running.clear()
+        self._deadlines.clear()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None

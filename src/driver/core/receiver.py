@@ -8,6 +8,7 @@ cooldowns after an image was removed, expire on the same cycle.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 
 from driver.clock import NanoClock
@@ -34,6 +35,10 @@ class Receiver:
 
     def on_start(self) -> None:
         pass
+
+    def readable_sockets(self) -> list[socket.socket]:
+        """What an idle park also waits on (data, setups and feedback arrive on these)."""
+        return [endpoint.transport.socket for endpoint in self.endpoints]
 
     def do_work(self) -> int:
         now_ns = self._clock.nano_time()

@@ -9,6 +9,7 @@ sender does, so that feedback is never starved by a busy send path.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 
 from driver.clock import NanoClock
@@ -33,6 +34,10 @@ class Sender:
 
     def on_start(self) -> None:
         pass
+
+    def readable_sockets(self) -> list[socket.socket]:
+        """What an idle park also waits on (data, setups and feedback arrive on these)."""
+        return [endpoint.transport.socket for endpoint in self.endpoints]
 
     def do_work(self) -> int:
         now_ns = self._clock.nano_time()
