@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -47,6 +47,47 @@ def serialization() -> Serialization:
     ser = Serialization()
     ser.register(Move)
     ser.register(Probe)
+    return ser
+
+
+# -- the RPC benchmark's interface (benchmarks/rpc_calls.py) ------------------------------------------------------
+
+
+SKU = "sku-0123456789abcdef0123456789ab"
+"""The 32-character string of every call."""
+assert len(SKU) == 32
+CALC_OBJECT_ID = 1
+
+
+@attrs.define(slots=True)
+class Order:
+    """The argument of every call: an int and a 32-byte string."""
+
+    qty: int
+    sku: str
+
+
+class Pricing(Protocol):
+    """The remote interface: ``price(order)`` answers an int."""
+
+    async def price(self, order: Order) -> int: ...
+
+
+def price_of(qty: int, sku: str) -> int:
+    """What every server (ours, grpcio, pyzmq) computes: the same tiny piece of work."""
+    return qty * 3 + len(sku)
+
+
+class PricingService:
+    """Our server's implementation (an ``async def``, as a user would write it; it never suspends)."""
+
+    async def price(self, order: Order) -> int:
+        return price_of(order.qty, order.sku)
+
+
+def rpc_serialization() -> Serialization:
+    ser = Serialization()
+    ser.register(Order, type_id=1)
     return ser
 
 
