@@ -208,7 +208,12 @@ def remote_error(type_name: str, message: str, remote_traceback: str) -> RemoteE
     if cls is None:
         cls = RemoteError
         base = getattr(builtins, type_name, None) if "." not in type_name else None
-        if isinstance(base, type) and issubclass(base, Exception) and not issubclass(base, RemoteError):
+        if (
+            isinstance(base, type)
+            and issubclass(base, Exception)
+            # raised out of an awaited future these would end the caller's await as a return, not an error
+            and not issubclass(base, (StopIteration, StopAsyncIteration))
+        ):
             try:
                 candidate = type(f"Remote{type_name}", (RemoteError, base), {"__module__": __name__})
                 candidate(type_name, message, remote_traceback)
@@ -493,9 +498,11 @@ class ConnectionRpc(RpcRegistry):
         task.add_done_callback(functools.partial(self._finished, call_id))
 
     def _finished(self, call_id: int, task: asyncio.Task[Any]) -> None:
-        self._running.pop(call_id, None)
+        ours = self._running.pop(call_id, None) is not None
         if task.cancelled():
-            return  # the caller cancelled (and is not waiting), or the connection closed
+            if ours:  # cancelled by something of the method's own, not by the caller or a close: say so
+                self._raised(call_id, asyncio.CancelledError(f"the invoked method was cancelled: {task!r}"))
+            return
         exc = task.exception()
         if exc is not None:
             self._raised(call_id, exc)

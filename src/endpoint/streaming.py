@@ -275,6 +275,8 @@ class StreamManager:
         try:
             await connection._send_message(StreamOpen(stream_id, kind, name, size, metadata), timeout)
             async for length in _fill(source, payload):
+                if connection._closing:
+                    raise connection._closed_error()
                 if state.cancel_reason is not None:
                     raise StreamCancelledError(
                         f"stream {stream_id} ({name!r}) cancelled by the receiver: {state.cancel_reason}",
@@ -400,8 +402,6 @@ class StreamManager:
             stream._fail(error)
         self._incoming.clear()
         self._assemblies.clear()
-        for state in self._outgoing.values():
-            state.cancel_reason = state.cancel_reason or "the connection closed"
 
 
 # ---------------------------------------------------------------------------------------------- sources
