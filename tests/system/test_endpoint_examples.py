@@ -1,4 +1,4 @@
-"""The end point examples (echo, chat, game state) run as real processes, with small bounded parameters.
+"""The end point examples (echo, chat, game state, RPC, file transfer) run as real processes, with small parameters.
 
 Each test gets its own driver directories (the ``aeron_dir`` fixture for the
 server, ``<aeron_dir>-<name>`` for end points that must not share its driver)
@@ -9,6 +9,8 @@ removes whatever a failing test left behind.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import shutil
 import signal
@@ -257,5 +259,114 @@ def test_game_state_stops_early_on_sigterm(dirs: Dirs, port: int, tmp_path: Path
     summary = _summary(out)
     assert summary["connected"] == 4
     assert summary["snapshots_received"] > 0
+    assert "Traceback" not in out
+    assert dirs.left_behind() == []
+
+
+# --------------------------------------------------------------------------- RPC (inventory)
+
+
+@pytest.mark.parametrize("transport", ["ipc", "udp"])
+def test_rpc_service_and_client(transport: str, dirs: Dirs, port: int, tmp_path: Path, env: dict[str, str]) -> None:
+    """Typed calls, remote KeyError/ValueError, a timeout that cancels the callee, a callback, a one-way note."""
+    service_args = ["--port", str(port), "--aeron-dir", dirs.server, "--once"]
+    with example("rpc_service.py", service_args, tmp_path, env) as service:
+        service.wait_for_output("Ctrl-C stops")
+        client_args = ["--port", str(port), "--connect-timeout", "30", "--timeout", "20"]
+        client_args += ["--aeron-dir", dirs.server] if transport == "ipc" else ["--aeron-dir", dirs.own("c"), "--udp"]
+        with example("rpc_client.py", client_args, tmp_path, env) as client:
+            assert client.wait(60) == 0, client.output()
+        # --once: the service stops by itself once its client has left.
+        assert service.wait(30) == 0, service.output()
+        called, served = client.output(), service.output()
+    assert f"rpc client: connected over {transport} as " in called
+    for line in (
+        "add(sword, 3) -> 3",
+        "take(sword, 1) -> 2",
+        "find(shield) -> Item(sku='shield', name='Round shield', price_cents=900)",
+        "5 concurrent add(arrow, 10) -> [10, 20, 30, 40, 50]",
+        "stock() -> {'sword': 2, 'shield': 2, 'arrow': 50}",
+        "take(bow, 1) -> remote KeyError: 'bow'",
+        "take(sword, 10) -> remote ValueError: only 2 of 'sword' in stock, 10 asked for",
+        "audit(30) with a 0.3 s timeout -> RpcTimeoutError",
+        "approver: asked to buy 4 x shield for 36.00 -> yes",
+        "reorder(shield, 4) -> 6",
+        "approver: asked to buy 10 x sword for 125.00 -> no, over the budget of 50.00",
+        "reorder(sword, 10) -> 2",
+        "audit(0) -> 58",
+        "rpc client: all answers as expected",
+    ):
+        assert line in called, called
+    assert re.search(rf"inventory service: client \d+ connected over {transport}", served), served
+    assert re.search(r"inventory service: audit for client \d+ cancelled \(the caller gave up\)", served), served
+    assert "inventory service: reordered 4 x shield (36.00), approved" in served
+    assert "inventory service: reorder of 10 x sword (125.00) declined" in served
+    assert re.search(r"inventory service: note from client \d+: client done", served), served
+    assert re.search(r"inventory service: client \d+ left \(done\); it made 17 calls, we made 2", served), served
+    assert "inventory service: stopped after 17 calls" in served
+    assert "Traceback" not in called + served
+    assert dirs.left_behind() == []
+
+
+def test_rpc_client_reports_a_missing_service(dirs: Dirs, port: int, tmp_path: Path, env: dict[str, str]) -> None:
+    args = ["--port", str(port), "--aeron-dir", dirs.own("client"), "--connect-timeout", "1"]
+    with example("rpc_client.py", args, tmp_path, env) as client:
+        assert client.wait(60) == 1, client.output()
+    assert f"rpc client: no service at 127.0.0.1:{port} (within 1 s)" in client.output()
+    assert "Traceback" not in client.output()
+
+
+# --------------------------------------------------------------------------- file transfer
+
+
+@pytest.mark.parametrize("transport", ["ipc", "udp"])
+def test_file_transfer(transport: str, dirs: Dirs, port: int, tmp_path: Path, env: dict[str, str]) -> None:
+    """A receiver process saves what a sender process streams; both check the SHA-256 and exit 0."""
+    source = tmp_path / "payload.bin"
+    source.write_bytes(os.urandom(3 << 20) + b"tail")  # several chunks and a short last one
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    downloads = tmp_path / "downloads"
+    receive_args = ["receive", str(downloads), "--port", str(port), "--aeron-dir", dirs.server, "--timeout", "30"]
+    with example("file_transfer.py", receive_args, tmp_path, env) as receiver:
+        receiver.wait_for_output("receiver: listening on")
+        send_args = ["send", str(source), "--port", str(port), "--connect-timeout", "30", "--timeout", "30"]
+        send_args += ["--aeron-dir", dirs.server] if transport == "ipc" else ["--aeron-dir", dirs.own("s"), "--udp"]
+        with example("file_transfer.py", send_args, tmp_path, env) as sender:
+            assert sender.wait(60) == 0, sender.output()
+        assert receiver.wait(30) == 0, receiver.output()  # --count 1: it stops after one file
+        sent, received = sender.output(), receiver.output()
+    assert (downloads / "payload.bin").read_bytes() == source.read_bytes()
+    assert [p.name for p in downloads.iterdir()] == ["payload.bin"], "a partial file was left behind"
+    assert f"sender: payload.bin: {source.stat().st_size:,} bytes, sha256 {digest}" in sent, sent
+    assert f"sender: connected over {transport}, chunks of 524,278" in sent, sent
+    assert f"sender: receiver says: verified: payload.bin, {source.stat().st_size} bytes, sha256 {digest}" in sent
+    assert f"receiver: sha256 {digest} matches the sender's" in received, received
+    assert "receiver: stopped, 1 file(s) verified, 0 failed" in received, received
+    assert "send payload.bin" in sent  # the progress bars' final state
+    assert "receive payload.bin" in received
+    assert "Traceback" not in sent + received
+    assert dirs.left_behind() == []
+
+
+def test_file_transfer_sender_reports_a_missing_receiver(
+    dirs: Dirs, port: int, tmp_path: Path, env: dict[str, str]
+) -> None:
+    source = tmp_path / "small.bin"
+    source.write_bytes(b"x" * 1000)
+    args = ["send", str(source), "--port", str(port), "--aeron-dir", dirs.own("s"), "--connect-timeout", "1"]
+    with example("file_transfer.py", args, tmp_path, env) as sender:
+        assert sender.wait(60) == 1, sender.output()
+    assert f"sender: no receiver at 127.0.0.1:{port} (within 1 s)" in sender.output()
+    assert "Traceback" not in sender.output()
+
+
+def test_file_transfer_demo(dirs: Dirs, tmp_path: Path, env: dict[str, str]) -> None:
+    args = ["demo", "--size-mib", "4", "--aeron-dir", dirs.server, "--timeout", "30"]
+    with example("file_transfer.py", args, tmp_path, env) as demo:
+        assert demo.wait(60) == 0, demo.output()
+        out = demo.output()
+    assert "sender: connected over ipc" in out, out
+    assert re.search(r"receiver: sha256 [0-9a-f]{64} matches the sender's", out), out
+    assert "demo: the copy is identical" in out, out
     assert "Traceback" not in out
     assert dirs.left_behind() == []
