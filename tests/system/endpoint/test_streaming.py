@@ -442,7 +442,7 @@ async def test_no_stream_listener_declines_the_stream(pair: Pair) -> None:
 async def test_a_slow_consumer_behind_a_small_window_gets_everything_and_the_connection_lives(
     transport: str, aeron_dir: Path, client_dir: Path, port: int
 ) -> None:
-    liveness = {"ping_interval": 0.2, "peer_timeout": 1.0}
+    liveness = {"ping_interval": 0.2, "peer_timeout": 1.5}
     window = 64 * 1024
     async with open_pair(
         transport, aeron_dir, client_dir, port, server={**liveness, "stream_window": window}, client=liveness
@@ -456,7 +456,7 @@ async def test_a_slow_consumer_behind_a_small_window_gets_everything_and_the_con
             async for chunk in stream:
                 got.append(chunk)
                 most_buffered = max(most_buffered, stream._buffered)
-                await asyncio.sleep(0.004)  # ~256 chunks: longer in all than the peer timeout
+                await asyncio.sleep(0.007)  # ~256 chunks: longer in all than the peer timeout
 
         p.server.on_stream(on_stream)
         async with asyncio.timeout(BOUND):

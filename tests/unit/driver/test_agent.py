@@ -180,6 +180,7 @@ def test_a_runner_gives_a_socket_agents_idle_strategy_a_socket_park() -> None:
     agent = SocketAgent()
     strategy = BackoffIdleStrategy()
     runner = AgentRunner(agent, strategy, lambda exc: None)
+    runner.park_on_sockets = True
     sender = _bound_udp_socket()
     try:
         address = agent.sock.getsockname()
