@@ -3,8 +3,9 @@
 What crosses the process boundary is only what real deployments share: the driver directory (IPC) or UDP on
 127.0.0.1. The peer prints one JSON object a line; the test follows them with bounded waits. A peer SIGKILLed
 mid-call says no goodbye: the server notices within its ``peer_timeout`` and cancels the invocation still running
-for it. The 1 GiB stream goes over UDP with 2% of the datagrams dropped on receipt by the peer's driver (its
-``aeron.debug.receive.loss.rate``), repaired by NAKs, and is checked by SHA-256 (and CRC-32 by the stream itself).
+for it. The 1 GiB stream goes over UDP through a standalone driver (``python -m driver``) that drops 2% of the
+datagrams it receives (``aeron.debug.receive.loss.rate``), repaired by NAKs, and is checked by SHA-256 (and by
+CRC-32 within the stream itself).
 """
 
 # Protocol classes are what proxy() is for, though its ``type[T]`` parameter makes mypy ask for concrete ones.
