@@ -144,6 +144,18 @@ def rss_breakdown(pid: int) -> dict[str, int]:
     return out
 
 
+async def serve_until_stopped(server: Any, ready: Any, stop: Any, out: Any, timeout: float) -> None:
+    """Bind an end point server, say so on ``ready`` and serve until ``stop`` (or ``timeout``); a failure is
+    reported on ``out`` for the parent before it is raised."""
+    try:
+        async with server:
+            ready.set()
+            await wait_event(stop, timeout)
+    except Exception as exc:
+        out.put(f"server: {type(exc).__name__}: {exc}")
+        raise
+
+
 async def wait_event(event: Any, timeout: float, interval: float = 0.02) -> bool:
     """Wait for a multiprocessing Event without blocking the event loop (the end points must keep polling)."""
     deadline = time.monotonic() + timeout

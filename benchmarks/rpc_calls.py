@@ -64,6 +64,7 @@ from _endpoint_common import (
     price_of,
     rpc_serialization,
     run_async,
+    serve_until_stopped,
     wait_event,
 )
 
@@ -195,13 +196,7 @@ def endpoint_server(
         )
         server = Server(config)
         server.rpc.expose(PricingService(), CALC_OBJECT_ID, interface=Pricing)
-        try:
-            async with server:
-                ready.set()
-                await wait_event(stop, RUN_TIMEOUT_S + 60)
-        except Exception as exc:
-            out.put(f"server: {type(exc).__name__}: {exc}")
-            raise
+        await serve_until_stopped(server, ready, stop, out, RUN_TIMEOUT_S + 60)
 
     run_async(serve, "RPC server (ours)" if profile else "")
 

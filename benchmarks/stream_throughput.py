@@ -63,7 +63,7 @@ from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fresh_aeron_dir, print_table
-from _endpoint_common import children, free_tcp_port, free_udp_port, run_async, wait_event
+from _endpoint_common import children, free_tcp_port, free_udp_port, run_async, serve_until_stopped, wait_event
 
 from endpoint.streaming import CHUNK_HEADER_LENGTH
 
@@ -213,13 +213,7 @@ def endpoint_receiver(
         def failed(conn: Connection | None, exc: BaseException) -> None:
             out.put(f"server: {type(exc).__name__}: {exc}")
 
-        try:
-            async with server:
-                ready.set()
-                await wait_event(stop, RUN_TIMEOUT_S + 60)
-        except Exception as exc:
-            out.put(f"server: {type(exc).__name__}: {exc}")
-            raise
+        await serve_until_stopped(server, ready, stop, out, RUN_TIMEOUT_S + 60)
 
     run_async(serve, "stream receiver (ours)" if profile else "")
 

@@ -241,19 +241,8 @@ class Connection:
         Under back pressure, senders queue in order behind one writer task that offers as the log frees up:
         thousands of waiting calls cost one poll each time, not one each, and none starves.
         """
-        if not self._backlog:
-            offer = self._pub.offer
-            result = offer(data)
-            if result == ADMIN_ACTION:
-                result = offer(data)
-            if result >= 0:
-                self._sent += 1
-                self._poke()
-                return
-            if result == CLOSED:
-                raise self._closed_error()
-            if result not in (BACK_PRESSURED, NOT_CONNECTED, ADMIN_ACTION):
-                raise TransmitError(f"{self!r}: offer failed with {result}")
+        if self._offer_now(data):
+            return
         if self._closing:
             raise self._closed_error()
         loop = asyncio.get_running_loop()
