@@ -309,6 +309,8 @@ class ConnectionRpc(RpcRegistry):
         # are left in place and skipped, and a queue is compacted when it outgrows the calls in flight.
         self._deadlines: dict[float, collections.deque[tuple[float, int]]] = {}
         self._sweeper: asyncio.TimerHandle | None = None
+        self._tracked = 0
+        """Entries in all deadline queues together."""
         self._encode = config.serialization.encode
         self.calls_made = 0
         self.calls_served = 0
@@ -328,8 +330,13 @@ class ConnectionRpc(RpcRegistry):
         """Answers that came after their call had ended (timed out or cancelled): dropped."""
         return self._pool.stale
 
-    def proxy(self, interface: type[T], object_id: int, *, timeout: float | None = None) -> T:
-        """A stand-in for the peer's object ``object_id``: each method of ``interface`` returns an awaitable."""
+    def proxy(self, interface: Callable[..., T], object_id: int, *, timeout: float | None = None) -> T:
+        """A stand-in for the peer's object ``object_id``: each method of ``interface`` returns an awaitable.
+
+        ``interface`` is typed as a callable rather than ``type[T]`` so a ``Protocol`` (abstract) is accepted.
+        """
+        if not isinstance(interface, type):
+            raise TypeError(f"interface must be a class (a Protocol), got {interface!r}")
         if timeout is not None and not timeout > 0:
             raise ConfigurationError(f"timeout={timeout!r} is not allowed: seconds > 0, or None for rpc_timeout")
         return _proxy_class(interface)(self, object_id, timeout)  # type: ignore[return-value]
@@ -378,11 +385,16 @@ class ConnectionRpc(RpcRegistry):
             waiter: asyncio.Future[None] = loop.create_future()
             self._slot_waiters.append(waiter)
             try:
-                await asyncio.wait_for(waiter, max(0.0, deadline - loop.time()))
+                async with asyncio.timeout_at(deadline):
+                    await waiter
             except TimeoutError:
                 raise RpcTimeoutError(
                     f"no call slot freed within {timeout:g} s: {self._pool.capacity} calls already pending"
                 ) from None
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():  # granted a slot, then cancelled: pass it on
+                    self._wake_slot_waiter()
+                raise
             finally:
                 if waiter in self._slot_waiters:
                     self._slot_waiters.remove(waiter)
@@ -403,14 +415,24 @@ class ConnectionRpc(RpcRegistry):
             queue = self._deadlines[timeout] = collections.deque()
         deadline = loop.time() + timeout
         queue.append((deadline, call_id))
-        if len(queue) > 2 * len(self._pool) + 1024:
-            get = self._pool.get
-            self._deadlines[timeout] = collections.deque(item for item in queue if get(item[1]) is not None)
+        self._tracked += 1
+        if self._tracked > 2 * len(self._pool) + 1024:
+            self._compact_deadlines()
         sweeper = self._sweeper
         if sweeper is None or deadline < sweeper.when():  # a shorter timeout than any so far
             if sweeper is not None:
                 sweeper.cancel()
             self._sweeper = loop.call_at(deadline, self._sweep)
+
+    def _compact_deadlines(self) -> None:
+        """Drop the deadlines of answered calls from every queue (and the queues left empty)."""
+        get = self._pool.get
+        kept = {
+            timeout: collections.deque(item for item in queue if get(item[1]) is not None)
+            for timeout, queue in self._deadlines.items()
+        }
+        self._deadlines = {timeout: queue for timeout, queue in kept.items() if queue}
+        self._tracked = sum(len(queue) for queue in self._deadlines.values())
 
     def _sweep(self) -> None:
         """Expire the calls whose deadline has passed; wake again at the next deadline still pending."""
@@ -424,8 +446,10 @@ class ConnectionRpc(RpcRegistry):
                 deadline, call_id = queue[0]
                 if get(call_id) is None:
                     queue.popleft()
+                    self._tracked -= 1
                 elif deadline <= now:
                     queue.popleft()
+                    self._tracked -= 1
                     self._expire(call_id, timeout)
                 else:
                     following = min(following, deadline)
@@ -565,6 +589,7 @@ class ConnectionRpc(RpcRegistry):
             task.cancel()
         self._running.clear()
         self._deadlines.clear()
+        self._tracked = 0
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None

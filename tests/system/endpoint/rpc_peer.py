@@ -13,7 +13,6 @@ Every wait is bounded (``--deadline``).
 """
 
 # Protocol classes are what proxy() is for, though its ``type[T]`` parameter makes mypy ask for concrete ones.
-# mypy: disable-error-code="type-abstract"
 
 from __future__ import annotations
 

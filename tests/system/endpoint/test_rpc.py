@@ -7,12 +7,10 @@ Cancellation of a callee's invocation is observed through an ``asyncio.Event`` i
 """
 
 # Protocol classes are what proxy() is for, though its ``type[T]`` parameter makes mypy ask for concrete ones.
-# mypy: disable-error-code="type-abstract"
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -682,17 +680,9 @@ def deadline_entries(rpc: Any) -> int:
     return len(rpc._deadlines) + sum(len(queue) for queue in rpc._deadlines.values())
 
 
-DISTINCT_TIMEOUTS_XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason="src/endpoint/rpc.py ConnectionRpc._track_deadline keeps one deque per distinct timeout value and "
-    "compacts a deque only when that deque outgrows the calls in flight: with a timeout per call, one deque per "
-    "answered call stays until its deadline passes",
-)
-
-
 @pytest.mark.parametrize(
     "distinct",
-    [pytest.param(False, id="one_timeout"), pytest.param(True, id="distinct_timeouts", marks=DISTINCT_TIMEOUTS_XFAIL)],
+    [pytest.param(False, id="one_timeout"), pytest.param(True, id="distinct_timeouts")],
 )
 async def test_answered_calls_leave_bounded_deadline_bookkeeping(pair: Pair, distinct: bool) -> None:
     """However many calls were answered, what is kept for their timeouts stays bounded by the calls in flight
@@ -752,12 +742,6 @@ async def test_a_call_waiting_for_a_slot_times_out_unsent_and_the_slot_frees_lat
         await p.settled()
 
 
-@pytest.mark.xfail(
-    sys.version_info < (3, 12),
-    strict=True,
-    reason="src/endpoint/rpc.py ConnectionRpc._wait_for_slot awaits the slot through asyncio.wait_for, which on "
-    "Python 3.11 swallows a cancellation that comes as the slot is granted: the cancelled call is sent and answered",
-)
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_cancelling_a_call_waiting_for_a_slot_as_the_slot_frees(
     transport: str, aeron_dir: Path, client_dir: Path, port: int

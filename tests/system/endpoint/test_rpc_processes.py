@@ -9,7 +9,6 @@ CRC-32 within the stream itself).
 """
 
 # Protocol classes are what proxy() is for, though its ``type[T]`` parameter makes mypy ask for concrete ones.
-# mypy: disable-error-code="type-abstract"
 
 from __future__ import annotations
 
