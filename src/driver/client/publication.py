@@ -671,6 +671,55 @@ class ExclusivePublication(Publication):
             )
         )
 
+    def offer_block(self, buffer: Buffer, offset: int = 0, length: int | None = None) -> int:
+        """Append whole, already framed frames (an archive's replay): the block must start at this
+        publication's position, stay within the current term, and its first frame must carry this
+        publication's term offset, session, stream and term id (every frame should).
+
+        Returns the new position, or a negative status as :meth:`offer` does (ADMIN_ACTION: the term
+        was full and has rotated; offer again).
+        """
+        if self._is_closed:
+            return CLOSED
+        view = memoryview(buffer).cast("B")
+        if length is None:
+            length = len(view) - offset
+        term_offset = self._term_offset
+        term_length = self.term_buffer_length
+        if term_offset >= term_length:
+            return self._new_exclusive_position(-1)
+        if length <= 0 or length & 31 or offset < 0 or offset + length > len(view):
+            raise ValueError(f"a block is a whole number of 32-byte aligned frames; got length {length}")
+        if term_offset + length > term_length:
+            raise ValueError(f"block of {length} bytes at term offset {term_offset} runs past the term ({term_length})")
+        position = self._term_begin_position + term_offset
+        if position >= self._limit.get_long_volatile(0):
+            return self._back_pressure_status(position, length)
+        first = view[offset : offset + 24]
+        frame_term_offset = int.from_bytes(first[8:12], "little", signed=True)
+        session_id = int.from_bytes(first[12:16], "little", signed=True)
+        stream_id = int.from_bytes(first[16:20], "little", signed=True)
+        frame_term_id = int.from_bytes(first[20:24], "little", signed=True)
+        if (frame_term_offset, session_id, stream_id, frame_term_id) != (
+            term_offset,
+            self.session_id,
+            self.stream_id,
+            self._term_id,
+        ):
+            raise ValueError(
+                f"block's first frame (term offset {frame_term_offset}, session {session_id}, stream {stream_id}, "
+                f"term id {frame_term_id}) does not continue this publication (term offset {term_offset}, "
+                f"session {self.session_id}, stream {self.stream_id}, term id {self._term_id})"
+            )
+        index = self._active_index
+        term = self._terms[index]
+        resulting = term_offset + length
+        self._meta.put_long_ordered(index << 3, (self._term_id << 32) | resulting)
+        term.put_bytes(term_offset + 4, view, offset + 4, length - 4)
+        term.put_int_ordered(term_offset, int.from_bytes(view[offset : offset + 4], "little", signed=True))
+        self._term_offset = resulting
+        return self._term_begin_position + resulting
+
     def append_padding(self, length: int) -> int:
         """Append a padding frame of ``length`` bytes (skipped by subscribers), e.g. to align a stream."""
         self._check_max_message_length(length)

@@ -247,6 +247,29 @@ class Image:
             counter.put_long_ordered(0, position + new_offset - offset)
         return fragments
 
+    def block_poll(self, handler: Callable[[memoryview, int], object], block_length_limit: int) -> int:
+        """Hand ``handler(frames, position)`` the raw committed frames from this position, whole, up to
+        ``block_length_limit`` bytes and never past the end of the term; returns the block's length.
+
+        The block is the term's own bytes (headers, padding and all), as an archive
+        records them. The position moves past the block only when the handler
+        returns, so a handler that raises (a failed write) loses nothing.
+        """
+        if self._is_closed:
+            return 0
+        counter = self._position
+        position = counter.get_long(0)
+        index = (position >> self._position_bits_to_shift) % 3
+        offset = position & self._mask
+        limit = min(block_length_limit, self.term_buffer_length - offset)
+        available, padding = self._terms[index].scan_for_availability(offset, limit)
+        length = available + padding
+        if length == 0:
+            return 0
+        handler(self._term_views[index][offset : offset + length], position)
+        counter.put_long_ordered(0, position + length)
+        return length
+
     def _consume_to(self, position: int) -> None:
         """Move the position forward to ``position`` (end of a fragment already delivered)."""
         if not self._is_closed and position > self._position.get_long(0):

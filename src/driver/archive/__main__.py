@@ -1,0 +1,60 @@
+"""``python -m driver.archive``: run an archive beside a driver, or an archiving driver (both in this process)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from driver.archive.archive import Archive, ArchivingMediaDriver
+from driver.archive.context import ArchiveContext
+from driver.config import DriverContext
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m driver.archive", description="Run an archive of recorded streams.")
+    p.add_argument("--archive-dir", help="where recordings and the catalog live (aeron.archive.dir)")
+    p.add_argument("-d", "--aeron-dir", help="the driver's directory (aeron.dir)")
+    p.add_argument("--with-driver", action="store_true", help="also run a media driver in this process")
+    p.add_argument("--segment-file-length", help="aeron.archive.segment.file.length (e.g. 128m)")
+    p.add_argument("--file-sync-level", help="aeron.archive.file.sync.level: 0 none, 1 data, 2 data and metadata")
+    p.add_argument("--control-channel", help="aeron.archive.control.channel")
+    p.add_argument("--control-stream-id", help="aeron.archive.control.stream.id")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    overrides = {
+        name: value
+        for name, value in (
+            ("archive_dir", args.archive_dir),
+            ("aeron_dir", args.aeron_dir),
+            ("segment_file_length", args.segment_file_length),
+            ("file_sync_level", args.file_sync_level),
+            ("control_channel", args.control_channel),
+            ("control_stream_id", args.control_stream_id),
+        )
+        if value is not None
+    }
+    if isinstance(overrides.get("file_sync_level"), str):
+        overrides["file_sync_level"] = int(str(overrides["file_sync_level"]))
+    context = ArchiveContext.from_env(**overrides)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    if args.with_driver:
+        driver_context = DriverContext.from_env(aeron_dir=context.aeron_dir) if args.aeron_dir else None
+        host: Archive | ArchivingMediaDriver = ArchivingMediaDriver.launch(driver_context, context)
+    else:
+        host = Archive.launch(context)
+    with host:
+        print(f"archive ready: {context.archive_dir} (driver {context.aeron_dir})", flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

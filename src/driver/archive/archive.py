@@ -1,0 +1,174 @@
+"""Running an archive: beside an existing driver, or together with one (an archiving driver)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from typing import Any
+
+from driver.agent import AgentRunner
+from driver.archive.catalog import Catalog, RecordingDescriptor
+from driver.archive.conductor import ArchiveConductor, recover_catalog
+from driver.archive.context import ArchiveContext
+from driver.archive.errors import ArchiveTimeoutError
+from driver.archive.mark import MarkFile
+from driver.archive.recorder import SyncLevel
+from driver.archive.replayer import FOLLOW
+from driver.client.aeron import Aeron
+from driver.config import DriverContext
+from driver.core.media_driver import MediaDriver
+from driver.idle import idle_strategy_from_name
+
+__all__ = ["Archive", "ArchivingMediaDriver"]
+
+
+class Archive:
+    """An archive agent on its own thread, with its own client of the driver in ``context.aeron_dir``.
+
+    The methods are the archive's operations for callers in the same process;
+    other processes use :class:`~driver.archive.client.ArchiveClient` over the
+    control channel. Each waits for the conductor's answer at most ``timeout`` s.
+    """
+
+    def __init__(self, context: ArchiveContext) -> None:
+        self.context = context.conclude()
+        self._mark = MarkFile(context.archive_dir, context.control_channel)
+        self._aeron: Aeron | None = None
+        self._catalog: Catalog | None = None
+        self._runner: AgentRunner | None = None
+        try:
+            self._catalog = Catalog(context.archive_dir, sync=context.catalog_file_sync_level > SyncLevel.NONE)
+            self.recovered = recover_catalog(self._catalog, context.archive_dir)
+            self._aeron = Aeron.connect(
+                aeron_dir=context.aeron_dir, use_conductor_agent_invoker=True, error_handler=context.error_handler
+            )
+            self.conductor = ArchiveConductor(context, self._aeron, self._catalog)
+            self._runner = AgentRunner(
+                self.conductor, idle_strategy_from_name(context.idle_strategy), context.error_handler
+            )
+            self._runner.start()
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def launch(cls, context: ArchiveContext | None = None, **overrides: Any) -> Archive:
+        """Start an archive (settings from the environment, then ``overrides``)."""
+        if context is None:
+            context = ArchiveContext.from_env(**overrides)
+        elif overrides:
+            context = ArchiveContext.from_env({}, **{**_fields(context), **overrides})
+        return cls(context)
+
+    def _call(self, fn: Callable[[], Any], timeout: float) -> Any:
+        future = self.conductor.submit(fn)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise ArchiveTimeoutError(f"archive did not answer within {timeout}s") from None
+
+    def _op(self, name: str, *args: Any, timeout: float = 10.0) -> Any:
+        method = self.conductor.operation(name)
+        return self._call(lambda: method(*args), timeout)
+
+    def start_recording(self, channel: str, stream_id: int, *, local: bool = True) -> int:
+        """Record every image of ``channel``/``stream_id`` from now on; returns the subscription id.
+
+        ``local``: the publication is on this archive's driver (a UDP channel is then
+        recorded through a spy); otherwise the archive subscribes as a remote receiver.
+        """
+        return int(self._op("start_recording", channel, stream_id, local))
+
+    def stop_recording(self, channel: str, stream_id: int) -> bool:
+        return bool(self._op("stop_recording", channel, stream_id))
+
+    def stop_recording_subscription(self, subscription_id: int) -> bool:
+        return bool(self._op("stop_recording_subscription", subscription_id))
+
+    def extend_recording(self, recording_id: int, channel: str, stream_id: int, *, local: bool = True) -> int:
+        return int(self._op("extend_recording", recording_id, channel, stream_id, local))
+
+    def recordings(self, from_id: int = 0, count: int = 1 << 30) -> list[RecordingDescriptor]:
+        return [RecordingDescriptor(**d) for d in self._op("list_recordings", from_id, count)]
+
+    def recordings_for_uri(
+        self, channel_fragment: str, stream_id: int | None = None, from_id: int = 0, count: int = 1 << 30
+    ) -> list[RecordingDescriptor]:
+        rows = self._op("list_recordings_for_uri", from_id, count, channel_fragment, stream_id)
+        return [RecordingDescriptor(**d) for d in rows]
+
+    def recording(self, recording_id: int) -> RecordingDescriptor:
+        return RecordingDescriptor(**self._op("list_recording", recording_id))
+
+    def replay(
+        self, recording_id: int, channel: str, stream_id: int, *, position: int = -1, length: int = FOLLOW
+    ) -> int:
+        """Replay onto ``channel``/``stream_id`` (subscribe with ``session-id=<returned id>``); -1 length follows."""
+        return int(self._op("replay", recording_id, position, length, channel, stream_id))
+
+    def stop_replay(self, replay_id: int) -> bool:
+        return bool(self._op("stop_replay", replay_id))
+
+    def truncate_recording(self, recording_id: int, position: int) -> None:
+        self._op("truncate_recording", recording_id, position)
+
+    def purge_recording(self, recording_id: int) -> None:
+        self._op("purge_recording", recording_id)
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+        if self._aeron is not None:
+            self._aeron.close()
+            self._aeron = None
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None
+        self._mark.close()
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fields(context: ArchiveContext) -> dict[str, object]:
+    import attrs
+
+    return attrs.asdict(context, recurse=False)
+
+
+class ArchivingMediaDriver:
+    """A media driver and an archive in one process, the archive using that driver."""
+
+    def __init__(self, driver: MediaDriver, archive: Archive) -> None:
+        self.driver = driver
+        self.archive = archive
+
+    @classmethod
+    def launch(
+        cls, driver_context: DriverContext | None = None, archive_context: ArchiveContext | None = None
+    ) -> ArchivingMediaDriver:
+        driver = MediaDriver.launch(driver_context)
+        try:
+            base = archive_context or ArchiveContext.from_env()
+            archive = Archive.launch(base, aeron_dir=driver.context.aeron_dir)
+        except BaseException:
+            driver.close()
+            raise
+        return cls(driver, archive)
+
+    def close(self) -> None:
+        try:
+            self.archive.close()
+        finally:
+            self.driver.close()
+
+    def __enter__(self) -> ArchivingMediaDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

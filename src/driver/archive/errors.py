@@ -1,0 +1,51 @@
+"""Errors of the archive: one base class, one subclass per thing a caller can act on."""
+
+from __future__ import annotations
+
+from driver.errors import DriverError
+
+__all__ = [
+    "ArchiveError",
+    "ArchiveInUseError",
+    "ArchiveStorageError",
+    "ArchiveTimeoutError",
+    "CatalogError",
+    "InvalidPositionError",
+    "RecordingNotFoundError",
+    "RecordingStateError",
+]
+
+
+class ArchiveError(DriverError):
+    """Anything the archive refuses or fails to do."""
+
+
+class ArchiveInUseError(ArchiveError):
+    """Another archive holds the directory's mark file."""
+
+
+class CatalogError(ArchiveError):
+    """The catalog file is not one we can read (wrong magic, version or a torn descriptor)."""
+
+
+class RecordingNotFoundError(ArchiveError, KeyError):
+    """No valid recording has this id."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "recording not found"
+
+
+class RecordingStateError(ArchiveError):
+    """The recording is in the wrong state for the request (e.g. truncating an active recording)."""
+
+
+class InvalidPositionError(ArchiveError, ValueError):
+    """A position is outside a recording or not on a frame boundary."""
+
+
+class ArchiveStorageError(ArchiveError, OSError):
+    """Writing a segment failed (disk full, file size limit, I/O error); the recording stopped there."""
+
+
+class ArchiveTimeoutError(ArchiveError, TimeoutError):
+    """The archive did not answer within the client's timeout."""

@@ -1,0 +1,177 @@
+"""Recording sessions: an image's frames copied block by block into segment files.
+
+A session owns one image and one open segment file. Each duty cycle takes the
+committed frames from the image's position to the end of what is available
+(at most one block, never past a term) with :meth:`Image.block_poll` and writes
+them at their place in the segment; the image's position -- and so the
+publisher's flow control -- only moves once the bytes are written, which is
+why a recording keeps up with its stream without losing a frame. The catalog's
+recorded position follows each write so readers in other processes can follow.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from driver.archive.errors import ArchiveStorageError
+from driver.archive.segments import segment_base_position, segment_file_name
+
+if TYPE_CHECKING:
+    from driver.archive.catalog import Catalog
+    from driver.client.subscription import Image
+
+__all__ = ["RecordingSession", "SegmentWriter", "StopReason", "SyncLevel"]
+
+BLOCK_LENGTH = 1024 * 1024
+_STORAGE_ERRNOS = frozenset((errno.ENOSPC, errno.EFBIG, errno.EDQUOT))
+
+
+class SyncLevel(enum.IntEnum):
+    """``aeron.archive.file.sync.level``: what is forced to disk after each write."""
+
+    NONE = 0
+    DATA = 1
+    DATA_AND_METADATA = 2
+
+
+class StopReason(enum.Enum):
+    END_OF_STREAM = "end of stream"
+    IMAGE_CLOSED = "image closed"
+    STOPPED = "stopped by request"
+    STORAGE_ERROR = "storage error"
+    ARCHIVE_CLOSED = "archive closed"
+
+
+class SegmentWriter:
+    """Writes blocks at their stream position into the right segment file, opening the next as needed."""
+
+    def __init__(
+        self,
+        archive_dir: Path,
+        recording_id: int,
+        start_position: int,
+        term_length: int,
+        segment_length: int,
+        sync_level: SyncLevel = SyncLevel.NONE,
+    ) -> None:
+        self._dir = archive_dir
+        self._recording_id = recording_id
+        self._start = start_position
+        self._term_length = term_length
+        self._segment_length = segment_length
+        self._sync = sync_level
+        self._fd = -1
+        self._base = -1
+
+    def write(self, block: memoryview, position: int) -> None:
+        """Write ``block`` (within one term) at stream ``position``; raises ArchiveStorageError when it cannot."""
+        base = segment_base_position(self._start, position, self._term_length, self._segment_length)
+        try:
+            if base != self._base:
+                self._open(base)
+            at = position - base
+            while block:
+                written = os.pwrite(self._fd, block, at)
+                block = block[written:]
+                at += written
+            if self._sync == SyncLevel.DATA:
+                os.fdatasync(self._fd)
+            elif self._sync == SyncLevel.DATA_AND_METADATA:
+                os.fsync(self._fd)
+        except OSError as exc:
+            if exc.errno in _STORAGE_ERRNOS:
+                raise ArchiveStorageError(
+                    exc.errno, f"recording {self._recording_id}: cannot write at position {position}: {exc.strerror}"
+                ) from exc
+            raise
+
+    def cut(self, position: int) -> None:
+        """Drop whatever a failed write left past ``position`` in the current segment."""
+        if self._fd >= 0 and position >= self._base:
+            os.ftruncate(self._fd, position - self._base)
+
+    def _open(self, base: int) -> None:
+        self.close()
+        path = self._dir / segment_file_name(self._recording_id, base)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self._base = base
+        if self._sync != SyncLevel.NONE:
+            dir_fd = os.open(self._dir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+            self._base = -1
+
+
+class RecordingSession:
+    """Records one image into one recording until the stream ends, the image goes, or it is stopped."""
+
+    def __init__(
+        self,
+        recording_id: int,
+        image: Image,
+        catalog: Catalog,
+        writer: SegmentWriter,
+        *,
+        block_length: int = BLOCK_LENGTH,
+    ) -> None:
+        self.recording_id = recording_id
+        self.image = image
+        self._catalog = catalog
+        self._writer = writer
+        self._block_length = block_length
+        self.start_position = image.position
+        self.position = self.start_position
+        self.stop_reason: StopReason | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def is_done(self) -> bool:
+        return self.stop_reason is not None
+
+    def do_work(self) -> int:
+        if self.stop_reason is not None:
+            return 0
+        try:
+            length = self.image.block_poll(self._write, self._block_length)
+        except ArchiveStorageError as exc:
+            self.error = exc
+            self._writer.cut(self.position)
+            self._finish(StopReason.STORAGE_ERROR)
+            return 1
+        if length:
+            return length
+        if self.image.is_closed or self.image.is_end_of_stream:
+            self._finish(StopReason.END_OF_STREAM if self.image.is_end_of_stream else StopReason.IMAGE_CLOSED)
+            return 1
+        return 0
+
+    def _write(self, block: memoryview, position: int) -> None:
+        self._writer.write(block, position)
+        self.position = position + len(block)
+        self._catalog.set_recorded_position(self.recording_id, self.position)
+
+    def stop(self, reason: StopReason = StopReason.STOPPED) -> None:
+        """Take what is already available, then stop."""
+        if self.stop_reason is None:
+            for _ in range(16):  # bounded: a busy publisher would otherwise keep us here
+                if not self.do_work() or self.stop_reason is not None:
+                    break
+            self._finish(reason)
+
+    def _finish(self, reason: StopReason) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self._writer.close()
+            self._catalog.stop(self.recording_id, self.position, int(time.time() * 1000))
