@@ -408,6 +408,7 @@ class Connection:
         try:
             message = self._decode(payload)
         except SerializationError as exc:
+            self.rpc.on_undecodable(payload, exc)
             self._endpoint._notify_error(self, exc)
             return
         cls = type(message)

@@ -46,6 +46,8 @@ class CorrelationPool(Generic[T]):
 
     def acquire(self, value: T) -> int:
         """Store ``value`` and return its id (never 0); raises LookupError when the pool is full."""
+        if value is None:
+            raise TypeError("None marks a free slot: it cannot be stored")
         if self._free:
             slot = self._free.popleft()
             generation = (self._generations[slot] + 1) & _GENERATION_MASK or 1

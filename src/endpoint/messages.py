@@ -13,6 +13,7 @@ import attrs
 from endpoint.serialization import Serialization
 
 __all__ = [
+    "INTERNAL_TYPE_IDS",
     "Disconnect",
     "Ping",
     "Pong",
@@ -133,6 +134,8 @@ _INTERNAL: tuple[tuple[type, int], ...] = (
     (StreamAbort, 0x7F22),
     (StreamCancel, 0x7F23),
 )
+
+INTERNAL_TYPE_IDS: dict[type, int] = dict(_INTERNAL)
 
 
 def register_internal_messages(serialization: Serialization) -> None:

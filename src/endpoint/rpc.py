@@ -27,6 +27,8 @@ import weakref
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+import msgpack  # type: ignore[import-untyped]
+
 from endpoint.correlation import CorrelationPool
 from endpoint.errors import (
     ConfigurationError,
@@ -38,7 +40,8 @@ from endpoint.errors import (
     UnknownMethodError,
     UnknownObjectError,
 )
-from endpoint.messages import RpcCall, RpcCancel, RpcFailure, RpcReply
+from endpoint.messages import INTERNAL_TYPE_IDS, RpcCall, RpcCancel, RpcFailure, RpcReply
+from endpoint.serialization import ATTRS_EXT
 
 if TYPE_CHECKING:
     from endpoint.connection import Connection
@@ -60,6 +63,9 @@ FAILED: Final = 0
 UNKNOWN_OBJECT: Final = 1
 UNKNOWN_METHOD: Final = 2
 UNSERIALIZABLE: Final = 3
+UNDECODABLE: Final = 4
+_CALL_TYPE_ID: Final = INTERNAL_TYPE_IDS[RpcCall]
+_REPLY_TYPE_ID: Final = INTERNAL_TYPE_IDS[RpcReply]
 """The result (or the failure) could not be encoded by the callee."""
 
 _TEXT_LIMIT: Final = 8000
@@ -233,7 +239,22 @@ def _failure_error(failure: RpcFailure, object_id: int, method: str) -> Exceptio
         return UnknownMethodError(f"object {object_id} on the peer has no remote method {method!r}")
     if kind == UNSERIALIZABLE:
         return SerializationError(f"the peer could not encode the answer of {method!r}: {failure.message}")
+    if kind == UNDECODABLE:
+        return SerializationError(f"the peer could not decode the call of {method!r}: {failure.message}")
     return remote_error(failure.type_name, failure.message, failure.traceback)
+
+
+def _peek_internal(payload: memoryview) -> tuple[int, int] | None:
+    """``(type id, first field)`` of a registered-class message, decoding nothing else; None if it is not one."""
+    try:
+        outer = msgpack.unpackb(payload, ext_hook=msgpack.ExtType, raw=False)
+        if isinstance(outer, msgpack.ExtType) and outer.code == ATTRS_EXT:
+            inner = msgpack.unpackb(outer.data, ext_hook=msgpack.ExtType, raw=False)
+            if isinstance(inner, list) and len(inner) >= 2 and type(inner[0]) is int and type(inner[1]) is int:
+                return inner[0], inner[1]
+    except Exception:
+        return None
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- invocation
@@ -353,11 +374,12 @@ class ConnectionRpc(RpcRegistry):
             timeout = self._default_timeout
         loop = asyncio.get_running_loop()
         pool = self._pool
-        if pool.full:
-            await self._wait_for_slot(loop, timeout)
+        window = timeout
+        if pool.full:  # the wait for a slot counts against the call's timeout
+            window = max(await self._wait_for_slot(loop, timeout) - loop.time(), 0.0)
         future: asyncio.Future[Any] = loop.create_future()
         call_id = pool.acquire((future, object_id, method))
-        self._track_deadline(loop, timeout, call_id)
+        self._track_deadline(loop, window, call_id)
         try:
             data = self._encode(RpcCall(call_id, object_id, method, list(args), kwargs or None))
             if not connection._offer_now(data):
@@ -366,7 +388,7 @@ class ConnectionRpc(RpcRegistry):
             return await future
         except BaseException:
             if pool.discard(call_id) is not None:  # still ours: the peer should stop working on it
-                connection._send_control(RpcCancel(call_id), must_arrive=True)
+                self._cancel_remote(call_id)
                 self._wake_slot_waiter()
             raise
 
@@ -379,7 +401,8 @@ class ConnectionRpc(RpcRegistry):
             await connection._send_bytes(data, None)
         self.calls_made += 1
 
-    async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+    async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop, timeout: float) -> float:
+        """Wait until a call slot is free; returns the call's deadline."""
         deadline = loop.time() + timeout
         while self._pool.full:
             waiter: asyncio.Future[None] = loop.create_future()
@@ -400,6 +423,15 @@ class ConnectionRpc(RpcRegistry):
                     self._slot_waiters.remove(waiter)
             if self.connection._closing:
                 raise self.connection._closed_error()
+        return deadline
+
+    def _cancel_remote(self, call_id: int) -> None:
+        """Tell the peer to stop a call, never ahead of the call itself (it may still wait in the send queue)."""
+        connection = self.connection
+        if connection._backlog:
+            connection.endpoint._spawn(connection._send_quietly(self._encode(RpcCancel(call_id))))
+        else:
+            connection._send_control(RpcCancel(call_id), must_arrive=True)
 
     def _wake_slot_waiter(self) -> None:
         while self._slot_waiters:
@@ -468,7 +500,7 @@ class ConnectionRpc(RpcRegistry):
             future.set_exception(
                 RpcTimeoutError(f"{method!r} of object {object_id} got no answer within {timeout:g} s")
             )
-        self.connection._send_control(RpcCancel(call_id), must_arrive=True)
+        self._cancel_remote(call_id)
         self._wake_slot_waiter()
 
     def _answered(self, call_id: int) -> tuple[asyncio.Future[Any], int, str] | None:
@@ -491,6 +523,25 @@ class ConnectionRpc(RpcRegistry):
             future.set_exception(_failure_error(failure, object_id, method))
 
     # ------------------------------------------------------------------ serving (poller)
+
+    def on_undecodable(self, payload: memoryview, error: Exception) -> None:
+        """A message that failed to decode may be a call or an answer: end it now rather than at its timeout.
+
+        Only the outer layers are read (no registered classes needed): the type id and the call id.
+        """
+        peeked = _peek_internal(payload)
+        if peeked is None:
+            return
+        type_id, call_id = peeked
+        if type_id == _CALL_TYPE_ID and call_id:
+            self._fail(call_id, UNDECODABLE, _type_name(type(error)), str(error)[:_TEXT_LIMIT], "")
+        elif type_id == _REPLY_TYPE_ID:
+            entry = self._answered(call_id)
+            if entry is not None and not entry[0].done():
+                future, object_id, method = entry
+                future.set_exception(
+                    SerializationError(f"the answer to {method!r} of object {object_id} does not decode: {error}")
+                )
 
     def _on_call(self, call: RpcCall) -> None:
         call_id = call.call_id

@@ -58,7 +58,14 @@ class Item:
     tags: list[str] = attrs.field(factory=list)
 
 
-EXTRA = (Item,)
+@attrs.define
+class Positive:
+    """Its validator runs again at the receiver, so an instance smuggled past it does not decode there."""
+
+    value: int = attrs.field(validator=attrs.validators.gt(0))
+
+
+EXTRA = (Item, Positive)
 
 
 class OutOfStockError(Exception):
@@ -80,6 +87,7 @@ class Calc(Protocol):
     async def ask_back(self, x: int) -> int: ...
     async def chain(self, n: int) -> list[str]: ...
     async def unencodable(self) -> Any: ...
+    async def undecodable(self) -> Any: ...
     async def gated(self, i: int) -> int: ...
     async def busy(self, i: int) -> int: ...
     async def first_of(self, values: list[int]) -> int: ...
@@ -144,6 +152,11 @@ class Service:
 
     def echo(self, value: Any) -> Any:
         return value
+
+    async def undecodable(self) -> Positive:
+        smuggled = object.__new__(Positive)
+        object.__setattr__(smuggled, "value", -1)  # past the validator: encodes, but does not decode at the caller
+        return smuggled
 
     async def slow_echo(self, value: Any) -> Any:
         await asyncio.sleep(0.001)
@@ -740,6 +753,48 @@ async def test_a_call_waiting_for_a_slot_times_out_unsent_and_the_slot_frees_lat
         async with asyncio.timeout(BOUND):
             assert await p.calc().echo("now") == "now"
         await p.settled()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_wait_for_a_slot_counts_against_the_calls_timeout(
+    transport: str, aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    async with open_pair(transport, aeron_dir, client_dir, port, server={}, client={"max_pending_calls": 1}) as p:
+        loop = asyncio.get_running_loop()
+        holder = loop.create_task(p.calc(timeout=3 * BOUND).stall())
+        await asyncio.wait_for(p.service.started.wait(), BOUND)
+        waiter = loop.create_task(p.calc(timeout=BOUND).echo("late"))
+        await wait_until(lambda: len(p.conn.rpc._slot_waiters) == 1, BOUND, what="a call waiting for a slot")
+        await asyncio.sleep(1.0)
+        holder.cancel()
+        await wait_until(lambda: p.conn.rpc._slot_waiters == [], BOUND, what="the waiter to take the slot")
+        # The waiter's deadline is kept under what was left of its timeout, not a fresh one.
+        windows = [w for w in p.conn.rpc._deadlines if w != 3 * BOUND]
+        assert windows
+        assert all(w <= BOUND - 1.0 for w in windows), windows
+        assert await asyncio.wait_for(waiter, BOUND) == "late"
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(holder, BOUND)
+        await p.settled()
+
+
+async def test_a_call_whose_arguments_do_not_decode_at_the_callee_fails_at_once(pair: Pair) -> None:
+    smuggled = object.__new__(Positive)
+    object.__setattr__(smuggled, "value", -1)  # past the validator: encodes, but Positive(-1) raises at the callee
+    async with asyncio.timeout(BOUND / 2):  # far below the call's own timeout
+        with pytest.raises(SerializationError, match="could not decode the call of 'echo'"):
+            await pair.calc(timeout=3 * BOUND).echo(smuggled)
+    assert any(isinstance(e, SerializationError) for e in pair.errors)
+    assert pair.conn.rpc.pending == 0
+    async with asyncio.timeout(BOUND):
+        assert await pair.calc().echo(Positive(2)) == Positive(2)
+
+
+async def test_an_answer_that_does_not_decode_at_the_caller_fails_the_call_at_once(pair: Pair) -> None:
+    async with asyncio.timeout(BOUND / 2):  # far below the call's own timeout
+        with pytest.raises(SerializationError, match="answer to 'undecodable' of object 1 does not decode"):
+            await pair.calc(timeout=3 * BOUND).undecodable()
+    assert pair.conn.rpc.pending == 0
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

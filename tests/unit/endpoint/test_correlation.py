@@ -269,3 +269,10 @@ def test_a_million_single_slot_cycles_never_repeat_an_id() -> None:
         pool.release(correlation_id)
     assert internal_lengths(pool) == (1, 1, 1)
     assert generation_of(previous) == 1_000_000
+
+
+def test_none_cannot_be_stored_because_it_marks_a_free_slot() -> None:
+    pool: CorrelationPool[object] = CorrelationPool(4)
+    with pytest.raises(TypeError):
+        pool.acquire(None)
+    assert len(pool) == 0
