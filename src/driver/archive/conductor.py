@@ -17,6 +17,7 @@ import concurrent.futures
 import os
 import queue
 import random
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,7 @@ from driver.archive.recorder import RecordingSession, SegmentWriter, StopReason,
 from driver.archive.replayer import FOLLOW, ReplaySession, check_replay_position
 from driver.archive.segments import complete_frames_end, segment_base_position, segment_file_name, segment_files
 from driver.client.aeron import Aeron
+from driver.client.counter import Counter
 from driver.client.publication import ExclusivePublication
 from driver.client.subscription import Image, Subscription
 from driver.logbuffer.descriptor import int32, position_bits_to_shift
@@ -51,6 +53,10 @@ from driver.uri import ChannelUri
 __all__ = ["ArchiveConductor", "recover_catalog"]
 
 _MAX_COMMANDS_PER_CYCLE = 16
+RECORDING_POSITION_TYPE_ID = 100
+"""Aeron Archive's counter type for a recording's position."""
+_MAX_SOURCE_IDENTITY = 96  # a counter key holds 112 bytes: 16 of ids and length, the rest identity
+_MAX_LABEL = 380
 
 
 def _now_ms() -> int:
@@ -248,7 +254,9 @@ class ArchiveConductor:
         writer = SegmentWriter(
             self.archive_dir, recording_id, d.start_position, d.term_buffer_length, d.segment_file_length, self._sync
         )
-        session = RecordingSession(recording_id, image, self.catalog, writer)
+        session = RecordingSession(
+            recording_id, image, self.catalog, writer, position_counter=self._position_counter(d, image)
+        )
         self._recordings[recording_id] = session
         self._last_progress[recording_id] = session.position
         self._event(
@@ -263,6 +271,19 @@ class ArchiveConductor:
                 image.source_identity,
             )
         )
+
+    def _position_counter(self, d: RecordingDescriptor, image: Image) -> Counter | None:
+        """Aeron's ``rec-pos`` counter, so stat tools show each recording's position live."""
+        source = image.source_identity.encode()[:_MAX_SOURCE_IDENTITY]
+        key = struct.pack("<qii", d.recording_id, image.session_id, len(source)) + source
+        label = f"rec-pos: {d.recording_id} {image.session_id} {d.stream_id} {d.stripped_channel}"
+        try:
+            counter = self.aeron.add_counter(RECORDING_POSITION_TYPE_ID, key, label[:_MAX_LABEL])
+        except Exception as exc:  # the counters file is full: record anyway
+            self.context.error_handler(exc)
+            return None
+        counter.set_ordered(image.position)
+        return counter
 
     def _extend(self, recording_id: int, image: Image) -> int:
         d = self.catalog.descriptor(recording_id)

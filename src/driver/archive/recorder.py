@@ -23,6 +23,7 @@ from driver.archive.segments import segment_base_position, segment_file_name
 
 if TYPE_CHECKING:
     from driver.archive.catalog import Catalog
+    from driver.client.counter import Counter
     from driver.client.subscription import Image
 
 __all__ = ["RecordingSession", "SegmentWriter", "StopReason", "SyncLevel"]
@@ -125,8 +126,10 @@ class RecordingSession:
         writer: SegmentWriter,
         *,
         block_length: int = BLOCK_LENGTH,
+        position_counter: Counter | None = None,
     ) -> None:
         self.recording_id = recording_id
+        self._counter = position_counter
         self.image = image
         self._catalog = catalog
         self._writer = writer
@@ -161,6 +164,8 @@ class RecordingSession:
         self._writer.write(block, position)
         self.position = position + len(block)
         self._catalog.set_recorded_position(self.recording_id, self.position)
+        if self._counter is not None:
+            self._counter.set_ordered(self.position)
 
     def stop(self, reason: StopReason = StopReason.STOPPED) -> None:
         """Take what is already available, then stop."""
@@ -174,4 +179,6 @@ class RecordingSession:
         if self.stop_reason is None:
             self.stop_reason = reason
             self._writer.close()
+            if self._counter is not None:
+                self._counter.close()
             self._catalog.stop(self.recording_id, self.position, int(time.time() * 1000))
