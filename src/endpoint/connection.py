@@ -161,6 +161,16 @@ class Connection:
         return self._max_length
 
     @property
+    def outbound(self) -> tuple[str, int]:
+        """Channel and stream id this end publishes to the peer on (what an archive records)."""
+        return self._pub.channel, self._pub.stream_id
+
+    @property
+    def inbound(self) -> tuple[str, int]:
+        """Channel and stream id this end reads the peer from."""
+        return self._sub.channel, self._sub.stream_id
+
+    @property
     def messages_sent(self) -> int:
         return self._sent
 
