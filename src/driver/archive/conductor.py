@@ -103,11 +103,16 @@ def _recover_end(d: RecordingDescriptor, archive_dir: Path) -> int:
 
 
 class _ControlSession:
-    __slots__ = ("publication", "session_id")
+    __slots__ = ("connect_correlation_id", "connect_deadline_ns", "publication", "session_id", "version")
 
-    def __init__(self, session_id: int, publication: ExclusivePublication) -> None:
+    def __init__(
+        self, session_id: int, publication: ExclusivePublication, correlation_id: int, version: int, deadline: int
+    ) -> None:
         self.session_id = session_id
         self.publication = publication
+        self.connect_correlation_id = correlation_id
+        self.version = version
+        self.connect_deadline_ns = deadline
 
 
 class _RecordingSubscription:
@@ -140,6 +145,7 @@ class ArchiveConductor:
         self._recordings: dict[int, RecordingSession] = {}
         self._replays: dict[int, ReplaySession] = {}
         self._control_sessions: dict[int, _ControlSession] = {}
+        self._connecting: list[_ControlSession] = []
         self._next_control_session = 1
         self._next_replay = random.randint(1, 1 << 30)  # replay ids are session ids: keep clear of other archives'
         self._pending_images: list[tuple[_RecordingSubscription, Image]] = []
@@ -181,6 +187,8 @@ class ArchiveConductor:
                 self._start_session(link, image)
             work += len(pending)
         work += self._control.poll(self._control_assembler, 16)
+        if self._connecting:
+            work += self._check_connecting()
         for session in list(self._recordings.values()):
             work += session.do_work()
             if session.is_done:
@@ -462,20 +470,41 @@ class ArchiveConductor:
         except Exception as exc:
             self.context.error_handler(exc)
             return
-        session = _ControlSession(self._next_control_session, publication)
+        deadline = time.monotonic_ns() + self.context.message_timeout_ns
+        self._connecting.append(
+            _ControlSession(self._next_control_session, publication, correlation_id, version, deadline)
+        )
         self._next_control_session += 1
-        deadline = time.monotonic() + self.context.message_timeout_ns / 1e9
-        while not publication.is_connected and time.monotonic() < deadline:
-            if self._invoker is not None:
-                self._invoker.invoke()
-            time.sleep(0.0005)
-        if version != PROTOCOL_VERSION:
-            error = ArchiveError(f"archive protocol version {version} is not this archive's {PROTOCOL_VERSION}")
-            self._respond(session, encode_response(correlation_id, error=error))
-            publication.close()
-            return
-        self._control_sessions[session.session_id] = session
-        self._respond(session, encode_response(correlation_id, session.session_id))
+
+    def _check_connecting(self) -> int:
+        """Answer ``connect`` once the client's response subscription sees us (never blocking the duty cycle)."""
+        now = time.monotonic_ns()
+        waiting: list[_ControlSession] = []
+        for session in self._connecting:
+            if not session.publication.is_connected:
+                if now < session.connect_deadline_ns:
+                    waiting.append(session)
+                else:
+                    session.publication.close()
+                    self.context.error_handler(
+                        ArchiveError(
+                            f"control session {session.session_id}: the client's response channel never connected"
+                        )
+                    )
+                continue
+            correlation_id = session.connect_correlation_id
+            if session.version != PROTOCOL_VERSION:
+                error = ArchiveError(
+                    f"archive protocol version {session.version} is not this archive's {PROTOCOL_VERSION}"
+                )
+                self._respond(session, encode_response(correlation_id, error=error))
+                session.publication.close()
+                continue
+            self._control_sessions[session.session_id] = session
+            self._respond(session, encode_response(correlation_id, session.session_id))
+        done = len(self._connecting) - len(waiting)
+        self._connecting = waiting
+        return done
 
     def _respond(self, session: _ControlSession, message: bytes) -> None:
         deadline = time.monotonic() + self.context.message_timeout_ns / 1e9
