@@ -10,7 +10,10 @@ Run it with ``.venv/bin/python examples/demo.py``. In a few seconds it shows:
 3. typed messages (attrs classes registered on both sides) dispatched to the
    most specific listener, replies, a broadcast, and ping round-trip times;
 4. a client whose registered classes differ being turned away with a clear reason;
-5. graceful closes whose reason the other side sees, and nothing left behind.
+5. the IPC client's stream recorded by an archive on the server's driver, and the
+   recording read back on Apache Spark (an embedded ``local[2]`` session) to count
+   positions per player (skipped, saying why, when pyspark or a Java 17+ is missing);
+6. graceful closes whose reason the other side sees, and nothing left behind.
 
 The drivers' directories are under /dev/shm (or the temp dir) and removed at the end.
 """
@@ -19,7 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -63,9 +69,18 @@ class News:
     text: str
 
 
+@attrs.define
+class Position:
+    """A player's position, streamed without an answer (the part step 5 records)."""
+
+    player: str
+    x: float
+    y: float
+
+
 def messages(*extra: type) -> Serialization:
     serialization = Serialization()
-    for cls in (Move, Dash, Ack, News, *extra):
+    for cls in (Move, Dash, Ack, News, Position, *extra):
         serialization.register(cls)
     return serialization
 
@@ -81,10 +96,89 @@ def base_dir() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
+def spark_missing() -> str | None:
+    """Why step 5 cannot run here, or None."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "pyspark is not installed (pip install -e '.[spark]')"
+    java = shutil.which("java")
+    if java is None:
+        return "no java on PATH (Spark needs Java 17 or later)"
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"java -version failed: {exc}"
+    found = re.search(r'version "(\d+)', out)
+    if found is None or int(found.group(1)) < 17:
+        return f"Spark needs Java 17 or later; {java} says {out.splitlines()[0] if out else 'nothing'}"
+    return None
+
+
+def spark_positions_per_player(archive_dir: Path, stream_id: int) -> list[tuple[str, int, float]]:
+    """(player, positions, mean x) from the recording, computed by Spark."""
+    from pyspark.sql import functions as F
+
+    from endpoint.pipeline import local_session
+
+    spark = local_session("endpoint-demo", "local[2]", python_path=[Path(__file__).resolve().parent])
+    try:
+        rows = (
+            spark.read.format("endpoint-archive")
+            .option("stream_id", stream_id)
+            .option("serialization", "demo:messages")
+            .load(str(archive_dir))
+            .where(F.col("message_type") == "Position")
+            .select(F.from_json("message", "player string, x double, y double").alias("p"))
+            .groupBy("p.player")
+            .agg(F.count("*").alias("positions"), F.avg("p.x").alias("mean_x"))
+            .orderBy("player")
+            .collect()
+        )
+        return [(r.player, r.positions, r.mean_x) for r in rows]
+    finally:
+        spark.stop()
+
+
+async def record_and_aggregate(server_dir: Path, archive_dir: Path, conn: Connection, received: list[Position]) -> bool:
+    """Step 5: record ``conn``'s stream to the server, send positions on it, aggregate them on Spark."""
+    from driver.archive import Archive
+
+    why_not = spark_missing()
+    if why_not is not None:
+        print(f"  skipped: {why_not}")
+        return True
+    channel, stream_id = conn.outbound
+    with Archive.launch(aeron_dir=server_dir, archive_dir=archive_dir, segment_file_length="1m") as archive:
+        archive.start_recording(channel, stream_id)
+        for _ in range(500):
+            if archive.recordings():
+                break
+            await asyncio.sleep(0.01)
+        for i in range(300):
+            await conn.send(Position(("ada", "bob", "eve")[i % 3], float(i % 10), float(i)))
+        for _ in range(1000):
+            if len(received) == 300:
+                break
+            await asyncio.sleep(0.01)
+        archive.stop_recording(channel, stream_id)
+        recording = archive.recordings()[-1]
+        print(
+            f"  recorded {channel} stream {stream_id}: recording {recording.recording_id}, "
+            f"{recording.stop_position - recording.start_position} bytes"
+        )
+    rows = await asyncio.to_thread(spark_positions_per_player, archive_dir, stream_id)
+    for player, count, mean_x in rows:
+        print(f"  [spark] {player}: {count} positions, mean x {mean_x:.2f}")
+    return sum(count for _, count, _ in rows) == 300 and len(received) == 300
+
+
 async def main() -> int:
     tag = f"{os.getpid()}-{os.urandom(3).hex()}"
     server_dir = base_dir() / f"endpoint-demo-server-{tag}"
     udp_client_dir = base_dir() / f"endpoint-demo-client-{tag}"
+    archive_dir = base_dir() / f"endpoint-demo-archive-{tag}"
+    positions: list[Position] = []
     port = free_udp_port()
 
     server = Server(ServerConfiguration(port=port, aeron_dir=server_dir, serialization=messages()))
@@ -100,6 +194,10 @@ async def main() -> int:
     @server.on_message(Dash)
     async def dashed(conn: Connection, dash: Dash) -> None:
         await conn.send(Ack(f"{dash.player} dashed at speed {dash.speed:g}"))
+
+    @server.on_message(Position)
+    def positioned(conn: Connection, position: Position) -> None:
+        positions.append(position)
 
     @server.on_disconnect
     def left(conn: Connection) -> None:
@@ -174,14 +272,18 @@ async def main() -> int:
                 except ClientRejectedError as exc:
                     print(f"  rejected: {exc.reason.name}")
 
-            print("5. closing")
+            print("5. recording the IPC client's stream with an archive, then reading it back on Spark")
+            recorded = await record_and_aggregate(server_dir, archive_dir, ipc_conn, positions)
+            shutil.rmtree(archive_dir, ignore_errors=True)
+
+            print("6. closing")
             await ipc_conn.close("ada logs off")
             server_side = server.connections
             print(f"  server now has {len(server_side)} connection(s)")
     await asyncio.sleep(0)
     leftovers = [d for d in (server_dir, udp_client_dir) if d.exists()]
     print("driver directories removed" if not leftovers else f"left behind: {leftovers}")
-    ok = len(acks) == 4 and len(news) == 2 and not leftovers
+    ok = len(acks) == 4 and len(news) == 2 and recorded and not leftovers
     print("demo complete: all acks and news delivered" if ok else "demo incomplete")
     return 0 if ok else 1
 

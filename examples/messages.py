@@ -29,6 +29,7 @@ __all__ = [
     "Join",
     "Line",
     "Move",
+    "PlayerState",
     "Report",
     "Said",
     "Say",
@@ -142,6 +143,20 @@ class GameOver:
     last_tick: int
 
 
+# --------------------------------------------------------------------------- recorded game state
+
+
+@attrs.define
+class PlayerState:
+    """One player at one tick, as a game server publishes it for recording and later analysis."""
+
+    tick: int
+    player: int
+    x: float
+    y: float
+    score: int
+
+
 def make_serialization() -> Serialization:
     """A fresh Serialization with every example message registered under a fixed type id.
 
@@ -150,6 +165,7 @@ def make_serialization() -> Serialization:
     (no more registrations); end points on one event loop may share it.
     """
     serialization = Serialization()
-    for type_id, cls in enumerate((Line, Join, Welcome, Say, Said, Announce, Move, Snapshot, Report, GameOver), 1):
+    classes = (Line, Join, Welcome, Say, Said, Announce, Move, Snapshot, Report, GameOver, PlayerState)
+    for type_id, cls in enumerate(classes, 1):
         serialization.register(cls, type_id=type_id)
     return serialization

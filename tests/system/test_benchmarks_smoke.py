@@ -59,6 +59,15 @@ RUN_TIMEOUT_S = 240
                 "peak RSS",
             ],
         ),
+        (
+            "spark_read.py",
+            [
+                "Spark batch read, 50,000 rows of 32-byte payloads, local[2]",
+                "endpoint-archive count",
+                "parquet groupBy",
+                "Ratio endpoint-archive / parquet",
+            ],
+        ),
     ],
 )
 def test_benchmark_quick_run(script: str, titles: list[str], tmp_path: Path) -> None:

@@ -115,7 +115,7 @@ def example_env(aeron_dir: Path) -> dict[str, str]:
 def test_demo(tmp_path: Path, example_env: dict[str, str]) -> None:
     """The README's demo: a server, an IPC client and a UDP client on embedded drivers."""
     with example("demo.py", [], tmp_path, example_env) as demo:
-        assert demo.wait(60) == 0, demo.output()
+        assert demo.wait(180) == 0, demo.output()
         out = demo.output()
     assert re.search(r"ipc client: connection \d+ over IPC", out), out
     assert re.search(r"udp client: connection \d+ over UDP", out), out
@@ -124,9 +124,31 @@ def test_demo(tmp_path: Path, example_env: dict[str, str]) -> None:
     assert "server broadcast reached 2 connections" in out
     assert out.count("news: round two starts") == 2
     assert "rejected: SERIALIZATION_MISMATCH" in out
+    assert re.search(r"recorded aeron:ipc\S* stream -?\d+: recording 0, \d+ bytes", out), out
+    for player in ("ada", "bob", "eve"):  # Spark's aggregation of the recording
+        assert f"[spark] {player}: 100 positions, mean x 4.50" in out, out
     assert "closed: 'ada logs off'" in out
     assert "driver directories removed" in out
     assert "demo complete: all acks and news delivered" in out
+
+
+def test_game_recording_reads_back_every_state_on_spark(tmp_path: Path, example_env: dict[str, str]) -> None:
+    with example("game_recording.py", ["--players", "6", "--ticks", "200"], tmp_path, example_env) as game:
+        assert game.wait(180) == 0, game.output()
+        out = game.output()
+    assert "recorded 1200 PlayerState messages" in out, out
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] and line.split()[0].isdigit()]
+    assert sorted(int(r[0]) for r in rows) == list(range(6)), out
+    assert all(int(r[1]) == 200 for r in rows), out
+    assert "game recording complete: 1200 states of 6 players read back by Spark" in out
+
+
+def test_live_stats_counts_every_state_exactly_once(tmp_path: Path, example_env: dict[str, str]) -> None:
+    with example("live_stats.py", ["--duration", "4", "--players", "5"], tmp_path, example_env) as live:
+        assert live.wait(240) == 0, live.output()
+        out = live.output()
+    assert re.search(r"final: 5 players, (\d+) states counted, \1 published", out), out
+    assert "live stats complete: every published state counted exactly once" in out
 
 
 def test_driver_demo(tmp_path: Path, example_env: dict[str, str]) -> None:

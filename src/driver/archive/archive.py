@@ -116,9 +116,15 @@ class Archive:
     def purge_recording(self, recording_id: int) -> None:
         self._op("purge_recording", recording_id)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the archive thread, then release its client, catalog and directory.
+
+        If the thread does not stop within ``timeout_s`` (it is stuck in a call), nothing it uses is released:
+        the resources leak (with a warning from the runner) rather than vanish under a running thread.
+        """
         if self._runner is not None:
-            self._runner.close()
+            if not self._runner.close(timeout_s):
+                return
             self._runner = None
         if self._aeron is not None:
             self._aeron.close()

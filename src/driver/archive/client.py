@@ -55,6 +55,8 @@ class _Channel:
         self.response_stream_id = response_stream_id
         self.session_id = 0
         self._answers: dict[int, Response] = {}
+        self._waiting: set[int] = set()
+        """Correlation ids of our requests still unanswered: answers to other clients on a shared stream are skipped."""
         self._assembler = FragmentAssembler(self._on_response)
         self.responses: Subscription | None = None
         self.publication: Any = None
@@ -66,11 +68,18 @@ class _Channel:
         except ProtocolError:
             self.malformed_responses += 1
             return
-        self._answers[response.correlation_id] = response
+        if response.correlation_id in self._waiting:
+            self._answers[response.correlation_id] = response
 
     def encode(self, operation: str, args: tuple[Any, ...]) -> tuple[int, bytes]:
         correlation_id = self.aeron.next_correlation_id()
+        if operation != "close_session":
+            self._waiting.add(correlation_id)
         return correlation_id, encode_request(correlation_id, self.session_id, operation, *args)
+
+    def forget(self, correlation_id: int) -> None:
+        self._waiting.discard(correlation_id)
+        self._answers.pop(correlation_id, None)
 
     def try_offer(self, message: bytes, operation: str) -> bool:
         result = self.publication.offer(message)
@@ -81,7 +90,10 @@ class _Channel:
     def take(self, correlation_id: int) -> Response | None:
         if self.responses is not None:
             self.responses.poll(self._assembler, 16)
-        return self._answers.pop(correlation_id, None)
+        response = self._answers.pop(correlation_id, None)
+        if response is not None:
+            self._waiting.discard(correlation_id)
+        return response
 
     @staticmethod
     def value(response: Response) -> Any:
@@ -143,22 +155,36 @@ class ArchiveClient:
     def _request(self, operation: str, *args: Any) -> Any:
         c = self._c
         correlation_id, message = c.encode(operation, args)
-        deadline = time.monotonic() + c.timeout
-        sleep = 0.0
-        while not c.try_offer(message, operation):
-            if time.monotonic() > deadline:
-                raise c.timed_out(operation)
-            sleep = min(sleep * 2 or 0.00005, 0.001)
-            time.sleep(sleep)
-        if operation == "close_session":
-            return None
-        sleep = 0.0
-        while (response := c.take(correlation_id)) is None:
-            if time.monotonic() > deadline:
-                raise c.timed_out(operation)
-            sleep = min(sleep * 2 or 0.00005, 0.001)
-            time.sleep(sleep)
-        return c.value(response)
+        try:
+            deadline = time.monotonic() + c.timeout
+            sleep = 0.0
+            while not c.try_offer(message, operation):
+                if time.monotonic() > deadline:
+                    raise c.timed_out(operation)
+                sleep = min(sleep * 2 or 0.00005, 0.001)
+                time.sleep(sleep)
+            if operation == "close_session":
+                return None
+            sleep = 0.0
+            while (response := c.take(correlation_id)) is None:
+                if time.monotonic() > deadline:
+                    raise c.timed_out(operation)
+                sleep = min(sleep * 2 or 0.00005, 0.001)
+                time.sleep(sleep)
+            return c.value(response)
+        finally:
+            c.forget(correlation_id)
+
+    def _list(self, operation: str, from_id: int, count: int, *args: Any) -> list[RecordingDescriptor]:
+        """A listing, page by page (the archive answers as many as fit in one message)."""
+        found: list[RecordingDescriptor] = []
+        while len(found) < count:
+            page = _descriptors(self._request(operation, from_id, count - len(found), *args))
+            if not page:
+                break
+            found.extend(page)
+            from_id = page[-1].recording_id + 1
+        return found
 
     # The operations, as on :class:`driver.archive.Archive`.
 
@@ -175,12 +201,12 @@ class ArchiveClient:
         return int(self._request("extend_recording", recording_id, channel, stream_id, local))
 
     def recordings(self, from_id: int = 0, count: int = 1 << 30) -> list[RecordingDescriptor]:
-        return _descriptors(self._request("list_recordings", from_id, count))
+        return self._list("list_recordings", from_id, count)
 
     def recordings_for_uri(
         self, channel_fragment: str, stream_id: int | None = None, from_id: int = 0, count: int = 1 << 30
     ) -> list[RecordingDescriptor]:
-        return _descriptors(self._request("list_recordings_for_uri", from_id, count, channel_fragment, stream_id))
+        return self._list("list_recordings_for_uri", from_id, count, channel_fragment, stream_id)
 
     def recording(self, recording_id: int) -> RecordingDescriptor:
         return RecordingDescriptor(**self._request("list_recording", recording_id))
@@ -282,20 +308,33 @@ class AsyncArchiveClient:
     async def _request(self, operation: str, *args: Any) -> Any:
         c = self._c
         correlation_id, message = c.encode(operation, args)
-        deadline = time.monotonic() + c.timeout
-        backoff = Backoff()
-        while not c.try_offer(message, operation):
-            if time.monotonic() > deadline:
-                raise c.timed_out(operation)
-            await backoff.idle()
-        if operation == "close_session":
-            return None
-        backoff.reset()
-        while (response := c.take(correlation_id)) is None:
-            if time.monotonic() > deadline:
-                raise c.timed_out(operation)
-            await backoff.idle()
-        return c.value(response)
+        try:
+            deadline = time.monotonic() + c.timeout
+            backoff = Backoff()
+            while not c.try_offer(message, operation):
+                if time.monotonic() > deadline:
+                    raise c.timed_out(operation)
+                await backoff.idle()
+            if operation == "close_session":
+                return None
+            backoff.reset()
+            while (response := c.take(correlation_id)) is None:
+                if time.monotonic() > deadline:
+                    raise c.timed_out(operation)
+                await backoff.idle()
+            return c.value(response)
+        finally:
+            c.forget(correlation_id)
+
+    async def _list(self, operation: str, from_id: int, count: int, *args: Any) -> list[RecordingDescriptor]:
+        found: list[RecordingDescriptor] = []
+        while len(found) < count:
+            page = _descriptors(await self._request(operation, from_id, count - len(found), *args))
+            if not page:
+                break
+            found.extend(page)
+            from_id = page[-1].recording_id + 1
+        return found
 
     async def start_recording(self, channel: str, stream_id: int, *, local: bool = True) -> int:
         return int(await self._request("start_recording", channel, stream_id, local))
@@ -310,16 +349,23 @@ class AsyncArchiveClient:
         return int(await self._request("extend_recording", recording_id, channel, stream_id, local))
 
     async def recordings(self, from_id: int = 0, count: int = 1 << 30) -> list[RecordingDescriptor]:
-        return _descriptors(await self._request("list_recordings", from_id, count))
+        return await self._list("list_recordings", from_id, count)
 
     async def recordings_for_uri(
         self, channel_fragment: str, stream_id: int | None = None, from_id: int = 0, count: int = 1 << 30
     ) -> list[RecordingDescriptor]:
-        rows = await self._request("list_recordings_for_uri", from_id, count, channel_fragment, stream_id)
-        return _descriptors(rows)
+        return await self._list("list_recordings_for_uri", from_id, count, channel_fragment, stream_id)
 
     async def recording(self, recording_id: int) -> RecordingDescriptor:
         return RecordingDescriptor(**await self._request("list_recording", recording_id))
+
+    async def recording_position(self, recording_id: int) -> int | None:
+        value = await self._request("recording_position", recording_id)
+        return None if value is None else int(value)
+
+    async def stop_position(self, recording_id: int) -> int | None:
+        value = await self._request("stop_position", recording_id)
+        return None if value is None else int(value)
 
     async def replay(
         self, recording_id: int, channel: str, stream_id: int, *, position: int = -1, length: int = FOLLOW
@@ -337,6 +383,10 @@ class AsyncArchiveClient:
 
     async def replay_subscription(self, channel: str, stream_id: int, replay_id: int) -> Subscription:
         return await self._c.aeron.add_subscription_async(replay_channel(channel, replay_id), stream_id)
+
+    def recording_events(self) -> RecordingEvents:
+        """Events to poll, or to iterate with ``async for``."""
+        return RecordingEvents(self._c.aeron, self._c.context)
 
     async def close(self) -> None:
         c = self._c

@@ -13,6 +13,7 @@ from control requests.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import os
 import queue
@@ -35,6 +36,7 @@ from driver.archive.protocol import (
     ProtocolError,
     RecordingEvent,
     decode_request,
+    decode_response,
     encode_event,
     encode_response,
 )
@@ -43,7 +45,7 @@ from driver.archive.replayer import FOLLOW, ReplaySession, check_replay_position
 from driver.archive.segments import complete_frames_end, segment_base_position, segment_file_name, segment_files
 from driver.client.aeron import Aeron
 from driver.client.counter import Counter
-from driver.client.publication import ExclusivePublication
+from driver.client.publication import ADMIN_ACTION, ExclusivePublication
 from driver.client.subscription import Image, Subscription
 from driver.logbuffer.descriptor import int32, position_bits_to_shift
 from driver.logbuffer.fragment_assembler import FragmentAssembler
@@ -57,6 +59,8 @@ RECORDING_POSITION_TYPE_ID = 100
 """Aeron Archive's counter type for a recording's position."""
 _MAX_SOURCE_IDENTITY = 96  # a counter key holds 112 bytes: 16 of ids and length, the rest identity
 _MAX_LABEL = 380
+_MAX_CHANNEL_BYTES = 800
+"""Stripped + original channel in a catalog descriptor, with room left for the source identity."""
 
 
 def _now_ms() -> int:
@@ -103,7 +107,17 @@ def _recover_end(d: RecordingDescriptor, archive_dir: Path) -> int:
 
 
 class _ControlSession:
-    __slots__ = ("connect_correlation_id", "connect_deadline_ns", "publication", "session_id", "version")
+    """A client's session: its response publication and the answers waiting for room in it."""
+
+    __slots__ = (
+        "connect_correlation_id",
+        "connect_deadline_ns",
+        "outbox",
+        "publication",
+        "session_id",
+        "stuck_since_ns",
+        "version",
+    )
 
     def __init__(
         self, session_id: int, publication: ExclusivePublication, correlation_id: int, version: int, deadline: int
@@ -113,6 +127,9 @@ class _ControlSession:
         self.connect_correlation_id = correlation_id
         self.version = version
         self.connect_deadline_ns = deadline
+        self.outbox: collections.deque[bytes] = collections.deque()
+        self.stuck_since_ns = 0
+        """When the response publication stopped taking answers or lost its subscriber (0: it is fine)."""
 
 
 class _RecordingSubscription:
@@ -189,6 +206,8 @@ class ArchiveConductor:
         work += self._control.poll(self._control_assembler, 16)
         if self._connecting:
             work += self._check_connecting()
+        if self._control_sessions:
+            work += self._service_sessions()
         for session in list(self._recordings.values()):
             work += session.do_work()
             if session.is_done:
@@ -224,8 +243,17 @@ class ArchiveConductor:
 
     def _subscribe(self, channel: str, stream_id: int, local: bool, extend_id: int | None) -> int:
         uri = ChannelUri.parse(channel)
-        if local and uri.is_udp and not uri.is_spy:
-            channel = f"aeron-spy:{channel}"
+        if local and uri.is_udp:
+            raise ArchiveError(
+                f"{channel}: recording a UDP publication locally needs a spy subscription, which this driver does "
+                "not offer yet; record it as a receiver with local=False (the archive's driver then receives the "
+                "stream like any subscriber, sharing the channel with subscribers on the same driver)"
+            )
+        if len(_strip(channel).encode()) + 2 * len(channel.encode()) > _MAX_CHANNEL_BYTES:
+            raise ArchiveError(f"channel of {len(channel.encode())} bytes is too long to catalog")
+        for link in self._recording_subs.values():
+            if link.stream_id == stream_id and link.channel == channel:
+                raise RecordingStateError(f"{channel} stream {stream_id} is already being recorded")
         link = _RecordingSubscription(channel, stream_id, extend_id)
         link.subscription = self.aeron.add_subscription(
             channel, stream_id, available_image_handler=lambda image: self._pending_images.append((link, image))
@@ -237,7 +265,7 @@ class ArchiveConductor:
     def _start_session(self, link: _RecordingSubscription, image: Image) -> None:
         if link.subscription is None or link.subscription.registration_id not in self._recording_subs:
             return
-        stripped = link.channel.removeprefix("aeron-spy:")
+        stripped = link.channel
         if link.extend_id is not None:
             try:
                 recording_id = self._extend(link.extend_id, image)
@@ -325,9 +353,7 @@ class ArchiveConductor:
 
     def _op_stop_recording(self, channel: str, stream_id: int) -> bool:
         for registration_id, link in list(self._recording_subs.items()):
-            if link.stream_id == stream_id and link.channel.removeprefix("aeron-spy:") == channel.removeprefix(
-                "aeron-spy:"
-            ):
+            if link.stream_id == stream_id and link.channel == channel:
                 self._op_stop_recording_subscription(registration_id)
                 return True
         return False
@@ -459,10 +485,12 @@ class ArchiveConductor:
             return
         try:
             value = getattr(self, f"_op_{request.operation}")(*request.args)
+            message = encode_response(request.correlation_id, value)
+            if isinstance(value, list) and len(message) > session.publication.max_message_length:
+                message = self._page(request.correlation_id, value, session.publication.max_message_length)
         except Exception as exc:
-            self._respond(session, encode_response(request.correlation_id, error=exc))
-        else:
-            self._respond(session, encode_response(request.correlation_id, value))
+            message = encode_response(request.correlation_id, error=exc)
+        self._respond(session, message)
 
     def _connect(self, correlation_id: int, channel: str, stream_id: int, version: int) -> None:
         try:
@@ -506,20 +534,71 @@ class ArchiveConductor:
         self._connecting = waiting
         return done
 
+    @staticmethod
+    def _page(correlation_id: int, rows: list[Any], limit: int) -> bytes:
+        """The longest first part of a list answer that fits in one message (the client asks for the rest)."""
+        low, high = 1, len(rows)
+        best = encode_response(correlation_id, rows[:1])
+        while low <= high:
+            middle = (low + high) // 2
+            message = encode_response(correlation_id, rows[:middle])
+            if len(message) <= limit:
+                best, low = message, middle + 1
+            else:
+                high = middle - 1
+        return best
+
     def _respond(self, session: _ControlSession, message: bytes) -> None:
-        deadline = time.monotonic() + self.context.message_timeout_ns / 1e9
-        while True:
-            result = session.publication.offer(message)
-            if result > 0:
-                return
-            if time.monotonic() > deadline or session.publication.is_closed:
-                self.context.error_handler(
-                    ArchiveError(f"control session {session.session_id}: response not delivered ({result})")
-                )
-                return
-            if self._invoker is not None:
-                self._invoker.invoke()
-            time.sleep(0.0001)
+        """Send an answer now, or queue it behind the session's earlier ones (never waiting here)."""
+        if len(message) > session.publication.max_message_length:
+            correlation_id = decode_response(message).correlation_id
+            message = encode_response(
+                correlation_id,
+                error=ArchiveError(
+                    f"answer of {len(message)} bytes exceeds the response channel's max message length "
+                    f"{session.publication.max_message_length}"
+                ),
+            )
+        session.outbox.append(message)
+        self._flush(session)
+
+    def _flush(self, session: _ControlSession) -> int:
+        sent = 0
+        outbox = session.outbox
+        while outbox:
+            result = session.publication.offer(outbox[0])
+            if result == ADMIN_ACTION:
+                result = session.publication.offer(outbox[0])
+            if result < 0:
+                break
+            outbox.popleft()
+            sent += 1
+        return sent
+
+    def _service_sessions(self) -> int:
+        """Flush queued answers; end sessions whose client stopped reading for longer than the message timeout."""
+        work = 0
+        now = time.monotonic_ns()
+        for session in list(self._control_sessions.values()):
+            if session.outbox:
+                work += self._flush(session)
+            healthy = not session.outbox and session.publication.is_connected
+            if healthy:
+                session.stuck_since_ns = 0
+            elif session.stuck_since_ns == 0:
+                session.stuck_since_ns = now
+            elif now - session.stuck_since_ns > self.context.message_timeout_ns:
+                del self._control_sessions[session.session_id]
+                session.publication.close()
+                if session.outbox:
+                    self.context.error_handler(
+                        ArchiveError(
+                            f"control session {session.session_id}: client stopped reading; "
+                            f"{len(session.outbox)} answer(s) dropped and the session closed"
+                        )
+                    )
+                work += 1
+        return work
 
     # -- events ------------------------------------------------------------------------------------
 

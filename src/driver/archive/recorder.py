@@ -84,12 +84,12 @@ class SegmentWriter:
                 os.fdatasync(self._fd)
             elif self._sync == SyncLevel.DATA_AND_METADATA:
                 os.fsync(self._fd)
-        except OSError as exc:
-            if exc.errno in _STORAGE_ERRNOS:
-                raise ArchiveStorageError(
-                    exc.errno, f"recording {self._recording_id}: cannot write at position {position}: {exc.strerror}"
-                ) from exc
-            raise
+        except OSError as exc:  # full, over a size limit, or an I/O error: this recording cannot go on
+            kind = "storage full" if exc.errno in _STORAGE_ERRNOS else "write failed"
+            raise ArchiveStorageError(
+                exc.errno,
+                f"recording {self._recording_id}: {kind} at position {position}: {exc.strerror or exc}",
+            ) from exc
 
     def cut(self, position: int) -> None:
         """Drop whatever a failed write left past ``position`` in the current segment."""
@@ -148,9 +148,12 @@ class RecordingSession:
             return 0
         try:
             length = self.image.block_poll(self._write, self._block_length)
-        except ArchiveStorageError as exc:
+        except Exception as exc:  # one failing recording stops; the others go on
             self.error = exc
-            self._writer.cut(self.position)
+            try:
+                self._writer.cut(self.position)
+            except OSError:
+                pass
             self._finish(StopReason.STORAGE_ERROR)
             return 1
         if length:

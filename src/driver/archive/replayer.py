@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import enum
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from driver.archive.catalog import Catalog, RecordingDescriptor
 from driver.archive.errors import InvalidPositionError
 from driver.archive.segments import segment_base_position, segment_file_name
-from driver.client.publication import CLOSED, MAX_POSITION_EXCEEDED
+from driver.client.publication import CLOSED, MAX_POSITION_EXCEEDED, NOT_CONNECTED
 from driver.concurrent.atomic_buffer import AtomicBuffer, align
 from driver.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 
@@ -97,6 +98,8 @@ class ReplaySession:
         self.position = position
         self.limit = FOLLOW if length == FOLLOW else position + length
         self._connect_deadline_ns = connect_deadline_ns
+        self._timeout_ns = max(connect_deadline_ns - time.monotonic_ns(), 0)
+        self._unconnected_since_ns = 0
         self._block_length = min(block_length, descriptor.term_buffer_length)
         self._mask = descriptor.term_buffer_length - 1
         self._fd = -1
@@ -128,9 +131,17 @@ class ReplaySession:
         if result > 0:
             self.position += len(self._pending)
             self._pending = None
+            self._unconnected_since_ns = 0
             return 1
         if result in (CLOSED, MAX_POSITION_EXCEEDED):
             return self._fail(f"replay publication refused the block ({result})")
+        if result == NOT_CONNECTED:  # the subscriber went away: give it the message timeout to come back
+            if self._unconnected_since_ns == 0:
+                self._unconnected_since_ns = now_ns
+            elif now_ns - self._unconnected_since_ns > self._timeout_ns:
+                return self._fail("the replay's subscriber went away")
+        else:
+            self._unconnected_since_ns = 0
         return 0  # BACK_PRESSURED, ADMIN_ACTION or NOT_CONNECTED: offer the same block again
 
     def _end(self) -> tuple[int, bool]:
@@ -164,6 +175,10 @@ class ReplaySession:
             self._fd = os.open(self._dir / segment_file_name(self.recording_id, base), os.O_RDONLY)
             self._base = base
         raw = bytearray(os.pread(self._fd, min(term_remaining, self._block_length), position - base))
+        if len(raw) >= HEADER_LENGTH:  # a frame longer than a block (a long PAD) goes alone, whole
+            first = align(int.from_bytes(raw[0:4], "little", signed=True), FRAME_ALIGNMENT)
+            if len(raw) < first <= term_remaining:
+                raw = bytearray(os.pread(self._fd, first, position - base))
         # Whole frames only, up to the limit (a frame crossing the limit is sent whole).
         buffer = AtomicBuffer(raw)
         try:

@@ -252,8 +252,9 @@ class Image:
         ``block_length_limit`` bytes and never past the end of the term; returns the block's length.
 
         The block is the term's own bytes (headers, padding and all), as an archive
-        records them. The position moves past the block only when the handler
-        returns, so a handler that raises (a failed write) loses nothing.
+        records them; a padding frame longer than the limit comes alone, whole. The
+        position moves past the block only when the handler returns, so a handler that
+        raises (a failed write) loses nothing.
         """
         if self._is_closed:
             return 0
@@ -264,6 +265,8 @@ class Image:
         limit = min(block_length_limit, self.term_buffer_length - offset)
         available, padding = self._terms[index].scan_for_availability(offset, limit)
         length = available + padding
+        if length > limit and padding and available > HEADER_LENGTH:
+            length = available - HEADER_LENGTH  # the frames before the pad now, the pad on its own next time
         if length == 0:
             return 0
         handler(self._term_views[index][offset : offset + length], position)

@@ -21,9 +21,10 @@ a frame, so the walk is done with numpy instead:
    before the first BEGIN (a recording joined mid-message) and messages cut
    off by the end of the region are dropped. The appenders never let a
    message cross a term, so a region of whole terms holds whole messages.
-4. Payloads are gathered with one boolean mask over the bytes (built from a
-   running sum of +1 at each payload start and -1 at each payload end), so
-   the gather is one ``compress`` whatever the message sizes.
+4. Payloads are gathered without a loop: equal frames at an equal stride
+   (fixed-size messages) are one strided copy; otherwise a run-length mask
+   (header, payload, padding, ...) built with ``np.repeat`` picks the payload
+   bytes in one ``compress``, whatever the message sizes.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ ARROW_SCHEMA: Final = pa.schema(
 )
 """The reader's columns, in order; Spark checks a batch's schema against its own, type for type."""
 
+_SLOT: Final = np.dtype((np.void, HEADER_LENGTH))
+
 Int64Array = npt.NDArray[np.int64]
 Buffer = bytes | bytearray | memoryview | npt.NDArray[np.uint8]
 
@@ -124,6 +127,12 @@ class Frames:
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+
+def _take(headers: npt.NDArray[Any], index: Int64Array) -> npt.NDArray[Any]:
+    """``headers[index]``, copied as opaque 32-byte rows (numpy copies structured records field by field: slower)."""
+    rows: npt.NDArray[Any] = headers.view(_SLOT)[index].view(HEADER_DTYPE)
+    return rows
 
 
 def _aligned(length: int) -> int:
@@ -167,7 +176,7 @@ def find_frames(region: Buffer, position: int, term_length: int) -> Frames:
         if not fits.all():
             chain = chain[: int(np.argmin(fits))]
     offsets = chain * HEADER_LENGTH
-    return Frames(data, position, offsets, headers[chain])
+    return Frames(data, position, offsets, _take(headers, chain))
 
 
 def _walk(index: Int64Array, following: Int64Array) -> Int64Array:
@@ -224,6 +233,10 @@ def find_messages(frames: Frames) -> Messages:
     headers = frames.headers
     data = np.flatnonzero(headers["type"] == TYPE_DATA)
     flags = headers["flags"][data]
+    whole_frames = BEGIN_FLAG | END_FLAG
+    if bool(((flags & whole_frames) == whole_frames).all()):
+        data = data.astype(np.int64)
+        return Messages(frames, data, data)
     begins = data[(flags & BEGIN_FLAG) != 0]
     ends = data[(flags & END_FLAG) != 0]
     at = np.searchsorted(ends, begins)
@@ -300,24 +313,17 @@ def _batch(
     base = int(frames.offsets[lo_frame])
     end = int(frames.offsets[hi_frame - 1]) + int(headers["frame_length"][hi_frame - 1])
     chosen = np.flatnonzero(in_message[lo_frame:hi_frame]) + lo_frame
-    payload_starts = frames.offsets[chosen] + HEADER_LENGTH - base
-    payload_ends = frames.offsets[chosen] + headers["frame_length"][chosen] - base
-    nonempty = payload_ends > payload_starts
-    mark = np.zeros(end - base + 1, dtype=np.int8)
-    mark[payload_starts[nonempty]] = 1
-    mark[payload_ends[nonempty]] = -1
-    keep = np.cumsum(mark[:-1], dtype=np.int8).view(np.bool_)
-    data = frames.region[base:end][keep]
+    data = _gather(frames.region[base:end], frames.offsets[chosen] - base, headers["frame_length"][chosen])
     offsets = np.zeros(rows + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    head = headers[first]
+    head = _take(headers, first)
     flags = (head["flags"] | headers["flags"][last]).astype(np.int32)
     payload = pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     columns = [
         pa.array(np.full(rows, recording_id, dtype=np.int64)),
         pa.array(head["session_id"]),
         pa.array(head["stream_id"]),
-        pa.repeat(pa.scalar(channel, pa.string()), rows),
+        _repeated(channel, rows),
         pa.array(frames.offsets[first] + frames.position),
         pa.array(head["term_id"]),
         pa.array(head["term_offset"]),
@@ -326,3 +332,59 @@ def _batch(
         payload,
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _gather(
+    span: npt.NDArray[np.uint8], starts: Int64Array, frame_lengths: npt.NDArray[np.int32]
+) -> npt.NDArray[np.uint8]:
+    """The payloads of the frames at ``starts`` in ``span``, back to back.
+
+    Equal frames at an equal stride (fixed-size messages, the common case) are
+    one strided copy; otherwise a run-length mask (header gap, payload, ...)
+    picks the payload bytes in one ``compress``.
+    """
+    count = len(starts)
+    payload = frame_lengths.astype(np.int64) - HEADER_LENGTH
+    if count > 1:
+        stride = int(starts[1] - starts[0])
+        length = int(payload[0])
+        if (
+            stride >= HEADER_LENGTH + length
+            and int(starts[0]) + stride * count <= len(span) + stride - HEADER_LENGTH - length
+            and bool((payload == length).all())
+            and bool((np.diff(starts) == stride).all())
+        ):
+            first = int(starts[0])
+            rows = np.lib.stride_tricks.as_strided(
+                span[first:], shape=(count, HEADER_LENGTH + length), strides=(stride, 1), writeable=False
+            )
+            return np.ascontiguousarray(rows[:, HEADER_LENGTH:]).reshape(-1)
+    payload_starts = starts + HEADER_LENGTH
+    previous_ends = np.empty(count, dtype=np.int64)
+    previous_ends[0] = 0
+    previous_ends[1:] = payload_starts[:-1] + payload[:-1]
+    runs = np.empty(2 * count + 1, dtype=np.int64)
+    runs[0:-1:2] = payload_starts - previous_ends
+    runs[1::2] = payload
+    runs[-1] = len(span) - (int(payload_starts[-1]) + int(payload[-1]))
+    values = np.zeros(2 * count + 1, dtype=np.bool_)
+    values[1::2] = True
+    result: npt.NDArray[np.uint8] = span[np.repeat(values, runs)]
+    return result
+
+
+_REPEATED: dict[str, pa.Array] = {}
+
+
+def _repeated(text: str, rows: int) -> pa.Array:
+    """A string column of ``rows`` copies of ``text``: one cached array per text, sliced (no copy)."""
+    cached = _REPEATED.get(text)
+    if cached is None or len(cached) < rows:
+        if len(_REPEATED) > 64:
+            _REPEATED.clear()
+        size = max(rows, DEFAULT_BATCH_ROWS)
+        encoded = text.encode()
+        offsets = np.arange(size + 1, dtype=np.int32) * len(encoded)
+        cached = pa.Array.from_buffers(pa.string(), size, [None, pa.py_buffer(offsets), pa.py_buffer(encoded * size)])
+        _REPEATED[text] = cached
+    return cached.slice(0, rows)

@@ -1,0 +1,57 @@
+"""The archive benchmark runs end to end with ``--quick`` and prints its tables (no timing is asserted)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+
+BENCHMARKS = Path(__file__).resolve().parents[4] / "benchmarks"
+RUN_TIMEOUT_S = 100
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 30)
+def test_archive_benchmark_quick_run(tmp_path: Path) -> None:
+    output = tmp_path / "output.txt"
+    with output.open("wb") as sink:
+        # Its own session, so a run that overstays is killed together with the processes it spawned.
+        process = subprocess.Popen(
+            [sys.executable, str(BENCHMARKS / "archive_throughput.py"), "--quick", "--archive-dir", str(tmp_path)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            code = process.wait(RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+            pytest.fail(f"archive_throughput.py --quick still running after {RUN_TIMEOUT_S} s:\n{output.read_text()}")
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
+    text = output.read_text(errors="replace")
+    assert code == 0, text[-3000:]
+    for title in (
+        "Archive recording, 32-byte messages",
+        "recorded by the archive",
+        "plain subscriber (peer)",
+        "Archive replay, 200,000 32-byte messages",
+        "replay of the recording",
+        "live IPC stream (peer)",
+        "Bars",
+        "recording keeps up with >= 1,000,000 msgs/s",
+        "replay delivers >= 1,000,000 msgs/s",
+    ):
+        assert title in text, text[-3000:]
+    assert " NO " not in text, text[-3000:]  # nothing lost
+    assert "(incomplete)" not in text, text[-3000:]  # every replay complete
+    assert not list(tmp_path.glob("archive-bench-*")), "the benchmark removes its archive directory"
