@@ -95,10 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             published = play(aeron, args.players, args.ticks)
             elapsed = time.perf_counter() - started
             deadline = time.monotonic() + 10
-            while (recording := both.archive.recordings()[-1]).is_active:
+            while not (recordings := both.archive.recordings()) or recordings[-1].is_active:
                 if time.monotonic() > deadline:
                     raise TimeoutError("the recording did not stop at the end of the stream")
                 time.sleep(0.01)
+            recording = recordings[-1]
             print(
                 f"recorded {published} PlayerState messages in {elapsed:.2f} s: recording {recording.recording_id} "
                 f"[{recording.start_position}, {recording.stop_position}) on {recording.original_channel}"

@@ -187,6 +187,11 @@ class ArchiveConductor:
         work = 0
         if self._invoker is not None:
             work += self._invoker.invoke()
+        if self._pending_images:  # before commands: a listing asked for now shows the recordings begun by now
+            pending, self._pending_images = self._pending_images, []
+            for link, image in pending:
+                self._start_session(link, image)
+            work += len(pending)
         for _ in range(_MAX_COMMANDS_PER_CYCLE):
             try:
                 call, future = self._commands.get_nowait()
@@ -198,11 +203,6 @@ class ArchiveConductor:
                     future.set_result(call())
                 except BaseException as exc:
                     future.set_exception(exc)
-        if self._pending_images:
-            pending, self._pending_images = self._pending_images, []
-            for link, image in pending:
-                self._start_session(link, image)
-            work += len(pending)
         work += self._control.poll(self._control_assembler, 16)
         if self._connecting:
             work += self._check_connecting()
