@@ -12,12 +12,15 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from endpoint.pipeline.source import ArchiveDataSource
 
 __all__ = ["local_session", "register"]
+
+_LOG4J2 = Path(__file__).with_name("log4j2.properties")
 
 
 def register(spark: SparkSession) -> None:
@@ -67,7 +70,9 @@ def local_session(
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J2}")
     )
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local session: no "resolves to a loopback" notice
     for key, value in (config or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
