@@ -7,13 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 from driver.agent import AgentRunner
-from driver.archive.catalog import Catalog, RecordingDescriptor
+from driver.archive.catalog import Catalog
 from driver.archive.conductor import ArchiveConductor, recover_catalog
 from driver.archive.context import ArchiveContext
 from driver.archive.errors import ArchiveTimeoutError
 from driver.archive.mark import MarkFile
+from driver.archive.operations import ArchiveOperations
 from driver.archive.recorder import SyncLevel
-from driver.archive.replayer import FOLLOW
 from driver.client.aeron import Aeron
 from driver.config import DriverContext
 from driver.core.media_driver import MediaDriver
@@ -22,7 +22,7 @@ from driver.idle import idle_strategy_from_name
 __all__ = ["Archive", "ArchivingMediaDriver"]
 
 
-class Archive:
+class Archive(ArchiveOperations):
     """An archive agent on its own thread, with its own client of the driver in ``context.aeron_dir``.
 
     The methods are the archive's operations for callers in the same process;
@@ -32,6 +32,7 @@ class Archive:
 
     def __init__(self, context: ArchiveContext) -> None:
         self.context = context.conclude()
+        self.timeout = 10.0
         self._mark = MarkFile(context.archive_dir, context.control_channel)
         self._aeron: Aeron | None = None
         self._catalog: Catalog | None = None
@@ -68,53 +69,9 @@ class Archive:
             future.cancel()
             raise ArchiveTimeoutError(f"archive did not answer within {timeout}s") from None
 
-    def _op(self, name: str, *args: Any, timeout: float = 10.0) -> Any:
-        method = self.conductor.operation(name)
-        return self._call(lambda: method(*args), timeout)
-
-    def start_recording(self, channel: str, stream_id: int, *, local: bool = True) -> int:
-        """Record every image of ``channel``/``stream_id`` from now on; returns the subscription id.
-
-        ``local``: the publication is on this archive's driver (a UDP channel is then
-        recorded through a spy); otherwise the archive subscribes as a remote receiver.
-        """
-        return int(self._op("start_recording", channel, stream_id, local))
-
-    def stop_recording(self, channel: str, stream_id: int) -> bool:
-        return bool(self._op("stop_recording", channel, stream_id))
-
-    def stop_recording_subscription(self, subscription_id: int) -> bool:
-        return bool(self._op("stop_recording_subscription", subscription_id))
-
-    def extend_recording(self, recording_id: int, channel: str, stream_id: int, *, local: bool = True) -> int:
-        return int(self._op("extend_recording", recording_id, channel, stream_id, local))
-
-    def recordings(self, from_id: int = 0, count: int = 1 << 30) -> list[RecordingDescriptor]:
-        return [RecordingDescriptor(**d) for d in self._op("list_recordings", from_id, count)]
-
-    def recordings_for_uri(
-        self, channel_fragment: str, stream_id: int | None = None, from_id: int = 0, count: int = 1 << 30
-    ) -> list[RecordingDescriptor]:
-        rows = self._op("list_recordings_for_uri", from_id, count, channel_fragment, stream_id)
-        return [RecordingDescriptor(**d) for d in rows]
-
-    def recording(self, recording_id: int) -> RecordingDescriptor:
-        return RecordingDescriptor(**self._op("list_recording", recording_id))
-
-    def replay(
-        self, recording_id: int, channel: str, stream_id: int, *, position: int = -1, length: int = FOLLOW
-    ) -> int:
-        """Replay onto ``channel``/``stream_id`` (subscribe with ``session-id=<returned id>``); -1 length follows."""
-        return int(self._op("replay", recording_id, position, length, channel, stream_id))
-
-    def stop_replay(self, replay_id: int) -> bool:
-        return bool(self._op("stop_replay", replay_id))
-
-    def truncate_recording(self, recording_id: int, position: int) -> None:
-        self._op("truncate_recording", recording_id, position)
-
-    def purge_recording(self, recording_id: int) -> None:
-        self._op("purge_recording", recording_id)
+    def _request(self, operation: str, *args: Any) -> Any:
+        method = self.conductor.operation(operation)
+        return self._call(lambda: method(*args), self.timeout)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop the archive thread, then release its client, catalog and directory.

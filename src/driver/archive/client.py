@@ -14,6 +14,7 @@ from typing import Any
 from driver.archive.catalog import RecordingDescriptor
 from driver.archive.context import DEFAULT_CONTROL_RESPONSE_CHANNEL, ArchiveContext
 from driver.archive.errors import ArchiveError, ArchiveTimeoutError
+from driver.archive.operations import ALL, ArchiveOperations, descriptors
 from driver.archive.protocol import (
     PROTOCOL_VERSION,
     ProtocolError,
@@ -101,6 +102,16 @@ class _Channel:
             raise error_from_wire(response.value)
         return response.value
 
+    def release(self, owns_aeron: bool) -> None:
+        """Close the control publication and response subscription (and the Aeron client, if ours)."""
+        for resource in (self.publication, self.responses):
+            if resource is not None:
+                resource.close()
+        self.publication = self.responses = None
+        self.session_id = 0
+        if owns_aeron:
+            self.aeron.close()
+
     def timed_out(self, operation: str) -> ArchiveTimeoutError:
         return ArchiveTimeoutError(
             f"{operation}: no answer from the archive on {self.context.control_channel} "
@@ -108,12 +119,9 @@ class _Channel:
         )
 
 
-def _descriptors(rows: list[dict[str, Any]]) -> list[RecordingDescriptor]:
-    return [RecordingDescriptor(**row) for row in rows]
-
-
-class ArchiveClient:
-    """A blocking archive client. Create with :meth:`connect`; close when done (or use ``with``)."""
+class ArchiveClient(ArchiveOperations):
+    """A blocking archive client (the operations of :class:`ArchiveOperations`). Create with :meth:`connect`;
+    close when done (or use ``with``)."""
 
     def __init__(self, channel: _Channel, owns_aeron: bool) -> None:
         self._c = channel
@@ -175,66 +183,6 @@ class ArchiveClient:
         finally:
             c.forget(correlation_id)
 
-    def _list(self, operation: str, from_id: int, count: int, *args: Any) -> list[RecordingDescriptor]:
-        """A listing, page by page (the archive answers as many as fit in one message)."""
-        found: list[RecordingDescriptor] = []
-        while len(found) < count:
-            page = _descriptors(self._request(operation, from_id, count - len(found), *args))
-            if not page:
-                break
-            found.extend(page)
-            from_id = page[-1].recording_id + 1
-        return found
-
-    # The operations, as on :class:`driver.archive.Archive`.
-
-    def start_recording(self, channel: str, stream_id: int, *, local: bool = True) -> int:
-        return int(self._request("start_recording", channel, stream_id, local))
-
-    def stop_recording(self, channel: str, stream_id: int) -> bool:
-        return bool(self._request("stop_recording", channel, stream_id))
-
-    def stop_recording_subscription(self, subscription_id: int) -> bool:
-        return bool(self._request("stop_recording_subscription", subscription_id))
-
-    def extend_recording(self, recording_id: int, channel: str, stream_id: int, *, local: bool = True) -> int:
-        return int(self._request("extend_recording", recording_id, channel, stream_id, local))
-
-    def recordings(self, from_id: int = 0, count: int = 1 << 30) -> list[RecordingDescriptor]:
-        return self._list("list_recordings", from_id, count)
-
-    def recordings_for_uri(
-        self, channel_fragment: str, stream_id: int | None = None, from_id: int = 0, count: int = 1 << 30
-    ) -> list[RecordingDescriptor]:
-        return self._list("list_recordings_for_uri", from_id, count, channel_fragment, stream_id)
-
-    def recording(self, recording_id: int) -> RecordingDescriptor:
-        return RecordingDescriptor(**self._request("list_recording", recording_id))
-
-    def recording_position(self, recording_id: int) -> int | None:
-        """Recorded position of an active recording (None once it stopped)."""
-        value = self._request("recording_position", recording_id)
-        return None if value is None else int(value)
-
-    def stop_position(self, recording_id: int) -> int | None:
-        value = self._request("stop_position", recording_id)
-        return None if value is None else int(value)
-
-    def replay(
-        self, recording_id: int, channel: str, stream_id: int, *, position: int = -1, length: int = FOLLOW
-    ) -> int:
-        """Start a replay; returns its id, which is also the replay's session id (see :meth:`replay_channel`)."""
-        return int(self._request("replay", recording_id, position, length, channel, stream_id))
-
-    def stop_replay(self, replay_id: int) -> bool:
-        return bool(self._request("stop_replay", replay_id))
-
-    def truncate_recording(self, recording_id: int, position: int) -> None:
-        self._request("truncate_recording", recording_id, position)
-
-    def purge_recording(self, recording_id: int) -> None:
-        self._request("purge_recording", recording_id)
-
     def replay_subscription(self, channel: str, stream_id: int, replay_id: int) -> Subscription:
         """Subscribe to one replay: ``channel`` with ``session-id`` set to the replay's."""
         return self._c.aeron.add_subscription(replay_channel(channel, replay_id), stream_id)
@@ -243,20 +191,13 @@ class ArchiveClient:
         return RecordingEvents(self._c.aeron, self._c.context)
 
     def close(self) -> None:
-        c = self._c
-        if c.publication is not None and c.session_id:
+        if self._c.publication is not None and self._c.session_id:
             try:
                 self._request("close_session")
             except ArchiveError:
                 pass
-        for resource in (c.publication, c.responses):
-            if resource is not None:
-                resource.close()
-        c.publication = c.responses = None
-        c.session_id = 0
-        if self._owns_aeron:
-            c.aeron.close()
-            self._owns_aeron = False
+        self._c.release(self._owns_aeron)
+        self._owns_aeron = False
 
     def __enter__(self) -> ArchiveClient:
         return self
@@ -329,7 +270,7 @@ class AsyncArchiveClient:
     async def _list(self, operation: str, from_id: int, count: int, *args: Any) -> list[RecordingDescriptor]:
         found: list[RecordingDescriptor] = []
         while len(found) < count:
-            page = _descriptors(await self._request(operation, from_id, count - len(found), *args))
+            page = descriptors(await self._request(operation, from_id, count - len(found), *args))
             if not page:
                 break
             found.extend(page)
@@ -348,11 +289,11 @@ class AsyncArchiveClient:
     async def extend_recording(self, recording_id: int, channel: str, stream_id: int, *, local: bool = True) -> int:
         return int(await self._request("extend_recording", recording_id, channel, stream_id, local))
 
-    async def recordings(self, from_id: int = 0, count: int = 1 << 30) -> list[RecordingDescriptor]:
+    async def recordings(self, from_id: int = 0, count: int = ALL) -> list[RecordingDescriptor]:
         return await self._list("list_recordings", from_id, count)
 
     async def recordings_for_uri(
-        self, channel_fragment: str, stream_id: int | None = None, from_id: int = 0, count: int = 1 << 30
+        self, channel_fragment: str, stream_id: int | None = None, from_id: int = 0, count: int = ALL
     ) -> list[RecordingDescriptor]:
         return await self._list("list_recordings_for_uri", from_id, count, channel_fragment, stream_id)
 
@@ -389,20 +330,13 @@ class AsyncArchiveClient:
         return RecordingEvents(self._c.aeron, self._c.context)
 
     async def close(self) -> None:
-        c = self._c
-        if c.publication is not None and c.session_id:
+        if self._c.publication is not None and self._c.session_id:
             try:
                 await self._request("close_session")
             except ArchiveError:
                 pass
-        for resource in (c.publication, c.responses):
-            if resource is not None:
-                resource.close()
-        c.publication = c.responses = None
-        c.session_id = 0
-        if self._owns_aeron:
-            c.aeron.close()
-            self._owns_aeron = False
+        self._c.release(self._owns_aeron)
+        self._owns_aeron = False
 
     async def __aenter__(self) -> AsyncArchiveClient:
         return self
