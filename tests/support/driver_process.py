@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from driver.config import DriverContext
+from support.logged_process import LoggedProcess
 from support.waiting import execute_until
 
 __all__ = ["DriverProcess"]
 
 
-class DriverProcess:
+class DriverProcess(LoggedProcess):
     def __init__(self, process: subprocess.Popen[bytes], aeron_dir: Path, log_path: Path) -> None:
-        self.process = process
+        super().__init__(process, log_path)
         self.aeron_dir = aeron_dir
-        self.log_path = log_path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     @classmethod
     def start(
@@ -61,21 +55,3 @@ class DriverProcess:
             and int.from_bytes(header[:4], "little") != 0
             and (int.from_bytes(header[40:48], "little") == self.process.pid)
         )
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would."""
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
-
-    def stop(self, timeout_s: float = 10.0) -> int:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.process.returncode

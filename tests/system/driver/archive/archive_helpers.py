@@ -6,7 +6,6 @@ streams with bounded loops, reading a recording's segment bytes, parsing frames,
 from __future__ import annotations
 
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from driver.archive.segments import segment_base_position, segment_file_name, se
 from driver.client import Aeron, FragmentAssembler, Header, Publication, Subscription
 from driver.client.subscription import Image
 from driver.concurrent.atomic_buffer import align
+from support.logged_process import LoggedProcess
 from support.waiting import execute_until
 
 __all__ = [
@@ -344,16 +344,8 @@ class ArchiveHarness:
             self.archive.close()
 
 
-class ArchiveProcess:
+class ArchiveProcess(LoggedProcess):
     """``python -m driver.archive`` (optionally ``--with-driver``) as a child process, stopped by pid."""
-
-    def __init__(self, process: subprocess.Popen[bytes], log_path: Path) -> None:
-        self.process = process
-        self.log_path = log_path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     @classmethod
     def start(
@@ -391,27 +383,9 @@ class ArchiveProcess:
             raise
         return archive
 
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
     def _check_alive(self) -> None:
         if self.process.poll() is not None:
             raise RuntimeError(f"archive exited with {self.process.returncode}: {self.output()[-2000:]}")
 
     def _ready(self) -> bool:
         return "archive ready" in self.output()
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would."""
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self, timeout_s: float = 10.0) -> int:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.process.returncode
