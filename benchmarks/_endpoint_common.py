@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -153,6 +153,40 @@ async def serve_until_stopped(server: Any, ready: Any, stop: Any, out: Any, time
             await wait_event(stop, timeout)
     except Exception as exc:
         out.put(f"server: {type(exc).__name__}: {exc}")
+        raise
+
+
+def serve_grpc(
+    service: str,
+    methods: dict[str, Any],
+    address: str,
+    ready: Any,
+    stop: Any,
+    out: Any,
+    timeout: float,
+    options: Sequence[tuple[str, Any]] = (),
+) -> None:
+    """Run a grpc aio server of ``methods`` (name -> method handler) on ``address`` until ``stop``; the peer side
+    of the benchmarks. A failure is reported on ``out`` before it is raised."""
+
+    async def serve() -> None:
+        import grpc
+
+        server = grpc.aio.server(options=list(options))
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, methods),))
+        if not server.add_insecure_port(address):
+            raise RuntimeError(f"grpc could not bind {address}")
+        await server.start()
+        try:
+            ready.set()
+            await wait_event(stop, timeout)
+        finally:
+            await server.stop(0)
+
+    try:
+        asyncio.run(serve())
+    except Exception as exc:
+        out.put(f"grpc server: {type(exc).__name__}: {exc}")
         raise
 
 

@@ -64,6 +64,7 @@ from _endpoint_common import (
     price_of,
     rpc_serialization,
     run_async,
+    serve_grpc,
     serve_until_stopped,
     wait_event,
 )
@@ -259,38 +260,17 @@ def run_endpoint(plan: Plan, idle: IdleMode, driver_idle: str, udp: bool, profil
 
 
 def grpc_server(address: str, ready: Any, stop: Any, out: Any) -> None:
-    async def serve() -> None:
-        import grpc
-        import msgpack  # type: ignore[import-untyped]
+    import grpc
+    import msgpack  # type: ignore[import-untyped]
 
-        async def price(request: list[Any], context: Any) -> int:
-            qty, sku = request
-            return price_of(qty, sku)
+    async def price(request: list[Any], context: Any) -> int:
+        qty, sku = request
+        return price_of(qty, sku)
 
-        handler = grpc.method_handlers_generic_handler(
-            GRPC_SERVICE,
-            {
-                "Price": grpc.unary_unary_rpc_method_handler(
-                    price, request_deserializer=msgpack.unpackb, response_serializer=msgpack.packb
-                )
-            },
-        )
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((handler,))
-        if not server.add_insecure_port(address):
-            raise RuntimeError(f"grpc could not bind {address}")
-        await server.start()
-        try:
-            ready.set()
-            await wait_event(stop, RUN_TIMEOUT_S + 60)
-        finally:
-            await server.stop(0)
-
-    try:
-        asyncio.run(serve())
-    except Exception as exc:
-        out.put(f"grpc server: {type(exc).__name__}: {exc}")
-        raise
+    method = grpc.unary_unary_rpc_method_handler(
+        price, request_deserializer=msgpack.unpackb, response_serializer=msgpack.packb
+    )
+    serve_grpc(GRPC_SERVICE, {"Price": method}, address, ready, stop, out, RUN_TIMEOUT_S + 60)
 
 
 def grpc_client(address: str, plan: Plan, ready: Any, out: Any) -> None:

@@ -63,7 +63,15 @@ from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fresh_aeron_dir, print_table
-from _endpoint_common import children, free_tcp_port, free_udp_port, run_async, serve_until_stopped, wait_event
+from _endpoint_common import (
+    children,
+    free_tcp_port,
+    free_udp_port,
+    run_async,
+    serve_grpc,
+    serve_until_stopped,
+    wait_event,
+)
 
 from endpoint.streaming import CHUNK_HEADER_LENGTH
 
@@ -290,40 +298,23 @@ def run_endpoint(total: int, term_length: int, tuning: Tuning, udp: bool, profil
 
 
 def grpc_receiver(address: str, crc: bool, ready: Any, stop: Any, out: Any) -> None:
-    async def serve() -> None:
-        import grpc
+    import grpc
 
-        async def upload(chunks: AsyncIterator[bytes], context: Any) -> bytes:
-            start = 0.0
-            count = checksum = 0
-            async for chunk in chunks:
-                if not count:
-                    start = time.perf_counter()
-                count += len(chunk)
-                if crc:
-                    checksum = zlib.crc32(chunk, checksum)
-            out.put((count, time.perf_counter() - start, peak_rss_mb(), checksum))
-            return count.to_bytes(8, "little")
+    async def upload(chunks: AsyncIterator[bytes], context: Any) -> bytes:
+        start = 0.0
+        count = checksum = 0
+        async for chunk in chunks:
+            if not count:
+                start = time.perf_counter()
+            count += len(chunk)
+            if crc:
+                checksum = zlib.crc32(chunk, checksum)
+        out.put((count, time.perf_counter() - start, peak_rss_mb(), checksum))
+        return count.to_bytes(8, "little")
 
-        handler = grpc.method_handlers_generic_handler(
-            GRPC_SERVICE, {"Upload": grpc.stream_unary_rpc_method_handler(upload)}
-        )
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
-        server.add_generic_rpc_handlers((handler,))
-        if not server.add_insecure_port(address):
-            raise RuntimeError(f"grpc could not bind {address}")
-        await server.start()
-        try:
-            ready.set()
-            await wait_event(stop, RUN_TIMEOUT_S + 60)
-        finally:
-            await server.stop(0)
-
-    try:
-        asyncio.run(serve())
-    except Exception as exc:
-        out.put(f"grpc server: {type(exc).__name__}: {exc}")
-        raise
+    method = grpc.stream_unary_rpc_method_handler(upload)
+    options = [("grpc.max_receive_message_length", 64 << 20)]
+    serve_grpc(GRPC_SERVICE, {"Upload": method}, address, ready, stop, out, RUN_TIMEOUT_S + 60, options)
 
 
 def grpc_sender(address: str, total: int, chunk: int, crc: bool, ready: Any, done: Any, out: Any) -> None:
