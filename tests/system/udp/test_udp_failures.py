@@ -196,7 +196,14 @@ def test_stream_counters_carry_aerons_types_and_labels(udp: UdpDrivers) -> None:
         for type_id, label in publication_counters.items():
             assert found.get(type_id) == label
         position = next(i for i, t, _ in allocated_counters(reader) if t == SENDER_POSITION_TYPE_ID)
-        assert reader.get_counter_value(position) == publication.position
+        # The sender stores its position after the datagrams of a cycle are out, so the subscriber may have the
+        # messages a moment before the counter moves (as in Aeron): wait for it, bounded.
+        execute_until(
+            lambda: reader.get_counter_value(position) == publication.position,
+            timeout_s=10,
+            interval_s=0.01,
+            description="the sender position counter to reach the publication's position",
+        )
     with counters_of(sub_dir) as (_, reader):
         found = {type_id: label for _, type_id, label in allocated_counters(reader)}
         assert re.fullmatch(rf"rcv-hwm: \d+ {re.escape(stream)}", found[RECEIVER_HWM_TYPE_ID])
