@@ -48,7 +48,9 @@ REPLY_TIMEOUT_S = 10.0
 # -- endpoint ---------------------------------------------------------------------------------------------------
 
 
-def endpoint_echo(aeron_dir: str, port: int, idle: IdleMode, mode: str, ready: Any, stop: Any, out: Any) -> None:
+def endpoint_echo(
+    aeron_dir: str, port: int, idle: IdleMode, mode: str, threading: str, ready: Any, stop: Any, out: Any
+) -> None:
     """Server process: send every Probe back."""
 
     async def serve() -> None:
@@ -60,6 +62,7 @@ def endpoint_echo(aeron_dir: str, port: int, idle: IdleMode, mode: str, ready: A
             aeron_dir=aeron_dir,
             serialization=serialization(),
             idle_strategy=idle,
+            threading_mode=threading,
         )
         server = Server(config)
         pending: set[asyncio.Task[None]] = set()
@@ -95,6 +98,7 @@ def endpoint_ping(
     port: int,
     idle: IdleMode,
     mode: str,
+    threading: str,
     samples: int,
     warmup: int,
     udp: bool,
@@ -111,6 +115,7 @@ def endpoint_ping(
             serialization=serialization(),
             prefer_ipc=not udp,
             idle_strategy=idle,
+            threading_mode=threading,
         )
         client = Client(config)
         waiter: list[asyncio.Future[Probe]] = []
@@ -166,7 +171,7 @@ async def _watchdog(waiter: list[asyncio.Future[Any]]) -> None:
             current.set_exception(TimeoutError(f"no reply for {REPLY_TIMEOUT_S:g} s"))
 
 
-def run_endpoint(samples: int, warmup: int, idle: IdleMode, mode: str, udp: bool) -> list[int]:
+def run_endpoint(samples: int, warmup: int, idle: IdleMode, mode: str, udp: bool, threading: str) -> list[int]:
     with children() as group:
         ctx = group.ctx
         ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
@@ -174,8 +179,10 @@ def run_endpoint(samples: int, warmup: int, idle: IdleMode, mode: str, udp: bool
         client_dir = fresh_aeron_dir("ep-lat-cli") if udp else server_dir
         group.dirs += [server_dir, client_dir]
         port = free_udp_port()
-        server = group.start(endpoint_echo, str(server_dir), port, idle, mode, ready, stop, out)
-        client = group.start(endpoint_ping, str(client_dir), port, idle, mode, samples, warmup, udp, ready, out)
+        server = group.start(endpoint_echo, str(server_dir), port, idle, mode, threading, ready, stop, out)
+        client = group.start(
+            endpoint_ping, str(client_dir), port, idle, mode, threading, samples, warmup, udp, ready, out
+        )
         result = out.get(timeout=600)
         group.join(client, 15)  # the client leaves first: over IPC it uses the server's driver
         stop.set()
@@ -333,6 +340,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=10_000, help="round trips measured per row")
     parser.add_argument("--warmup", type=int, default=1_000, help="round trips before measuring")
     parser.add_argument("--quick", action="store_true", help="smoke run: 500 samples after 100 warm-up round trips")
+    parser.add_argument(
+        "--driver-threading",
+        default="SHARED",
+        help="threading mode of the end points' embedded drivers (INVOKER: run by the event loop)",
+    )
     parser.add_argument("--only", default="", help="run only rows whose name contains this (the baseline always runs)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
@@ -352,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for idle, mode in variants:
             label = "send_nowait" if mode == "send_nowait" else "await send"
             rows[f"endpoint {transport}, {idle}, {label}"] = functools.partial(
-                run_endpoint, samples, warmup, idle, mode, transport == "UDP"
+                run_endpoint, samples, warmup, idle, mode, transport == "UDP", args.driver_threading
             )
     results: dict[str, list[int]] = {}
     failed: list[str] = []

@@ -152,13 +152,18 @@ class CompositeAgent:
 
 
 class AgentInvoker:
-    """Drives an agent from the caller's thread (INVOKER threading mode)."""
+    """Drives an agent from the caller's thread (INVOKER threading mode).
+
+    Any thread may invoke; one duty cycle runs at a time, and an invoke that finds another thread in one
+    returns 0 at once instead of waiting (that thread is doing the work).
+    """
 
     def __init__(self, agent: Agent, error_handler: ErrorHandler) -> None:
         self.agent = agent
         self._error_handler = error_handler
         self._started = False
         self._closed = False
+        self._lock = threading.Lock()
 
     @property
     def is_running(self) -> bool:
@@ -170,17 +175,26 @@ class AgentInvoker:
             self.agent.on_start()
 
     def invoke(self) -> int:
-        if not self._started or self._closed:
+        if not self._started or self._closed or not self._lock.acquire(blocking=False):
             return 0
         try:
+            if self._closed:
+                return 0
             return self.agent.do_work()
         except AgentTerminationError:
-            self.close()
+            self._close_locked()
         except Exception as exc:
             self._error_handler(exc)
+        finally:
+            self._lock.release()
         return 0
 
     def close(self) -> None:
+        """Stop invoking (waiting for a duty cycle running on another thread) and close the agent once."""
+        with self._lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
         if not self._closed:
             self._closed = True
             if self._started:

@@ -204,6 +204,7 @@ class CncFile:
         "_closed",
         "_counters_metadata",
         "_counters_values",
+        "_counters_values_offset",
         "_error_log",
         "_generation",
         "_metadata",
@@ -240,6 +241,7 @@ class CncFile:
                 f"{path} is {len(mapping)} bytes but its header describes buffers {lengths} ({needed} bytes)"
             )
         offset = END_OF_METADATA_OFFSET
+        self._counters_values_offset = offset + to_driver_length + to_clients_length + counters_metadata_length
         buffers: list[AtomicBuffer] = []
         for length in lengths:
             buffers.append(AtomicBuffer(mapping, offset, length))
@@ -451,6 +453,15 @@ class CncFile:
     def counters_values_buffer(self) -> AtomicBuffer:
         self._check_open()
         return self._counters_values
+
+    def counter_value_window(self, counter_id: int, length: int = 8) -> AtomicBuffer:
+        """A window on one counter's value that holds the mapping: closing the file while it lives leaves
+        the memory mapped (unmapped when the last window is collected), so a late read never faults."""
+        self._check_open()
+        offset = counter_id * _COUNTER_LENGTH
+        if counter_id < 0 or offset + length > self._counters_values.capacity:
+            raise ValueError(f"counter id {counter_id} is outside the counters values buffer")
+        return AtomicBuffer(self._mmap, self._counters_values_offset + offset, length)
 
     @property
     def error_log_buffer(self) -> AtomicBuffer:

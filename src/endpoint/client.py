@@ -148,7 +148,7 @@ class Client(EndPoint[ClientConfiguration]):
             )
             route = _Route(True, publication, reply, None, (ip, port))
             try:
-                await wait_connected(publication, _IPC_PROBE_S)
+                await wait_connected(publication, _IPC_PROBE_S, aeron)
             except TimeoutError:
                 await route.close()
             else:
@@ -175,7 +175,7 @@ class Client(EndPoint[ClientConfiguration]):
             expected_server_key=None if cfg.allow_server_key_change else stored,
         )
         step = cfg.handshake_timeout
-        await wait_connected(route.publication, cfg.connect_timeout)
+        await wait_connected(route.publication, cfg.connect_timeout, self._shared.client() if self._shared else None)
         answer = await self._exchange(route, handshake, lambda: handshake.hello(time.time_ns()), step)
         if isinstance(answer, Rejected):
             if not answer.authenticated and answer.reason is not RejectReason.SERVER_KEY_CHANGED:
@@ -238,7 +238,7 @@ class Client(EndPoint[ClientConfiguration]):
             keepalive=True,
         )
         try:
-            await wait_connected(publication, cfg.handshake_timeout)
+            await wait_connected(publication, cfg.handshake_timeout, aeron)
             await wait_image(subscription, cfg.handshake_timeout, aeron)
         except BaseException:
             await self._discard(connection)

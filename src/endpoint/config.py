@@ -176,7 +176,7 @@ class Configuration:
     """Give this end point a driver of its own on a fresh directory (no sharing, no IPC with other processes)."""
     launch_driver: bool = True
     """Start an embedded driver when no live driver owns the directory; False only attaches (a standalone one)."""
-    threading_mode: ThreadingMode = attrs.field(default=ThreadingMode.SHARED, converter=_threading_mode)
+    threading_mode: ThreadingMode = attrs.field(default=ThreadingMode.INVOKER, converter=_threading_mode)
     driver_idle_strategy: str = attrs.field(
         default="backoff", validator=_one_of("backoff", "sleeping", "yielding", "busy_spin", "noop")
     )

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
+import socket
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
-from driver.agent import tighten_timer_slack
+from driver.agent import AgentInvoker, tighten_timer_slack
 from driver.concurrent._atomic import images_ready
 from endpoint.config import Configuration
 from endpoint.connection import Connection
@@ -147,6 +149,8 @@ class EndPoint(Generic[ConfigT]):
         self.config.serialization.freeze()
         shared = await registry.acquire(self.config, self)
         self._shared = shared
+        if self._polling:
+            _LoopPoller.for_running_loop().changed = True  # a restarted INVOKER-mode driver is a new one to drive
         return shared
 
     def _start_poller(self) -> None:
@@ -316,6 +320,12 @@ class _LoopPoller:
     idle end points cost little. Keepalive pings are not work. Every 100 ms it
     runs the end points' timers: keepalives, dead-peer timeouts, handshake
     expiry, driver health.
+
+    An embedded driver in INVOKER mode runs here too, one duty cycle per round:
+    the driver, the end points and the loop then share one thread and never wait
+    for each other's GIL hand-offs. A datagram on one of that driver's sockets
+    ends a nap at once (the poller watches them with an epoll set of its own,
+    itself watched by the loop).
     """
 
     _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPoller] = weakref.WeakKeyDictionary()
@@ -328,6 +338,10 @@ class _LoopPoller:
         self._wake: asyncio.Future[None] | None = None
         self._mapped: tuple[Connection, ...] = ()
         self._entries: list[tuple[Any, ...]] = []
+        self._drivers: tuple[SharedDriver, ...] = ()
+        self._invokers: tuple[AgentInvoker, ...] = ()
+        self._breathe = False
+        self._sockets = _SocketWatch(self.poke)
 
     @classmethod
     def for_running_loop(cls) -> _LoopPoller:
@@ -352,6 +366,11 @@ class _LoopPoller:
         self.changed = False
         self._mapped = tuple(c for e in self.endpoints for c in e._mapped)
         self._entries = [c._image.ready_entry for c in self._mapped if c._image is not None]
+        drivers = {id(e._shared): e._shared for e in self.endpoints if e._shared is not None}
+        self._drivers = tuple(d for d in drivers.values() if d.invokers)
+        self._invokers = tuple(i for d in self._drivers for i in d.invokers)
+        # Threads of a driver (or a driver client) in this process need the GIL now and then; INVOKER ones don't.
+        self._breathe = any(not d.invokers for d in drivers.values())
 
     async def _run(self) -> None:
         monotonic_ns = time.monotonic_ns
@@ -363,6 +382,12 @@ class _LoopPoller:
         while self.endpoints:
             endpoints = self.endpoints
             work = 0
+            if self._invokers:
+                stamp = monotonic_ns()
+                for driver in self._drivers:
+                    driver.driven_ns = stamp
+                for invoker in self._invokers:
+                    work += invoker.invoke()
             busy_spin = False
             for endpoint in endpoints:
                 try:
@@ -390,7 +415,7 @@ class _LoopPoller:
                         endpoint._tick(now)
                     except Exception as exc:
                         endpoint._notify_error(None, exc)
-            if now - last_breath > _BREATHE_EVERY_NS and threading.active_count() > 1:
+            if self._breathe and now - last_breath > _BREATHE_EVERY_NS and threading.active_count() > 1:
                 last_breath = now
                 # Yielding to the loop hands the GIL back and takes it again at once, which starves the
                 # driver's threads in this process (an embedded driver, the driver client's conductor):
@@ -404,7 +429,10 @@ class _LoopPoller:
             elif busy_spin or now - last_work < _SPIN_NS:
                 await sleep(0)
             else:
+                if self._drivers:
+                    self._sockets.watch([s for d in self._drivers for s in d.readable_sockets()])
                 await self._nap(_SHALLOW_SLEEP_S if now - last_work < _SHALLOW_IDLE_NS else _DEEP_SLEEP_S)
+        self._sockets.close()
         self.task = None
 
     async def _nap(self, seconds: float) -> None:
@@ -424,6 +452,53 @@ class _LoopPoller:
         wake = self._wake
         if wake is not None and not wake.done():
             wake.set_result(None)
+
+
+class _SocketWatch:
+    """An epoll set of driver sockets whose readiness calls ``on_readable`` from the event loop.
+
+    The loop watches the set's one descriptor, so sockets the driver closes or replaces never
+    confuse the loop's own selector; a closed socket leaves the set by itself.
+    """
+
+    def __init__(self, on_readable: Callable[[], None]) -> None:
+        self._on_readable = on_readable
+        self._epoll: select.epoll | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watched: dict[int, socket.socket] = {}
+
+    def watch(self, sockets: list[socket.socket]) -> None:
+        if not hasattr(select, "epoll"):
+            return  # elsewhere the nap just ends on its timer
+        wanted = {s.fileno(): s for s in sockets if s.fileno() >= 0}
+        if wanted.keys() == self._watched.keys() and all(wanted[f] is self._watched[f] for f in wanted):
+            return
+        if self._epoll is None:
+            self._epoll = select.epoll()
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_reader(self._epoll.fileno(), self._on_readable)
+        epoll = self._epoll
+        for fd, sock in self._watched.items():
+            if wanted.get(fd) is not sock:
+                try:
+                    epoll.unregister(fd)
+                except OSError:
+                    pass  # closed: the kernel dropped it already
+        for fd, sock in wanted.items():
+            if self._watched.get(fd) is not sock:
+                try:
+                    epoll.register(fd, select.EPOLLIN)
+                except FileExistsError:
+                    epoll.modify(fd, select.EPOLLIN)
+        self._watched = wanted
+
+    def close(self) -> None:
+        if self._epoll is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._epoll.fileno())
+            self._epoll.close()
+            self._epoll = None
+        self._watched = {}
 
 
 def _wake_up(future: asyncio.Future[None]) -> None:

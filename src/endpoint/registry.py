@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from typing import Protocol
 import anyio.to_thread
 import attrs
 
+from driver.agent import AgentInvoker
 from driver.client.aeron import Aeron
 from driver.config import IDLE_STRATEGY_FIELDS, ClientContext, DriverContext
 from driver.core.media_driver import MediaDriver, is_driver_active
@@ -38,6 +40,9 @@ _log = logging.getLogger("endpoint")
 
 _COUNTERS_VALUES_LENGTH = 4 * 1024 * 1024
 _CLIENT_CONDUCTOR_SLEEP_NS = 2_000_000
+_KEEPER_PERIOD_S = 0.02
+_KEEPER_STALE_NS = 50_000_000
+_KEEPER_STALLED_PERIOD_S = 0.001
 _RESERVED_SESSIONS = (0x1000_0000, 0x7FFF_FFFF)
 """Session ids the end points choose themselves; an embedded driver never auto-assigns them."""
 
@@ -68,10 +73,36 @@ class SharedDriver:
         self.users: list[DriverUser] = []
         self.failed: BaseException | None = None
         self.generation = 0
+        self.driven_ns = time.monotonic_ns()
+        """When an event loop's poller last ran this driver's invokers (INVOKER mode)."""
+        self._keeper: _Keeper | None = None
 
     @property
     def launched_here(self) -> bool:
         return self.media_driver is not None
+
+    @property
+    def invoker(self) -> AgentInvoker | None:
+        """The embedded driver's invoker when it runs in INVOKER mode: the event loop's poller drives it."""
+        media_driver = self.media_driver
+        return media_driver.invoker if media_driver is not None else None
+
+    @property
+    def invokers(self) -> tuple[AgentInvoker, ...]:
+        """What the loop's poller runs each round: an INVOKER-mode driver and, with it, the driver client's
+        conductor (no thread of ours is left to contend for the GIL)."""
+        invoker = self.invoker
+        aeron = self.aeron
+        if invoker is None or aeron is None:
+            return ()
+        conductor = aeron.conductor_agent_invoker
+        return (invoker,) if conductor is None else (invoker, conductor)
+
+    def readable_sockets(self) -> list[socket.socket]:
+        """Sockets of an INVOKER-mode driver: data on any of them should end the poller's nap."""
+        invoker = self.invoker
+        sockets_of = getattr(invoker.agent, "readable_sockets", None) if invoker is not None else None
+        return list(sockets_of()) if sockets_of is not None else []
 
     def client(self) -> Aeron:
         if self.aeron is None:
@@ -121,13 +152,20 @@ class SharedDriver:
                     idle_sleep_duration_ns=_CLIENT_CONDUCTOR_SLEEP_NS,
                 ),
                 error_handler=self._on_client_error,
+                driver_agent_invoker=self.invoker,
+                use_conductor_agent_invoker=self.invoker is not None,
             )
         except BaseException:
             self._stop()
             raise
+        if self.invokers:
+            self._keeper = _Keeper(self)
         self.generation += 1
 
     def _stop(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop()
         aeron, self.aeron = self.aeron, None
         if aeron is not None:
             try:
@@ -162,6 +200,38 @@ class SharedDriver:
             cause = aeron.termination_cause or DriverTimeoutError(f"driver client for {self.aeron_dir} closed")
             self._on_client_error(cause if is_critical(cause) else DriverTimeoutError(str(cause)))
         return self.failed
+
+
+class _Keeper:
+    """Runs an INVOKER-mode driver while no event loop does (a loop blocked in synchronous code).
+
+    The loop's poller normally runs the driver every round and stamps ``driven_ns``; when that stamp is
+    older than 50 ms, this thread takes over at a millisecond cadence until the poller is back. Without
+    it, a blocked loop would stall the driver for every process using it, and a blocking call to the driver
+    made on the loop by a client that cannot run it (another ``Aeron`` in this process) would never be answered.
+    """
+
+    def __init__(self, shared: SharedDriver) -> None:
+        self._shared = shared
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="endpoint-driver-keeper", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        shared = self._shared
+        period = _KEEPER_PERIOD_S
+        while not self._stopped.wait(period):
+            if time.monotonic_ns() - shared.driven_ns <= _KEEPER_STALE_NS:
+                period = _KEEPER_PERIOD_S
+                continue
+            period = _KEEPER_STALLED_PERIOD_S
+            for invoker in shared.invokers:
+                invoker.invoke()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(5.0)
 
 
 class _Registry:

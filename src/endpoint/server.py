@@ -298,7 +298,7 @@ class Server(EndPoint[ServerConfiguration]):
                     udp_channel(f"{bracket(address)}:{port}", term_length=65536), REPLY_STREAM_ID
                 )
             pending.reply = reply
-            await wait_connected(reply, timeout)
+            await wait_connected(reply, timeout, aeron)
             refusal = self._check(hello, is_ipc, address)
             if refusal is None:
                 try:
@@ -397,7 +397,7 @@ class Server(EndPoint[ServerConfiguration]):
             assert pending.publication is not None
             assert pending.subscription is not None
             assert pending.reply is not None
-            await wait_connected(pending.publication, timeout)
+            await wait_connected(pending.publication, timeout, self._aeron())
             await wait_image(pending.subscription, timeout, self._aeron())
             connection = Connection(
                 self,

@@ -124,9 +124,19 @@ async def add_pair(
     return sub, pub
 
 
-async def wait_connected(publication: Publication, timeout: float) -> None:
-    """Until a subscriber is connected to ``publication``; TimeoutError after ``timeout`` seconds."""
-    await _wait(lambda: publication.is_connected, publication, "no subscriber connected to", timeout)
+async def wait_connected(publication: Publication, timeout: float, aeron: Aeron | None = None) -> None:
+    """Until a subscriber is connected to ``publication``; TimeoutError after ``timeout`` seconds.
+
+    With ``aeron`` an INVOKER-mode driver in this process is run while waiting (the poller may be napping).
+    """
+    drive = aeron.invoke_driver if aeron is not None else None
+
+    def connected() -> bool:
+        if drive is not None:
+            drive()
+        return publication.is_connected
+
+    await _wait(connected, publication, "no subscriber connected to", timeout)
 
 
 async def wait_image(subscription: Subscription, timeout: float, aeron: Aeron | None = None) -> None:
@@ -135,11 +145,11 @@ async def wait_image(subscription: Subscription, timeout: float, aeron: Aeron | 
     Images arrive through the client conductor, whose thread sleeps while idle; with ``aeron`` the wait
     services the conductor itself, so the image shows up as soon as the driver announced it.
     """
-    service = aeron.conductor.do_work if aeron is not None else None
 
     def arrived() -> bool:
-        if service is not None and not subscription.images:
-            service()
+        if aeron is not None and not subscription.images:
+            aeron.invoke_driver()
+            aeron.conductor.do_work()
         return bool(subscription.images)
 
     await _wait(arrived, subscription, "no publisher reached", timeout)

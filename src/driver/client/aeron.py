@@ -56,6 +56,7 @@ T = TypeVar("T")
 _CLIENT_OPTIONS = frozenset(
     (
         "use_conductor_agent_invoker",
+        "driver_agent_invoker",
         "available_image_handler",
         "unavailable_image_handler",
         "available_counter_handler",
@@ -120,6 +121,7 @@ class Aeron:
         context: ClientContext,
         *,
         use_conductor_agent_invoker: bool = False,
+        driver_agent_invoker: AgentInvoker | None = None,
         available_image_handler: AvailableImageHandler | None = None,
         unavailable_image_handler: UnavailableImageHandler | None = None,
         available_counter_handler: AvailableCounterHandler | None = None,
@@ -141,11 +143,13 @@ class Aeron:
                 unavailable_counter_handler=unavailable_counter_handler,
                 publication_error_handler=publication_error_handler,
                 invoker_mode=use_conductor_agent_invoker,
+                driver_invoker=driver_agent_invoker.invoke if driver_agent_invoker is not None else None,
             )
         except BaseException:
             cnc.close()
             raise
         self._cnc_path = cnc.path
+        self._driver_invoker = driver_agent_invoker
         self._runner: AgentRunner | None = None
         self._invoker: AgentInvoker | None = None
         if use_conductor_agent_invoker:
@@ -163,7 +167,8 @@ class Aeron:
 
         Keyword arguments override context fields (``aeron_dir``, ``driver_timeout_ms``,
         ``error_handler``, ``idle_strategy``, ...) or set client options:
-        ``use_conductor_agent_invoker``, ``available_image_handler``,
+        ``use_conductor_agent_invoker``, ``driver_agent_invoker`` (an INVOKER-mode driver's invoker: blocking
+        calls run it while they wait for its answer), ``available_image_handler``,
         ``unavailable_image_handler``, ``available_counter_handler``,
         ``unavailable_counter_handler``, ``publication_error_handler`` (today's drivers tell
         a publication's owner when a receiver refused it with an ERR frame). The conductor
@@ -229,6 +234,11 @@ class Aeron:
     def conductor_agent_invoker(self) -> AgentInvoker | None:
         """With ``use_conductor_agent_invoker=True``: call its ``invoke()`` regularly to run the conductor."""
         return self._invoker
+
+    def invoke_driver(self) -> int:
+        """Run one duty cycle of the INVOKER-mode driver given as ``driver_agent_invoker`` (0 without one)."""
+        invoker = self._driver_invoker
+        return invoker.invoke() if invoker is not None else 0
 
     @property
     def cnc_path(self) -> Path:

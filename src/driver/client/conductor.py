@@ -171,6 +171,7 @@ class ClientConductor:
         unavailable_counter_handler: UnavailableCounterHandler | None = None,
         publication_error_handler: PublicationErrorHandler | None = None,
         invoker_mode: bool = False,
+        driver_invoker: Callable[[], object] | None = None,
         nano_clock: Callable[[], int] = time.monotonic_ns,
         epoch_clock: Callable[[], int] = _epoch_ms,
     ) -> None:
@@ -187,6 +188,7 @@ class ClientConductor:
         self._current = cnc.generation is CncGeneration.CURRENT
         self._heartbeat_counter_id = _NO_ID_ALLOCATED
         self._invoker_mode = invoker_mode
+        self._driver_invoker = driver_invoker
         self._nano_clock = nano_clock
         self._epoch_clock = epoch_clock
         self._driver_timeout_ms = context.driver_timeout_ms
@@ -431,7 +433,7 @@ class ClientConductor:
 
     def _counter_view(self, counter_id: int) -> AtomicBuffer:
         """An 8-byte window on one counter value; it keeps the cnc mapping alive while referenced."""
-        return AtomicBuffer(self._values.view(counter_id * COUNTER_LENGTH, 8))
+        return self._cnc.counter_value_window(counter_id)
 
     def _on_error(self, error: ErrorResponse) -> None:
         request = self._pending.pop(error.offending_correlation_id, None)
@@ -643,7 +645,10 @@ class ClientConductor:
     def await_response(self, request: PendingRequest) -> object:
         """Block until the driver answered ``request`` (driving the conductor meanwhile); bounded."""
         sleep_s = 0.0
+        driver_invoker = self._driver_invoker
         while True:
+            if driver_invoker is not None:
+                driver_invoker()  # an INVOKER-mode driver in this process answers only when run
             with self.lock:
                 if not request.done:
                     self._service()
@@ -665,6 +670,8 @@ class ClientConductor:
         """
         if request.done:
             return True
+        if self._driver_invoker is not None:
+            self._driver_invoker()
         if self.lock.acquire(blocking=False):
             try:
                 if not request.done:

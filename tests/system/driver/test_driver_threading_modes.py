@@ -123,6 +123,39 @@ async def test_embedded_invoker_mode_is_driven_by_the_application(aeron_dir: Pat
     assert invocations > 0
 
 
+def test_invoker_driver_answers_blocking_calls_on_the_same_thread(aeron_dir: Path) -> None:
+    """With ``driver_agent_invoker`` a blocking add runs the driver while it waits: one thread does it all."""
+    threads_before = set(threading.enumerate())
+    with MediaDriver.launch(context(aeron_dir, "INVOKER")) as driver:
+        assert driver.invoker is not None
+        with Aeron.connect(
+            aeron_dir=aeron_dir, driver_agent_invoker=driver.invoker, use_conductor_agent_invoker=True
+        ) as client:
+            assert set(threading.enumerate()) <= threads_before  # neither a driver nor a client thread
+            conductor = client.conductor_agent_invoker
+            assert conductor is not None
+            subscription = client.add_subscription(SMALL_TERM, 64)
+            publication = client.add_exclusive_publication(SMALL_TERM, 64)
+            sent = messages(500)
+            received: list[bytes] = []
+
+            def handler(payload: memoryview, header: Header) -> None:
+                received.append(bytes(payload))
+
+            pending = list(sent)
+            for _ in range(200_000):
+                if len(received) == len(sent):
+                    break
+                client.invoke_driver()
+                conductor.invoke()
+                if pending and publication.offer(pending[0]) > 0:
+                    pending.pop(0)
+                subscription.poll(handler, 100)
+            assert received == sent
+            publication.close()  # blocking too: the driver is run until it confirms
+            subscription.close()
+
+
 @pytest.mark.process
 @pytest.mark.parametrize("mode", [*THREADED_MODES, "INVOKER"])
 def test_driver_process_mode(aeron_dir: Path, tmp_path: Path, mode: str) -> None:

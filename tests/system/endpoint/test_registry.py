@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
+from driver.client import Aeron
 from endpoint import Client, ClientConfiguration, Server
 from endpoint.registry import registry
 from support.driver_process import DriverProcess
@@ -80,3 +82,28 @@ async def test_unique_directories_give_each_end_point_its_own_driver(aeron_dir: 
         await a.close()
         await b.close()
     assert not any(d.exists() for d in dirs)
+
+
+async def test_the_loop_runs_an_invoker_driver_and_a_keeper_runs_it_while_the_loop_is_blocked(aeron_dir: Path) -> None:
+    """By default the embedded driver has no thread: the loop's poller runs it, and while the loop is blocked
+    (here: a blocking call to that very driver through another client) a keeper thread does."""
+    server = Server(server_config(aeron_dir, free_udp_port(), driver_timeout=3.0))
+    await server.bind()
+    try:
+        shared = server._shared
+        assert shared is not None
+        assert shared.invoker is not None
+        assert len(shared.invokers) == 2  # the driver and its client's conductor
+        assert shared.driven_ns > 0
+        other = Aeron.connect(aeron_dir=aeron_dir, driver_timeout_ms=3000)  # knows nothing of the invoker
+        try:
+            stalled_at = time.monotonic_ns()
+            subscription = other.add_subscription("aeron:ipc", 4242)  # blocks the loop until the driver answers
+            assert shared.driven_ns < stalled_at  # the poller did not run meanwhile: the keeper did
+            subscription.close()
+        finally:
+            other.close()
+        await asyncio.sleep(0.1)
+        assert shared.driven_ns > stalled_at  # and the poller is back
+    finally:
+        await server.close()

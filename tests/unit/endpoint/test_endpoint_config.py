@@ -40,7 +40,7 @@ def test_defaults_are_valid(cls: type[Configuration]) -> None:
     cfg = cls()
     assert cfg.app_id == "endpoint"
     assert cfg.aeron_dir is None
-    assert cfg.threading_mode is ThreadingMode.SHARED
+    assert cfg.threading_mode is ThreadingMode.INVOKER
     assert cfg.enable_ipc
     assert cfg.enable_udp
     assert cfg.mtu == 1408
