@@ -191,6 +191,8 @@ class Client(EndPoint[ClientConfiguration]):
             done = await self._exchange(route, handshake, handshake.done, step)
             if not isinstance(done, Completed):
                 raise ClientError(f"handshake with {address} ended with {done!r}")
+            # The server publishes to us once it has our DONE (we were subscribed by then).
+            await wait_image(connection._sub, cfg.handshake_timeout, self._shared.client() if self._shared else None)
         except BaseException:
             await self._discard(connection)
             raise
@@ -239,7 +241,6 @@ class Client(EndPoint[ClientConfiguration]):
         )
         try:
             await wait_connected(publication, cfg.handshake_timeout, aeron)
-            await wait_image(subscription, cfg.handshake_timeout, aeron)
         except BaseException:
             await self._discard(connection)
             raise

@@ -36,7 +36,7 @@ from endpoint.errors import AllocationError, ConnectionClosedError, RejectReason
 from endpoint.handshake import PROTOCOL_VERSION, Done, Hello, ServerHandshake
 from endpoint.ids import IdAllocator
 from endpoint.keystore import load_or_create_private_key
-from endpoint.transport import add_pair, bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
+from endpoint.transport import bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
 
 __all__ = ["Server"]
 
@@ -58,6 +58,8 @@ class _Pending:
     publication: ExclusivePublication | None = None
     subscription: Subscription | None = None
     owns_reply: bool = True
+    counted: bool = False  # in ``_per_address``
+    pub_channel: str = ""
 
 
 class Server(EndPoint[ServerConfiguration]):
@@ -320,11 +322,13 @@ class Server(EndPoint[ServerConfiguration]):
                 pub_channel = data_channel(
                     f"{bracket(address)}:{hello.reply['port']}", session_out, cfg.term_length, cfg.mtu
                 )
-            pending.subscription, pending.publication = await add_pair(
-                aeron, (sub_channel, stream_in), (pub_channel, stream_out)
-            )
+            # Only the subscription now: the client subscribes to our stream after the grant, and a UDP
+            # publication made before that would send its SETUP to nobody and retry only 100 ms later.
+            pending.subscription = await aeron.add_subscription_async(sub_channel, stream_in)
+            pending.pub_channel = pub_channel
             if not is_ipc:
                 self._per_address[address] = self._per_address.get(address, 0) + 1
+                pending.counted = True
             grant: dict[str, int | str | bytes | bool] = {
                 "connection_id": session_in,
                 "session_in": session_in,
@@ -371,7 +375,8 @@ class Server(EndPoint[ServerConfiguration]):
 
     async def _free_pending(self, pending: _Pending) -> None:
         self._release_ids(pending.ids)
-        if pending.publication is not None and not pending.is_ipc:
+        if pending.counted:
+            pending.counted = False
             self._leave_address(pending.address)
         for resource in (pending.publication, pending.subscription, pending.reply if pending.owns_reply else None):
             if resource is not None:
@@ -394,11 +399,13 @@ class Server(EndPoint[ServerConfiguration]):
             return
         timeout = self.config.handshake_timeout
         try:
-            assert pending.publication is not None
             assert pending.subscription is not None
             assert pending.reply is not None
-            await wait_connected(pending.publication, timeout, self._aeron())
-            await wait_image(pending.subscription, timeout, self._aeron())
+            aeron = self._aeron()
+            # The client subscribed before sending DONE: our publication connects at its first SETUP.
+            pending.publication = await aeron.add_exclusive_publication_async(pending.pub_channel, pending.ids[3])
+            await wait_connected(pending.publication, timeout, aeron)
+            await wait_image(pending.subscription, timeout, aeron)
             connection = Connection(
                 self,
                 connection_id=done.connection_id,

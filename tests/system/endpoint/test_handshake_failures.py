@@ -422,9 +422,11 @@ async def test_a_raw_handshake_completes_and_a_rejection_is_sealed(
             sub = await aeron.add_subscription_async(sub_channel, stream_out)
             pub = await aeron.add_exclusive_publication_async(pub_channel, stream_in)
             try:
-                await wait_until(lambda: pub.is_connected and sub.images, 5, what="data streams up")
+                await wait_until(lambda: pub.is_connected, 5, what="our data stream connected")
+                assert not sub.images  # the server publishes to us only after DONE: we subscribe first
                 await peer.send(handshake.done())
                 assert (await peer.receive(handshake)).connection_id == grant["connection_id"]  # type: ignore[attr-defined]
+                await wait_until(lambda: sub.images, 5, what="the server's data stream")
                 await wait_until(lambda: connected, 5, what="server on_connect")
                 assert connected[0].id == grant["connection_id"]
                 assert server.handshake_stats.spoofed == 0
