@@ -340,6 +340,7 @@ class _LoopPoller:
         self._entries: list[tuple[Any, ...]] = []
         self._drivers: tuple[SharedDriver, ...] = ()
         self._invokers: tuple[AgentInvoker, ...] = ()
+        self._commands_handled = 0
         self._breathe = False
         self._sockets = _SocketWatch(self.poke)
 
@@ -382,12 +383,19 @@ class _LoopPoller:
         while self.endpoints:
             endpoints = self.endpoints
             work = 0
-            if self._invokers:
+            if self._drivers:
                 stamp = monotonic_ns()
                 for driver in self._drivers:
                     driver.driven_ns = stamp
                 for invoker in self._invokers:
-                    work += invoker.invoke()
+                    invoker.invoke()
+                # The driver's own work is not counted: its timers would keep the poller from ever napping
+                # deeply, and data it receives shows up in images anyway. Commands are: a client (maybe in
+                # another process) is mid-conversation with it, e.g. a handshake, and waits for each answer.
+                commands = sum(driver.commands_handled() for driver in self._drivers)
+                if commands != self._commands_handled:
+                    self._commands_handled = commands
+                    work += 1
             busy_spin = False
             for endpoint in endpoints:
                 try:

@@ -98,6 +98,11 @@ class SharedDriver:
         conductor = aeron.conductor_agent_invoker
         return (invoker,) if conductor is None else (invoker, conductor)
 
+    def commands_handled(self) -> int:
+        """Commands the embedded driver has handled (0 when it is not ours): a client busy with it is work."""
+        media_driver = self.media_driver
+        return media_driver.conductor.commands_handled if media_driver is not None else 0
+
     def readable_sockets(self) -> list[socket.socket]:
         """Sockets of an INVOKER-mode driver: data on any of them should end the poller's nap."""
         invoker = self.invoker
@@ -291,6 +296,12 @@ class _Registry:
         with self._lock:
             return list(self._drivers.values())
 
+    def _forget_after_fork(self) -> None:
+        """In a forked child: the drivers and clients copied from the parent are the parent's (their threads
+        did not come along); running them here would make two conductors of one driver. Start afresh."""
+        self._lock = threading.Lock()
+        self._drivers = {}
+
 
 @contextlib.contextmanager
 def _launch_lock(aeron_dir: Path) -> Iterator[None]:
@@ -311,3 +322,6 @@ def _with_dir(config: Configuration, aeron_dir: Path) -> Configuration:
 
 registry = _Registry()
 """The process's driver registry."""
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=registry._forget_after_fork)

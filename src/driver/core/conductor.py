@@ -197,6 +197,9 @@ class DriverConductor:
         self.counter_links: list[CounterLink] = []
         self._active_session_ids: set[int] = set()
         self._keepalives = 0
+        self.commands_handled = 0
+        """Client commands handled so far (keepalives aside): an embedder running the driver can tell that a
+        client is talking to it."""
         self._limit_watch = _LimitWatch()
         self._endpoint_error_reported: dict[int, int] = {}  # status indicator id -> when clients were last told
         self._destinations: dict[int, tuple[int, str]] = {}  # destination registration id -> (publication, channel)
@@ -252,6 +255,7 @@ class DriverConductor:
             # A keepalive needs no follow-up: it must not keep an otherwise idle driver spinning.
             work -= self._keepalives
             self._keepalives = 0
+        self.commands_handled += work
         work += self._conductor_queue.drain()
         now_ns = self._nano_clock.nano_time()
         if now_ns >= self._timer_deadline_ns:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import time
 from pathlib import Path
+from typing import Any
 
 from driver.client import Aeron
 from endpoint import Client, ClientConfiguration, Server
 from endpoint.registry import registry
 from support.driver_process import DriverProcess
-from support.endpoints import free_udp_port, server_config
+from support.endpoints import client_config, free_udp_port, running_server, server_config, wait_until
 
 
 async def test_end_points_with_equal_settings_share_one_driver_until_the_last_closes(aeron_dir: Path) -> None:
@@ -107,3 +109,40 @@ async def test_the_loop_runs_an_invoker_driver_and_a_keeper_runs_it_while_the_lo
         assert shared.driven_ns > stalled_at  # and the poller is back
     finally:
         await server.close()
+
+
+def _forked_client(aeron_dir: str, port: int, results: Any) -> None:
+    """In a child forked from a process that runs a server: the copied registry must not hand us the
+    parent's driver (running its conductor here would make two conductors of one driver)."""
+
+    async def run() -> None:
+        results.put(("inherited", len(registry.active())))
+        async with Client(client_config("ipc", Path(aeron_dir), Path(aeron_dir))) as client:
+            connection = await client.connect("127.0.0.1", port)
+            assert client._shared is not None
+            results.put(("launched_here", client._shared.launched_here))
+            await connection.send("hello from the fork")
+            await connection.close("done")
+
+    asyncio.run(run())
+
+
+async def test_a_forked_child_attaches_to_the_parents_driver_instead_of_inheriting_it(aeron_dir: Path) -> None:
+    port = free_udp_port()
+    received: list[object] = []
+    async with running_server(server_config(aeron_dir, port)) as server:
+        server.on_message(object, lambda conn, message: received.append(message))
+        ctx = multiprocessing.get_context("fork")
+        results = ctx.Queue()
+        child = ctx.Process(target=_forked_client, args=(str(aeron_dir), port, results))
+        child.start()
+        try:
+            await wait_until(lambda: received, 30, what="the forked client's message")
+            child.join(30)
+            assert child.exitcode == 0
+        finally:
+            if child.is_alive():
+                child.kill()
+                child.join(5)
+        assert received == ["hello from the fork"]
+        assert dict(results.get(timeout=5) for _ in range(2)) == {"inherited": 0, "launched_here": False}
