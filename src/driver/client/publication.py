@@ -24,10 +24,16 @@ negative :class:`OfferResult` codes. Bad arguments (negative length, a message
 above ``max_message_length``) raise ``ValueError`` as Java throws
 ``IllegalArgumentException``.
 
-Hot path notes: ``offer`` for a message that fits one frame is written out
-inline (no appender call, no header-writer call) because each Python call
-frame costs about as much as two shared-memory accesses; the slower cases use
-:mod:`driver.logbuffer.appender`.
+Hot path notes: ``offer`` of a message that fits one frame, with no reserved
+value supplier, is one native call (``PublicationWriter.offer`` in
+``driver/concurrent/_atomic.c``) that does steps 1-4 and, for a concurrent claim
+that ran off the term, step 5. It writes nothing and answers 0 for every other
+case (back pressure, a rotation under way, fragmentation, a buffer it cannot
+read, the exclusive end of term, an unmapped log), and ``_python_offer`` then
+does the whole offer in Python: the reference the native path is tested
+against. An exclusive publication's position (partition, term id, term offset,
+term begin position) lives in the writer, so both paths move the same state.
+Bad source ranges raise ``ValueError`` before anything is claimed on either path.
 """
 
 from __future__ import annotations
@@ -35,8 +41,9 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, ClassVar, Self
 
+from driver.concurrent._atomic import PublicationWriter
 from driver.concurrent.atomic_buffer import AtomicBuffer, frames_length
 from driver.errors import DriverError
 from driver.logbuffer.appender import (
@@ -108,7 +115,16 @@ def _byte_length(buffer: Buffer) -> int:
     if isinstance(buffer, (bytes, bytearray)):
         return len(buffer)
     with memoryview(buffer) as view:
+        if not view.c_contiguous:
+            raise BufferError(f"{type(buffer).__name__} is not C-contiguous")
         return view.nbytes
+
+
+def _check_source(buffer: Buffer, offset: int, length: int) -> None:
+    """Raise before a claim, never after: a claimed frame left unwritten stalls every subscriber."""
+    size = len(buffer) if type(buffer) is bytes else _byte_length(buffer)
+    if offset < 0 or offset + length > size:
+        raise ValueError(f"source range {offset}+{length} outside {size} bytes")
 
 
 class Publication(abc.ABC):
@@ -134,6 +150,7 @@ class Publication(abc.ABC):
         "_term_views",
         "_terms",
         "_vft",
+        "_writer",
         "channel",
         "channel_status_id",
         "initial_term_id",
@@ -147,6 +164,8 @@ class Publication(abc.ABC):
         "stream_id",
         "term_buffer_length",
     )
+
+    _EXCLUSIVE: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -186,6 +205,17 @@ class Publication(abc.ABC):
         self._stream_word = writer.stream_word
         self._terms = tuple(log.terms)
         self._term_views = tuple(log.term_views)
+        self._writer = PublicationWriter(
+            position_limit,
+            meta,
+            self._terms,
+            self._initial_term_id,
+            self._max_payload_length,
+            self._vft,
+            self._session_word,
+            self._stream_word,
+            self._EXCLUSIVE,
+        )
         self._on_mapped(log)
 
     @abc.abstractmethod
@@ -430,6 +460,21 @@ class ConcurrentPublication(Publication):
         length: int | None = None,
         reserved_value_supplier: ReservedValueSupplier | None = None,
     ) -> int:
+        if reserved_value_supplier is None and not self._is_closed:
+            result = self._writer.offer(buffer, offset, length)
+            if result > 0:
+                return result
+            if result:
+                return OfferResult(result)
+        return self._python_offer(buffer, offset, length, reserved_value_supplier)
+
+    def _python_offer(
+        self,
+        buffer: Buffer,
+        offset: int,
+        length: int | None,
+        reserved_value_supplier: ReservedValueSupplier | None,
+    ) -> int:
         if self._is_closed:
             return CLOSED
         if length is None:
@@ -450,6 +495,7 @@ class ConcurrentPublication(Publication):
             return self._back_pressure_status(position, length)
         if length > max_payload:
             self._check_max_message_length(length)
+            _check_source(buffer, offset, length)
             resulting = self._appenders[index].append_fragmented(
                 self._header_writer,
                 buffer,  # type: ignore[arg-type]
@@ -462,6 +508,7 @@ class ConcurrentPublication(Publication):
             return self._new_position(term_count, term_offset, term_id, position, resulting)
         if length < 0:
             raise ValueError(f"invalid length: {length}")
+        _check_source(buffer, offset, length)
         # Unfragmented, inline: claim with one fetch-add, then Java's write order.
         frame_length = length + 32
         aligned = (frame_length + 31) & -32
@@ -542,11 +589,14 @@ class ConcurrentPublication(Publication):
 class ExclusivePublication(Publication):
     """A publication with a single writer: cheaper appends, only one thread may offer at a time.
 
-    The term offset is tracked locally and the tail published with an ordered
-    store (no fetch-add); rotation is done by this writer directly.
+    The term offset is tracked locally (in the native writer) and the tail
+    published with an ordered store (no fetch-add); rotation is done by this
+    writer directly.
     """
 
-    __slots__ = ("_active_index", "_appenders", "_term_begin_position", "_term_id", "_term_offset")
+    __slots__ = ("_appenders",)
+
+    _EXCLUSIVE = True
 
     def _on_mapped(self, log: LogBuffers) -> None:
         self._appenders = tuple(
@@ -556,30 +606,32 @@ class ExclusivePublication(Publication):
         term_count = meta.get_int_volatile(_TERM_COUNT)
         index = term_count % PARTITION_COUNT
         raw_tail = meta.get_long_volatile(index * 8)
-        self._active_index = index
-        self._term_id = raw_tail >> 32
-        self._term_offset = min(raw_tail & _U32, self.term_buffer_length)
-        self._term_begin_position = int32(self._term_id - self._initial_term_id) << self._position_bits_to_shift
+        writer = self._writer
+        writer.active_index = index
+        writer.term_id = raw_tail >> 32
+        writer.term_offset = min(raw_tail & _U32, self.term_buffer_length)
+        writer.term_begin_position = int32(writer.term_id - self._initial_term_id) << self._position_bits_to_shift
 
     @property
     def position(self) -> int:
         if self._is_closed:
             return CLOSED
-        return self._term_begin_position + self._term_offset
+        return self._writer.term_begin_position + self._writer.term_offset
 
     def _new_exclusive_position(self, resulting: int) -> int:
+        writer = self._writer
         if resulting > 0:
-            self._term_offset = resulting
-            return self._term_begin_position + resulting
+            writer.term_offset = resulting
+            return writer.term_begin_position + resulting
         term_length = self.term_buffer_length
-        if self._term_begin_position + term_length >= self._max_possible_position:
+        if writer.term_begin_position + term_length >= self._max_possible_position:
             return MAX_POSITION_EXCEEDED
-        next_index = (self._active_index + 1) % PARTITION_COUNT
-        next_term_id = int32(self._term_id + 1)
-        self._active_index = next_index
-        self._term_offset = 0
-        self._term_id = next_term_id
-        self._term_begin_position += term_length
+        next_index = (writer.active_index + 1) % PARTITION_COUNT
+        next_term_id = int32(writer.term_id + 1)
+        writer.active_index = next_index
+        writer.term_offset = 0
+        writer.term_id = next_term_id
+        writer.term_begin_position += term_length
         initialise_tail_with_term_id(self._meta, next_index, next_term_id)
         self._meta.put_int_ordered(_TERM_COUNT, int32(next_term_id - self._initial_term_id))
         return ADMIN_ACTION
@@ -591,19 +643,36 @@ class ExclusivePublication(Publication):
         length: int | None = None,
         reserved_value_supplier: ReservedValueSupplier | None = None,
     ) -> int:
+        if reserved_value_supplier is None and not self._is_closed:
+            result = self._writer.offer(buffer, offset, length)
+            if result > 0:
+                return result
+            if result:
+                return OfferResult(result)
+        return self._python_offer(buffer, offset, length, reserved_value_supplier)
+
+    def _python_offer(
+        self,
+        buffer: Buffer,
+        offset: int,
+        length: int | None,
+        reserved_value_supplier: ReservedValueSupplier | None,
+    ) -> int:
         if self._is_closed:
             return CLOSED
         if length is None:
             length = (len(buffer) if type(buffer) is bytes else _byte_length(buffer)) - offset
-        term_offset = self._term_offset
-        position = self._term_begin_position + term_offset
+        writer = self._writer
+        term_offset = writer.term_offset
+        position = writer.term_begin_position + term_offset
         if position >= self._limit.get_long_volatile(0):
             return self._back_pressure_status(position, length)
-        term_id = self._term_id
+        term_id = writer.term_id
         if length > self._max_payload_length:
             self._check_max_message_length(length)
+            _check_source(buffer, offset, length)
             return self._new_exclusive_position(
-                self._appenders[self._active_index].append_fragmented(
+                self._appenders[writer.active_index].append_fragmented(
                     term_id,
                     term_offset,
                     self._header_writer,
@@ -616,7 +685,8 @@ class ExclusivePublication(Publication):
             )
         if length < 0:
             raise ValueError(f"invalid length: {length}")
-        index = self._active_index
+        _check_source(buffer, offset, length)
+        index = writer.active_index
         frame_length = length + 32
         resulting = term_offset + ((frame_length + 31) & -32)
         self._meta.put_long_ordered(index << 3, (term_id << 32) | resulting)
@@ -636,20 +706,20 @@ class ExclusivePublication(Publication):
             term.put_bytes(term_offset + 32, buffer, offset, length)
             term.put_long(term_offset + 24, reserved_value_supplier(self._term_views[index], term_offset, frame_length))
             term.put_int_ordered(term_offset, frame_length)
-        self._term_offset = resulting
-        return self._term_begin_position + resulting
+        writer.term_offset = resulting
+        return writer.term_begin_position + resulting
 
     def offer_batch(self, messages: Sequence[Buffer]) -> int:
         if self._is_closed:
             return CLOSED
         required = self._batch_lengths(messages)
-        term_offset = self._term_offset
-        position = self._term_begin_position + term_offset
+        term_offset = self._writer.term_offset
+        position = self._writer.term_begin_position + term_offset
         if position >= self._limit.get_long_volatile(0):
             return self._back_pressure_status(position, required)
         return self._new_exclusive_position(
-            self._appenders[self._active_index].append_unfragmented_batch(
-                self._term_id,
+            self._appenders[self._writer.active_index].append_unfragmented_batch(
+                self._writer.term_id,
                 term_offset,
                 self._header_writer,
                 messages,  # type: ignore[arg-type]
@@ -661,13 +731,13 @@ class ExclusivePublication(Publication):
         self._check_payload_length(length)
         if self._is_closed:
             return CLOSED
-        term_offset = self._term_offset
-        position = self._term_begin_position + term_offset
+        term_offset = self._writer.term_offset
+        position = self._writer.term_begin_position + term_offset
         if position >= self._limit.get_long_volatile(0):
             return self._back_pressure_status(position, length)
         return self._new_exclusive_position(
-            self._appenders[self._active_index].claim(
-                self._term_id, term_offset, self._header_writer, length, buffer_claim
+            self._appenders[self._writer.active_index].claim(
+                self._writer.term_id, term_offset, self._header_writer, length, buffer_claim
             )
         )
 
@@ -684,7 +754,7 @@ class ExclusivePublication(Publication):
         view = memoryview(buffer).cast("B")
         if length is None:
             length = len(view) - offset
-        term_offset = self._term_offset
+        term_offset = self._writer.term_offset
         term_length = self.term_buffer_length
         if term_offset >= term_length:
             return self._new_exclusive_position(-1)
@@ -692,7 +762,7 @@ class ExclusivePublication(Publication):
             raise ValueError(f"a block is a whole number of 32-byte aligned frames; got length {length}")
         if term_offset + length > term_length:
             raise ValueError(f"block of {length} bytes at term offset {term_offset} runs past the term ({term_length})")
-        position = self._term_begin_position + term_offset
+        position = self._writer.term_begin_position + term_offset
         if position >= self._limit.get_long_volatile(0):
             return self._back_pressure_status(position, length)
         first = view[offset : offset + 24]
@@ -704,21 +774,21 @@ class ExclusivePublication(Publication):
             term_offset,
             self.session_id,
             self.stream_id,
-            self._term_id,
+            self._writer.term_id,
         ):
             raise ValueError(
                 f"block's first frame (term offset {frame_term_offset}, session {session_id}, stream {stream_id}, "
                 f"term id {frame_term_id}) does not continue this publication (term offset {term_offset}, "
-                f"session {self.session_id}, stream {self.stream_id}, term id {self._term_id})"
+                f"session {self.session_id}, stream {self.stream_id}, term id {self._writer.term_id})"
             )
-        index = self._active_index
+        index = self._writer.active_index
         term = self._terms[index]
         resulting = term_offset + length
-        self._meta.put_long_ordered(index << 3, (self._term_id << 32) | resulting)
+        self._meta.put_long_ordered(index << 3, (self._writer.term_id << 32) | resulting)
         term.put_bytes(term_offset + 4, view, offset + 4, length - 4)
         term.put_int_ordered(term_offset, int.from_bytes(view[offset : offset + 4], "little", signed=True))
-        self._term_offset = resulting
-        return self._term_begin_position + resulting
+        self._writer.term_offset = resulting
+        return self._writer.term_begin_position + resulting
 
     def append_padding(self, length: int) -> int:
         """Append a padding frame of ``length`` bytes (skipped by subscribers), e.g. to align a stream."""
@@ -727,10 +797,12 @@ class ExclusivePublication(Publication):
             return CLOSED
         if length < 0:
             raise ValueError(f"invalid length: {length}")
-        term_offset = self._term_offset
-        position = self._term_begin_position + term_offset
+        term_offset = self._writer.term_offset
+        position = self._writer.term_begin_position + term_offset
         if position >= self._limit.get_long_volatile(0):
             return self._back_pressure_status(position, length)
         return self._new_exclusive_position(
-            self._appenders[self._active_index].append_padding(self._term_id, term_offset, self._header_writer, length)
+            self._appenders[self._writer.active_index].append_padding(
+                self._writer.term_id, term_offset, self._header_writer, length
+            )
         )

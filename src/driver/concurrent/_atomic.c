@@ -4,7 +4,9 @@
  * Aeron layouts need: acquire loads, release stores, fetch-add and CAS.
  *
  * Python has no portable way to do an atomic read-modify-write on shared
- * memory; this module is the only native code the driver needs.
+ * memory; this module is the only native code the driver needs. Beside the
+ * buffer it holds the few hot loops that cost too much as Python calls: frame
+ * writes and scans, and PublicationWriter, a publication's single-message offer.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -622,6 +624,64 @@ AtomicBuffer_insert_packet(AtomicBuffer *self, PyObject *const *args, Py_ssize_t
     return PyBool_FromLong(inserted);
 }
 
+static PyObject *str_offset;  /* "offset", interned at import */
+
+static PyObject *
+AtomicBuffer_read_fragments(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* read_fragments(offset, fragments_limit, handler, header, view, error_handler) -> (fragments, new_offset):
+     * driver.logbuffer.reader.read's loop. For each committed DATA frame from offset: header.offset =
+     * frame offset, then handler(view[frame + 32 : frame + length], header); padding is stepped over.
+     * An Exception from the handler (or the loop) goes to error_handler, if one is given, and ends the
+     * call with the failed fragment consumed; otherwise it propagates. The buffer is checked before every
+     * load, as a handler may close the log under the loop. */
+    if (!nargs_ok(nargs, 6, "read_fragments")) return NULL;
+    ARG_INDEX(0)
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    PyObject *handler = args[2], *header = args[3], *view = args[4], *error_handler = args[5];
+    Py_ssize_t capacity = self->capacity, offset = index, fragments = 0;
+    while (fragments < limit && offset < capacity) {
+        if (check(self, offset, 8, 1) < 0) goto error;
+        int64_t word = __atomic_load_n((int64_t *)(self->base + offset), __ATOMIC_ACQUIRE);
+        int64_t length = word & 0xFFFFFFFFLL;
+        if (length <= 0 || length >= 0x80000000LL) break;
+        Py_ssize_t frame_offset = offset;
+        offset += (Py_ssize_t)((length + 31) & ~31LL);
+        if (((uint64_t)word >> 48) == 0)  /* PAD */
+            continue;
+        PyObject *frame = PyLong_FromSsize_t(frame_offset);
+        if (!frame) goto error;
+        int set = PyObject_SetAttr(header, str_offset, frame);
+        Py_DECREF(frame);
+        if (set < 0) goto error;
+        PyObject *payload = PySequence_GetSlice(view, frame_offset + 32, frame_offset + (Py_ssize_t)length);
+        if (!payload) goto error;
+        PyObject *call_args[2] = {payload, header};
+        PyObject *result = PyObject_Vectorcall(handler, call_args, 2, NULL);
+        Py_DECREF(payload);
+        if (!result) goto error;
+        Py_DECREF(result);
+        fragments++;
+    }
+    return Py_BuildValue("nn", fragments, offset);
+error:
+    if (error_handler == Py_None || !PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback && value)
+        PyException_SetTraceback(value, traceback);
+    PyObject *handled = PyObject_CallOneArg(error_handler, value ? value : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    if (!handled) return NULL;
+    Py_DECREF(handled);
+    return Py_BuildValue("nn", fragments, offset);
+}
+
 /* validate_data_datagram(buffer, length, term_length) -> int: bytes of term covered (0 for a
  * heartbeat), or a negative reason code (see driver.wire.datagram). Today's C driver rules. */
 static PyObject *
@@ -684,7 +744,7 @@ static PyMethodDef AtomicBuffer_methods[] = {
     M(put_int_ordered), M(put_long_ordered), M(put_int_volatile), M(put_long_volatile),
     M(get_and_add_int), M(get_and_add_long), M(compare_and_set_int), M(compare_and_set_long),
     M(put_bytes), M(get_bytes), M(set_memory), M(view), M(write_frame), M(write_frames),
-    M(scan_for_availability), M(scan_for_gap), M(scan_frames), M(insert_packet),
+    M(scan_for_availability), M(scan_for_gap), M(scan_frames), M(insert_packet), M(read_fragments),
     {"release", (PyCFunction)AtomicBuffer_release, METH_NOARGS,
      "Let go of the underlying buffer so its owner (e.g. an mmap) can close."},
     {NULL}
@@ -708,6 +768,453 @@ static PyTypeObject AtomicBufferType = {
     .tp_getset = AtomicBuffer_getset,
 };
 
+/* ---- PublicationWriter: the single-message offer in one call ----
+ *
+ * A publication's offer of a message that fits one frame, as
+ * driver.client.publication writes it (Aeron 1.15.1's order and codes), without a
+ * Python frame per step. The writer keeps references to the AtomicBuffers of the
+ * publisher limit, the log metadata and the three terms, and checks on every call
+ * that each is still mapped, so a closed log is never written.
+ *
+ * offer(buffer, offset=0, length=None) returns the new position (> 0); ADMIN_ACTION
+ * (-3) or MAX_POSITION_EXCEEDED (-5) after a concurrent claim that ran off the end
+ * of the term (padded and rotated here, as the claim cannot be undone); or 0 when
+ * nothing was written and the caller's own path must decide: not mapped, back
+ * pressure, a message for fragmentation, a buffer it cannot read, a rotation under
+ * way, or (exclusive) the end of the term. A bad source range raises ValueError
+ * before anything is claimed.
+ *
+ * A concurrent writer claims with a fetch-add on the shared tail. An exclusive
+ * writer owns its position (active partition, term id, term offset, term begin
+ * position); the Python publication reads and moves it through the attributes
+ * of the same names, which are range-checked because offer trusts them.
+ */
+
+#define TERM_COUNT_OFFSET 24        /* LOG_ACTIVE_TERM_COUNT_OFFSET, after 3 tail counters */
+#define META_NEEDED 32              /* bytes of metadata offer touches */
+#define WRITE_SLOW_PATH 0
+#define WRITE_ADMIN_ACTION (-3)
+#define WRITE_MAX_POSITION_EXCEEDED (-5)
+
+typedef struct {
+    PyObject_HEAD
+    AtomicBuffer *limit;
+    AtomicBuffer *meta;
+    AtomicBuffer *terms[3];
+    int64_t term_length;
+    int64_t max_possible_position;
+    int64_t vft;
+    int64_t session_word;
+    int64_t stream_word;
+    Py_ssize_t max_payload;
+    int32_t initial_term_id;
+    int bits;
+    int exclusive;
+    /* exclusive writers only */
+    int active_index;
+    int32_t term_id;
+    int64_t term_offset;
+    int64_t term_begin_position;
+} PublicationWriter;
+
+static PyTypeObject PublicationWriterType;
+
+static inline int
+mapped(const AtomicBuffer *b, Py_ssize_t needed)
+{
+    return b->has_view && b->capacity >= needed && (((uintptr_t)b->base) & 7) == 0;
+}
+
+static inline int
+python_mod3(int32_t v)
+{
+    int r = v % 3;
+    return r < 0 ? r + 3 : r;
+}
+
+static int
+PublicationWriter_init(PublicationWriter *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"limit", "metadata", "terms", "initial_term_id", "max_payload_length",
+                             "vft", "session_word", "stream_word", "exclusive", NULL};
+    PyObject *limit, *meta, *terms;
+    int initial_term_id, exclusive;
+    Py_ssize_t max_payload;
+    long long vft, session_word, stream_word;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!inLLLp", kwlist, &AtomicBufferType, &limit,
+                                     &AtomicBufferType, &meta, &PyTuple_Type, &terms, &initial_term_id,
+                                     &max_payload, &vft, &session_word, &stream_word, &exclusive))
+        return -1;
+    if (PyTuple_GET_SIZE(terms) != 3) {
+        PyErr_SetString(PyExc_ValueError, "terms must be a tuple of 3 AtomicBuffers");
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!PyObject_TypeCheck(PyTuple_GET_ITEM(terms, i), &AtomicBufferType)) {
+            PyErr_SetString(PyExc_TypeError, "terms must be a tuple of 3 AtomicBuffers");
+            return -1;
+        }
+    }
+    int64_t term_length = ((AtomicBuffer *)PyTuple_GET_ITEM(terms, 0))->capacity;
+    if (term_length < 64 || (term_length & (term_length - 1)) != 0 || term_length > (1LL << 30)) {
+        PyErr_Format(PyExc_ValueError, "term length %lld is not a power of two in [64, 1G]", (long long)term_length);
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        AtomicBuffer *t = (AtomicBuffer *)PyTuple_GET_ITEM(terms, i);
+        if (!mapped(t, term_length) || t->capacity != term_length) {
+            PyErr_SetString(PyExc_ValueError, "terms must be mapped, 8-byte aligned and of one length");
+            return -1;
+        }
+    }
+    if (!mapped((AtomicBuffer *)limit, 8) || !mapped((AtomicBuffer *)meta, META_NEEDED)) {
+        PyErr_SetString(PyExc_ValueError, "limit and metadata must be mapped and 8-byte aligned");
+        return -1;
+    }
+    Py_INCREF(limit);
+    Py_XSETREF(self->limit, (AtomicBuffer *)limit);
+    Py_INCREF(meta);
+    Py_XSETREF(self->meta, (AtomicBuffer *)meta);
+    for (int i = 0; i < 3; i++) {
+        PyObject *t = PyTuple_GET_ITEM(terms, i);
+        Py_INCREF(t);
+        Py_XSETREF(self->terms[i], (AtomicBuffer *)t);
+    }
+    int bits = 0;
+    while ((1LL << bits) < term_length)
+        bits++;
+    self->term_length = term_length;
+    self->bits = bits;
+    self->max_possible_position = term_length << 31;
+    self->initial_term_id = (int32_t)initial_term_id;
+    self->max_payload = max_payload;
+    self->vft = (int64_t)vft;
+    self->session_word = (int64_t)session_word;
+    self->stream_word = (int64_t)stream_word;
+    self->exclusive = exclusive;
+    self->active_index = 0;
+    self->term_id = (int32_t)initial_term_id;
+    self->term_offset = 0;
+    self->term_begin_position = 0;
+    return 0;
+}
+
+static void
+PublicationWriter_dealloc(PublicationWriter *self)
+{
+    Py_XDECREF(self->limit);
+    Py_XDECREF(self->meta);
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(self->terms[i]);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static inline int
+writer_ready(const PublicationWriter *self)
+{
+    return self->limit && mapped(self->limit, 8) && mapped(self->meta, META_NEEDED) &&
+           self->terms[0]->capacity == self->term_length && self->terms[0]->has_view &&
+           self->terms[1]->capacity == self->term_length && self->terms[1]->has_view &&
+           self->terms[2]->capacity == self->term_length && self->terms[2]->has_view &&
+           (((uintptr_t)self->terms[0]->base | (uintptr_t)self->terms[1]->base |
+             (uintptr_t)self->terms[2]->base) & 7) == 0;
+}
+
+/* A padding frame from frame_offset to the end of the term, committed last. */
+static void
+write_padding(const PublicationWriter *self, char *base, int64_t frame_offset, int32_t term_id)
+{
+    int32_t padding = (int32_t)(self->term_length - frame_offset);
+    __atomic_store_n((int64_t *)(base + frame_offset),
+                     (int64_t)(((uint64_t)self->vft & 0xFFFFFFFF00000000ULL) | (uint32_t)(-padding)),
+                     __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    int64_t w1 = self->session_word | (int64_t)(uint32_t)frame_offset;
+    int64_t w2 = self->stream_word | (int64_t)((uint64_t)(uint32_t)term_id << 32);
+    memcpy(base + frame_offset + 8, &w1, 8);
+    memcpy(base + frame_offset + 16, &w2, 8);
+    int16_t pad_type = 0;
+    memcpy(base + frame_offset + 6, &pad_type, 2);
+    __atomic_store_n((int32_t *)(base + frame_offset), padding, __ATOMIC_RELEASE);
+}
+
+/* driver.logbuffer.descriptor.rotate_log */
+static void
+rotate_log(char *meta, int32_t term_count, int32_t term_id)
+{
+    int32_t next_term_id = (int32_t)((uint32_t)term_id + 1);
+    int32_t next_term_count = (int32_t)((uint32_t)term_count + 1);
+    int64_t *tail_address = (int64_t *)(meta + 8 * python_mod3(next_term_count));
+    int32_t expected_term_id = (int32_t)((uint32_t)next_term_id - 3);
+    int64_t new_tail = (int64_t)((uint64_t)(uint32_t)next_term_id << 32);
+    for (;;) {
+        int64_t tail = __atomic_load_n(tail_address, __ATOMIC_ACQUIRE);
+        if ((int32_t)(tail >> 32) != expected_term_id)
+            break;
+        if (__atomic_compare_exchange_n(tail_address, &tail, new_tail, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            break;
+    }
+    int32_t expected = term_count;
+    __atomic_compare_exchange_n((int32_t *)(meta + TERM_COUNT_OFFSET), &expected, next_term_count, 0,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+static void
+raise_delayed_action(int32_t expected_term_id, int32_t term_id)
+{
+    PyObject *errors = PyImport_ImportModule("driver.errors");
+    PyObject *cls = errors ? PyObject_GetAttrString(errors, "DriverError") : NULL;
+    Py_XDECREF(errors);
+    if (!cls)
+        return;
+    PyErr_Format(cls, "action possibly delayed: expected_term_id=%d term_id=%d", (int)expected_term_id,
+                 (int)term_id);
+    Py_DECREF(cls);
+}
+
+static PyObject *
+PublicationWriter_offer(PublicationWriter *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* offer(buffer, offset=0, length=None) -> position > 0, -3, -5, or 0 (the caller's path) */
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "offer(buffer, offset=0, length=None)");
+        return NULL;
+    }
+    if (!writer_ready(self))
+        return PyLong_FromLong(WRITE_SLOW_PATH);
+    Py_ssize_t offset = 0, length = -1;
+    int has_length = 0;
+    if (nargs > 1) {
+        offset = PyLong_AsSsize_t(args[1]);
+        if (offset == -1 && PyErr_Occurred()) goto slow_path_error;
+    }
+    if (nargs > 2 && args[2] != Py_None) {
+        length = PyLong_AsSsize_t(args[2]);
+        if (length == -1 && PyErr_Occurred()) goto slow_path_error;
+        has_length = 1;
+    }
+
+    /* The source, read without a copy: bytes directly, anything else by the buffer protocol. */
+    PyObject *src_obj = args[0];
+    Py_buffer src;
+    const char *src_base;
+    Py_ssize_t src_len;
+    int has_buffer = 0;
+    if (PyBytes_CheckExact(src_obj)) {
+        src_base = PyBytes_AS_STRING(src_obj);
+        src_len = PyBytes_GET_SIZE(src_obj);
+    } else {
+        if (PyObject_GetBuffer(src_obj, &src, PyBUF_SIMPLE) < 0)
+            goto slow_path_error;
+        has_buffer = 1;
+        src_base = (const char *)src.buf;
+        src_len = src.len;
+    }
+    if (!has_length)
+        length = src_len - offset;
+
+    PyObject *result = NULL;
+    int64_t limit = __atomic_load_n((int64_t *)self->limit->base, __ATOMIC_ACQUIRE);
+    char *meta = self->meta->base;
+    int64_t value = WRITE_SLOW_PATH;
+
+    if (self->exclusive) {
+        int index = self->active_index;
+        int32_t term_id = self->term_id;
+        int64_t term_offset = self->term_offset;
+        int64_t position = self->term_begin_position + term_offset;
+        if (position >= limit || length > self->max_payload || (term_offset & 31) != 0)
+            goto done;
+        if (length < 0 || offset < 0 || offset > src_len - length)
+            goto bad_range;
+        int64_t resulting = term_offset + ((length + 32 + 31) & ~(int64_t)31);
+        if (resulting > self->term_length)
+            goto done;  /* pad and rotate in Python */
+        __atomic_store_n((int64_t *)(meta + 8 * index),
+                         (int64_t)(((uint64_t)(uint32_t)term_id << 32) | (uint64_t)resulting), __ATOMIC_RELEASE);
+        write_frame(self->terms[index]->base, (Py_ssize_t)term_offset, self->vft, self->session_word,
+                    self->stream_word | (int64_t)((uint64_t)(uint32_t)term_id << 32), src_base + offset, length);
+        self->term_offset = resulting;
+        value = self->term_begin_position + resulting;
+        goto done;
+    }
+
+    int32_t term_count = __atomic_load_n((int32_t *)(meta + TERM_COUNT_OFFSET), __ATOMIC_ACQUIRE);
+    int index = python_mod3(term_count);
+    int64_t raw_tail = __atomic_load_n((int64_t *)(meta + 8 * index), __ATOMIC_ACQUIRE);
+    int32_t term_id = (int32_t)(raw_tail >> 32);
+    if ((uint32_t)term_id - (uint32_t)self->initial_term_id != (uint32_t)term_count)
+        goto done;  /* rotation under way: ADMIN_ACTION from Python */
+    int64_t term_offset = raw_tail & 0xFFFFFFFFLL;
+    int64_t position = (int64_t)((uint64_t)(int64_t)term_count << self->bits) + term_offset;
+    if (position >= limit || length > self->max_payload)
+        goto done;
+    if (length < 0 || offset < 0 || offset > src_len - length)
+        goto bad_range;
+    int64_t aligned = (length + 32 + 31) & ~(int64_t)31;
+    int64_t raw = __atomic_fetch_add((int64_t *)(meta + 8 * index), aligned, __ATOMIC_SEQ_CST);
+    int64_t frame_offset = raw & 0xFFFFFFFFLL;
+    if ((int32_t)(raw >> 32) != term_id) {
+        raise_delayed_action(term_id, (int32_t)(raw >> 32));
+        goto out;
+    }
+    int64_t resulting = frame_offset + aligned;
+    char *term = self->terms[index]->base;
+    if (resulting > self->term_length) {
+        if (frame_offset < self->term_length) {
+            if ((frame_offset & 31) != 0) {
+                PyErr_Format(PyExc_ValueError, "frame offset %lld is not 32-byte aligned", (long long)frame_offset);
+                goto out;
+            }
+            write_padding(self, term, frame_offset, term_id);
+        }
+        if (position + term_offset > self->max_possible_position) {
+            value = WRITE_MAX_POSITION_EXCEEDED;
+        } else {
+            rotate_log(meta, term_count, term_id);
+            value = WRITE_ADMIN_ACTION;
+        }
+        goto done;
+    }
+    if ((frame_offset & 31) != 0) {
+        PyErr_Format(PyExc_ValueError, "frame offset %lld is not 32-byte aligned", (long long)frame_offset);
+        goto out;
+    }
+    write_frame(term, (Py_ssize_t)frame_offset, self->vft, self->session_word,
+                self->stream_word | (int64_t)((uint64_t)(uint32_t)term_id << 32), src_base + offset, length);
+    value = position - term_offset + resulting;
+
+done:
+    result = PyLong_FromLongLong(value);
+out:
+    if (has_buffer)
+        PyBuffer_Release(&src);
+    return result;
+bad_range:
+    if (length < 0)
+        PyErr_Format(PyExc_ValueError, "invalid length: %zd", length);
+    else
+        PyErr_Format(PyExc_ValueError, "source range %zd+%zd outside %zd bytes", offset, length, src_len);
+    goto out;
+slow_path_error:
+    PyErr_Clear();
+    return PyLong_FromLong(WRITE_SLOW_PATH);
+}
+
+/* The exclusive writer's position, moved by the Python publication on its slower paths. */
+static int
+set_checked(PyObject *value, long long low, long long high, long long *out, const char *name)
+{
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < low || v > high) {
+        PyErr_Format(PyExc_ValueError, "%s %lld outside [%lld, %lld]", name, v, low, high);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static PyObject *
+PublicationWriter_get_active_index(PublicationWriter *self, void *closure)
+{
+    return PyLong_FromLong(self->active_index);
+}
+
+static int
+PublicationWriter_set_active_index(PublicationWriter *self, PyObject *value, void *closure)
+{
+    long long v;
+    if (set_checked(value, 0, 2, &v, "active_index") < 0) return -1;
+    self->active_index = (int)v;
+    return 0;
+}
+
+static PyObject *
+PublicationWriter_get_term_id(PublicationWriter *self, void *closure)
+{
+    return PyLong_FromLong(self->term_id);
+}
+
+static int
+PublicationWriter_set_term_id(PublicationWriter *self, PyObject *value, void *closure)
+{
+    long long v;
+    if (set_checked(value, INT32_MIN, INT32_MAX, &v, "term_id") < 0) return -1;
+    self->term_id = (int32_t)v;
+    return 0;
+}
+
+static PyObject *
+PublicationWriter_get_term_offset(PublicationWriter *self, void *closure)
+{
+    return PyLong_FromLongLong(self->term_offset);
+}
+
+static int
+PublicationWriter_set_term_offset(PublicationWriter *self, PyObject *value, void *closure)
+{
+    long long v;
+    if (set_checked(value, 0, self->term_length, &v, "term_offset") < 0) return -1;
+    self->term_offset = v;
+    return 0;
+}
+
+static PyObject *
+PublicationWriter_get_term_begin_position(PublicationWriter *self, void *closure)
+{
+    return PyLong_FromLongLong(self->term_begin_position);
+}
+
+static int
+PublicationWriter_set_term_begin_position(PublicationWriter *self, PyObject *value, void *closure)
+{
+    long long v;
+    if (set_checked(value, LLONG_MIN, LLONG_MAX, &v, "term_begin_position") < 0) return -1;
+    self->term_begin_position = v;
+    return 0;
+}
+
+static PyObject *
+PublicationWriter_get_term_length(PublicationWriter *self, void *closure)
+{
+    return PyLong_FromLongLong(self->term_length);
+}
+
+#define GS(name, doc) {#name, (getter)PublicationWriter_get_##name, (setter)PublicationWriter_set_##name, doc, NULL}
+static PyGetSetDef PublicationWriter_getset[] = {
+    GS(active_index, "exclusive: index of the partition being appended to"),
+    GS(term_id, "exclusive: id of the term being appended to"),
+    GS(term_offset, "exclusive: where the next frame goes in that term"),
+    GS(term_begin_position, "exclusive: stream position of the start of that term"),
+    {"term_length", (getter)PublicationWriter_get_term_length, NULL, "length of each term", NULL},
+    {NULL}
+};
+
+static PyMethodDef PublicationWriter_methods[] = {
+    {"offer", (PyCFunction)(void (*)(void))PublicationWriter_offer, METH_FASTCALL,
+     "offer(buffer, offset=0, length=None): new position, -3, -5, or 0 (nothing written: use the Python path)."},
+    {NULL}
+};
+
+static PyTypeObject PublicationWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "driver.concurrent._atomic.PublicationWriter",
+    .tp_basicsize = sizeof(PublicationWriter),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One call for a publication's offer of a message that fits one frame.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)PublicationWriter_init,
+    .tp_dealloc = (destructor)PublicationWriter_dealloc,
+    .tp_methods = PublicationWriter_methods,
+    .tp_getset = PublicationWriter_getset,
+};
+
 static PyMethodDef module_methods[] = {
     {"fence", fence, METH_NOARGS, "A full memory fence."},
     {"validate_data_datagram", (PyCFunction)(void (*)(void))validate_data_datagram, METH_FASTCALL,
@@ -728,12 +1235,13 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC
 PyInit__atomic(void)
 {
-    if (PyType_Ready(&AtomicBufferType) < 0) return NULL;
+    str_offset = PyUnicode_InternFromString("offset");
+    if (!str_offset) return NULL;
+    if (PyType_Ready(&AtomicBufferType) < 0 || PyType_Ready(&PublicationWriterType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
-    Py_INCREF(&AtomicBufferType);
-    if (PyModule_AddObject(m, "AtomicBuffer", (PyObject *)&AtomicBufferType) < 0) {
-        Py_DECREF(&AtomicBufferType);
+    if (PyModule_AddObjectRef(m, "AtomicBuffer", (PyObject *)&AtomicBufferType) < 0 ||
+        PyModule_AddObjectRef(m, "PublicationWriter", (PyObject *)&PublicationWriterType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

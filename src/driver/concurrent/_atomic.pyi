@@ -1,4 +1,5 @@
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from typing_extensions import Buffer
 
@@ -57,3 +58,36 @@ class AtomicBuffer:
     def scan_for_availability(self, offset: int, max_length: int, /) -> tuple[int, int]: ...
     def scan_for_gap(self, rebuild_offset: int, limit_offset: int, /) -> tuple[int, int]: ...
     def insert_packet(self, term_offset: int, packet: Buffer, length: int, /) -> bool: ...
+    def read_fragments(
+        self,
+        offset: int,
+        fragments_limit: int,
+        handler: Callable[[memoryview, Any], object],
+        header: object,
+        view: memoryview,
+        error_handler: Callable[[Exception], object] | None,
+        /,
+    ) -> tuple[int, int]: ...
+
+class PublicationWriter:
+    """A publication's single-message offer in one call (see driver.client.publication)."""
+
+    active_index: int
+    term_id: int
+    term_offset: int
+    term_begin_position: int
+    def __init__(
+        self,
+        limit: AtomicBuffer,
+        metadata: AtomicBuffer,
+        terms: tuple[AtomicBuffer, ...],
+        initial_term_id: int,
+        max_payload_length: int,
+        vft: int,
+        session_word: int,
+        stream_word: int,
+        exclusive: bool,
+    ) -> None: ...
+    @property
+    def term_length(self) -> int: ...
+    def offer(self, buffer: Buffer, offset: int = 0, length: int | None = None, /) -> int: ...

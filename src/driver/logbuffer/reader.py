@@ -13,6 +13,10 @@ keeps beyond the call (the term is reused after the publisher laps it).
 The caller turns the returned offset into its new subscriber position
 (``position + (new_offset - term_offset)``).
 
+:func:`read` runs its loop natively (``AtomicBuffer.read_fragments``): per
+fragment that leaves the slice and the handler call, about half of what the
+same loop costs in Python. :func:`controlled_read` stays in Python.
+
 If a handler raises, the fragment counts as consumed (as in Aeron): with an
 ``error_handler`` the error is reported and reading stops with the progress
 returned; without one the exception propagates and the caller loses the
@@ -79,27 +83,7 @@ def read(
         header.set_buffer(term, term_view)
     view = header.view
     assert view is not None
-    capacity = header.capacity
-    get_word = term.get_long_volatile
-    offset = term_offset
-    fragments = 0
-    try:
-        while fragments < fragments_limit and offset < capacity:
-            word = get_word(offset)
-            length = word & 0xFFFF_FFFF
-            if not 0 < length < 0x8000_0000:
-                break
-            frame_offset = offset
-            offset += (length + 31) & -32
-            if word >> 48:  # type != PAD
-                header.offset = frame_offset
-                handler(view[frame_offset + 32 : frame_offset + length], header)
-                fragments += 1
-    except Exception as exc:
-        if error_handler is None:
-            raise
-        error_handler(exc)
-    return fragments, offset
+    return term.read_fragments(term_offset, fragments_limit, handler, header, view, error_handler)
 
 
 def controlled_read(
