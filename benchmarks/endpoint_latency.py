@@ -342,8 +342,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: 500 samples after 100 warm-up round trips")
     parser.add_argument(
         "--driver-threading",
-        default="SHARED",
-        help="threading mode of the end points' embedded drivers (INVOKER: run by the event loop)",
+        default="INVOKER",
+        help="threading mode(s) of the embedded drivers, comma-separated for a row each (e.g. INVOKER,SHARED)",
     )
     parser.add_argument("--only", default="", help="run only rows whose name contains this (the baseline always runs)")
     args = parser.parse_args(argv)
@@ -361,11 +361,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             ("busy_spin", "send"),
             ("backoff", "send_nowait"),
         )
+        modes = args.driver_threading.split(",")
         for idle, mode in variants:
-            label = "send_nowait" if mode == "send_nowait" else "await send"
-            rows[f"endpoint {transport}, {idle}, {label}"] = functools.partial(
-                run_endpoint, samples, warmup, idle, mode, transport == "UDP", args.driver_threading
-            )
+            for threading in modes:
+                label = "send_nowait" if mode == "send_nowait" else "await send"
+                driver = f", {threading} driver" if len(modes) > 1 else ""
+                rows[f"endpoint {transport}, {idle}, {label}{driver}"] = functools.partial(
+                    run_endpoint, samples, warmup, idle, mode, transport == "UDP", threading
+                )
     results: dict[str, list[int]] = {}
     failed: list[str] = []
     for name, run in rows.items():

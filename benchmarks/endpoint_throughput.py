@@ -67,7 +67,15 @@ BASELINE = "asyncio TCP + msgpack"
 
 
 def endpoint_sink(
-    aeron_dir: str, port: int, messages: int, term_length: int, ready: Any, stop: Any, out: Any, profile: bool
+    aeron_dir: str,
+    port: int,
+    messages: int,
+    term_length: int,
+    threading: str,
+    ready: Any,
+    stop: Any,
+    out: Any,
+    profile: bool,
 ) -> None:
     """Server process: count ``Move`` messages with a sync listener."""
 
@@ -81,6 +89,7 @@ def endpoint_sink(
             serialization=serialization(),
             term_length=term_length,
             ipc_term_length=term_length,
+            threading_mode=threading,
         )
         server = Server(config)
         count = 0
@@ -114,6 +123,7 @@ def endpoint_source(
     messages: int,
     mode: str,
     udp: bool,
+    threading: str,
     ready: Any,
     done: Any,
     out: Any,
@@ -124,7 +134,9 @@ def endpoint_source(
     async def send_all() -> None:
         from endpoint import Client, ClientConfiguration
 
-        config = ClientConfiguration(aeron_dir=aeron_dir, serialization=serialization(), prefer_ipc=not udp)
+        config = ClientConfiguration(
+            aeron_dir=aeron_dir, serialization=serialization(), prefer_ipc=not udp, threading_mode=threading
+        )
         try:
             async with Client(config) as client:
                 if not ready.wait(60):
@@ -173,7 +185,7 @@ def _collect(out: Any, sent_out: Any) -> Result:
     return Result(received, elapsed, sent_elapsed, receiver_cpu, sender_cpu)
 
 
-def run_endpoint(messages: int, mode: str, udp: bool, term_length: int, profile: bool) -> Result:
+def run_endpoint(messages: int, mode: str, udp: bool, term_length: int, threading: str, profile: bool) -> Result:
     with children() as group:
         ctx = group.ctx
         ready, stop, done, out, sent_out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
@@ -181,9 +193,11 @@ def run_endpoint(messages: int, mode: str, udp: bool, term_length: int, profile:
         client_dir = fresh_aeron_dir("ep-tp-cli") if udp else server_dir
         group.dirs += [server_dir, client_dir]
         port = free_udp_port()
-        server = group.start(endpoint_sink, str(server_dir), port, messages, term_length, ready, stop, out, profile)
+        server = group.start(
+            endpoint_sink, str(server_dir), port, messages, term_length, threading, ready, stop, out, profile
+        )
         client = group.start(
-            endpoint_source, str(client_dir), port, messages, mode, udp, ready, done, sent_out, profile
+            endpoint_source, str(client_dir), port, messages, mode, udp, threading, ready, done, sent_out, profile
         )
         result = _collect(out, sent_out)
         done.set()
@@ -340,6 +354,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: 20,000 messages, no 1 MiB-term rows")
     parser.add_argument("--only", default="", help="run only rows whose name contains this (the baseline always runs)")
+    parser.add_argument(
+        "--driver-threading",
+        default="INVOKER",
+        help="threading mode(s) of the embedded drivers, comma-separated for a row each (e.g. INVOKER,SHARED)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile our sender and receiver (slows them down)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
@@ -350,13 +369,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         "pyzmq DEALER/ROUTER tcp:// + msgpack": lambda: run_zmq(n),
     }
     terms = [(args.term_length, "")] if args.quick else [(args.term_length, ""), (TUNED_TERM, ", 1 MiB terms")]
+    modes = args.driver_threading.split(",")
     for term_length, suffix in terms:
         for transport in ("IPC", "UDP"):
             for mode in ("send_nowait", "send"):
-                label = "send_nowait" if mode == "send_nowait" else "await send"
-                rows[f"endpoint {transport}, {label}{suffix}"] = functools.partial(
-                    run_endpoint, n, mode, transport == "UDP", term_length, args.profile
-                )
+                for threading in modes:
+                    label = "send_nowait" if mode == "send_nowait" else "await send"
+                    driver = f", {threading} driver" if len(modes) > 1 else ""
+                    rows[f"endpoint {transport}, {label}{suffix}{driver}"] = functools.partial(
+                        run_endpoint, n, mode, transport == "UDP", term_length, threading, args.profile
+                    )
     results: dict[str, Result] = {}
     failed: list[str] = []
     for name, run in rows.items():
