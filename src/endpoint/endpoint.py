@@ -433,6 +433,8 @@ class _LoopPoller:
             if work or self._poked:
                 self._poked = False
                 last_work = now
+                for driver in self._drivers:
+                    driver.invokers[0].invoke()  # send what this round wrote, acknowledge what it read: now
                 await sleep(0)
             elif busy_spin or now - last_work < _SPIN_NS:
                 await sleep(0)
