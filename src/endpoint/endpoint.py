@@ -438,9 +438,16 @@ class _LoopPoller:
                 await sleep(0)
             elif busy_spin or now - last_work < _SPIN_NS:
                 await sleep(0)
+            elif self._drivers:
+                self._sockets.watch([s for d in self._drivers for s in d.readable_sockets()])
+                parked = [d for d in self._drivers if d.park()]
+                if len(parked) == len(self._drivers):
+                    await self._nap(_SHALLOW_SLEEP_S if now - last_work < _SHALLOW_IDLE_NS else _DEEP_SLEEP_S)
+                else:
+                    last_work = now  # a command came in just now: answer it first
+                for driver in parked:
+                    driver.unpark()
             else:
-                if self._drivers:
-                    self._sockets.watch([s for d in self._drivers for s in d.readable_sockets()])
                 await self._nap(_SHALLOW_SLEEP_S if now - last_work < _SHALLOW_IDLE_NS else _DEEP_SLEEP_S)
         self._sockets.close()
         self.task = None

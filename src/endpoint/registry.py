@@ -104,10 +104,30 @@ class SharedDriver:
         return media_driver.conductor.commands_handled if media_driver is not None else 0
 
     def readable_sockets(self) -> list[socket.socket]:
-        """Sockets of an INVOKER-mode driver: data on any of them should end the poller's nap."""
+        """Sockets of an INVOKER-mode driver, its doorbell's included: data on any ends the poller's nap."""
         invoker = self.invoker
         sockets_of = getattr(invoker.agent, "readable_sockets", None) if invoker is not None else None
-        return list(sockets_of()) if sockets_of is not None else []
+        found = list(sockets_of()) if sockets_of is not None else []
+        doorbell = self.media_driver.doorbell if self.media_driver is not None else None
+        if doorbell is not None:
+            found.append(doorbell.socket)
+        return found
+
+    def park(self) -> bool:
+        """The poller is about to nap: let clients ring the doorbell; False (stay awake) if a command waits."""
+        media_driver = self.media_driver
+        if media_driver is None or media_driver.doorbell is None:
+            return True
+        media_driver.doorbell.park()
+        if media_driver.has_unread_commands():
+            media_driver.doorbell.unpark()
+            return False
+        return True
+
+    def unpark(self) -> None:
+        media_driver = self.media_driver
+        if media_driver is not None and media_driver.doorbell is not None:
+            media_driver.doorbell.unpark()
 
     def client(self) -> Aeron:
         if self.aeron is None:

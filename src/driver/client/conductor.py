@@ -68,6 +68,7 @@ from driver.concurrent.broadcast import BroadcastReceiver, CopyBroadcastReceiver
 from driver.concurrent.counters import COUNTER_LENGTH, MAX_KEY_LENGTH, MAX_LABEL_LENGTH, CountersReader
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.concurrent.system_counters import CLIENT_HEARTBEAT_TYPE_ID
+from driver.doorbell import DoorbellRinger
 from driver.errors import (
     AgentTerminationError,
     ChannelEndpointError,
@@ -199,7 +200,7 @@ class ClientConductor:
 
         self._ring = ManyToOneRingBuffer(cnc.to_driver_buffer)
         self.client_id = self._ring.next_correlation_id()
-        self._proxy = DriverProxy(self._ring, self.client_id)
+        self._proxy = DriverProxy(self._ring, self.client_id, DoorbellRinger.open(context.aeron_dir))
         self._receiver = CopyBroadcastReceiver(BroadcastReceiver(cnc.to_clients_buffer))
         self._values = cnc.counters_values_buffer
         self.counters_reader = CountersReader(cnc.counters_metadata_buffer, cnc.counters_values_buffer)
@@ -257,6 +258,8 @@ class ClientConductor:
             self._logs.clear()
             if not self._is_terminating:
                 self._proxy.client_close()
+            if self._proxy.doorbell is not None:
+                self._proxy.doorbell.close()
             self._cnc.close()
 
     # ------------------------------------------------------------------ service

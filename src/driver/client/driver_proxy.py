@@ -19,6 +19,7 @@ from driver.command import (
 from driver.command.current import NextSessionIdMessage, StaticCounterMessage
 from driver.command.types import CurrentCommandType
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
+from driver.doorbell import DoorbellRinger
 from driver.errors import DriverError
 
 __all__ = ["NULL_VALUE", "DriverProxy"]
@@ -29,12 +30,14 @@ NULL_VALUE = -1
 class DriverProxy:
     """Encodes commands for one client id and writes them to the driver."""
 
-    __slots__ = ("_keepalive", "_ring", "client_id")
+    __slots__ = ("_keepalive", "_ring", "client_id", "doorbell")
 
-    def __init__(self, ring: ManyToOneRingBuffer, client_id: int) -> None:
+    def __init__(self, ring: ManyToOneRingBuffer, client_id: int, doorbell: DoorbellRinger | None = None) -> None:
         self._ring = ring
         self.client_id = client_id
         self._keepalive = CorrelatedMessage(client_id, 0).encode()
+        self.doorbell = doorbell
+        """Set when the driver is run by a host that sleeps (see :mod:`driver.doorbell`): commands ring it."""
 
     def time_of_last_driver_keepalive_ms(self) -> int:
         """The driver stamps the ring's consumer heartbeat (epoch ms) on every duty cycle."""
@@ -57,6 +60,8 @@ class DriverProxy:
     def _write(self, command: CommandType | CurrentCommandType, body: bytes) -> None:
         if not self._ring.write(command, body):
             raise DriverError(f"could not write {command.name} command: the to-driver buffer is full")
+        if self.doorbell is not None and command is not CommandType.CLIENT_KEEPALIVE:
+            self.doorbell.ring_if_parked()
 
     def add_publication(self, channel: str, stream_id: int, *, exclusive: bool = False) -> int:
         correlation_id = self._ring.next_correlation_id()

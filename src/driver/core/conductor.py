@@ -247,6 +247,9 @@ class DriverConductor:
     def on_start(self) -> None:
         self._to_driver.set_consumer_heartbeat_time(self._epoch_clock.time_ms())
 
+    def has_unread_commands(self) -> bool:
+        return self._to_driver.producer_position() != self._to_driver.consumer_position()
+
     def do_work(self) -> int:
         # Commands first: after a stall (the process descheduled, the machine loaded), keepalives
         # already waiting in the ring count before liveness is judged.

@@ -27,6 +27,7 @@ from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.config import DriverContext, ThreadingMode
 from driver.core.conductor import DriverConductor
 from driver.core.loss_observer import LossObserver
+from driver.doorbell import Doorbell
 from driver.errors import ActiveDriverError, ChannelEndpointError, DriverError
 from driver.idle import IdleStrategy, idle_strategy_from_name
 
@@ -82,6 +83,8 @@ class MediaDriver:
         self.conductor.on_start()
         self._runners: list[AgentRunner] = []
         self.invoker: AgentInvoker | None = None
+        self.doorbell: Doorbell | None = None
+        """INVOKER mode: what clients ring while the host sleeps (see :mod:`driver.doorbell`)."""
         self._closed = False
         self._start_agents()
         self.cnc.signal_ready()
@@ -125,6 +128,7 @@ class MediaDriver:
         if mode is ThreadingMode.INVOKER:
             self.invoker = AgentInvoker(CompositeAgent([conductor, *network]), error)
             self.invoker.start()
+            self.doorbell = Doorbell(self.aeron_dir)
             return
         if mode is ThreadingMode.SHARED:
             self._runners.append(
@@ -141,6 +145,10 @@ class MediaDriver:
                 self._runners.extend(AgentRunner(a, self._idle(n), error) for a, n in zip(network, names, strict=True))
         for runner in self._runners:
             runner.start()
+
+    def has_unread_commands(self) -> bool:
+        """True when a client's command waits in the to-driver buffer (a host checks before it sleeps)."""
+        return self.conductor.has_unread_commands()
 
     def _on_agent_error(self, error: BaseException) -> None:
         self.conductor.record_error(error)
@@ -171,6 +179,8 @@ class MediaDriver:
             runner.close(timeout_s)
         if self.invoker is not None:
             self.invoker.close()
+        if self.doorbell is not None:
+            self.doorbell.close()
         self.cnc.close()
         self.loss_report_file.close()
         if self.context.dir_delete_on_shutdown:

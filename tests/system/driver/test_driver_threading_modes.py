@@ -7,6 +7,7 @@ standalone driver does it in its main loop).
 
 from __future__ import annotations
 
+import select
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from driver.client import Aeron, Header
+from driver.client import Aeron, Header, Subscription
 from driver.config import DriverContext
 from driver.core.media_driver import MediaDriver
 from support.clients import offer_all, poll_until, wait_for_image
@@ -153,6 +154,38 @@ def test_invoker_driver_answers_blocking_calls_on_the_same_thread(aeron_dir: Pat
                 subscription.poll(handler, 100)
             assert received == sent
             publication.close()  # blocking too: the driver is run until it confirms
+            subscription.close()
+
+
+def test_a_sleeping_invoker_host_is_woken_by_a_client_command(aeron_dir: Path) -> None:
+    """The host parks (doorbell raised) and sleeps on the doorbell's socket; a client's command rings it."""
+    with MediaDriver.launch(context(aeron_dir, "INVOKER")) as driver:
+        invoker, doorbell = driver.invoker, driver.doorbell
+        assert invoker is not None
+        assert doorbell is not None
+        assert (aeron_dir / "doorbell.dat").exists()
+        with Aeron.connect(
+            aeron_dir=aeron_dir, driver_agent_invoker=invoker, use_conductor_agent_invoker=True
+        ) as client:
+            conductor = client.conductor_agent_invoker
+            assert conductor is not None
+            for _ in range(20):
+                invoker.invoke()
+            doorbell.park()
+            assert not driver.has_unread_commands()
+            pending = client.conductor.begin_add_subscription(SMALL_TERM, 65, None, None)
+            assert driver.has_unread_commands()
+            ready, _, _ = select.select([doorbell.socket], [], [], 30)
+            assert ready, "the command did not ring the doorbell"
+            doorbell.unpark()
+            for _ in range(10_000):
+                invoker.invoke()
+                conductor.invoke()
+                if pending.done:
+                    break
+            assert pending.done
+            subscription = pending.outcome()
+            assert isinstance(subscription, Subscription)
             subscription.close()
 
 
