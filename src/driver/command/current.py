@@ -285,9 +285,7 @@ class PublicationErrorResponse:
         ) + encode_string(self.error_message.encode("utf-8"))
 
     @classmethod
-    def decode(
-        cls, buf: Buffer | AtomicBuffer, offset: int = 0, length: int | None = None
-    ) -> PublicationErrorResponse:
+    def decode(cls, buf: Buffer | AtomicBuffer, offset: int = 0, length: int | None = None) -> PublicationErrorResponse:
         with Reader(cls.__name__, buf, offset, length) as r:
             message, _ = r.utf8(cls.MESSAGE_OFFSET - 4, "error_message")
         (registration, destination, session, stream, receiver, tag, family, port, address, code) = (
