@@ -384,7 +384,6 @@ class Publication(abc.ABC):
 
     # ------------------------------------------------------------------ data path (subclasses)
 
-    @abc.abstractmethod
     def offer(
         self,
         buffer: Buffer,
@@ -398,6 +397,23 @@ class Publication(abc.ABC):
         ``max_message_length``). ``reserved_value_supplier(term_view, frame_offset,
         frame_length)`` may return the 64-bit reserved value of each frame.
         """
+        if reserved_value_supplier is None and not self._is_closed:
+            result = self._writer.offer(buffer, offset, length)
+            if result > 0:
+                return result
+            if result:
+                return OfferResult(result)
+        return self._python_offer(buffer, offset, length, reserved_value_supplier)
+
+    @abc.abstractmethod
+    def _python_offer(
+        self,
+        buffer: Buffer,
+        offset: int,
+        length: int | None,
+        reserved_value_supplier: ReservedValueSupplier | None,
+    ) -> int:
+        """The whole offer in Python: every case the native writer leaves (and the reference it is tested against)."""
 
     @abc.abstractmethod
     def offer_batch(self, messages: Sequence[Buffer]) -> int:
@@ -452,21 +468,6 @@ class ConcurrentPublication(Publication):
         return ADMIN_ACTION
 
     # ------------------------------------------------------------------ data path
-
-    def offer(
-        self,
-        buffer: Buffer,
-        offset: int = 0,
-        length: int | None = None,
-        reserved_value_supplier: ReservedValueSupplier | None = None,
-    ) -> int:
-        if reserved_value_supplier is None and not self._is_closed:
-            result = self._writer.offer(buffer, offset, length)
-            if result > 0:
-                return result
-            if result:
-                return OfferResult(result)
-        return self._python_offer(buffer, offset, length, reserved_value_supplier)
 
     def _python_offer(
         self,
@@ -635,21 +636,6 @@ class ExclusivePublication(Publication):
         initialise_tail_with_term_id(self._meta, next_index, next_term_id)
         self._meta.put_int_ordered(_TERM_COUNT, int32(next_term_id - self._initial_term_id))
         return ADMIN_ACTION
-
-    def offer(
-        self,
-        buffer: Buffer,
-        offset: int = 0,
-        length: int | None = None,
-        reserved_value_supplier: ReservedValueSupplier | None = None,
-    ) -> int:
-        if reserved_value_supplier is None and not self._is_closed:
-            result = self._writer.offer(buffer, offset, length)
-            if result > 0:
-                return result
-            if result:
-                return OfferResult(result)
-        return self._python_offer(buffer, offset, length, reserved_value_supplier)
 
     def _python_offer(
         self,
