@@ -374,6 +374,13 @@ class _LoopPoller:
         self._breathe = any(not d.invokers for d in drivers.values())
 
     async def _run(self) -> None:
+        try:
+            await self._rounds()
+        finally:  # also when the loop shuts down and cancels us
+            self._sockets.close()
+            self.task = None
+
+    async def _rounds(self) -> None:
         monotonic_ns = time.monotonic_ns
         sleep = asyncio.sleep
         next_tick = 0
@@ -438,19 +445,25 @@ class _LoopPoller:
                 await sleep(0)
             elif busy_spin or now - last_work < _SPIN_NS:
                 await sleep(0)
-            elif self._drivers:
-                self._sockets.watch([s for d in self._drivers for s in d.readable_sockets()])
-                parked = [d for d in self._drivers if d.park()]
-                if len(parked) == len(self._drivers):
-                    await self._nap(_SHALLOW_SLEEP_S if now - last_work < _SHALLOW_IDLE_NS else _DEEP_SLEEP_S)
-                else:
-                    last_work = now  # a command came in just now: answer it first
-                for driver in parked:
-                    driver.unpark()
-            else:
-                await self._nap(_SHALLOW_SLEEP_S if now - last_work < _SHALLOW_IDLE_NS else _DEEP_SLEEP_S)
-        self._sockets.close()
-        self.task = None
+            elif not await self._nap_driving(_SHALLOW_SLEEP_S if now - last_work < _SHALLOW_IDLE_NS else _DEEP_SLEEP_S):
+                last_work = now  # a command came in just now: answer it first
+
+    async def _nap_driving(self, seconds: float) -> bool:
+        """Nap, watching the INVOKER-mode drivers' sockets and doorbells; False (no nap) if a command waits."""
+        drivers = self._drivers
+        if not drivers:
+            await self._nap(seconds)
+            return True
+        self._sockets.watch([s for d in drivers for s in d.readable_sockets()])
+        parked = [d for d in drivers if d.park()]
+        try:
+            if len(parked) < len(drivers):
+                return False
+            await self._nap(seconds)
+            return True
+        finally:
+            for driver in parked:
+                driver.unpark()
 
     async def _nap(self, seconds: float) -> None:
         """Sleep, unless :meth:`poke` wakes us first."""
