@@ -1,4 +1,4 @@
-"""Build hook for the one native module: atomic operations over shared memory."""
+"""Build hook for the native modules: atomic operations over shared memory, and datagram I/O for the driver."""
 
 from setuptools import Extension, setup
 
@@ -8,6 +8,11 @@ setup(
             "driver.concurrent._atomic",
             ["src/driver/concurrent/_atomic.c"],
             extra_compile_args=["-O2"],
-        )
+        ),
+        Extension(
+            "driver.media._net",
+            ["src/driver/media/_net.c"],
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

@@ -10,6 +10,10 @@ empty poll (on a 2-core machine three purely spinning processes -- ping, pong an
 the driver -- mostly wait for the scheduler's tick; ``--pure-spin`` adds that row).
 The driver is one standalone driver both use (three processes) or one per side
 (four), SHARED threading, with a yielding, busy-spin or backoff idle strategy.
+"2 processes, embedded INVOKER drivers": each of ping and pong embeds an
+INVOKER-mode driver and busy-spins one loop that runs its driver's duty cycle and
+polls (its client conductor every 64 rounds): two processes, one thread each, no
+GIL hand-offs and nothing else to schedule on a 2-core machine.
 
 Aeron Java 1.15.1 runs its ``io.aeron.samples.Ping`` and ``Pong`` (busy-spin
 polling) as separate JVMs on one Java ``MediaDriver``: DEDICATED with its default
@@ -31,6 +35,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import struct
 import sys
 import time
@@ -40,12 +45,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _common import MESSAGE_LENGTH, fresh_aeron_dir, percentile, print_table, run_zmq_round_trip, standalone_driver  # noqa: E402
-from udp_throughput import free_tcp_port, free_udp_port  # noqa: E402
+from udp_throughput import free_tcp_port, free_udp_port, invoker_client  # noqa: E402
 
 PING_STREAM, PONG_STREAM = 1002, 1003
 _STAMP = struct.Struct("<q")
 WARMUP = 2_000
 JAVA_TIMEOUT_S = 90.0
+INVOKER_ROW = "endpoint, 2 processes, embedded INVOKER drivers, busy spin"
 YIELDING_JAVA = "org.agrona.concurrent.YieldingIdleStrategy"
 
 
@@ -162,6 +168,113 @@ def run_endpoint(
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)
+    return rtts
+
+
+# -- endpoint with an embedded INVOKER-mode driver in each process -------------------------------
+
+
+def invoker_pong(ping_channel: str, pong_channel: str, ready: mp.synchronize.Event, stop: mp.synchronize.Event) -> None:
+    with invoker_client("udp-lat-inv-pong") as (invoke, conductor, aeron):
+        sub = aeron.add_subscription(ping_channel, PING_STREAM)
+        pub = aeron.add_exclusive_publication(pong_channel, PONG_STREAM)
+        ready.set()
+        offer = pub.offer
+
+        def echo(payload: memoryview, header: object) -> None:
+            for spins in range(1, 10_000_000):
+                if offer(payload) >= 0:
+                    return
+                invoke()
+                if spins & 1023 == 0:
+                    conductor()
+
+        poll = sub.poll
+        while not stop.is_set():
+            for _ in range(64):
+                invoke()
+                poll(echo, 10)
+            conductor()
+
+
+def invoker_ping(ping_channel: str, pong_channel: str, messages: int, out: mp.Queue) -> None:
+    """Round trips in ns; fewer than asked if one did not come back within the run's time limit."""
+    rtts: list[int] = []
+    try:
+        with invoker_client("udp-lat-inv-ping") as (invoke, conductor, aeron):
+            pub = aeron.add_exclusive_publication(ping_channel, PING_STREAM)
+            sub = aeron.add_subscription(pong_channel, PONG_STREAM)
+            deadline = time.monotonic() + 30
+            while not (pub.is_connected and sub.images) and time.monotonic() < deadline:
+                invoke()
+                conductor()
+            now = time.perf_counter_ns
+            buffer = bytearray(MESSAGE_LENGTH)
+            got: list[int] = []
+
+            def on_pong(payload: memoryview, header: object) -> None:
+                got.append(now() - _STAMP.unpack_from(payload)[0])
+
+            poll = sub.poll
+            offer = pub.offer
+            deadline = time.monotonic() + 120
+            spins = 0
+            for i in range(messages + WARMUP):
+                _STAMP.pack_into(buffer, 0, now())
+                while offer(buffer) < 0:
+                    invoke()
+                    spins += 1
+                    if spins & 1023 == 0 and time.monotonic() > deadline:
+                        return
+                while not got:
+                    invoke()
+                    poll(on_pong, 1)
+                    spins += 1
+                    if spins & 1023 == 0:
+                        conductor()  # keeps the client alive while a lost message is repaired
+                        if time.monotonic() > deadline:
+                            return
+                if i >= WARMUP:
+                    rtts.append(got[0])
+                got.clear()
+                if i & 63 == 0:
+                    conductor()
+    finally:
+        out.put(rtts)
+
+
+def _two_free_udp_ports() -> tuple[int, int]:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))  # both held: two different ports
+        return a.getsockname()[1], b.getsockname()[1]
+
+
+def run_invoker(messages: int) -> list[int]:
+    ctx = mp.get_context("spawn")
+    ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    ping_port, pong_port = _two_free_udp_ports()
+    ping_channel = f"aeron:udp?endpoint=127.0.0.1:{ping_port}"
+    pong_channel = f"aeron:udp?endpoint=127.0.0.1:{pong_port}"
+    pong = ctx.Process(target=invoker_pong, args=(ping_channel, pong_channel, ready, stop), daemon=True)
+    pong.start()
+    ping = None
+    try:
+        if not ready.wait(60):
+            raise RuntimeError("the pong process did not start")
+        ping = ctx.Process(target=invoker_ping, args=(ping_channel, pong_channel, messages, out), daemon=True)
+        ping.start()
+        rtts: list[int] = out.get(timeout=300)
+    finally:
+        stop.set()
+        for proc in (ping, pong):
+            if proc is not None:
+                proc.join(30)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(5)
+    if len(rtts) < messages:
+        print(f"  (embedded INVOKER drivers: {len(rtts)} of {messages} round trips in the time limit)", file=sys.stderr)
     return rtts
 
 
@@ -309,6 +422,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         results[name] = (len(rtts), _summary(rtts))
         note(name)
 
+    rtts = run_invoker(n)
+    results[INVOKER_ROW] = (len(rtts), _summary(rtts))
+    note(INVOKER_ROW)
     ours("endpoint, 1 shared driver, yielding; clients spin+yield", shared_driver=True, idle="yielding", yielding=True)
     if not args.quick:
         ours(

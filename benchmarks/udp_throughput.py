@@ -5,7 +5,10 @@
 
 Our rows: a publisher process and a subscriber process over ``aeron:udp`` on
 127.0.0.1, each with its own standalone driver (``python -m driver``, so four
-processes), or both on one shared driver (three processes). The publisher
+processes), or both on one shared driver (three processes), or each embedding
+an INVOKER-mode driver that its own loop runs (two processes: one thread per
+process runs driver, client conductor and application, with no GIL hand-offs;
+"2 processes, embedded INVOKER drivers"). The publisher
 offers batches with ``ExclusivePublication.offer_batch``; the subscriber counts
 with ``Subscription.poll`` and times first-to-last message. Variants show what
 moves the number: driver threading (SHARED / DEDICATED), ``mtu=8k`` on the
@@ -32,8 +35,9 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -138,6 +142,164 @@ def endpoint_publisher(
         # Keep the publication open until the subscriber has everything (or gives up): closing
         # it would let the driver linger and drop what loss repair still needs to resend.
         done.wait(RUN_TIMEOUT_S)
+
+
+# -- endpoint with an embedded INVOKER-mode driver in each process -------------------------------
+
+
+@contextlib.contextmanager
+def invoker_client(tag: str, props: Sequence[str] = ()) -> Iterator[tuple[Callable[[], int], Callable[[], int], Any]]:
+    """An INVOKER-mode driver in this process and a client on it whose conductor is invoked too.
+
+    Yields ``(invoke_driver, invoke_conductor, aeron)``: the caller's loop runs both.
+    """
+    from driver.client import Aeron
+    from driver.config import DriverContext
+    from driver.core.media_driver import MediaDriver
+
+    aeron_dir = fresh_aeron_dir(tag)
+    properties = dict(prop.split("=", 1) for prop in props)
+    context = DriverContext.from_env(
+        properties=properties,
+        aeron_dir=str(aeron_dir),
+        threading_mode="INVOKER",
+        dir_delete_on_start=True,
+        dir_delete_on_shutdown=True,
+    )
+    driver = MediaDriver.launch(context)
+    try:
+        assert driver.invoker is not None
+        with Aeron.connect(
+            aeron_dir=str(aeron_dir), driver_agent_invoker=driver.invoker, use_conductor_agent_invoker=True
+        ) as aeron:
+            conductor = aeron.conductor_agent_invoker
+            assert conductor is not None
+            yield driver.invoker.invoke, conductor.invoke, aeron
+    finally:
+        driver.close()
+        shutil.rmtree(aeron_dir, ignore_errors=True)
+
+
+def invoker_subscriber(
+    channel: str,
+    messages: int,
+    props: Sequence[str],
+    sent: mp.sharedctypes.Synchronized[int],
+    ready: mp.synchronize.Event,
+    out: mp.Queue,
+) -> None:
+    """As ``endpoint_subscriber``, running its own driver between polls."""
+    with invoker_client("udp-inv-sub", props) as (invoke, conductor, aeron):
+        sub = aeron.add_subscription(channel, STREAM_ID)
+        ready.set()
+        poll = sub.poll
+        received = 0
+        deadline = time.monotonic() + 60
+        while received == 0:
+            invoke()
+            received = poll(_noop, 4096)
+            conductor()
+            if time.monotonic() > deadline:
+                out.put((0, 0.0))
+                return
+        start = last = time.perf_counter()
+        target = messages
+        checks = 0
+        while received < target:
+            invoke()
+            got = poll(_noop, 4096)
+            if got:
+                received += got
+                last = time.perf_counter()
+            checks += 1
+            if checks & 1023 == 0:
+                conductor()
+                total = sent.value
+                if total >= 0:
+                    target = total
+                if time.perf_counter() - last > DRAIN_TIMEOUT_S:
+                    break
+        out.put((received, last - start))
+
+
+def invoker_publisher(
+    channel: str,
+    messages: int,
+    batch_size: int,
+    seconds: float,
+    props: Sequence[str],
+    sent_out: mp.sharedctypes.Synchronized[int],
+    ready: mp.synchronize.Event,
+    done: mp.synchronize.Event,
+) -> None:
+    """As ``endpoint_publisher``, running its own driver after each batch."""
+    with invoker_client("udp-inv-pub", props) as (invoke, conductor, aeron):
+        pub = aeron.add_exclusive_publication(channel, STREAM_ID)
+        ready.wait(30)
+        deadline = time.monotonic() + 30
+        while not pub.is_connected and time.monotonic() < deadline:
+            invoke()
+            conductor()
+        batch = [b"x" * MESSAGE_LENGTH] * batch_size
+        offer_batch = pub.offer_batch
+        sent = 0
+        cycles = 0
+        deadline = time.monotonic() + seconds
+        while sent < messages:
+            if offer_batch(batch) > 0:
+                sent += batch_size
+            invoke()
+            cycles += 1
+            if cycles & 1023 == 0:
+                conductor()
+                if time.monotonic() > deadline:
+                    break
+        sent_out.value = sent
+        # Keep the driver running until the subscriber has everything: loss repair resends from here.
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not done.is_set() and time.monotonic() < deadline:
+            for _ in range(256):
+                invoke()
+            conductor()
+
+
+def run_invoker(
+    messages: int,
+    batch_size: int,
+    seconds: float,
+    *,
+    channel_params: str = "",
+    loss: float = 0.0,
+    driver_props: Sequence[str] = (),
+) -> tuple[int, int, float]:
+    """(messages sent, received, seconds first-to-last), each process running an embedded INVOKER driver."""
+    ctx = mp.get_context("spawn")
+    ready, done, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    sent = ctx.Value("q", -1)
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}{channel_params}"
+    messages -= messages % batch_size
+    sub_props = list(driver_props)
+    if loss:
+        sub_props += [f"aeron.debug.receive.loss.rate={loss}", "aeron.debug.receive.seed=7"]
+    sub = ctx.Process(target=invoker_subscriber, args=(channel, messages, sub_props, sent, ready, out), daemon=True)
+    sub.start()
+    pub = ctx.Process(
+        target=invoker_publisher,
+        args=(channel, messages, batch_size, seconds, list(driver_props), sent, ready, done),
+        daemon=True,
+    )
+    pub.start()
+    try:
+        received, elapsed = out.get(timeout=seconds + DRAIN_TIMEOUT_S + 90)
+    finally:
+        done.set()
+        pub.join(30)
+        sub.join(30)
+        for proc in (pub, sub):
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+    return sent.value, received, elapsed
 
 
 def _driver_args(threading_mode: str, loss: float, props: Sequence[str] = ()) -> list[str]:
@@ -284,6 +446,7 @@ def _losses(text: str) -> list[float]:
 TUNED_PARAMS = "|mtu=8k"
 TUNED_PROPS = ("aeron.rcv.initial.window.length=2m", "aeron.socket.so_rcvbuf=2m", "aeron.socket.so_sndbuf=2m")
 TUNED = "mtu=8k, 2 MB window"
+INVOKER_ROW = "endpoint, 2 processes, embedded INVOKER drivers"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -308,6 +471,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     def ours(name: str, **kwargs: object) -> None:
         sent, received, elapsed = run_endpoint(n, batch, args.seconds, **kwargs)  # type: ignore[arg-type]
+        results[name] = (sent, received, received / elapsed if elapsed else 0.0)
+        note(name)
+
+    def invoker(name: str, **kwargs: object) -> None:
+        sent, received, elapsed = run_invoker(n, batch, args.seconds, **kwargs)  # type: ignore[arg-type]
         results[name] = (sent, received, received / elapsed if elapsed else 0.0)
         note(name)
 
@@ -340,6 +508,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         ours(f"endpoint, 1 shared driver SHARED, {TUNED}", shared_driver=True, **tuned)
     for loss in args.loss:
         ours(f"endpoint, 2 drivers SHARED, {TUNED}, {loss:.0%} loss", loss=loss, **tuned)
+    invoker(INVOKER_ROW)
+    invoker(f"{INVOKER_ROW}, {TUNED}", **tuned)
+    for loss in args.loss:
+        invoker(f"{INVOKER_ROW}, {TUNED}, {loss:.0%} loss", loss=loss, **tuned)
 
     base = results[java_default][2] if java_default in results else 0.0
     rows = []
@@ -355,6 +527,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     for prefix, reference in (
         ("endpoint, 2 drivers SHARED, " + TUNED, f"endpoint, 2 drivers SHARED, {TUNED}"),
+        (f"{INVOKER_ROW}, {TUNED}", f"{INVOKER_ROW}, {TUNED}"),
         ("Aeron Java 1.15.1, DEDICATED", java_default),
     ):
         for loss in args.loss:

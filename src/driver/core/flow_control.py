@@ -33,6 +33,7 @@ __all__ = [
     "MaxMulticastFlowControl",
     "MinMulticastFlowControl",
     "UnicastFlowControl",
+    "idles_only_at_end_of_stream",
     "new_flow_control",
 ]
 
@@ -136,6 +137,14 @@ class _MaxPositionFlowControl:
     def last_position(self) -> int:
         """Highest consumption position any receiver has reported."""
         return self._last_position
+
+
+def idles_only_at_end_of_stream(flow_control: FlowControl) -> bool:
+    """True when ``on_idle`` changes nothing (and returns the limit it is given) unless ``is_eos``.
+
+    The sender then skips the call on its idle cycles until the publication ends.
+    """
+    return isinstance(flow_control, _MaxPositionFlowControl)
 
 
 class UnicastFlowControl(_MaxPositionFlowControl):

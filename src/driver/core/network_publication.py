@@ -24,7 +24,7 @@ from typing import Protocol
 
 from driver.concurrent.counters import AtomicCounter
 from driver.core.driver_publication import DriverPublication, PublicationState
-from driver.core.flow_control import FlowControl
+from driver.core.flow_control import FlowControl, idles_only_at_end_of_stream
 from driver.core.retransmit import RetransmitHandler
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.log_buffers import LogBuffers
@@ -93,6 +93,9 @@ class NetworkPublication(DriverPublication):
         self._term_views = log.term_views
         self._control = bytearray(64)
         self._control_view = memoryview(self._control)
+        # Unicast and max-multicast flow control have nothing to do on an idle cycle before end of stream.
+        self._idle_flow_control = not idles_only_at_end_of_stream(flow_control)
+        self._resend = self.resend  # bound once: timeouts are processed every duty cycle
         flow_control.initialize(self.initial_term_id, self.term_length)
         start = self.producer_position()
         for counter in (publisher_position, publisher_limit, sender_position, sender_limit):
@@ -117,18 +120,23 @@ class NetworkPublication(DriverPublication):
 
     def send(self, now_ns: int) -> int:
         sender_position = self.sender_position.get()
-        term_offset = sender_position & self.term_mask
-        active_term_id = lbd.int32((sender_position >> self.position_bits) + self.initial_term_id)
         if self.should_send_setup:
+            term_offset = sender_position & self.term_mask
+            active_term_id = lbd.int32((sender_position >> self.position_bits) + self.initial_term_id)
             self._setup_check(now_ns, active_term_id, term_offset)
         bytes_sent = self._send_data(now_ns, sender_position)
         if bytes_sent == 0:
-            bytes_sent = self._heartbeat_check(now_ns, active_term_id, term_offset)
-            limit = self.sender_limit.get()
-            new_limit = self.flow_control.on_idle(now_ns, limit, sender_position, self.is_end_of_stream)
-            if new_limit != limit:
-                self.sender_limit.set_ordered(new_limit)
-        self.retransmit_handler.process_timeouts(now_ns, self.resend)
+            # An idle cycle: a heartbeat when one is due, and flow control's idle step where it has one.
+            if now_ns - self._time_of_last_send_or_heartbeat_ns > HEARTBEAT_INTERVAL_NS or self.is_end_of_stream:
+                term_offset = sender_position & self.term_mask
+                active_term_id = lbd.int32((sender_position >> self.position_bits) + self.initial_term_id)
+                bytes_sent = self._heartbeat_check(now_ns, active_term_id, term_offset)
+            if self._idle_flow_control or self.is_end_of_stream:
+                limit = self.sender_limit.get()
+                new_limit = self.flow_control.on_idle(now_ns, limit, sender_position, self.is_end_of_stream)
+                if new_limit != limit:
+                    self.sender_limit.set_ordered(new_limit)
+        self.retransmit_handler.process_timeouts(now_ns, self._resend)
         return bytes_sent
 
     def _send_data(self, now_ns: int, sender_position: int) -> int:
@@ -144,16 +152,24 @@ class NetworkPublication(DriverPublication):
                 self.counters.sender_flow_control_limits.increment()
             return 0
         mtu = self.mtu
-        send = self.endpoint.send
         bits = self.position_bits
         mask = self.term_mask
+        index = (sender_position >> bits) % 3
+        term_offset = sender_position & mask
+        available, padding = self._terms[index].scan_for_availability(term_offset, window if window < mtu else mtu)
+        if available <= 0:
+            return 0  # nothing new (the common idle cycle)
+        send = self.endpoint.send
         bytes_sent = 0
-        for _ in range(MAX_DATAGRAMS_PER_CYCLE):
-            index = (sender_position >> bits) % 3
-            term_offset = sender_position & mask
-            available, padding = self._terms[index].scan_for_availability(term_offset, min(window, mtu))
-            if available <= 0:
-                break
+        for datagrams in range(MAX_DATAGRAMS_PER_CYCLE):
+            if datagrams:
+                index = (sender_position >> bits) % 3
+                term_offset = sender_position & mask
+                available, padding = self._terms[index].scan_for_availability(
+                    term_offset, window if window < mtu else mtu
+                )
+                if available <= 0:
+                    break
             if send(self._term_views[index][term_offset : term_offset + available]) != available:
                 self.counters.short_sends.increment()
                 break

@@ -4,10 +4,14 @@ Theory of operation. The receiver thread inserts each validated data datagram
 into the image's log at its term offset (out of order is fine: the rebuilder
 never overwrites and publishes a frame's first word last), raising the
 high-water mark. Each duty cycle it tracks the rebuild: the loss detector scans
-for gaps between the rebuild position and the high-water mark and asks for a
-NAK (first one at once for unicast, then every 60 ms while the gap lasts), and a
+for gaps between the rebuild position and the high-water mark and asks for
+NAKs (first one at once for unicast, then every 60 ms while the gap lasts; the
+gaps beyond the first one too, see ``driver.core.loss_detector``), and a
 status message goes to the sender when the slowest subscriber has moved a
-quarter window, or every SM timeout, carrying that position and the window. Data
+quarter window, or every SM timeout, carrying that position and the window.
+A cycle with nothing to do (no data since the last one, subscribers where they
+were, no NAK or SM due, a static window) returns after a few comparisons: the
+receiver runs it for every image on every duty cycle. Data
 outside [last SM position, last SM position + window] is dropped and counted
 (flow-control under/over-runs), as a sender honouring our SMs never sends it.
 
@@ -24,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from driver.concurrent.counters import AtomicCounter
-from driver.core.congestion import CongestionControl
+from driver.core.congestion import CongestionControl, StaticWindowCongestionControl
 from driver.core.loss_detector import LossDetector
 from driver.errors import CurrentErrorCode
 from driver.logbuffer import descriptor as lbd
@@ -129,17 +133,28 @@ class PublicationImage:
         self._terms = log.terms
         self._metadata = log.metadata
         self.loss_detector = loss_detector_factory(self._on_gap_detected)
+        if not is_reliable:
+            # A gap is padded over, not NAKed: one at a time, as 1.15.1, so later gaps keep their chance to be
+            # filled by datagrams that were only reordered.
+            self.loss_detector.max_gaps_ahead = 0
         join = lbd.compute_position(active_term_id, term_offset, self.position_bits, self.initial_term_id)
         self.join_position = join
         hwm_position.set_ordered(join)
         rebuild_position.set_ordered(join)
         self.window = congestion_control.initial_window_length
-        # receiver-thread state
+        # receiver-thread state; the receiver thread is the only writer of hwm and rebuild: their values
+        # are kept here too, so a duty cycle need not read them back from the counters
         self.subscriber_positions: tuple[AtomicCounter, ...] = ()
+        self._hwm = join
+        self._rebuild = join
         self._last_sm_position = join
         self._last_sm_window_limit = join + self.window
         self._time_of_last_sm_ns = now_ns - status_message_timeout_ns - 1
-        self._pending_nak: tuple[int, int, int] | None = None
+        # a status message is due once the slowest subscriber passes this, or at this time
+        self._sm_trigger_position = join + (self.window >> 2)
+        self._sm_due_ns = self._time_of_last_sm_ns + status_message_timeout_ns
+        self._static_window = type(congestion_control) is StaticWindowCongestionControl  # not a subclass
+        self._pending_naks: list[tuple[int, int, int]] = []
         self._control = bytearray(ERR_MAX_FRAME_LENGTH)
         # Set (by the conductor) when a client rejects the image: ERR frames then replace SMs.
         self.rejection: str | None = None
@@ -181,12 +196,14 @@ class PublicationImage:
         else:
             insert(self._terms[(position >> self.position_bits) % 3], term_offset, packet, length)
         self.time_of_last_packet_ns = now_ns
-        self.hwm_position.propose_max_ordered(proposed)
+        if proposed > self._hwm:
+            self._hwm = proposed
+            self.hwm_position.set_ordered(proposed)
         return length
 
     def _on_gap_detected(self, term_id: int, term_offset: int, length: int) -> None:
         if self.is_reliable:
-            self._pending_nak = (term_id, term_offset, length)
+            self._pending_naks.append((term_id, term_offset, length))
         else:
             index = lbd.int32(term_id - self.initial_term_id) % 3
             if try_fill_gap(self._metadata, self._terms[index], term_id, term_offset, length):
@@ -195,9 +212,11 @@ class PublicationImage:
             self._on_loss(self, term_id, length)
 
     def track_rebuild(self, now_ns: int) -> int:
-        """Scan for loss, then send a NAK and a status message when due; returns work done."""
+        """Scan for loss, then send NAKs and a status message when due; returns work done."""
         positions = self.subscriber_positions
-        if positions:
+        if len(positions) == 1:
+            min_position = max_position = positions[0].get_volatile()
+        elif positions:
             min_position = max_position = positions[0].get_volatile()
             for counter in positions[1:]:
                 value = counter.get_volatile()
@@ -206,9 +225,20 @@ class PublicationImage:
                 elif value > max_position:
                     max_position = value
         else:
-            min_position = max_position = self.rebuild_position.get()
-        rebuild = max(self.rebuild_position.get(), max_position)
-        hwm = self.hwm_position.get()
+            min_position = max_position = self._rebuild
+        hwm = self._hwm
+        rebuild = self._rebuild
+        if (
+            rebuild >= hwm
+            and max_position <= rebuild
+            and min_position <= self._sm_trigger_position
+            and now_ns <= self._sm_due_ns
+            and self._static_window
+            and not self._pending_naks
+        ):
+            return 0  # nothing new: no scan, no NAK, no SM due, a window that does not change
+        if max_position > rebuild:
+            rebuild = max_position
         work = 0
         if rebuild < hwm:
             _loss, rebuild_offset = self.loss_detector.scan(
@@ -221,17 +251,21 @@ class PublicationImage:
                 self.initial_term_id,
             )
             rebuild = rebuild - (rebuild & self.term_mask) + rebuild_offset
-        self.rebuild_position.propose_max_ordered(rebuild)
-        pending = self._pending_nak
-        if pending is not None:
-            self._pending_nak = None
-            term_id, term_offset, length = pending
-            n = write_nak(self._control, 0, self.session_id, self.stream_id, term_id, term_offset, length)
-            self._send_control(self._control_view[:n], self.control_address)
-            self.counters.naks_sent.increment()
-            work += 1
+        if rebuild > self._rebuild:
+            self._rebuild = rebuild
+            self.rebuild_position.set_ordered(rebuild)
+        naks = self._pending_naks
+        if naks:
+            control = self._control
+            view = self._control_view
+            for term_id, term_offset, length in naks:
+                n = write_nak(control, 0, self.session_id, self.stream_id, term_id, term_offset, length)
+                self._send_control(view[:n], self.control_address)
+                self.counters.naks_sent.increment()
+                work += 1
+            naks.clear()
         window, force = self.congestion_control.on_track_rebuild(
-            now_ns, min_position, self._last_sm_position, hwm, rebuild, rebuild, pending is not None
+            now_ns, min_position, self._last_sm_position, hwm, rebuild, rebuild, work > 0
         )
         self.window = window
         if (
@@ -277,8 +311,7 @@ class PublicationImage:
                 self.rejection.encode("ascii", "replace"),
             )
             self._send_control(self._control_view[:n], self.control_address)
-            self._time_of_last_sm_ns = now_ns
-            self._last_sm_position = position
+            self._sm_sent(position, now_ns)
             return
         term_id = lbd.int32((position >> self.position_bits) + self.initial_term_id)
         n = write_sm(
@@ -294,9 +327,14 @@ class PublicationImage:
         )
         self._send_control(self._control_view[:n], self.control_address)
         self.counters.status_messages_sent.increment()
+        self._last_sm_window_limit = position + window
+        self._sm_sent(position, now_ns)
+
+    def _sm_sent(self, position: int, now_ns: int) -> None:
         self._time_of_last_sm_ns = now_ns
         self._last_sm_position = position
-        self._last_sm_window_limit = position + window
+        self._sm_trigger_position = position + (self.window >> 2)
+        self._sm_due_ns = now_ns + self.status_message_timeout_ns
 
     def _clean_buffer_to(self, position: int) -> None:
         clean_position = self._clean_position

@@ -30,6 +30,7 @@ from driver.errors import ConfigurationError, DriverError
 __all__ = [
     "MAX_RETRANSMITS_DEFAULT",
     "RETRANSMIT_UNICAST_DELAY_NS",
+    "RETRANSMIT_UNICAST_LINGER_CURRENT_NS",
     "RETRANSMIT_UNICAST_LINGER_NS",
     "DelayGenerator",
     "ResendFn",
@@ -39,6 +40,9 @@ __all__ = [
 MAX_RETRANSMITS_DEFAULT = 16
 RETRANSMIT_UNICAST_DELAY_NS = 0
 RETRANSMIT_UNICAST_LINGER_NS = 60_000_000
+RETRANSMIT_UNICAST_LINGER_CURRENT_NS = 10_000_000
+"""Today's Aeron lingers 10 ms after a unicast retransmission (see ``loss_detector.NAK_UNICAST_RETRY_CURRENT_NS``;
+not wired in)."""
 
 _HEADER_LENGTH = 32  # DATA header: a NAK offset must leave room for one frame header
 _FRAME_ALIGNMENT_MASK = 31  # and name a frame boundary

@@ -44,17 +44,21 @@ class Sender:
         work = self.commands.drain()
         publications = self.publications
         count = len(publications)
-        bytes_sent = 0
-        if count:
-            start = self._round_robin = (self._round_robin + 1) % count
-            for i in range(count):
-                bytes_sent += publications[(start + i) % count].send(now_ns)
+        if count == 1:
+            bytes_sent = publications[0].send(now_ns)
+        else:
+            bytes_sent = 0
+            if count:
+                start = self._round_robin = (self._round_robin + 1) % count
+                for i in range(count):
+                    bytes_sent += publications[(start + i) % count].send(now_ns)
         self._cycles += 1
         if bytes_sent == 0 or self._cycles >= self._status_poll_ratio:
             self._cycles = 0
             for endpoint in self.endpoints:
                 work += endpoint.poll(now_ns)
-                endpoint.expire_destinations(now_ns)
+                if endpoint.is_dynamic:
+                    endpoint.expire_destinations(now_ns)
         return work + bytes_sent
 
     def on_close(self) -> None:

@@ -165,12 +165,17 @@ class SendChannelEndpoint:
 
     def poll(self, now_ns: int, limit: int = 16) -> int:
         """Read up to ``limit`` control datagrams and route them; returns how many were read."""
-        receive = self.transport.receive_into
+        transport = self.transport
+        receive = transport.poll_receive
         view = self._view
         counters = self.counters
         count = 0
         while count < limit:
-            received = receive(view)
+            try:
+                received = receive(view)
+            except OSError as exc:
+                transport.receive_failed(exc)  # raises, unless it only means nothing to read
+                break
             if received is None:
                 break
             length, address = received
@@ -291,12 +296,17 @@ class ReceiveChannelEndpoint:
         return sent
 
     def poll(self, now_ns: int, limit: int = 32) -> int:
-        receive = self.transport.receive_into
+        transport = self.transport
+        receive = transport.poll_receive
         view = self._view
         counters = self.counters
         count = 0
         while count < limit:
-            received = receive(view)
+            try:
+                received = receive(view)
+            except OSError as exc:
+                transport.receive_failed(exc)  # raises, unless it only means nothing to read
+                break
             if received is None:
                 break
             length, address = received

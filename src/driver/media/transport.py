@@ -6,6 +6,13 @@ the receiver's feedback repeats). ``receive_into`` returns ``(length, address)``
 ``None`` when nothing is waiting. Multicast transports join the group on the
 configured interface and loop datagrams back so several processes on one host can
 take part. Optional fault injectors sit on both directions.
+
+Datagrams go through ``driver.media._net.DatagramSocket`` rather than the socket
+module's methods: an empty receive returns None instead of raising and catching
+``BlockingIOError`` (the receiver and sender poll empty sockets on most duty
+cycles), the GIL is kept over these never-blocking calls (releasing it lets another
+thread take it and keeps the driver waiting for its turn), and address tuples are
+converted once and cached.
 """
 
 from __future__ import annotations
@@ -14,9 +21,11 @@ import collections
 import errno
 import socket
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from driver.errors import ChannelEndpointError
+from driver.media._net import DatagramSocket
 from driver.media.faults import FaultInjector, FaultSpec
 
 if TYPE_CHECKING:
@@ -26,6 +35,8 @@ __all__ = ["Address", "UdpTransport"]
 
 Address = tuple[str, int]
 _WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
+_RECEIVE_NOTHING = (*_WOULD_BLOCK, errno.ECONNREFUSED)  # ECONNREFUSED: an ICMP error for an earlier send
+_NOT_NUMERIC = -2  # DatagramSocket.sendto: not a numeric address, the socket module resolves it (-1: would block)
 
 
 class UdpTransport:
@@ -69,7 +80,9 @@ class UdpTransport:
         self.socket = sock
         self.local_address: Address = sock.getsockname()
         self._sendto = sock.sendto
-        self._recvfrom_into = sock.recvfrom_into
+        self._io = DatagramSocket(sock.fileno(), sock.family)
+        self._native_send = self._io.sendto
+        self._native_receive = self._io.recvfrom_into
         self._send_faults: FaultInjector[tuple[bytes, Address]] | None = (
             FaultInjector(send_faults) if send_faults and send_faults.enabled else None
         )
@@ -77,6 +90,11 @@ class UdpTransport:
             FaultInjector(receive_faults) if receive_faults and receive_faults.enabled else None
         )
         self._pending: collections.deque[tuple[bytes, Address]] = collections.deque()
+        self.poll_receive: Callable[[memoryview], tuple[int, Address] | None] = (
+            self._native_receive if self._receive_faults is None else self.receive_into
+        )
+        """For the endpoints' poll loops: ``receive_into`` minus a call when no faults are injected, but it
+        may raise OSError: give that to :meth:`receive_failed`."""
         self.short_sends = 0
         self.status_indicator_id: int | None = None
         """The owning endpoint's channel status counter, carried by the errors this transport raises."""
@@ -86,20 +104,25 @@ class UdpTransport:
         if self._send_faults is not None:
             return self._send_with_faults(bytes(data), address)
         try:
-            return self._sendto(data, address)
+            sent: int = self._native_send(data, address)
+            if sent >= 0:
+                return sent
+            if sent == _NOT_NUMERIC:
+                return self._sendto(data, address)
         except OSError as exc:
-            if exc.errno in _WOULD_BLOCK:
-                self.short_sends += 1
-                return 0
-            raise ChannelEndpointError(
-                f"{self.description}: send to {address} failed: {exc}", self.status_indicator_id
-            ) from exc
+            if exc.errno not in _WOULD_BLOCK:
+                raise ChannelEndpointError(
+                    f"{self.description}: send to {address} failed: {exc}", self.status_indicator_id
+                ) from exc
+        self.short_sends += 1
+        return 0
 
     def _send_with_faults(self, data: bytes, address: Address) -> int:
         assert self._send_faults is not None
         for datagram, destination in self._send_faults.process((data, address)):
             try:
-                self._sendto(datagram, destination)
+                if self._native_send(datagram, destination) == _NOT_NUMERIC:
+                    self._sendto(datagram, destination)
             except OSError as exc:
                 if exc.errno not in _WOULD_BLOCK:
                     raise ChannelEndpointError(
@@ -112,27 +135,33 @@ class UdpTransport:
         if self._receive_faults is not None:
             return self._receive_with_faults(buffer)
         try:
-            return self._recvfrom_into(buffer)
+            return self._native_receive(buffer)
         except OSError as exc:
-            if exc.errno in _WOULD_BLOCK:
-                return None
-            if exc.errno == errno.ECONNREFUSED:  # an ICMP error for an earlier send; not ours to act on
-                return None
-            raise ChannelEndpointError(f"{self.description}: receive failed: {exc}", self.status_indicator_id) from exc
+            self.receive_failed(exc)
+            return None
+
+    def receive_failed(self, exc: OSError) -> None:
+        """What ``receive_into`` does with an error from the socket: ignore it, or raise ChannelEndpointError."""
+        if exc.errno in _RECEIVE_NOTHING:
+            return
+        raise ChannelEndpointError(f"{self.description}: receive failed: {exc}", self.status_indicator_id) from exc
 
     def _receive_with_faults(self, buffer: memoryview) -> tuple[int, Address] | None:
         faults = self._receive_faults
         assert faults is not None
         if not self._pending:
             try:
-                length, address = self._recvfrom_into(buffer)
+                received = self._native_receive(buffer)
             except OSError as exc:
-                if exc.errno not in (*_WOULD_BLOCK, errno.ECONNREFUSED):
+                if exc.errno not in _RECEIVE_NOTHING:
                     raise ChannelEndpointError(
                         f"{self.description}: receive failed: {exc}", self.status_indicator_id
                     ) from exc
+                received = None
+            if received is None:
                 self._pending.extend(faults.release_held())
             else:
+                length, address = received
                 self._pending.extend(faults.process((bytes(buffer[:length]), address)))
         if not self._pending:
             return None
@@ -155,4 +184,5 @@ class UdpTransport:
         return counts
 
     def close(self) -> None:
+        self._io.detach()  # before the descriptor number can be reused
         self.socket.close()
