@@ -66,8 +66,8 @@ NAK_UNICAST_DELAY_DEFAULT_NS = 60_000_000
 NAK_UNICAST_RETRY_CURRENT_NS = 10_000_000
 """Today's Aeron repeats a unicast NAK every 10 ms (its 100 µs delay times its retry ratio of 100), not 60 ms.
 
-Not wired in: the driver (``driver.core.network``) still uses 1.15.1's 60 ms. Under loss that is
-what costs the most: a lost retransmission is asked for again only after 60 ms, often just
+It is the default of the driver's ``nak_unicast_retry_ns`` (``aeron.nak.unicast.retry``); 1.15.1's
+60 ms is what costs the most under loss: a lost retransmission is asked for again only after 60 ms, often just
 before the sender's 60 ms linger has freed the gap, so ignored and asked again at 120 ms, the
 sender held at the window meanwhile. With this value and ``RETRANSMIT_UNICAST_LINGER_CURRENT_NS``
 (and the gaps ahead), 5% receive loss kept 53-73% of the loss-free 3.0-3.8 M msgs/s (2026-11-23);

@@ -46,14 +46,13 @@ from driver.core.links import SubscriptionLink
 from driver.core.loss_detector import (
     NAK_GROUPSIZE_DEFAULT,
     NAK_MAX_BACKOFF_DEFAULT_NS,
-    NAK_UNICAST_DELAY_DEFAULT_NS,
     LossDetector,
     OptimalMulticastDelayGenerator,
     StaticDelayGenerator,
 )
 from driver.core.network_publication import NetworkPublication, NetworkPublicationState, SenderCounters
 from driver.core.publication_image import ImageCounters, ImageState, PublicationImage
-from driver.core.retransmit import RETRANSMIT_UNICAST_DELAY_NS, RETRANSMIT_UNICAST_LINGER_NS, RetransmitHandler
+from driver.core.retransmit import RETRANSMIT_UNICAST_DELAY_NS, RetransmitHandler
 from driver.errors import ChannelEndpointError, ControlProtocolError, ErrorCode, MalformedFrameError
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.current_metadata import LOG_TYPE_PUBLICATION_IMAGE, CurrentLogMetadata, write_current_metadata
@@ -252,7 +251,7 @@ class NetworkResources:
             flow_control=flow_control,
             retransmit_handler=RetransmitHandler(
                 StaticDelayGenerator(RETRANSMIT_UNICAST_DELAY_NS),
-                StaticDelayGenerator(RETRANSMIT_UNICAST_LINGER_NS),
+                StaticDelayGenerator(self._ctx.retransmit_unicast_linger_ns),
                 on_invalid=self._invalid_packets.increment,
             ),
             counters=self.sender_counters,
@@ -482,7 +481,7 @@ class NetworkResources:
             generator = (
                 OptimalMulticastDelayGenerator(NAK_MAX_BACKOFF_DEFAULT_NS, NAK_GROUPSIZE_DEFAULT)
                 if multicast
-                else StaticDelayGenerator(NAK_UNICAST_DELAY_DEFAULT_NS, True)
+                else StaticDelayGenerator(self._ctx.nak_unicast_retry_ns, True)
             )
             return LossDetector(generator, on_gap)  # type: ignore[arg-type]
 

@@ -41,8 +41,8 @@ MAX_RETRANSMITS_DEFAULT = 16
 RETRANSMIT_UNICAST_DELAY_NS = 0
 RETRANSMIT_UNICAST_LINGER_NS = 60_000_000
 RETRANSMIT_UNICAST_LINGER_CURRENT_NS = 10_000_000
-"""Today's Aeron lingers 10 ms after a unicast retransmission (see ``loss_detector.NAK_UNICAST_RETRY_CURRENT_NS``;
-not wired in)."""
+"""Today's Aeron lingers 10 ms after a unicast retransmission: the default of the driver's
+``retransmit_unicast_linger_ns`` (see ``loss_detector.NAK_UNICAST_RETRY_CURRENT_NS``)."""
 
 _HEADER_LENGTH = 32  # DATA header: a NAK offset must leave room for one frame header
 _FRAME_ALIGNMENT_MASK = 31  # and name a frame boundary
