@@ -340,6 +340,7 @@ class _LoopPoller:
         self._entries: list[tuple[Any, ...]] = []
         self._drivers: tuple[SharedDriver, ...] = ()
         self._invokers: tuple[AgentInvoker, ...] = ()
+        self._network = False
         self._commands_handled = 0
         self._breathe = False
         self._sockets = _SocketWatch(self.poke)
@@ -370,6 +371,7 @@ class _LoopPoller:
         drivers = {id(e._shared): e._shared for e in self.endpoints if e._shared is not None}
         self._drivers = tuple(d for d in drivers.values() if d.invokers)
         self._invokers = tuple(i for d in self._drivers for i in d.invokers)
+        self._network = any(not c.is_ipc for e in self.endpoints for c in e._polled)
         # Threads of a driver (or a driver client) in this process need the GIL now and then; INVOKER ones don't.
         self._breathe = any(not d.invokers for d in drivers.values())
 
@@ -440,8 +442,9 @@ class _LoopPoller:
             if work or self._poked:
                 self._poked = False
                 last_work = now
-                for driver in self._drivers:
-                    driver.invokers[0].invoke()  # send what this round wrote, acknowledge what it read: now
+                if self._network:  # UDP: send what this round wrote, acknowledge what it read, now
+                    for driver in self._drivers:
+                        driver.invokers[0].invoke()
                 await sleep(0)
             elif busy_spin or now - last_work < _SPIN_NS:
                 await sleep(0)
