@@ -12,7 +12,9 @@ processes shares one driver, over ``aeron:ipc`` or ``aeron:udp`` on 127.0.0.1.
 Throughput: 32-byte messages, publisher and subscriber in two processes; the
 subscriber counts with ``poll`` and times first-to-last message. pyaeron offers
 one message per ``offer`` (it has no batch call); ours is shown both with
-``offer_batch`` and with one ``offer`` per message. Round trip: ping stamps,
+``offer_batch`` and with one ``offer`` per message. The UDP runs add rows where
+our publisher and subscriber each embed a driver of their own in INVOKER mode
+(run by the worker's loop, no driver thread), as end points do by default. Round trip: ping stamps,
 pong echoes on a second stream; both poll in a loop (busy spin over IPC,
 ``sched_yield`` after an empty poll over UDP). Ratios are ours / pyaeron's.
 """
@@ -55,10 +57,33 @@ class _Client:
 
     def __init__(self, impl: str, aeron_dir: str) -> None:
         self.impl = impl
+        self.driver: Any = None
+        self.drive: Any = None
+        """ours-invoker: runs one duty cycle of this process's driver and of the client's conductor."""
         if impl == "ours":
             from driver.client import Aeron
 
             self.aeron: Any = Aeron.connect(aeron_dir=aeron_dir)
+        elif impl == "ours-invoker":
+            from driver.client import Aeron
+            from driver.config import DriverContext
+            from driver.core.media_driver import MediaDriver
+
+            # This process's own driver (AERON_* settings from the environment), run by this loop.
+            self.driver = MediaDriver.launch(
+                DriverContext.from_env(aeron_dir=aeron_dir, threading_mode="INVOKER", dir_delete_on_shutdown=True)
+            )
+            invoker = self.driver.invoker
+            self.aeron = Aeron.connect(
+                aeron_dir=aeron_dir, driver_agent_invoker=invoker, use_conductor_agent_invoker=True
+            )
+            conductor = self.aeron.conductor_agent_invoker
+
+            def drive() -> None:
+                invoker.invoke()
+                conductor.invoke()
+
+            self.drive = drive
         else:
             import pyaeron  # type: ignore[import-not-found]
 
@@ -66,13 +91,18 @@ class _Client:
 
     def close(self) -> None:
         self.aeron.close()
+        if self.driver is not None:
+            self.driver.close()
 
     def await_connected(self, *endpoints: Any) -> None:
         deadline = time.monotonic() + 30
         while not all(e.is_connected for e in endpoints):
             if time.monotonic() > deadline:
                 raise TimeoutError("never connected")
-            time.sleep(0.001)
+            if self.drive is not None:
+                self.drive()
+            else:
+                time.sleep(0.001)
 
 
 def _noop(payload: object, header: object) -> None:
@@ -87,14 +117,21 @@ def worker_sub(client: _Client, channel: str, messages: int) -> None:
     sub = client.aeron.add_subscription(channel, STREAM_ID)
     emit(event="ready")
     poll = sub.poll
+    drive = client.drive or (lambda: None)
     received = 0
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while received == 0 and time.monotonic() < deadline:
+        drive()
         received = poll(_noop, 4096)
     start = time.perf_counter()
     while received < messages and time.perf_counter() - start < RUN_TIMEOUT_S:
+        drive()
         received += poll(_noop, 4096)
     emit(event="done", received=received, elapsed=time.perf_counter() - start)
+    if client.drive is not None:
+        end = time.monotonic() + 1.0  # the publisher's last status messages and its close
+        while time.monotonic() < end:
+            drive()
 
 
 def worker_pub(client: _Client, channel: str, messages: int, batch_size: int) -> None:
@@ -103,6 +140,23 @@ def worker_pub(client: _Client, channel: str, messages: int, batch_size: int) ->
     payload = b"x" * MESSAGE_LENGTH
     sent = 0
     deadline = time.monotonic() + RUN_TIMEOUT_S
+    if client.drive is not None:
+        # This process runs its own driver: after each batch, or every 64 messages, and when refused.
+        drive, step = client.drive, max(batch_size, 1)
+        offer_one = pub.offer_batch if batch_size > 1 else pub.offer
+        message: Any = [payload] * batch_size if batch_size > 1 else payload
+        while sent < messages and time.monotonic() < deadline:
+            for _ in range(64 // step or 1):
+                if offer_one(message) > 0:
+                    sent += step
+                else:
+                    break
+            drive()
+        emit(event="done", sent=sent)
+        end = time.monotonic() + 2.0  # keep sending what is left and answering NAKs until the subscriber drained
+        while time.monotonic() < end:
+            drive()
+        return
     if batch_size > 1:
         batch = [payload] * batch_size
         offer_batch = pub.offer_batch
@@ -277,11 +331,13 @@ def _driver(impl: str, peer_python: str, tuned: bool = False) -> Any:
 
 
 def _python(impl: str, peer_python: str) -> str:
-    return sys.executable if impl == "ours" else peer_python
+    return peer_python if impl == "c" else sys.executable
 
 
 def run_throughput(impl: str, peer_python: str, channel: str, messages: int, batch: int, tuned: bool = False) -> float:
     python = _python(impl, peer_python)
+    if impl == "ours-invoker":
+        return _run_throughput_invoker(python, channel, messages, batch, tuned)
     with _driver(impl, peer_python, tuned) as aeron_dir:
         sub = _Worker(python, "sub", aeron_dir, impl, "--channel", channel, "--messages", str(messages))
         pub = None
@@ -296,6 +352,41 @@ def run_throughput(impl: str, peer_python: str, channel: str, messages: int, bat
             for worker in (pub, sub):
                 if worker is not None:
                     worker.stop()
+    received, elapsed = done["received"], done["elapsed"]
+    return received / elapsed if elapsed else 0.0
+
+
+def _run_throughput_invoker(python: str, channel: str, messages: int, batch: int, tuned: bool) -> float:
+    """Publisher and subscriber processes with a driver each, in INVOKER mode (run by the worker's loop)."""
+    dirs = [fresh_aeron_dir("cmp-inv-sub"), fresh_aeron_dir("cmp-inv-pub")]
+    env = _TUNED_C if tuned else None  # our driver reads the same AERON_* settings
+    sub = _Worker(
+        python, "sub", dirs[0], "ours-invoker", "--channel", channel, "--messages", str(messages), env_extra=env
+    )
+    pub = None
+    try:
+        sub.event(60)
+        pub = _Worker(
+            python,
+            "pub",
+            dirs[1],
+            "ours-invoker",
+            "--channel",
+            channel,
+            "--messages",
+            str(messages),
+            "--batch",
+            str(batch),
+            env_extra=env,
+        )
+        done = sub.event()
+        pub.event()
+    finally:
+        for worker in (pub, sub):
+            if worker is not None:
+                worker.stop()
+        for path in dirs:
+            shutil.rmtree(path, ignore_errors=True)
     received, elapsed = done["received"], done["elapsed"]
     return received / elapsed if elapsed else 0.0
 
@@ -341,16 +432,17 @@ def orchestrate(args: argparse.Namespace) -> None:
         theirs = run_throughput("c", peer, channel, messages, 1, tuned)
         ours_batch = run_throughput("ours", peer, channel, messages, args.batch, tuned)
         ours_single = run_throughput("ours", peer, channel, messages, 1, tuned)
-        tp_rows += [
-            (f"{title}: C driver + pyaeron, offer", theirs, theirs * MESSAGE_LENGTH / 1e6, 1.0),
-            (
-                f"{title}: endpoint, offer_batch({args.batch})",
-                ours_batch,
-                ours_batch * MESSAGE_LENGTH / 1e6,
-                ours_batch / theirs,
-            ),
-            (f"{title}: endpoint, offer", ours_single, ours_single * MESSAGE_LENGTH / 1e6, ours_single / theirs),
-        ]
+        results = {
+            f"{title}: C driver + pyaeron, offer": theirs,
+            f"{title}: endpoint, offer_batch({args.batch})": ours_batch,
+            f"{title}: endpoint, offer": ours_single,
+        }
+        if channel.startswith("aeron:udp"):
+            for label, size in ((f"offer_batch({args.batch})", args.batch), ("offer", 1)):
+                results[f"{title}: endpoint, a driver per process (INVOKER), {label}"] = run_throughput(
+                    "ours-invoker", peer, channel, messages, size, tuned
+                )
+        tp_rows += [(name, rate, rate * MESSAGE_LENGTH / 1e6, rate / theirs) for name, rate in results.items()]
     print_table(
         f"Throughput, {MESSAGE_LENGTH}-byte messages, two processes on one driver ({messages:,} messages)",
         ["", "msgs/s", "MB/s", "x pyaeron"],
@@ -384,7 +476,7 @@ def main() -> None:
     parser.add_argument("--pings", type=int, default=10_000, help="round trips per latency run")
     parser.add_argument("--quick", action="store_true", help="200k messages, 2k round trips")
     parser.add_argument("--role", choices=["c-driver", "sub", "pub", "ping", "pong"], help=argparse.SUPPRESS)
-    parser.add_argument("--impl", choices=["ours", "c"], default="ours", help=argparse.SUPPRESS)
+    parser.add_argument("--impl", choices=["ours", "ours-invoker", "c"], default="ours", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     parser.add_argument("--channel", default=IPC_CHANNEL, help=argparse.SUPPRESS)
     parser.add_argument("--stop-file", help=argparse.SUPPRESS)
