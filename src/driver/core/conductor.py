@@ -272,17 +272,18 @@ class DriverConductor:
         those whose subscriber positions moved (one native scan), so hundreds of idle publications cost little."""
         watch = self._limit_watch
         if watch.version != IpcPublication.topology_version or watch.publication_count != len(self.ipc_publications):
-            work = 0
+            active = [p for p in self.ipc_publications if p.state is PublicationState.ACTIVE]
             entries: list[tuple[AtomicBuffer, int]] = []
             owners: list[IpcPublication] = []
-            for publication in self.ipc_publications:
-                if publication.state is PublicationState.ACTIVE:
-                    work += publication.update_publisher_limit()
-                    for subscriber in publication.subscribers:
-                        entries.append(subscriber.counter.location())
-                        owners.append(publication)
+            for publication in active:
+                for subscriber in publication.subscribers:
+                    entries.append(subscriber.counter.location())
+                    owners.append(publication)
+            # Positions are noted before the limits are computed from them: a subscriber that moves in between
+            # is seen moving on the next cycle. Noted after, that move was lost, and a subscriber with nothing
+            # more to read never moved again: its publisher stayed back-pressured for good.
             watch.reset(IpcPublication.topology_version, len(self.ipc_publications), entries, owners)
-            return work
+            return sum(publication.update_publisher_limit() for publication in active)
         if not watch.entries:
             return 0
         moved = positions_changed(watch.entries, watch.last)

@@ -15,8 +15,9 @@ from typing import Any
 import anyio
 import pytest
 
-from driver.client import Aeron, Header, Subscription
+from driver.client import BACK_PRESSURED, Aeron, Header, Subscription
 from driver.config import DriverContext
+from driver.core.ipc_publication import IpcPublication
 from driver.core.media_driver import MediaDriver
 from support.clients import offer_all, poll_until, wait_for_image
 from support.driver_process import DriverProcess
@@ -187,6 +188,48 @@ def test_a_sleeping_invoker_host_is_woken_by_a_client_command(aeron_dir: Path) -
             subscription = pending.outcome()
             assert isinstance(subscription, Subscription)
             subscription.close()
+
+
+def test_a_subscriber_moving_while_limits_are_recomputed_is_not_missed(
+    aeron_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver recomputes IPC limits after a change of publications or subscribers, then only for subscribers
+    that moved. One that moved while the limits were being recomputed must still count as moved: otherwise a
+    subscriber with nothing more to read leaves its publisher back-pressured for good (seen under load)."""
+    with MediaDriver.launch(context(aeron_dir, "INVOKER")) as driver:
+        invoker = driver.invoker
+        assert invoker is not None
+        with Aeron.connect(
+            aeron_dir=aeron_dir, driver_agent_invoker=invoker, use_conductor_agent_invoker=True
+        ) as client:
+            subscription = client.add_subscription(SMALL_TERM, 66)
+            publication = client.add_exclusive_publication(SMALL_TERM, 66)
+            conductor = client.conductor_agent_invoker
+            assert conductor is not None
+            for _ in range(10_000):
+                if subscription.images and publication.is_connected:
+                    break
+                invoker.invoke()
+                conductor.invoke()
+            for _ in range(10_000):
+                if publication.offer(bytes(1000)) == BACK_PRESSURED:
+                    break
+                invoker.invoke()
+            assert publication.offer(bytes(1000)) == BACK_PRESSURED
+            original = IpcPublication.update_publisher_limit
+
+            def subscriber_drains_meanwhile(self: IpcPublication) -> int:
+                work = original(self)
+                subscription.poll(lambda payload, header: None, 10_000)  # right after its position was read
+                return work
+
+            monkeypatch.setattr(IpcPublication, "update_publisher_limit", subscriber_drains_meanwhile)
+            monkeypatch.setattr(IpcPublication, "topology_version", IpcPublication.topology_version + 1)
+            invoker.invoke()  # the full recomputation, with the subscriber moving in the middle of it
+            monkeypatch.setattr(IpcPublication, "update_publisher_limit", original)
+            for _ in range(100):
+                invoker.invoke()
+            assert publication.offer(b"again") > 0
 
 
 @pytest.mark.process

@@ -14,7 +14,15 @@ import time
 
 import attrs
 
-from endpoint import Client, ClientConfiguration, CriticalDriverError, Serialization, Server, ServerConfiguration
+from endpoint import (
+    Client,
+    ClientConfiguration,
+    ConnectionClosedError,
+    CriticalDriverError,
+    Serialization,
+    Server,
+    ServerConfiguration,
+)
 
 
 @attrs.define
@@ -74,7 +82,10 @@ async def main(args: argparse.Namespace) -> None:
             connection = client.connection
             if connection is not None and not connection.is_closed:
                 seq += 1
-                connection.send_nowait(Note(seq))
+                try:
+                    connection.send_nowait(Note(seq))
+                except ConnectionClosedError:
+                    pass  # lost between the check and the send (the driver just failed): the next one reconnects
             if server.restarts != restarts and server._bound:
                 restarts = server.restarts
                 say("rebound", restarts)
