@@ -84,29 +84,43 @@ def endpoint_subscriber(
         sub = aeron.add_subscription(channel, STREAM_ID)
         ready.set()
         poll = sub.poll
-        received = 0
-        deadline = time.monotonic() + 60
-        while received == 0:
-            received = poll(_noop, 4096)
-            if time.monotonic() > deadline:
-                out.put((0, 0.0))
-                return
-        start = last = time.perf_counter()
-        target = messages
-        checks = 0
-        while received < target:
-            got = poll(_noop, 4096)
-            if got:
-                received += got
-                last = time.perf_counter()
-            checks += 1
-            if checks & 1023 == 0:
-                total = sent.value
-                if total >= 0:
-                    target = total
-                if time.perf_counter() - last > DRAIN_TIMEOUT_S:
-                    break
-        out.put((received, last - start))
+        out.put(count_until_sent(lambda: poll(_noop, 4096), messages, sent))
+
+
+def count_until_sent(
+    poll: Callable[[], int],
+    messages: int,
+    sent: mp.sharedctypes.Synchronized[int],
+    every_1024: Callable[[], object] | None = None,
+) -> tuple[int, float]:
+    """(received, seconds first to last): poll until the publisher's reported total (or a stall), timing from the
+    first message."""
+    received = 0
+    deadline = time.monotonic() + 60
+    while received == 0:
+        received = poll()
+        if every_1024 is not None:
+            every_1024()
+        if time.monotonic() > deadline:
+            return 0, 0.0
+    start = last = time.perf_counter()
+    target = messages
+    checks = 0
+    while received < target:
+        got = poll()
+        if got:
+            received += got
+            last = time.perf_counter()
+        checks += 1
+        if checks & 1023 == 0:
+            if every_1024 is not None:
+                every_1024()
+            total = sent.value
+            if total >= 0:
+                target = total
+            if time.perf_counter() - last > DRAIN_TIMEOUT_S:
+                break
+    return received, last - start
 
 
 def endpoint_publisher(
@@ -193,33 +207,12 @@ def invoker_subscriber(
         sub = aeron.add_subscription(channel, STREAM_ID)
         ready.set()
         poll = sub.poll
-        received = 0
-        deadline = time.monotonic() + 60
-        while received == 0:
+
+        def drive_and_poll() -> int:
             invoke()
-            received = poll(_noop, 4096)
-            conductor()
-            if time.monotonic() > deadline:
-                out.put((0, 0.0))
-                return
-        start = last = time.perf_counter()
-        target = messages
-        checks = 0
-        while received < target:
-            invoke()
-            got = poll(_noop, 4096)
-            if got:
-                received += got
-                last = time.perf_counter()
-            checks += 1
-            if checks & 1023 == 0:
-                conductor()
-                total = sent.value
-                if total >= 0:
-                    target = total
-                if time.perf_counter() - last > DRAIN_TIMEOUT_S:
-                    break
-        out.put((received, last - start))
+            return poll(_noop, 4096)
+
+        out.put(count_until_sent(drive_and_poll, messages, sent, conductor))
 
 
 def invoker_publisher(
