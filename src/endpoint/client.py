@@ -191,8 +191,11 @@ class Client(EndPoint[ClientConfiguration]):
             done = await self._exchange(route, handshake, handshake.done, step)
             if not isinstance(done, Completed):
                 raise ClientError(f"handshake with {address} ended with {done!r}")
-            # The server publishes to us once it has our DONE (we were subscribed by then).
-            await wait_image(connection._sub, cfg.handshake_timeout, self._shared.client() if self._shared else None)
+            # Our stream connected while DONE travelled (the server waited for its image before answering), and
+            # the server publishes to us once it has our DONE (we were subscribed by then).
+            aeron = self._shared.client() if self._shared else None
+            await wait_connected(connection._pub, cfg.handshake_timeout, aeron)
+            await wait_image(connection._sub, cfg.handshake_timeout, aeron)
         except BaseException:
             await self._discard(connection)
             raise
@@ -213,7 +216,6 @@ class Client(EndPoint[ClientConfiguration]):
                     return answers[0]
 
     async def _open_connection(self, route: _Route, grant: dict[str, Any]) -> Connection:
-        cfg = self.config
         aeron = self._shared.client() if self._shared is not None else None
         assert aeron is not None
         session_in, session_out = int(grant["session_in"]), int(grant["session_out"])
@@ -239,11 +241,6 @@ class Client(EndPoint[ClientConfiguration]):
             on_released=self._connection_released,
             keepalive=True,
         )
-        try:
-            await wait_connected(publication, cfg.handshake_timeout, aeron)
-        except BaseException:
-            await self._discard(connection)
-            raise
         return connection
 
     async def _discard(self, connection: Connection) -> None:
