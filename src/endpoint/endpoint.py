@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
 from driver.agent import AgentInvoker, tighten_timer_slack
-from driver.concurrent._atomic import images_ready
+from driver.concurrent._atomic import FrameWatch
 from endpoint.config import Configuration
 from endpoint.connection import Connection
 from endpoint.errors import CriticalDriverError, EndpointClosedError
@@ -332,18 +332,22 @@ class _LoopPoller:
 
     def __init__(self) -> None:
         self.endpoints: tuple[EndPoint[Any], ...] = ()
+        self._polling_unmapped: tuple[EndPoint[Any], ...] = ()
+        self._busy_spin = False
         self.task: asyncio.Task[None] | None = None
         self.changed = True
         self._poked = False
         self._wake: asyncio.Future[None] | None = None
         self._mapped: tuple[Connection, ...] = ()
-        self._entries: list[tuple[Any, ...]] = []
+        self._frames = FrameWatch([])
         self._drivers: tuple[SharedDriver, ...] = ()
         self._invokers: tuple[AgentInvoker, ...] = ()
+        self._driver_invokers: tuple[AgentInvoker, ...] = ()
         self._network = False
         self._commands_handled = 0
         self._breathe = False
-        self._sockets = _SocketWatch(self.poke)
+        self._sockets = _SocketWatch(self._end_nap)
+        self._sockets_version: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def for_running_loop(cls) -> _LoopPoller:
@@ -366,20 +370,35 @@ class _LoopPoller:
     def _collect(self) -> None:
         """Every mapped connection of every end point, for one native readiness check per round."""
         self.changed = False
-        self._mapped = tuple(c for e in self.endpoints for c in e._mapped)
-        self._entries = [c._image.ready_entry for c in self._mapped if c._image is not None]
+        # A process of many clients (bots, tests) has many end points with nothing to poll but mapped images.
+        self._polling_unmapped = tuple(
+            e for e in self.endpoints if e._unmapped or type(e)._poll_extra is not EndPoint._poll_extra
+        )
+        self._busy_spin = any(e.config.idle_strategy == "busy_spin" for e in self.endpoints)
+        self._mapped = tuple(c for e in self.endpoints for c in e._mapped if c._image is not None)
+        self._frames = FrameWatch([c._image.ready_entry for c in self._mapped])  # type: ignore[union-attr]
         drivers = {id(e._shared): e._shared for e in self.endpoints if e._shared is not None}
         self._drivers = tuple(d for d in drivers.values() if d.invokers)
         self._invokers = tuple(i for d in self._drivers for i in d.invokers)
+        # Taken now: a restart stops a driver from a worker thread, and its ``invokers`` then read as empty.
+        self._driver_invokers = tuple(d.invokers[0] for d in self._drivers if d.invokers)
         self._network = any(not c.is_ipc for e in self.endpoints for c in e._polled)
         # Threads of a driver (or a driver client) in this process need the GIL now and then; INVOKER ones don't.
         self._breathe = any(not d.invokers for d in drivers.values())
 
     async def _run(self) -> None:
         try:
-            await self._rounds()
+            while self.endpoints:
+                try:
+                    await self._rounds()
+                except Exception as exc:  # a bug of ours must not leave every end point on this loop unpolled
+                    for endpoint in self.endpoints:
+                        endpoint._notify_error(None, exc)
+                    self.changed = True
+                    await asyncio.sleep(0.01)
         finally:  # also when the loop shuts down and cancels us
             self._sockets.close()
+            self._sockets_version = ()
             self.task = None
 
     async def _rounds(self) -> None:
@@ -405,20 +424,17 @@ class _LoopPoller:
                 if commands != self._commands_handled:
                     self._commands_handled = commands
                     work += 1
-            busy_spin = False
-            for endpoint in endpoints:
+            if self.changed:
+                self._collect()
+            for endpoint in self._polling_unmapped:
                 try:
                     work += endpoint._poll_unmapped()
                 except Exception as exc:  # a broken end point must not stop the others
                     endpoint._notify_error(None, exc)
-                if endpoint.config.idle_strategy == "busy_spin":
-                    busy_spin = True
-            if self.changed:
-                self._collect()
-            if self._entries:
+            if self._mapped:
                 mapped = self._mapped
                 # One native call finds the connections with a frame waiting; only those are polled.
-                for index in images_ready(self._entries):
+                for index in self._frames.ready():
                     connection = mapped[index]
                     try:
                         work += connection._poll()
@@ -443,10 +459,10 @@ class _LoopPoller:
                 self._poked = False
                 last_work = now
                 if self._network:  # UDP: send what this round wrote, acknowledge what it read, now
-                    for driver in self._drivers:
-                        driver.invokers[0].invoke()
+                    for invoker in self._driver_invokers:
+                        invoker.invoke()
                 await sleep(0)
-            elif busy_spin or now - last_work < _SPIN_NS:
+            elif self._busy_spin or now - last_work < _SPIN_NS:
                 await sleep(0)
             elif not await self._nap_driving(_SHALLOW_SLEEP_S if now - last_work < _SHALLOW_IDLE_NS else _DEEP_SLEEP_S):
                 last_work = now  # a command came in just now: answer it first
@@ -457,7 +473,10 @@ class _LoopPoller:
         if not drivers:
             await self._nap(seconds)
             return True
-        self._sockets.watch([s for d in drivers for s in d.readable_sockets()])
+        version = tuple((id(d), d.sockets_version()) for d in drivers)
+        if version != self._sockets_version:  # a server's driver has a socket per UDP client: list them rarely
+            self._sockets_version = version
+            self._sockets.watch([s for d in drivers for s in d.readable_sockets()])
         parked = [d for d in drivers if d.park()]
         try:
             if len(parked) < len(drivers):
@@ -482,6 +501,11 @@ class _LoopPoller:
     def poke(self) -> None:
         """A connection on this loop just sent: an answer may follow soon, so spin again (waking a nap)."""
         self._poked = True
+        self._end_nap()
+
+    def _end_nap(self) -> None:
+        """A datagram reached the driver: run a round now, but spin on only if that round finds work (a
+        server's idle UDP connections bring heartbeats and status messages all the time)."""
         wake = self._wake
         if wake is not None and not wake.done():
             wake.set_result(None)

@@ -103,6 +103,11 @@ class SharedDriver:
         media_driver = self.media_driver
         return media_driver.conductor.commands_handled if media_driver is not None else 0
 
+    def sockets_version(self) -> int:
+        """Changes whenever ``readable_sockets`` would answer differently."""
+        invoker = self.invoker
+        return int(getattr(invoker.agent, "sockets_version", 0)) if invoker is not None else 0
+
     def readable_sockets(self) -> list[socket.socket]:
         """Sockets of an INVOKER-mode driver, its doorbell's included: data on any ends the poller's nap."""
         invoker = self.invoker
@@ -114,12 +119,12 @@ class SharedDriver:
         return found
 
     def park(self) -> bool:
-        """The poller is about to nap: let clients ring the doorbell; False (stay awake) if a command waits."""
+        """The poller is about to nap: let clients ring the doorbell; False (stay awake) if work waits."""
         media_driver = self.media_driver
         if media_driver is None or media_driver.doorbell is None:
             return True
         media_driver.doorbell.park()
-        if media_driver.has_unread_commands():
+        if media_driver.has_pending_work():
             media_driver.doorbell.unpark()
             return False
         return True
@@ -303,13 +308,37 @@ class _Registry:
                 del self._drivers[shared.key]
             shared._stop()
 
+    def _attach_running(self, config: Configuration, user: DriverUser) -> SharedDriver | None:
+        """Lease a healthy driver that is already running, on the caller's thread (no thread hop: a client that
+        connects often should not wait for a worker thread); None when that takes blocking work."""
+        if config.unique_aeron_dir or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            shared = self._drivers.get(self._key(config))
+            if shared is None or shared.failed is not None or shared.aeron is None:
+                return None
+            shared.users.append(user)
+            return shared
+        finally:
+            self._lock.release()
+
     async def acquire(self, config: Configuration, user: DriverUser) -> SharedDriver:
+        attached = self._attach_running(config, user)
+        if attached is not None:
+            return attached
         try:
             return await anyio.to_thread.run_sync(self.acquire_blocking, config, user)
         except (DriverError, OSError) as exc:
             raise DriverUnavailableError(f"no driver on {config.resolved_aeron_dir()}: {exc}") from exc
 
     async def release(self, shared: SharedDriver, user: DriverUser) -> None:
+        if self._lock.acquire(blocking=False):
+            try:
+                if user in shared.users and len(shared.users) > 1:
+                    shared.users.remove(user)  # others still lease it: nothing to stop
+                    return
+            finally:
+                self._lock.release()
         await anyio.to_thread.run_sync(self.release_blocking, shared, user)
 
     def active(self) -> list[SharedDriver]:

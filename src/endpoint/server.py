@@ -2,10 +2,11 @@
 
 A client's HELLO arrives on the handshake stream; the server checks it
 (version, serialization, filters, limits), allocates the connection's two
-session ids and two stream ids, creates its publication and subscription and
-answers HELLO_ACK (sealed with the key both derived). The connection exists for
-the server once the client's DONE proves it holds the key and both streams are
-connected; then ``on_connect`` fires and DONE_ACK tells the client.
+session ids and two stream ids, creates its publication and subscription (with
+the reply route, all at once) and answers HELLO_ACK (sealed with the key both
+derived). The connection exists for the server once the client's DONE proves it
+holds the key and both streams are connected; then ``on_connect`` fires and
+DONE_ACK tells the client.
 """
 
 from __future__ import annotations
@@ -59,7 +60,6 @@ class _Pending:
     subscription: Subscription | None = None
     owns_reply: bool = True
     counted: bool = False  # in ``_per_address``
-    pub_channel: str = ""
 
 
 class Server(EndPoint[ServerConfiguration]):
@@ -287,20 +287,10 @@ class Server(EndPoint[ServerConfiguration]):
         aeron = self._aeron()
         pending = _Pending(hello, is_ipc, address, (0, 0, 0, 0))
         try:
-            reply: Publication
-            if is_ipc:
-                assert self._ipc_reply is not None
-                reply, pending.owns_reply = self._ipc_reply, False
-            else:
-                port = hello.reply.get("port")
-                if not isinstance(port, int) or not 0 < port < 65536:
-                    handshake.abandon(hello.connect_key)
-                    return
-                reply = await aeron.add_exclusive_publication_async(
-                    udp_channel(f"{bracket(address)}:{port}", term_length=65536), REPLY_STREAM_ID
-                )
-            pending.reply = reply
-            await wait_connected(reply, timeout, aeron)
+            port = hello.reply.get("port")
+            if not is_ipc and (not isinstance(port, int) or not 0 < port < 65536):
+                handshake.abandon(hello.connect_key)
+                return
             refusal = self._check(hello, is_ipc, address)
             if refusal is None:
                 try:
@@ -308,27 +298,44 @@ class Server(EndPoint[ServerConfiguration]):
                 except AllocationError as exc:
                     refusal = (RejectReason.IDS_EXHAUSTED, str(exc))
             if refusal is not None:
-                await self._send_reply(reply, handshake.reject(hello.connect_key, *refusal), timeout)
+                route = await self._reply_route(pending, port)
+                await wait_connected(route, timeout, aeron)
+                await self._send_reply(route, handshake.reject(hello.connect_key, *refusal), timeout)
                 self._keep_reply(hello.connect_key, pending)
                 pending.reply = None
                 await self._free_pending(pending)
                 return
+            # Counted from now on, so that HELLOs arriving meanwhile see this one against the limits.
+            self._pending[hello.connect_key] = pending
+            if not is_ipc:
+                self._per_address[address] = self._per_address.get(address, 0) + 1
+                pending.counted = True
             session_in, session_out, stream_in, stream_out = pending.ids
             if is_ipc:
                 sub_channel = data_channel(None, session_in, cfg.ipc_term_length, None)
                 pub_channel = data_channel(None, session_out, cfg.ipc_term_length, None)
             else:
                 sub_channel = data_channel(f"{bracket(cfg.listen_address)}:{cfg.port}", session_in, None, None)
-                pub_channel = data_channel(
-                    f"{bracket(address)}:{hello.reply['port']}", session_out, cfg.term_length, cfg.mtu
-                )
-            # Only the subscription now: the client subscribes to our stream after the grant, and a UDP
-            # publication made before that would send its SETUP to nobody and retry only 100 ms later.
-            pending.subscription = await aeron.add_subscription_async(sub_channel, stream_in)
-            pending.pub_channel = pub_channel
-            if not is_ipc:
-                self._per_address[address] = self._per_address.get(address, 0) + 1
-                pending.counted = True
+                pub_channel = data_channel(f"{bracket(address)}:{port}", session_out, cfg.term_length, cfg.mtu)
+            # The reply route and the connection's two streams at once (three driver round trips in parallel).
+            # Our stream's SETUP reaches the client before it subscribes (after reading the grant); its driver
+            # keeps that SETUP, so the stream connects as soon as it does.
+            made = await asyncio.gather(
+                self._reply_route(pending, port),
+                aeron.add_subscription_async(sub_channel, stream_in),
+                aeron.add_exclusive_publication_async(pub_channel, stream_out),
+                return_exceptions=True,
+            )
+            reply, subscription, publication = made
+            if isinstance(subscription, Subscription):
+                pending.subscription = subscription
+            if isinstance(publication, ExclusivePublication):
+                pending.publication = publication
+            for outcome in made:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            assert isinstance(reply, Publication)
+            await wait_connected(reply, timeout, aeron)
             grant: dict[str, int | str | bytes | bool] = {
                 "connection_id": session_in,
                 "session_in": session_in,
@@ -339,7 +346,6 @@ class Server(EndPoint[ServerConfiguration]):
                 "mtu": cfg.mtu,
                 "ipc": is_ipc,
             }
-            self._pending[hello.connect_key] = pending
             await self._send_reply(reply, handshake.accept(hello.connect_key, grant, time.time_ns()), timeout)
         except Exception as exc:
             handshake.abandon(hello.connect_key)
@@ -347,6 +353,17 @@ class Server(EndPoint[ServerConfiguration]):
             await self._free_pending(pending)
             if not self._closing:
                 self._notify_error(None, ServerError(f"handshake with {address} failed: {exc}"))
+
+    async def _reply_route(self, pending: _Pending, port: object) -> Publication:
+        """Where answers to this client go: the shared IPC reply stream, or a publication to its UDP reply port."""
+        if pending.is_ipc:
+            assert self._ipc_reply is not None
+            pending.reply, pending.owns_reply = self._ipc_reply, False
+            return self._ipc_reply
+        pending.reply = await self._aeron().add_exclusive_publication_async(
+            udp_channel(f"{bracket(pending.address)}:{port}", term_length=65536), REPLY_STREAM_ID
+        )
+        return pending.reply
 
     def _allocate_ids(self) -> tuple[int, int, int, int]:
         now = time.monotonic_ns()
@@ -400,10 +417,10 @@ class Server(EndPoint[ServerConfiguration]):
         timeout = self.config.handshake_timeout
         try:
             assert pending.subscription is not None
+            assert pending.publication is not None
             assert pending.reply is not None
             aeron = self._aeron()
-            # The client subscribed before sending DONE: our publication connects at its first SETUP.
-            pending.publication = await aeron.add_exclusive_publication_async(pending.pub_channel, pending.ids[3])
+            # The client subscribed before sending DONE: our publication is connected, or will be at once.
             await wait_connected(pending.publication, timeout, aeron)
             await wait_image(pending.subscription, timeout, aeron)
             connection = Connection(

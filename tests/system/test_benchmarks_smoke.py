@@ -24,7 +24,7 @@ RUN_TIMEOUT_S = 240
         ("endpoint_latency.py", ["End point round trip"]),
         (
             "endpoint_connections.py",
-            ["(a) Handshakes per second", "concurrent IPC clients on one server", "(c) Idle CPU"],
+            ["(a) Handshakes per second", "concurrent IPC clients on one server", "(c) Idle CPU", "idle UDP clients"],
         ),
         (
             "rpc_calls.py",

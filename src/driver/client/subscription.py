@@ -159,9 +159,9 @@ class Image:
         self._position.put_long_ordered(0, new_position)
 
     @property
-    def ready_entry(self) -> tuple[AtomicBuffer, tuple[AtomicBuffer, ...], int, int]:
-        """What :func:`~driver.concurrent._atomic.images_ready` needs to check many images at once for data."""
-        return (self._position, self._terms, self._position_bits_to_shift, self._mask)
+    def ready_entry(self) -> tuple[AtomicBuffer, int, tuple[AtomicBuffer, ...], int, int]:
+        """What a :class:`~driver.concurrent._atomic.FrameWatch` needs to check many images at once for data."""
+        return (self._position, 0, self._terms, self._position_bits_to_shift, self._mask)
 
     @property
     def is_end_of_stream(self) -> bool:

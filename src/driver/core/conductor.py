@@ -11,7 +11,6 @@ the agent.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import random
 from collections.abc import Callable
@@ -38,7 +37,7 @@ from driver.command.messages import (
     decode_command,
 )
 from driver.command.types import CommandType, CurrentCommandType
-from driver.concurrent._atomic import positions_changed
+from driver.concurrent._atomic import PositionWatch
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.broadcast import BroadcastTransmitter
 from driver.concurrent.counters import AtomicCounter, CountersManager
@@ -250,6 +249,16 @@ class DriverConductor:
     def has_unread_commands(self) -> bool:
         return self._to_driver.producer_position() != self._to_driver.consumer_position()
 
+    def has_pending_work(self) -> bool:
+        """A client command, or a hand-off between the driver's own agents (a SETUP that needs an image, a new
+        publication for the sender), waits: the next duty cycle has something to do."""
+        return (
+            bool(self._conductor_queue)
+            or bool(self.sender.commands)
+            or bool(self.receiver.commands)
+            or self.has_unread_commands()
+        )
+
     def do_work(self) -> int:
         # Commands first: after a stall (the process descheduled, the machine loaded), keepalives
         # already waiting in the ring count before liveness is judged.
@@ -284,9 +293,9 @@ class DriverConductor:
             # more to read never moved again: its publisher stayed back-pressured for good.
             watch.reset(IpcPublication.topology_version, len(self.ipc_publications), entries, owners)
             return sum(publication.update_publisher_limit() for publication in active)
-        if not watch.entries:
+        if not watch.owners:
             return 0
-        moved = positions_changed(watch.entries, watch.last)
+        moved = watch.positions.changed()
         if not moved:
             return 0
         work = 0
@@ -968,16 +977,15 @@ def _random_outside(low: int, high: int) -> int:
 
 
 class _LimitWatch:
-    """The subscriber positions of active IPC publications and their values at the last look."""
+    """The subscriber positions of active IPC publications (values noted at the last look) and their owners."""
 
-    __slots__ = ("entries", "last", "owners", "publication_count", "version")
+    __slots__ = ("owners", "positions", "publication_count", "version")
 
     def __init__(self) -> None:
         self.version = -1
         self.publication_count = -1
-        self.entries: list[tuple[AtomicBuffer, int]] = []
+        self.positions = PositionWatch([])
         self.owners: list[IpcPublication] = []
-        self.last = array.array("q")
 
     def reset(
         self,
@@ -988,6 +996,5 @@ class _LimitWatch:
     ) -> None:
         self.version = version
         self.publication_count = publication_count
-        self.entries = entries
+        self.positions = PositionWatch(entries)
         self.owners = owners
-        self.last = array.array("q", (buffer.get_long_volatile(offset) for buffer, offset in entries))

@@ -150,6 +150,11 @@ class MediaDriver:
         """True when a client's command waits in the to-driver buffer (a host checks before it sleeps)."""
         return self.conductor.has_unread_commands()
 
+    def has_pending_work(self) -> bool:
+        """True when a client's command or a hand-off between the driver's agents waits (a host that runs the
+        driver checks before it sleeps: a handshake's next step would otherwise wait out the nap)."""
+        return self.conductor.has_pending_work()
+
     def _on_agent_error(self, error: BaseException) -> None:
         self.conductor.record_error(error)
         if isinstance(error, ChannelEndpointError) and error.status_indicator_id is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from driver.command.current import ADDRESS_TYPE_IPV4, ADDRESS_TYPE_IPV6, PublicationErrorResponse
+from driver.concurrent._atomic import PositionWatch
 from driver.concurrent.counters import AtomicCounter
 from driver.concurrent.system_counters import (
     CHANNEL_STATUS_ACTIVE,
@@ -116,6 +117,11 @@ class NetworkResources:
         self._closing: set[SendChannelEndpoint | ReceiveChannelEndpoint] = set()
         self.publications: list[NetworkPublication] = []
         self.images: list[PublicationImage] = []
+        # Publisher limits follow sender positions: after a change of publications or receivers all of them
+        # are recomputed, otherwise only those whose sender position moved (one native scan per cycle).
+        self._limits_version = -1
+        self._limits_of: list[NetworkPublication] = []
+        self._sender_positions = PositionWatch([])
         self._images_dir = Path(self._ctx.aeron_dir) / "images"
         self._images_dir.mkdir(parents=True, exist_ok=True)
         self._faults = (self._ctx.send_faults, self._ctx.receive_faults)
@@ -532,15 +538,26 @@ class NetworkResources:
     # -- conductor duty cycle and timers ---------------------------------------------------------
 
     def update_publisher_limits(self) -> int:
+        publications = self.publications
+        if self._limits_version != NetworkPublication.receivers_version or self._limits_of != publications:
+            self._limits_version = NetworkPublication.receivers_version
+            self._limits_of = list(publications)
+            # Positions noted before the limits are computed from them: a move in between shows next cycle.
+            self._sender_positions = PositionWatch([p.sender_position.location() for p in publications])
+            return sum(publication.update_publisher_limit() for publication in publications)
         work = 0
-        for publication in self.publications:
-            work += publication.update_publisher_limit()
+        owners = self._limits_of
+        for index in self._sender_positions.changed():
+            work += owners[index].update_publisher_limit()
         return work
 
     def on_timer(self, now_ns: int) -> None:
         conductor = self._conductor
         for publication in list(self.publications):
+            state = publication.state
             publication.on_time_event(now_ns)
+            if publication.state is not state:  # e.g. end of stream to signal: the sender should look now
+                conductor.sender_command(functools.partial(conductor.sender.wake, publication))
             if publication.state is NetworkPublicationState.DONE and publication in self.publications:
                 self.publications.remove(publication)
                 endpoint = publication.endpoint

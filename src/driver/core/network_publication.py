@@ -20,9 +20,11 @@ other way round; the GIL makes each attribute access atomic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from driver.concurrent.counters import AtomicCounter
+from driver.core.agenda import no_wake
 from driver.core.driver_publication import DriverPublication, PublicationState
 from driver.core.flow_control import FlowControl, idles_only_at_end_of_stream
 from driver.core.retransmit import RetransmitHandler
@@ -43,6 +45,10 @@ NetworkPublicationState = PublicationState  # one life cycle for every publicati
 
 
 class NetworkPublication(DriverPublication):
+    receivers_version = 0
+    """Bumped whenever any publication gains or loses its receivers: the conductor then recomputes every
+    publisher limit, not only those whose sender position moved."""
+
     def __init__(
         self,
         *,
@@ -101,6 +107,9 @@ class NetworkPublication(DriverPublication):
         for counter in (publisher_position, publisher_limit, sender_position, sender_limit):
             counter.set_ordered(start)
         # sender-thread state
+        self.agenda_index = -1
+        self.wake: Callable[[], None] = no_wake
+        """Set by the sender: makes its next duty cycle visit this publication (feedback arrived)."""
         self._time_of_last_send_or_heartbeat_ns = now_ns - HEARTBEAT_INTERVAL_NS - 1
         self._time_of_last_setup_ns = now_ns - SETUP_INTERVAL_NS - 1
         self.should_send_setup = True
@@ -138,6 +147,30 @@ class NetworkPublication(DriverPublication):
                     self.sender_limit.set_ordered(new_limit)
         self.retransmit_handler.process_timeouts(now_ns, self._resend)
         return bytes_sent
+
+    @property
+    def waiting_entry(self) -> tuple[object, ...]:
+        """What a :class:`~driver.concurrent._atomic.FrameWatch` needs to see a frame at the sender position."""
+        buffer, offset = self.sender_position.location()
+        return (buffer, offset, tuple(self._terms), self.position_bits, self.term_mask)
+
+    def next_send_ns(self) -> int:
+        """When ``send`` has something to do again with no new frame and no feedback: the next heartbeat or
+        SETUP; 0 (every cycle) while resends are pending, flow control works when idle, or end of stream is yet
+        to be signalled. A lingering publication's status messages wake it, and its heartbeats run flow
+        control's idle step (which ends the linger) often enough."""
+        if (
+            self.retransmit_handler.active_count
+            or self._idle_flow_control
+            or (self.is_end_of_stream and self.signal_eos and not self.end_of_stream_sent)
+        ):
+            return 0
+        due = self._time_of_last_send_or_heartbeat_ns + HEARTBEAT_INTERVAL_NS + 1
+        if self.should_send_setup:
+            setup_due = self._time_of_last_setup_ns + SETUP_INTERVAL_NS + 1
+            if setup_due < due:
+                return setup_due
+        return due
 
     def _send_data(self, now_ns: int, sender_position: int) -> int:
         """Send up to ``MAX_DATAGRAMS_PER_CYCLE`` datagrams within the window; returns the bytes sent.
@@ -224,13 +257,16 @@ class NetworkPublication(DriverPublication):
         self, flags: int, term_id: int, term_offset: int, window: int, receiver_id: int, now_ns: int
     ) -> None:
         self.time_of_last_status_message_ns = now_ns
+        self.wake()
         if flags & 0x80:  # SEND_SETUP: the receiver lost (or never had) our SETUP
             if not self.is_end_of_stream:
                 self.should_send_setup = True
                 self._time_of_last_setup_ns = now_ns - SETUP_INTERVAL_NS - 1
             return
         self.should_send_setup = False
-        self.has_receivers = True
+        if not self.has_receivers:
+            self.has_receivers = True
+            NetworkPublication.receivers_version += 1
         limit = self.sender_limit.get()
         new_limit = self.flow_control.on_status_message(
             term_id, term_offset, window, receiver_id, now_ns, limit, self.initial_term_id, self.position_bits
@@ -246,10 +282,12 @@ class NetworkPublication(DriverPublication):
             return False
         rejected.add(receiver_id)
         self.flow_control.on_error(receiver_id)
+        self.wake()
         return True
 
     def on_nak(self, term_id: int, term_offset: int, length: int, now_ns: int) -> None:
         self.retransmit_handler.on_nak(term_id, term_offset, length, self.term_length, now_ns, self.resend)
+        self.wake()
 
     def resend(self, term_id: int, term_offset: int, length: int) -> None:
         """Send ``length`` bytes from ``(term_id, term_offset)`` again, in MTU-sized datagrams."""
@@ -304,6 +342,7 @@ class NetworkPublication(DriverPublication):
         self.publisher_position.set_ordered(producer_position)
         if self.has_receivers and now_ns - self.time_of_last_status_message_ns > self.connection_timeout_ns:
             self.has_receivers = False
+            NetworkPublication.receivers_version += 1
             lbd.set_is_connected(self.log.metadata, False)
         state = self.state
         if state is NetworkPublicationState.ACTIVE:

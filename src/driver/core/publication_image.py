@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from driver.concurrent.counters import AtomicCounter
+from driver.core.agenda import no_wake
 from driver.core.congestion import CongestionControl, StaticWindowCongestionControl
 from driver.core.loss_detector import LossDetector
 from driver.errors import CurrentErrorCode
@@ -145,6 +146,9 @@ class PublicationImage:
         # receiver-thread state; the receiver thread is the only writer of hwm and rebuild: their values
         # are kept here too, so a duty cycle need not read them back from the counters
         self.subscriber_positions: tuple[AtomicCounter, ...] = ()
+        self.agenda_index = -1
+        self.wake: Callable[[], None] = no_wake
+        """Set by the receiver: makes its next duty cycle track this image (new data arrived)."""
         self._hwm = join
         self._rebuild = join
         self._last_sm_position = join
@@ -196,7 +200,8 @@ class PublicationImage:
         else:
             insert(self._terms[(position >> self.position_bits) % 3], term_offset, packet, length)
         self.time_of_last_packet_ns = now_ns
-        if proposed > self._hwm:
+        if proposed > self._hwm:  # new data, or a heartbeat beyond it (lost at the tail): rebuild to track
+            self.wake()
             self._hwm = proposed
             self.hwm_position.set_ordered(proposed)
         return length
@@ -277,6 +282,13 @@ class PublicationImage:
             self.send_status_message(min_position, window, now_ns)
             work += 1
         return work + self._measure_rtt(now_ns)
+
+    def next_track_ns(self) -> int:
+        """When ``track_rebuild`` has something to do again with no new data and subscribers where they are: the
+        next status message; 0 (every cycle) while a gap is open or NAKs wait, or the window is not static."""
+        if self._rebuild < self._hwm or self._pending_naks or not self._static_window:
+            return 0
+        return self._sm_due_ns + 1
 
     def _measure_rtt(self, now_ns: int) -> int:
         """Ask the sender to echo a timestamp, when congestion control wants RTT (static never does)."""

@@ -4,20 +4,32 @@ Each duty cycle it takes a few commands from the conductor, polls each receive
 endpoint (bounded per endpoint), and lets each image track its rebuild — loss
 detection, NAKs and status messages. Elicited setups that got no answer, and
 cooldowns after an image was removed, expire on the same cycle.
+
+Past a few images a cycle tracks only those that got data, whose subscribers
+moved (one native scan of their positions) or whose agenda deadline passed (a
+status message due; every cycle while a gap is open); past a few endpoints,
+only sockets with a datagram waiting are read.
 """
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Callable
 
 from driver.clock import NanoClock
+from driver.concurrent._atomic import PositionWatch
 from driver.concurrent.counters import AtomicCounter
+from driver.core.agenda import Agenda, no_wake
 from driver.core.proxies import CommandQueue
 from driver.core.publication_image import PublicationImage
 from driver.media.endpoints import ReceiveChannelEndpoint
+from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints
 
-__all__ = ["Receiver"]
+__all__ = ["FEW_IMAGES", "Receiver"]
+
+FEW_IMAGES = 2
+"""Up to this many images each is tracked every cycle (lowest latency, no bookkeeping)."""
 
 PENDING_SETUP_TIMEOUT_NS = 1_000_000_000
 IMAGE_COOLDOWN_NS = 5_000_000_000
@@ -32,6 +44,14 @@ class Receiver:
         self.endpoints: list[ReceiveChannelEndpoint] = []
         self.images: list[PublicationImage] = []
         self._next_expiry_ns = 0
+        self._agenda: Agenda[PublicationImage] = Agenda()
+        self._ready = ReadyEndpoints[ReceiveChannelEndpoint]()
+        self.sockets_version = 0
+        """Changes whenever ``readable_sockets`` would answer differently."""
+        # Every image's subscriber positions, their values at the last look, and whose they are.
+        self._positions_stale = True
+        self._positions = PositionWatch([])
+        self._positions_of: list[PublicationImage] = []
 
     def on_start(self) -> None:
         pass
@@ -43,10 +63,16 @@ class Receiver:
     def do_work(self) -> int:
         now_ns = self._clock.nano_time()
         work = self.commands.drain()
-        for endpoint in self.endpoints:
+        endpoints = self.endpoints
+        if len(endpoints) > FEW_ENDPOINTS and self._ready.covers(len(endpoints)):
+            endpoints = self._ready.ready()
+        for endpoint in endpoints:
             work += endpoint.poll(now_ns)
-        for image in self.images:
-            work += image.track_rebuild(now_ns)
+        if len(self.images) > FEW_IMAGES:
+            work += self._track_due(now_ns)
+        else:
+            for image in self.images:
+                work += image.track_rebuild(now_ns)
         if now_ns >= self._next_expiry_ns:
             self._next_expiry_ns = now_ns + 100_000_000
             for endpoint in self.endpoints:
@@ -54,15 +80,37 @@ class Receiver:
                 endpoint.elicit_from_control(now_ns, PENDING_SETUP_TIMEOUT_NS)
         return work
 
+    def _track_due(self, now_ns: int) -> int:
+        agenda = self._agenda
+        if self._positions_stale:
+            self._positions_stale = False
+            self._positions_of = [i for i in agenda.items for _ in i.subscriber_positions]
+            self._positions = PositionWatch([c.location() for i in agenda.items for c in i.subscriber_positions])
+            agenda.wake_all()
+        else:
+            owners = self._positions_of
+            for index in self._positions.changed():
+                agenda.wake(owners[index])
+        work = 0
+        items = agenda.items
+        for index in agenda.due(now_ns):
+            image = items[index]
+            work += image.track_rebuild(now_ns)
+            agenda.schedule(index, image.next_track_ns())
+        return work
+
     def on_close(self) -> None:
-        pass
+        self._ready.close()
 
     # -- commands from the conductor --------------------------------------------------------------
 
     def on_add_subscription(self, endpoint: ReceiveChannelEndpoint, stream_id: int) -> None:
         if endpoint not in self.endpoints:
             self.endpoints.append(endpoint)
+            self._ready.add(endpoint)
+            self.sockets_version += 1
         endpoint.stream_ref_counts[stream_id] = endpoint.stream_ref_counts.get(stream_id, 0) + 1
+        endpoint.claim_setups(stream_id, self._clock.nano_time())
 
     def on_remove_subscription(self, endpoint: ReceiveChannelEndpoint, stream_id: int) -> None:
         count = endpoint.stream_ref_counts.get(stream_id, 0) - 1
@@ -76,6 +124,9 @@ class Receiver:
         endpoint.pending_setups.pop(key, None)
         endpoint.images[key] = image
         self.images.append(image)
+        self._agenda.add(image)
+        image.wake = functools.partial(self._agenda.wake, image)
+        self._positions_stale = True
         image.send_status_message(image.join_position, image.window, self._clock.nano_time())
 
     def on_image_creation_failed(self, endpoint: ReceiveChannelEndpoint, session_id: int, stream_id: int) -> None:
@@ -85,6 +136,7 @@ class Receiver:
         self, image: PublicationImage, positions: tuple[AtomicCounter, ...], done: Callable[[], None]
     ) -> None:
         image.subscriber_positions = positions
+        self._positions_stale = True
         done()
 
     def on_remove_image(
@@ -96,9 +148,14 @@ class Receiver:
         endpoint.cooldowns[key] = self._clock.nano_time() + IMAGE_COOLDOWN_NS
         if image in self.images:
             self.images.remove(image)
+        self._agenda.remove(image)
+        image.wake = no_wake
+        self._positions_stale = True
         done()
 
     def on_close_endpoint(self, endpoint: ReceiveChannelEndpoint, done: Callable[[], None]) -> None:
         if endpoint in self.endpoints:
             self.endpoints.remove(endpoint)
+            self._ready.remove(endpoint)
+            self.sockets_version += 1
         done()

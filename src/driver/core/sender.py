@@ -5,19 +5,31 @@ publication send (starting from a rotating index so none starves), and polls
 the send endpoints for status messages and NAKs — on every cycle that sent
 nothing, and otherwise every ``send_to_status_poll_ratio`` cycles, as Aeron's
 sender does, so that feedback is never starved by a busy send path.
+
+Past a few publications a cycle visits only those with a frame waiting at
+their sender position (one native scan) or whose agenda deadline passed (a
+heartbeat or SETUP due, a resend pending); feedback wakes a publication. Past
+a few endpoints, only those whose socket has a datagram are read.
 """
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Callable
 
 from driver.clock import NanoClock
+from driver.concurrent._atomic import FrameWatch
+from driver.core.agenda import Agenda, no_wake
 from driver.core.network_publication import NetworkPublication
 from driver.core.proxies import CommandQueue
 from driver.media.endpoints import SendChannelEndpoint
+from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints
 
-__all__ = ["Sender"]
+__all__ = ["FEW_PUBLICATIONS", "Sender"]
+
+FEW_PUBLICATIONS = 2
+"""Up to this many publications each is visited every cycle (lowest latency, no bookkeeping)."""
 
 
 class Sender:
@@ -29,6 +41,14 @@ class Sender:
         self._status_poll_ratio = max(1, status_poll_ratio)
         self.publications: list[NetworkPublication] = []
         self.endpoints: list[SendChannelEndpoint] = []
+        self._agenda: Agenda[NetworkPublication] = Agenda()
+        """Each publication with what a :class:`FrameWatch` needs to see whether it has a frame to send."""
+        self._frames = FrameWatch([])
+        self._frames_stale = False
+        self._ready = ReadyEndpoints[SendChannelEndpoint]()
+        self._dynamic: list[SendChannelEndpoint] = []
+        self.sockets_version = 0
+        """Changes whenever ``readable_sockets`` would answer differently."""
         self._round_robin = 0
         self._cycles = 0
 
@@ -44,45 +64,88 @@ class Sender:
         work = self.commands.drain()
         publications = self.publications
         count = len(publications)
-        if count == 1:
+        if count > FEW_PUBLICATIONS:
+            bytes_sent = self._send_due(now_ns)
+        elif count == 1:
             bytes_sent = publications[0].send(now_ns)
         else:
             bytes_sent = 0
-            if count:
-                start = self._round_robin = (self._round_robin + 1) % count
-                for i in range(count):
-                    bytes_sent += publications[(start + i) % count].send(now_ns)
+            for publication in publications:
+                bytes_sent += publication.send(now_ns)
         self._cycles += 1
         if bytes_sent == 0 or self._cycles >= self._status_poll_ratio:
             self._cycles = 0
-            for endpoint in self.endpoints:
+            endpoints = self.endpoints
+            if len(endpoints) > FEW_ENDPOINTS and self._ready.covers(len(endpoints)):
+                endpoints = self._ready.ready()
+            for endpoint in endpoints:
                 work += endpoint.poll(now_ns)
-                if endpoint.is_dynamic:
-                    endpoint.expire_destinations(now_ns)
+            for endpoint in self._dynamic:
+                endpoint.expire_destinations(now_ns)
         return work + bytes_sent
 
+    def _send_due(self, now_ns: int) -> int:
+        agenda = self._agenda
+        due = agenda.due(now_ns)
+        if self._frames_stale:
+            self._frames_stale = False
+            self._frames = FrameWatch(agenda.entries)  # type: ignore[arg-type]
+        waiting = self._frames.ready()
+        if waiting:
+            due = sorted(set(due).union(waiting)) if due else waiting
+        if not due:
+            return 0
+        items = agenda.items
+        n = len(due)
+        start = self._round_robin = (self._round_robin + 1) % n
+        bytes_sent = 0
+        for i in range(n):
+            index = due[(start + i) % n]
+            publication = items[index]
+            bytes_sent += publication.send(now_ns)
+            agenda.schedule(index, publication.next_send_ns())
+        return bytes_sent
+
     def on_close(self) -> None:
-        pass
+        self._ready.close()
 
     # -- commands from the conductor (run on this agent's thread) --------------------------------
 
     def on_new_publication(self, publication: NetworkPublication, endpoint: SendChannelEndpoint) -> None:
         if endpoint not in self.endpoints:
             self.endpoints.append(endpoint)
+            self._ready.add(endpoint)
+            self.sockets_version += 1
+            if endpoint.is_dynamic:
+                self._dynamic.append(endpoint)
         endpoint.publications[(publication.session_id, publication.stream_id)] = publication
         self.publications.append(publication)
+        self._agenda.add(publication, publication.waiting_entry)
+        self._frames_stale = True
+        publication.wake = functools.partial(self._agenda.wake, publication)
 
     def on_remove_publication(
         self, publication: NetworkPublication, endpoint: SendChannelEndpoint, done: Callable[[], None]
     ) -> None:
         if publication in self.publications:
             self.publications.remove(publication)
+        if self._agenda.remove(publication):
+            self._frames_stale = True
+        publication.wake = no_wake
         key = (publication.session_id, publication.stream_id)
         if endpoint.publications.get(key) is publication:
             del endpoint.publications[key]
         done()
 
+    def wake(self, publication: NetworkPublication) -> None:
+        """Visit ``publication`` on the next cycle (the conductor changed its state, e.g. end of stream)."""
+        self._agenda.wake(publication)
+
     def on_close_endpoint(self, endpoint: SendChannelEndpoint, done: Callable[[], None]) -> None:
         if endpoint in self.endpoints:
             self.endpoints.remove(endpoint)
+            self._ready.remove(endpoint)
+            self.sockets_version += 1
+            if endpoint in self._dynamic:
+                self._dynamic.remove(endpoint)
         done()

@@ -9,7 +9,10 @@ A ``ReceiveChannelEndpoint`` is shared by every subscription of one UDP channel:
 data, SETUP and RTTM frames arrive on it and are dispatched by stream and
 session — to an existing image, to the conductor to create one from a SETUP, or
 answered with a setup-eliciting status message when data arrives for a session
-we have no image for. Status messages and NAKs leave through the same socket.
+we have no image for. Status messages and NAKs leave through the same socket. A
+SETUP for a stream nobody subscribes to is kept for a second: a subscription
+made just after it (a client subscribing on reading a server's grant) connects
+at once instead of at the publisher's next SETUP, 100 ms later.
 
 Anything malformed is counted as an invalid packet and dropped; nothing read
 from the network raises out of an agent.
@@ -17,6 +20,7 @@ from the network raises out of an agent.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -50,6 +54,9 @@ __all__ = ["EndpointCounters", "ReceiveChannelEndpoint", "SendChannelEndpoint", 
 
 RECEIVE_BUFFER_LENGTH = 65536
 DESTINATION_TIMEOUT_NS = 5_000_000_000
+UNCLAIMED_SETUP_TTL_NS = 1_000_000_000
+"""How long a SETUP for a stream nobody subscribes to is kept for a subscription that may come (see claim_setups)."""
+MAX_UNCLAIMED_SETUPS = 64
 _unpack_sm = SM.unpack_from
 _unpack_nak = NAK.unpack_from
 _unpack_rttm = RTTM.unpack_from
@@ -277,6 +284,8 @@ class ReceiveChannelEndpoint:
         self.images: dict[tuple[int, int], PublicationImage] = {}
         self.pending_setups: dict[tuple[int, int], int] = {}  # (session, stream) -> time of elicit
         self.cooldowns: dict[tuple[int, int], int] = {}  # (session, stream) -> until
+        # SETUPs of streams nobody here subscribes to yet: a subscription that comes just after connects at once.
+        self.unclaimed_setups: OrderedDict[tuple[int, int], tuple[tuple[int, ...], Address, int]] = OrderedDict()
         self.ref_count = 0
         self._buffer, self._view = _receive_buffer()
         self._control = bytearray(64)
@@ -363,14 +372,33 @@ class ReceiveChannelEndpoint:
 
     def _on_setup_frame(self, view: memoryview, address: Address, now_ns: int) -> None:
         fields = _unpack_setup(view, 0)
-        session_id, stream_id = fields[5], fields[6]
-        key = (session_id, stream_id)
-        if stream_id not in self.stream_ref_counts or key in self.images or key in self.cooldowns:
+        key = (fields[5], fields[6])  # session, stream
+        if fields[6] in self.stream_ref_counts:
+            self._accept_setup(key, fields, address)
+            return
+        unclaimed = self.unclaimed_setups
+        unclaimed.pop(key, None)
+        unclaimed[key] = (fields, address, now_ns)
+        while len(unclaimed) > MAX_UNCLAIMED_SETUPS:
+            unclaimed.popitem(last=False)
+
+    def _accept_setup(self, key: tuple[int, int], fields: tuple[int, ...], address: Address) -> None:
+        if key in self.images or key in self.cooldowns:
             return
         if self.pending_setups.get(key) == -1:  # already asked the conductor for an image
             return
         self.pending_setups[key] = -1
         self._on_setup(self, fields, address)
+
+    def claim_setups(self, stream_id: int, now_ns: int) -> None:
+        """A subscription to ``stream_id`` just came: connect now to the publishers whose SETUP arrived shortly
+        before it (they repeat a SETUP only every 100 ms). A server that publishes to a client as soon as it
+        grants the connection, and the client that subscribes on reading the grant, meet at once."""
+        for key, (fields, address, seen_ns) in list(self.unclaimed_setups.items()):
+            if key[1] == stream_id:
+                del self.unclaimed_setups[key]
+                if now_ns - seen_ns <= UNCLAIMED_SETUP_TTL_NS:
+                    self._accept_setup(key, fields, address)
 
     def _on_rttm(self, view: memoryview, address: Address, now_ns: int) -> None:
         _, _, flags, _, session_id, stream_id, echo_ns, delta_ns, receiver_id = _unpack_rttm(view, 0)
@@ -383,7 +411,10 @@ class ReceiveChannelEndpoint:
                 image.on_rttm(echo_ns, delta_ns, now_ns)
 
     def expire_pending(self, now_ns: int, setup_timeout_ns: int) -> None:
-        """Forget elicited setups that got no answer, and cooldowns that ran out."""
+        """Forget elicited setups that got no answer, cooldowns that ran out, and unclaimed SETUPs gone stale."""
+        unclaimed = self.unclaimed_setups
+        while unclaimed and now_ns - next(iter(unclaimed.values()))[2] > UNCLAIMED_SETUP_TTL_NS:
+            unclaimed.popitem(last=False)
         for key, since in list(self.pending_setups.items()):
             if since >= 0 and now_ns - since > setup_timeout_ns:
                 del self.pending_setups[key]

@@ -16,7 +16,7 @@ SCENARIO = textwrap.dedent(
     """
     import sys, time
     from driver.client import Aeron
-    from driver.concurrent._atomic import images_ready
+    from driver.concurrent._atomic import FrameWatch
     from driver.core.media_driver import MediaDriver
 
     aeron_dir = sys.argv[1]
@@ -28,13 +28,13 @@ SCENARIO = textwrap.dedent(
     while not subscription.images and time.monotonic() < deadline:
         time.sleep(0.005)
     image = subscription.images[0]
-    entries = [image.ready_entry]
+    watch = FrameWatch([image.ready_entry])
     assert publication.offer(b"x" * 32) > 0
-    assert images_ready(entries) == [0]
+    assert watch.ready() == [0]
     client.close()
     driver.close()
     # The files are gone and the client closed; the counter windows still read the old values.
-    print("ready after close:", images_ready(entries))
+    print("ready after close:", watch.ready())
     print("position after close:", image.position)
     print("limit window after close:", publication._limit.get_long_volatile(0) >= 0)
     """

@@ -423,10 +423,11 @@ async def test_a_raw_handshake_completes_and_a_rejection_is_sealed(
             pub = await aeron.add_exclusive_publication_async(pub_channel, stream_in)
             try:
                 await wait_until(lambda: pub.is_connected, 5, what="our data stream connected")
-                assert not sub.images  # the server publishes to us only after DONE: we subscribe first
+                # The server published its stream with the grant; over UDP our driver kept its SETUP until we
+                # subscribed, so the stream is there before DONE.
+                await wait_until(lambda: sub.images, 5, what="the server's data stream")
                 await peer.send(handshake.done())
                 assert (await peer.receive(handshake)).connection_id == grant["connection_id"]  # type: ignore[attr-defined]
-                await wait_until(lambda: sub.images, 5, what="the server's data stream")
                 await wait_until(lambda: connected, 5, what="server on_connect")
                 assert connected[0].id == grant["connection_id"]
                 assert server.handshake_stats.spoofed == 0

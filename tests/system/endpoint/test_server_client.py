@@ -549,3 +549,32 @@ def test_round_trip_on_each_event_loop(
         if loop_factory is uvloop.new_event_loop:
             assert isinstance(runner.get_loop(), uvloop.Loop)
     assert got == [Ack(i) for i in range(100)]
+
+
+async def test_the_poller_survives_a_failing_round_and_reports_it(
+    aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in one poller round (here: a poll set that fails to build) is reported, and polling goes on."""
+    from endpoint.endpoint import _LoopPoller
+
+    errors: list[BaseException] = []
+    received: list[object] = []
+    collect = _LoopPoller._collect
+    failures = [RuntimeError("a poll set that cannot be built")]
+
+    def failing_once(self: _LoopPoller) -> None:
+        if failures:
+            raise failures.pop()
+        collect(self)
+
+    async with running_server(server_config(aeron_dir, port)) as server:
+        server.on_error(lambda conn, exc: errors.append(exc))
+        server.on_message(Move, lambda conn, msg: received.append(msg))
+        async with connected_client(client_config("ipc", aeron_dir, client_dir), port) as (_, conn):
+            monkeypatch.setattr(_LoopPoller, "_collect", failing_once)
+            _LoopPoller.for_running_loop().changed = True
+            await wait_until(lambda: errors, 5, what="the failed round reported")
+            assert isinstance(errors[0], RuntimeError)
+            await conn.send(Move(1, 2))
+            await wait_until(lambda: received, 5, what="a message after the failed round")
+            assert received == [Move(1, 2)]

@@ -1,4 +1,4 @@
-"""Native scans over many images or counters at once: what pollers and the conductor use when idle."""
+"""Native scans over many images, counters or deadlines at once: what pollers and agents use when idle."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import array
 
 import pytest
 
-from driver.concurrent._atomic import images_ready, positions_changed
+from driver.concurrent._atomic import FrameWatch, PositionWatch, deadlines_due
 from driver.concurrent.atomic_buffer import AtomicBuffer
 
 TERM = 1024
@@ -20,7 +20,7 @@ def _image(position: int) -> tuple[AtomicBuffer, tuple[AtomicBuffer, AtomicBuffe
     return pos, terms
 
 
-def test_images_ready_reports_only_images_whose_next_frame_has_arrived() -> None:
+def test_frame_watch_reports_only_positions_with_a_committed_frame() -> None:
     quiet = _image(0)
     arrived = _image(0)
     arrived[1][0].put_int_ordered(0, 64)
@@ -28,42 +28,76 @@ def test_images_ready_reports_only_images_whose_next_frame_has_arrived() -> None
     second_term[1][1].put_int_ordered(128, 32)
     wrong_term = _image(TERM + 128)
     wrong_term[1][0].put_int_ordered(128, 32)  # a frame, but in a term the position does not point into
-    entries = [(pos, terms, BITS, TERM - 1) for pos, terms in (quiet, arrived, second_term, wrong_term)]
-    assert images_ready(entries) == [1, 2]
-    assert images_ready([]) == []
+    claimed = _image(0)
+    claimed[1][0].put_int_ordered(0, -64)  # a claim not committed yet
+    images = (quiet, arrived, second_term, wrong_term, claimed)
+    watch = FrameWatch([(pos, 0, terms, BITS, TERM - 1) for pos, terms in images])
+    assert len(watch) == 5
+    assert watch.ready() == [1, 2]
+    assert watch.ready() == [1, 2]  # a look changes nothing
+    quiet[1][0].put_int_ordered(0, 32)
+    assert watch.ready() == [0, 1, 2]
+    assert FrameWatch([]).ready() == []
 
 
-def test_images_ready_skips_released_buffers_and_rejects_malformed_entries() -> None:
+def test_frame_watch_reads_the_position_at_its_offset() -> None:
+    counters = AtomicBuffer(bytearray(64))
+    terms = (AtomicBuffer(bytearray(TERM)), AtomicBuffer(bytearray(TERM)), AtomicBuffer(bytearray(TERM)))
+    counters.put_long_ordered(24, 2 * TERM + 64)
+    watch = FrameWatch([(counters, 24, terms, BITS, TERM - 1)])
+    assert watch.ready() == []
+    terms[2].put_int_ordered(64, 40)
+    assert watch.ready() == [0]
+
+
+def test_frame_watch_skips_released_buffers_and_rejects_malformed_entries() -> None:
     pos, terms = _image(0)
     terms[0].put_int_ordered(0, 64)
+    watch = FrameWatch([(pos, 0, terms, BITS, TERM - 1)])
     pos.release()
-    assert images_ready([(pos, terms, BITS, TERM - 1)]) == []
+    assert watch.ready() == []
     with pytest.raises(TypeError, match="entry 0"):
-        images_ready([(1, 2, 3)])  # type: ignore[list-item]
+        FrameWatch([(1, 2, 3)])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="3 terms"):
-        images_ready([(AtomicBuffer(bytearray(8)), (), BITS, TERM - 1)])  # type: ignore[list-item]
+        FrameWatch([(AtomicBuffer(bytearray(8)), 0, (), BITS, TERM - 1)])
+    with pytest.raises(IndexError):
+        FrameWatch([(AtomicBuffer(bytearray(8)), 8, terms, BITS, TERM - 1)])
+    with pytest.raises(ValueError, match="bits"):
+        FrameWatch([(AtomicBuffer(bytearray(8)), 0, terms, 63, TERM - 1)])
 
 
-def test_positions_changed_reports_and_records_moved_counters() -> None:
+def test_position_watch_reports_and_remembers_moved_counters() -> None:
     values = AtomicBuffer(bytearray(64))
-    entries = [(values, 0), (values, 8), (values, 16)]
-    last = array.array("q", [0, 0, 0])
-    assert positions_changed(entries, last) == []
+    values.put_long_ordered(0, 7)
+    watch = PositionWatch([(values, 0), (values, 8), (values, 16)])
+    assert len(watch) == 3
+    assert watch.changed() == []  # the values when it was made are the first look
     values.put_long_ordered(8, 5)
     values.put_long_ordered(16, -1)
-    assert positions_changed(entries, last) == [1, 2]
-    assert list(last) == [0, 5, -1]
-    assert positions_changed(entries, last) == []
+    assert watch.changed() == [1, 2]
+    assert watch.changed() == []
+    values.put_long_ordered(0, 8)
+    assert watch.changed() == [0]
 
 
-def test_positions_changed_checks_its_arguments() -> None:
+def test_position_watch_checks_its_entries_and_skips_released_buffers() -> None:
     values = AtomicBuffer(bytearray(16))
-    with pytest.raises(ValueError, match="last holds"):
-        positions_changed([(values, 0), (values, 8)], array.array("q", [0]))
     with pytest.raises(IndexError):
-        positions_changed([(values, 16)], array.array("q", [0]))
+        PositionWatch([(values, 16)])
     with pytest.raises(TypeError, match="entry 0"):
-        positions_changed([(b"x", 0)], array.array("q", [0]))  # type: ignore[list-item]
+        PositionWatch([(b"x", 0)])  # type: ignore[list-item]
+    watch = PositionWatch([(values, 0)])
+    values.release()
+    assert watch.changed() == []
+
+
+def test_deadlines_due_lists_the_slots_at_or_before_now() -> None:
+    deadlines = array.array("q", [5, 0, 10, -1, 6])
+    assert deadlines_due(deadlines, 5) == [0, 1, 3]
+    assert deadlines_due(deadlines, 10) == [0, 1, 2, 3, 4]
+    assert deadlines_due(array.array("q"), 0) == []
+    with pytest.raises(ValueError, match="int64"):
+        deadlines_due(bytearray(12), 0)
 
 
 def _frame(term: AtomicBuffer, offset: int, payload_length: int, flags: int = 0xC0, frame_type: int = 1) -> int:

@@ -213,3 +213,32 @@ def test_an_unreliable_image_pads_one_gap_per_cycle_as_1_15_1(tmp_path: Path) ->
         h.image.track_rebuild(3)
         assert h.image.rebuild_position.get() == 320
         assert HDR_TYPE_NAK not in h.kinds()
+
+
+def test_an_image_asks_to_be_tracked_when_its_next_status_message_is_due(tmp_path: Path) -> None:
+    with harness(tmp_path) as h:
+        woken: list[int] = []
+        h.image.wake = lambda: woken.append(1)
+        due = h.image.next_track_ns()
+        assert due == SM_TIMEOUT_NS + 1  # the SM sent at 0 is repeated once the timeout has passed
+        assert h.image.track_rebuild(due - 1) == 0
+        assert h.image.track_rebuild(due) == 1
+        assert h.image.next_track_ns() == due + SM_TIMEOUT_NS + 1
+        h.data(0, now_ns=due)
+        assert woken == [1]  # new data: the receiver tracks it on its next cycle
+        h.data(0, now_ns=due)
+        assert woken == [1]  # a duplicate raises nothing
+
+
+def test_an_image_with_a_gap_or_a_moving_window_is_tracked_every_cycle(tmp_path: Path) -> None:
+    with harness(tmp_path) as h:
+        h.data(128)  # a gap at 0..127
+        h.image.track_rebuild(1)
+        assert h.image.next_track_ns() == 0
+        h.data(0)
+        h.data(64)
+        h.image.track_rebuild(2)
+        assert h.image.next_track_ns() > 0
+    (tmp_path / "forcing").mkdir()
+    with harness(tmp_path / "forcing", ForcingCongestion()) as h:
+        assert h.image.next_track_ns() == 0

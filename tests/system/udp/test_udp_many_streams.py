@@ -1,0 +1,140 @@
+"""Many UDP streams between two drivers: what a server with a connection per client looks like to its driver.
+
+Past a few publications, images and endpoints the sender and receiver visit
+only what is due (an agenda of deadlines, native scans for new frames and moved
+subscribers, epoll for sockets with datagrams). These tests run enough streams
+to take those paths: data under loss must still arrive exactly once and in
+order on every stream, idle streams must stay connected on heartbeats and
+status messages alone, and a closed publication must still be seen to end.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from udp_helpers import Collector, UdpDrivers, driver_errors, free_udp_port, make_message, system_counter
+
+import driver.core.receiver as receiver_module
+import driver.core.sender as sender_module
+from driver.client import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, ExclusivePublication, Subscription
+from driver.concurrent.system_counters import SystemCounterId
+from support.clients import wait_for_image
+from support.waiting import execute_until
+
+STREAMS = 8  # each on its own port: 8 send and 8 receive endpoints, 8 publications, 8 images
+STREAM_ID = 2002
+BODY = 200
+FAULTS = {
+    "receive_loss_rate": 0.05,
+    "receive_reorder_rate": 0.05,
+    "receive_duplicate_rate": 0.05,
+    "receive_fault_seed": 29,
+}
+
+
+def _streams(
+    udp: UdpDrivers, count: int, **subscriber_settings: object
+) -> tuple[list[Subscription], list[ExclusivePublication], list[Path]]:
+    publisher_driver = udp.embedded("pub")
+    subscriber_driver = udp.embedded("sub", **subscriber_settings)
+    subscriber = udp.client(subscriber_driver.aeron_dir)
+    publisher = udp.client(publisher_driver.aeron_dir)
+    channels = [f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=65536" for _ in range(count)]
+    subscriptions = [subscriber.add_subscription(channel, STREAM_ID) for channel in channels]
+    publications = [publisher.add_exclusive_publication(channel, STREAM_ID) for channel in channels]
+    for subscription in subscriptions:
+        wait_for_image(subscription)
+    return subscriptions, publications, [publisher_driver.aeron_dir, subscriber_driver.aeron_dir]
+
+
+def _send_round_robin(
+    publications: list[ExclusivePublication],
+    subscriptions: list[Subscription],
+    collectors: list[Collector],
+    count: int,
+    timeout_s: float,
+    start: int = 0,
+) -> None:
+    """Checked messages ``start`` .. ``start + count - 1`` on every stream, interleaved, draining meanwhile."""
+    deadline = time.monotonic() + timeout_s
+
+    def drain() -> None:
+        for subscription, collector in zip(subscriptions, collectors, strict=True):
+            collector.poll(subscription)
+
+    total = start + count
+    for seq in range(start, total):
+        message = make_message(0, seq, BODY)
+        for publication in publications:
+            for _ in range(1_000_000):
+                result = publication.offer(message)
+                if result >= 0:
+                    break
+                assert result in (BACK_PRESSURED, ADMIN_ACTION, NOT_CONNECTED), result
+                drain()
+                assert time.monotonic() < deadline, f"offer of {seq} stuck at {result}"
+    execute_until(
+        lambda: all(len(c.seqs) >= total or c.problems for c in collectors),
+        drain,
+        timeout_s=max(1.0, deadline - time.monotonic()),
+        max_iterations=10_000_000,
+        interval_s=0,
+        description=f"{total} messages on each of {len(collectors)} streams",
+    )
+    for collector in collectors:
+        collector.check(total)
+
+
+def test_many_streams_exactly_once_in_order_under_loss(udp: UdpDrivers) -> None:
+    subscriptions, publications, (publisher_dir, subscriber_dir) = _streams(udp, STREAMS, **FAULTS)
+    assert max(sender_module.FEW_PUBLICATIONS, receiver_module.FEW_IMAGES, sender_module.FEW_ENDPOINTS) < STREAMS
+    collectors = [Collector(session_id=p.session_id) for p in publications]
+    _send_round_robin(publications, subscriptions, collectors, 400, timeout_s=60)
+    assert system_counter(subscriber_dir, SystemCounterId.NAK_MESSAGES_SENT) > 0
+    assert system_counter(publisher_dir, SystemCounterId.RETRANSMITS_SENT) > 0
+    for aeron_dir in (publisher_dir, subscriber_dir):
+        assert driver_errors(aeron_dir) == []
+    assert udp.errors.seen == []
+
+
+def test_idle_streams_stay_connected_and_a_closed_one_ends(udp: UdpDrivers) -> None:
+    subscriptions, publications, _ = _streams(udp, STREAMS)
+    collectors = [Collector(session_id=p.session_id) for p in publications]
+    _send_round_robin(publications, subscriptions, collectors, 20, timeout_s=30)
+    # Longer than image liveness and publication connection timeouts (1 s each in UDP_SETTINGS): only heartbeats
+    # and status messages, sent when their agenda deadlines come, keep the streams up.
+    time.sleep(2.5)
+    assert all(p.is_connected for p in publications)
+    assert all(len(s.images) == 1 for s in subscriptions)
+    publications[3].close()
+    execute_until(
+        lambda: not subscriptions[3].images,
+        lambda: subscriptions[3].poll(lambda *_: None, 10),
+        timeout_s=10,
+        max_iterations=1_000_000,
+        interval_s=0.001,
+        description="the closed stream's image to go",
+    )
+    assert all(len(s.images) == 1 for i, s in enumerate(subscriptions) if i != 3)
+    assert all(p.is_connected for i, p in enumerate(publications) if i != 3)
+    survivors = [i for i in range(STREAMS) if i != 3]
+    _send_round_robin(
+        [publications[i] for i in survivors],
+        [subscriptions[i] for i in survivors],
+        [collectors[i] for i in survivors],
+        40,
+        timeout_s=30,
+        start=20,
+    )
+    assert udp.errors.seen == []
+
+
+@pytest.mark.parametrize("count", [3, 5])
+def test_streams_just_past_the_thresholds(udp: UdpDrivers, count: int) -> None:
+    """3 streams: agenda for publications and images, sockets still tried one by one; 5: epoll for them too."""
+    subscriptions, publications, _ = _streams(udp, count)
+    collectors = [Collector(session_id=p.session_id) for p in publications]
+    _send_round_robin(publications, subscriptions, collectors, 200, timeout_s=30)
+    assert udp.errors.seen == []
