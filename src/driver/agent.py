@@ -169,21 +169,10 @@ class AgentInvoker:
         self._started = False
         self._closed = False
         self._lock = threading.Lock()
-        self._last_ns = 0
 
     @property
     def is_running(self) -> bool:
         return self._started and not self._closed
-
-    def invoke_unless_recent(self, gap_ns: int = 50_000) -> int:
-        """Run a duty cycle unless one started less than ``gap_ns`` ago.
-
-        For waiters that drive the agent only in passing: a hundred coroutines waiting on one event loop (a
-        burst of handshakes) would otherwise each run the whole driver every time they look.
-        """
-        if time.monotonic_ns() - self._last_ns < gap_ns:
-            return 0
-        return self.invoke()
 
     def start(self) -> None:
         if not self._started:
@@ -196,7 +185,6 @@ class AgentInvoker:
         try:
             if self._closed:
                 return 0
-            self._last_ns = time.monotonic_ns()
             return self.agent.do_work()
         except AgentTerminationError:
             self._close_locked()

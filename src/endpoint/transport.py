@@ -28,8 +28,6 @@ __all__ = [
 ]
 
 _YIELD_WINDOW_S = 0.001
-_DRIVE_GAP_NS = 50_000
-"""Waits drive an INVOKER-mode driver at most this often between them: a burst of handshakes is many waits."""
 """Handshake waits keep yielding this long before napping: over IPC the answer is usually there by then."""
 
 
@@ -131,9 +129,11 @@ async def wait_connected(publication: Publication, timeout: float, aeron: Aeron 
 
     With ``aeron`` an INVOKER-mode driver in this process is run while waiting (the poller may be napping).
     """
+    drive = aeron.invoke_driver if aeron is not None else None
+
     def connected() -> bool:
-        if aeron is not None:
-            aeron.invoke_driver(unless_within_ns=_DRIVE_GAP_NS)
+        if drive is not None:
+            drive()
         return publication.is_connected
 
     await _wait(connected, publication, "no subscriber connected to", timeout)
@@ -148,7 +148,7 @@ async def wait_image(subscription: Subscription, timeout: float, aeron: Aeron | 
 
     def arrived() -> bool:
         if aeron is not None and not subscription.images:
-            aeron.invoke_driver(unless_within_ns=_DRIVE_GAP_NS)
+            aeron.invoke_driver()
             aeron.conductor.do_work()
         return bool(subscription.images)
 

@@ -144,7 +144,6 @@ class Aeron:
                 publication_error_handler=publication_error_handler,
                 invoker_mode=use_conductor_agent_invoker,
                 driver_invoker=driver_agent_invoker.invoke if driver_agent_invoker is not None else None,
-                driver_nudge=driver_agent_invoker.invoke_unless_recent if driver_agent_invoker is not None else None,
             )
         except BaseException:
             cnc.close()
@@ -236,13 +235,10 @@ class Aeron:
         """With ``use_conductor_agent_invoker=True``: call its ``invoke()`` regularly to run the conductor."""
         return self._invoker
 
-    def invoke_driver(self, unless_within_ns: int = 0) -> int:
-        """Run one duty cycle of the INVOKER-mode driver given as ``driver_agent_invoker`` (0 without one), or
-        none if one started less than ``unless_within_ns`` ago (for many waiters that drive it in passing)."""
+    def invoke_driver(self) -> int:
+        """Run one duty cycle of the INVOKER-mode driver given as ``driver_agent_invoker`` (0 without one)."""
         invoker = self._driver_invoker
-        if invoker is None:
-            return 0
-        return invoker.invoke_unless_recent(unless_within_ns) if unless_within_ns else invoker.invoke()
+        return invoker.invoke() if invoker is not None else 0
 
     @property
     def cnc_path(self) -> Path:

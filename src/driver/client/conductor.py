@@ -173,7 +173,6 @@ class ClientConductor:
         publication_error_handler: PublicationErrorHandler | None = None,
         invoker_mode: bool = False,
         driver_invoker: Callable[[], object] | None = None,
-        driver_nudge: Callable[[], object] | None = None,
         nano_clock: Callable[[], int] = time.monotonic_ns,
         epoch_clock: Callable[[], int] = _epoch_ms,
     ) -> None:
@@ -191,7 +190,6 @@ class ClientConductor:
         self._heartbeat_counter_id = _NO_ID_ALLOCATED
         self._invoker_mode = invoker_mode
         self._driver_invoker = driver_invoker
-        self._driver_nudge = driver_nudge
         self._nano_clock = nano_clock
         self._epoch_clock = epoch_clock
         self._driver_timeout_ms = context.driver_timeout_ms
@@ -675,8 +673,8 @@ class ClientConductor:
         """
         if request.done:
             return True
-        if self._driver_nudge is not None:
-            self._driver_nudge()  # at most one duty cycle per few tens of µs, however many requests wait
+        if self._driver_invoker is not None:
+            self._driver_invoker()
         if self.lock.acquire(blocking=False):
             try:
                 if not request.done:
