@@ -14,11 +14,19 @@ import time
 from pathlib import Path
 
 import pytest
-from udp_helpers import Collector, UdpDrivers, driver_errors, free_udp_port, make_message, system_counter
+from udp_helpers import (
+    Collector,
+    UdpDrivers,
+    driver_errors,
+    free_udp_port,
+    make_message,
+    offer_retrying,
+    system_counter,
+)
 
 import driver.core.receiver as receiver_module
 import driver.core.sender as sender_module
-from driver.client import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, ExclusivePublication, Subscription
+from driver.client import ExclusivePublication, Subscription
 from driver.concurrent.system_counters import SystemCounterId
 from support.clients import wait_for_image
 from support.waiting import execute_until
@@ -68,13 +76,7 @@ def _send_round_robin(
     for seq in range(start, total):
         message = make_message(0, seq, BODY)
         for publication in publications:
-            for _ in range(1_000_000):
-                result = publication.offer(message)
-                if result >= 0:
-                    break
-                assert result in (BACK_PRESSURED, ADMIN_ACTION, NOT_CONNECTED), result
-                drain()
-                assert time.monotonic() < deadline, f"offer of {seq} stuck at {result}"
+            offer_retrying(publication, message, drain, deadline, f"offer of {seq}")
     execute_until(
         lambda: all(len(c.seqs) >= total or c.problems for c in collectors),
         drain,

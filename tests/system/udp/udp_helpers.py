@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ __all__ = [
     "driver_errors",
     "free_udp_port",
     "make_message",
+    "offer_retrying",
     "publish_checked",
     "publish_with_embedded_driver",
     "subscribe_with_embedded_driver",
@@ -93,6 +94,20 @@ class Collector:
         assert self.seqs == list(range(count))
 
 
+def offer_retrying(
+    publication: Publication, message: bytes, drain: Callable[[], object], deadline: float, what: str
+) -> None:
+    """Offer until accepted, draining the subscribers between tries; fails past ``deadline`` (monotonic)."""
+    for _ in range(10_000_000):
+        result = publication.offer(message)
+        if result >= 0:
+            return
+        assert result in (BACK_PRESSURED, ADMIN_ACTION, NOT_CONNECTED), result
+        drain()
+        assert time.monotonic() < deadline, f"{what} stuck at {result}"
+    raise AssertionError(f"{what} not accepted after 10,000,000 tries")
+
+
 def publish_checked(
     publication: Publication,
     subscriptions: Sequence[tuple[ClientSubscription, Collector]],
@@ -109,14 +124,7 @@ def publish_checked(
             collector.poll(subscription)
 
     for seq in range(start_seq, start_seq + count):
-        message = make_message(0, seq, body_length)
-        for _ in range(10_000_000):
-            result = publication.offer(message)
-            if result >= 0:
-                break
-            assert result in (BACK_PRESSURED, ADMIN_ACTION, NOT_CONNECTED), result
-            drain()
-            assert time.monotonic() < deadline, f"offer of {seq} stuck at {result}"
+        offer_retrying(publication, make_message(0, seq, body_length), drain, deadline, f"offer of {seq}")
     total = start_seq + count
     execute_until(
         lambda: all(len(c.seqs) >= total or c.problems for _, c in subscriptions),
