@@ -8,6 +8,7 @@ hops onto the loop and restarts the end point on a fresh driver.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import select
 import socket
@@ -537,10 +538,8 @@ class _SocketWatch:
         epoll = self._epoll
         for fd, sock in self._watched.items():
             if wanted.get(fd) is not sock:
-                try:
+                with contextlib.suppress(OSError):  # closed: the kernel dropped it from the set already
                     epoll.unregister(fd)
-                except OSError:
-                    pass  # closed: the kernel dropped it already
         for fd, sock in wanted.items():
             if self._watched.get(fd) is not sock:
                 try:
