@@ -1,18 +1,21 @@
 """Connections: handshake rate, a thousand clients on one server, and what idle connections cost.
 
-    python benchmarks/endpoint_connections.py [--handshakes 200] [--udp-handshakes 100] [--clients 1000]
+    python benchmarks/endpoint_connections.py [--handshakes 200] [--udp-handshakes 200] [--clients 1000]
                                               [--client-processes 4] [--concurrency 16] [--crowd-seconds 5]
                                               [--idle-clients 100] [--idle-seconds 10] [--only abc] [--quick]
 
 About two minutes with the defaults on a 2-core machine, most of it the
-sequential UDP handshakes (about 0.2 s each, hence 100 of them rather than 200)
-and the thousand IPC ones.
+thousand IPC clients of (b) and the idle periods of (c).
 
 (a) Handshakes per second. A ``Server`` process; one client process opens
 ``--handshakes`` connections (``--udp-handshakes`` over UDP) one after another (each a new ``Client``, kept
 open) and then, after closing those, as many at once (``asyncio.gather`` over
 new ``Client`` objects in one event loop; they share one driver, as every end
-point of a process with the same driver settings does). Over IPC the clients
+point of a process with the same driver settings does). The clients of one
+event loop share their handshake route to a server (its publication and answer
+subscription, and over UDP the answer port); over UDP a third phase gives each
+client a route of its own (a local port each), which is what a server sees
+from clients in separate processes. Over IPC the clients
 share the server's Aeron directory (the driver embedded in the server
 process); over UDP the client process has its own directory and driver
 (``prefer_ipc=False``). The peer in the same run is asyncio TCP: a
@@ -116,11 +119,15 @@ def endpoint_server(
     asyncio.run(serve())
 
 
-def _client_config(aeron_dir: str, udp: bool, connect_timeout: float = 30.0) -> Any:
+def _client_config(aeron_dir: str, udp: bool, connect_timeout: float = 30.0, local_port: int = 0) -> Any:
     from endpoint import ClientConfiguration
 
     return ClientConfiguration(
-        aeron_dir=aeron_dir, serialization=serialization(), prefer_ipc=not udp, connect_timeout=connect_timeout
+        aeron_dir=aeron_dir,
+        serialization=serialization(),
+        prefer_ipc=not udp,
+        connect_timeout=connect_timeout,
+        local_port=local_port,
     )
 
 
@@ -140,44 +147,55 @@ class Rate(NamedTuple):
 
 
 def endpoint_handshakes(aeron_dir: str, port: int, count: int, udp: bool, out: Any) -> None:
-    """Client process: ``count`` connects one at a time, then ``count`` at once; a Rate for each."""
+    """Client process: ``count`` connects one at a time, then ``count`` at once (and over UDP ``count`` one at a
+    time again, each client on a handshake route of its own); a (phase, Rate) for each."""
 
     async def run() -> None:
         from endpoint import Client
 
-        results: list[Rate] = []
-        clients: list[Any] = []
-        times: list[float] = []
-        errors: list[str] = []
-        start = time.perf_counter()
-        for _ in range(count):
-            client = Client(_client_config(aeron_dir, udp))
-            clients.append(client)
-            began = time.perf_counter()
-            try:
-                await client.connect("127.0.0.1", port)
-                times.append(time.perf_counter() - began)
-            except Exception as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-        elapsed = time.perf_counter() - start
-        times.sort()
-        results.append(Rate(len(times), elapsed, percentile(times, 50) * 1000, errors[0] if errors else ""))
-        await _close_all(clients)
+        async def one_at_a_time(own_routes: bool) -> Rate:
+            clients: list[Any] = []
+            times: list[float] = []
+            errors: list[str] = []
+            start = time.perf_counter()
+            for _ in range(count):
+                # A local port of its own gives a client a route of its own, as one client per process has.
+                local_port = free_udp_port() if own_routes else 0
+                client = Client(_client_config(aeron_dir, udp, local_port=local_port))
+                clients.append(client)
+                began = time.perf_counter()
+                try:
+                    await client.connect("127.0.0.1", port)
+                    times.append(time.perf_counter() - began)
+                except Exception as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+            elapsed = time.perf_counter() - start
+            times.sort()
+            await _close_all(clients)
+            return Rate(len(times), elapsed, percentile(times, 50) * 1000, errors[0] if errors else "")
 
-        clients = [Client(_client_config(aeron_dir, udp)) for _ in range(count)]
-        start = time.perf_counter()
-        outcomes = await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients), return_exceptions=True)
-        elapsed = time.perf_counter() - start
-        failed = [o for o in outcomes if isinstance(o, BaseException)]
-        first = f"{type(failed[0]).__name__}: {failed[0]}" if failed else ""
-        results.append(Rate(count - len(failed), elapsed, float("nan"), first))
-        await _close_all(clients)
+        async def all_at_once() -> Rate:
+            clients = [Client(_client_config(aeron_dir, udp)) for _ in range(count)]
+            start = time.perf_counter()
+            outcomes = await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients), return_exceptions=True)
+            elapsed = time.perf_counter() - start
+            failed = [o for o in outcomes if isinstance(o, BaseException)]
+            first = f"{type(failed[0]).__name__}: {failed[0]}" if failed else ""
+            await _close_all(clients)
+            return Rate(count - len(failed), elapsed, float("nan"), first)
+
+        results = [
+            ("sequential", await one_at_a_time(False)),
+            ("concurrent (one loop, shared driver)", await all_at_once()),
+        ]
+        if udp:
+            results.append(("sequential, a handshake route per client", await one_at_a_time(True)))
         out.put(results)
 
     asyncio.run(run())
 
 
-def run_endpoint_handshakes(count: int, udp: bool) -> tuple[Rate, Rate, str]:
+def run_endpoint_handshakes(count: int, udp: bool) -> tuple[list[tuple[str, Rate]], str]:
     with children() as group:
         ctx = group.ctx
         ready, stop, out, server_out = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
@@ -190,12 +208,12 @@ def run_endpoint_handshakes(count: int, udp: bool) -> tuple[Rate, Rate, str]:
         if not ready.wait(60):
             raise RuntimeError("the server process did not start")
         client = group.start(endpoint_handshakes, str(client_dir), port, count, udp, out)
-        sequential, concurrent = out.get(timeout=600)
+        phases = out.get(timeout=600)
         group.join(client, 30)
         stop.set()
         _, error_count, errors, stats = server_out.get(timeout=30)
         group.join(server, 15)
-    return sequential, concurrent, f"server errors: {error_count} {errors} {stats}" if error_count else ""
+    return phases, f"server errors: {error_count} {errors} {stats}" if error_count else ""
 
 
 def tcp_accept_server(port: int, ready: Any, stop: Any) -> None:
@@ -403,9 +421,7 @@ def run_crowd(
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--handshakes", type=int, default=200, help="(a) connections per phase, TCP and IPC")
-    parser.add_argument(
-        "--udp-handshakes", type=int, default=100, help="(a) connections per phase over UDP (~0.2 s each sequentially)"
-    )
+    parser.add_argument("--udp-handshakes", type=int, default=200, help="(a) connections per phase over UDP")
     parser.add_argument("--clients", type=int, default=1000, help="(b) concurrent clients on one server")
     parser.add_argument("--client-processes", type=int, default=4, help="(b) processes holding those clients")
     parser.add_argument("--concurrency", type=int, default=16, help="(b) handshakes in flight per client process")
@@ -439,14 +455,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         for transport in ("IPC", "UDP"):
             try:
                 udp = transport == "UDP"
-                seq, conc, server_note = run_endpoint_handshakes(args.udp_handshakes if udp else k, udp)
+                phases, server_note = run_endpoint_handshakes(args.udp_handshakes if udp else k, udp)
             except Exception as exc:
                 print(f"  endpoint {transport}: FAILED: {exc}", file=sys.stderr, flush=True)
                 failed.append(f"endpoint {transport}")
                 continue
-            note(f"(a) endpoint {transport} done: {seq.ok / seq.seconds:.1f}/s sequential")
-            rates[f"endpoint {transport}, sequential"] = seq
-            rates[f"endpoint {transport}, concurrent (one loop, shared driver)"] = conc
+            for phase, rate in phases:
+                rates[f"endpoint {transport}, {phase}"] = rate
+            note(f"(a) endpoint {transport} done: " + ", ".join(f"{r.ok / r.seconds:.1f}/s {p}" for p, r in phases))
             if server_note:
                 notes.append(f"{transport}: {server_note}")
         base = {kind: rates[f"asyncio TCP connect + 1-byte greeting, {kind}"] for kind in ("sequential", "concurrent")}

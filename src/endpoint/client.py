@@ -17,9 +17,8 @@ import logging
 import time
 from typing import Any
 
-from driver.client.aio import Backoff, offer_async
-from driver.client.publication import Publication
-from driver.client.subscription import Subscription
+from driver.client.aio import offer_async
+from driver.errors import RegistrationError
 from endpoint.config import (
     HANDSHAKE_STREAM_ID,
     IPC_HANDSHAKE_STREAM_BASE,
@@ -32,6 +31,7 @@ from endpoint.endpoint import EndPoint
 from endpoint.errors import ClientError, ClientRejectedError, ClientTimeoutError, RejectReason
 from endpoint.handshake import Accepted, ClientHandshake, Completed, Rejected
 from endpoint.keystore import KnownServers
+from endpoint.routes import HandshakeRoute, HandshakeRoutes
 from endpoint.transport import (
     add_pair,
     bracket,
@@ -50,34 +50,9 @@ __all__ = ["Client"]
 _log = logging.getLogger("endpoint")
 
 _IPC_PROBE_S = 0.25
-_ANSWER_YIELD_S = 0.003
-"""The server's answer usually comes within a few milliseconds: keep checking that long before napping."""
 """How long an IPC handshake publication may take to find a local server before UDP is tried."""
-
-
-class _Route:
-    """The handshake's publication and reply subscription, and where the data streams go."""
-
-    def __init__(
-        self,
-        is_ipc: bool,
-        publication: Publication,
-        reply: Subscription,
-        local: tuple[str, int] | None,
-        server: tuple[str, int],
-    ) -> None:
-        self.is_ipc = is_ipc
-        self.publication = publication
-        self.reply = reply
-        self.local = local
-        self.server = server
-
-    async def close(self) -> None:
-        for resource in (self.publication, self.reply):
-            try:
-                await resource.close_async()
-            except Exception as exc:
-                _log.debug("closing %r failed: %s", resource, exc)
+_PORT_ATTEMPTS = 5
+"""A free port picked for the answer route may be taken before the driver binds it: pick again this often."""
 
 
 class Client(EndPoint[ClientConfiguration]):
@@ -125,46 +100,73 @@ class Client(EndPoint[ClientConfiguration]):
                 connection = await self._handshake(route, host, port)
             except (_Retry, TimeoutError, ConnectionError) as exc:
                 failures.append(exc)
-                await route.close()
+                self._routes.release(route, broken=not route.publication.is_connected)
                 await asyncio.sleep(0.05)
                 continue
             except BaseException:
-                await route.close()
+                self._routes.release(route)
                 raise
-            self._spawn(route.close())  # off the critical path: the connection is up
+            self._routes.release(route)
             self.connection = connection
             self._add_connection(connection)
             return connection
 
-    async def _open_route(self, ip: str, port: int) -> _Route:
+    @property
+    def _routes(self) -> HandshakeRoutes:
+        return HandshakeRoutes.for_running_loop()
+
+    async def _open_route(self, ip: str, port: int) -> HandshakeRoute:
+        """The loop's route to ``ip:port`` on our driver: IPC if a server there shares the driver, else UDP."""
         cfg = self.config
-        aeron = self._shared.client() if self._shared is not None else None
-        assert aeron is not None
+        shared = self._shared
+        assert shared is not None
+        aeron = shared.client()
         if cfg.enable_ipc and cfg.prefer_ipc and is_local_host(ip):
-            reply, publication = await add_pair(
-                aeron,
-                ("aeron:ipc", IPC_REPLY_STREAM_BASE + port),
-                ("aeron:ipc?term-length=65536", IPC_HANDSHAKE_STREAM_BASE + port),
-            )
-            route = _Route(True, publication, reply, None, (ip, port))
-            try:
-                await wait_connected(publication, _IPC_PROBE_S, aeron)
-            except TimeoutError:
-                await route.close()
-            else:
+
+            async def open_ipc() -> HandshakeRoute | None:
+                reply, publication = await add_pair(
+                    aeron,
+                    ("aeron:ipc", IPC_REPLY_STREAM_BASE + port),
+                    ("aeron:ipc?term-length=65536", IPC_HANDSHAKE_STREAM_BASE + port),
+                )
+                route = HandshakeRoute(shared, True, publication, reply, None, (ip, port))
+                try:
+                    await wait_connected(publication, _IPC_PROBE_S, aeron)
+                except TimeoutError:
+                    await route.close()
+                    return None
+                return route
+
+            route = await self._routes.acquire(("ipc", id(shared), port), shared, open_ipc)
+            if route is not None:
                 return route
         if not cfg.enable_udp:
             raise ClientError(f"no IPC server on port {port} shares this driver, and enable_udp is False")
         local_ip = cfg.local_address or local_address_towards(ip)
-        local_port = cfg.local_port or free_udp_port(local_ip)
-        reply, publication = await add_pair(
-            aeron,
-            (udp_channel(f"{bracket(local_ip)}:{local_port}"), REPLY_STREAM_ID),
-            (udp_channel(f"{bracket(ip)}:{port}", term_length=65536), HANDSHAKE_STREAM_ID),
-        )
-        return _Route(False, publication, reply, (local_ip, local_port), (ip, port))
 
-    async def _handshake(self, route: _Route, host: str, port: int) -> Connection:
+        async def open_udp() -> HandshakeRoute:
+            for attempt in range(_PORT_ATTEMPTS):
+                local_port = cfg.local_port or free_udp_port(local_ip)
+                try:
+                    reply, publication = await add_pair(
+                        aeron,
+                        (udp_channel(f"{bracket(local_ip)}:{local_port}"), REPLY_STREAM_ID),
+                        (udp_channel(f"{bracket(ip)}:{port}", term_length=65536), HANDSHAKE_STREAM_ID),
+                    )
+                except RegistrationError as exc:
+                    # Someone took the port between our pick and the driver's bind: pick another.
+                    if cfg.local_port or attempt + 1 == _PORT_ATTEMPTS or "channel error" not in exc.driver_message:
+                        raise
+                    continue
+                return HandshakeRoute(shared, False, publication, reply, (local_ip, local_port), (ip, port))
+            raise AssertionError("unreachable")
+
+        key = ("udp", id(shared), local_ip, cfg.local_port, ip, port)
+        route = await self._routes.acquire(key, shared, open_udp)
+        assert route is not None
+        return route
+
+    async def _handshake(self, route: HandshakeRoute, host: str, port: int) -> Connection:
         cfg = self.config
         address = f"{host}:{port}"
         stored = self._known.get(address)
@@ -201,21 +203,29 @@ class Client(EndPoint[ClientConfiguration]):
             raise
         return connection
 
-    async def _exchange(self, route: _Route, handshake: ClientHandshake, packet: Any, step: float) -> object:
-        """Send ``packet()`` and wait for a decisive answer, resending every ``step`` seconds."""
-        while True:
-            await offer_async(route.publication, packet(), timeout=step)
-            deadline = time.monotonic() + step
-            backoff = Backoff(yield_window=_ANSWER_YIELD_S)
-            answers: list[object] = []
-            collect = _collect(handshake, answers)
-            while time.monotonic() < deadline:
-                if route.reply.poll(collect, 16) == 0:
-                    await backoff.idle()
-                if answers:
-                    return answers[0]
+    async def _exchange(self, route: HandshakeRoute, handshake: ClientHandshake, packet: Any, step: float) -> object:
+        """Send ``packet()`` and wait for a decisive answer (the loop's poller reads the route), resending every
+        ``step`` seconds."""
+        answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
 
-    async def _open_connection(self, route: _Route, grant: dict[str, Any]) -> Connection:
+        def on_answer(data: memoryview) -> None:
+            result = handshake.receive(data)
+            if result is not None and not answer.done():
+                answer.set_result(result)
+
+        route.expect(handshake.connect_key, on_answer)
+        try:
+            while True:
+                await offer_async(route.publication, packet(), timeout=step)
+                self._poke_poller()
+                try:
+                    return await asyncio.wait_for(asyncio.shield(answer), step)
+                except TimeoutError:
+                    continue
+        finally:
+            route.forget(handshake.connect_key)
+
+    async def _open_connection(self, route: HandshakeRoute, grant: dict[str, Any]) -> Connection:
         aeron = self._shared.client() if self._shared is not None else None
         assert aeron is not None
         session_in, session_out = int(grant["session_in"]), int(grant["session_out"])
@@ -282,6 +292,15 @@ class Client(EndPoint[ClientConfiguration]):
         ):
             self._spawn(self._reconnect())
 
+    async def _drop_driver_resources(self) -> None:
+        if self._shared is not None:
+            self._routes.forget(self._shared)
+
+    async def _close_extra(self) -> None:
+        shared = self._shared
+        if shared is not None and not any(e._shared is shared for e in self._loop_endpoints()):
+            await self._routes.close_unused(shared)
+
     async def _after_restart(self) -> None:
         if self.config.auto_reconnect and self._target is not None:
             self._spawn(self._reconnect())
@@ -300,15 +319,6 @@ class Client(EndPoint[ClientConfiguration]):
             except (ClientError, OSError, TimeoutError) as exc:
                 _log.info("reconnect to %s:%s failed: %s", target[0], target[1], exc)
                 await asyncio.sleep(0.2)
-
-
-def _collect(handshake: ClientHandshake, answers: list[object]) -> Any:
-    def on_fragment(payload: memoryview, header: Any) -> None:
-        answer = handshake.receive(payload)
-        if answer is not None:
-            answers.append(answer)
-
-    return on_fragment
 
 
 class _Retry(Exception):

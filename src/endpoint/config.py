@@ -286,7 +286,8 @@ class ClientConfiguration(Configuration):
     local_address: str | None = attrs.field(default=None)
     """Address on which a UDP client hears the server; None picks the one routing to the server."""
     local_port: int = attrs.field(default=0, validator=_int_range(0, 65535))
-    """UDP port of the client's inbound streams; 0 picks a free one."""
+    """UDP port of the client's handshake answers and inbound streams; 0 uses its handshake route's (a free port,
+    shared by the clients on one event loop that reach the same server through the same driver)."""
     tag: str = attrs.field(default="", validator=_tag)
     auto_reconnect: bool = False
     """Reconnect (with the saved address) after the driver restarts or the connection drops uncleanly."""

@@ -26,6 +26,7 @@ from endpoint.errors import CriticalDriverError, EndpointClosedError
 from endpoint.listeners import ListenerManager
 from endpoint.messages import register_internal_messages
 from endpoint.registry import SharedDriver, registry
+from endpoint.routes import HandshakeRoutes
 from endpoint.rpc import RpcRegistry
 
 __all__ = ["EndPoint"]
@@ -164,6 +165,10 @@ class EndPoint(Generic[ConfigT]):
         poller = self._loop_poller
         if poller is not None:
             poller.poke()
+
+    def _loop_endpoints(self) -> tuple[EndPoint[Any], ...]:
+        """The end points polled on this loop (after :meth:`close` began, without this one)."""
+        return _LoopPoller.for_running_loop().endpoints
 
     def _stop_poller(self) -> None:
         if self._polling:
@@ -349,6 +354,7 @@ class _LoopPoller:
         self._breathe = False
         self._sockets = _SocketWatch(self._end_nap)
         self._sockets_version: tuple[tuple[int, int], ...] = ()
+        self.routes = HandshakeRoutes.for_running_loop()
 
     @classmethod
     def for_running_loop(cls) -> _LoopPoller:
@@ -432,6 +438,10 @@ class _LoopPoller:
                     work += endpoint._poll_unmapped()
                 except Exception as exc:  # a broken end point must not stop the others
                     endpoint._notify_error(None, exc)
+            if self.routes.polled:
+                stamp = monotonic_ns()
+                for route in self.routes.polled:
+                    work += route.poll(stamp)
             if self._mapped:
                 mapped = self._mapped
                 # One native call finds the connections with a frame waiting; only those are polled.
@@ -444,6 +454,7 @@ class _LoopPoller:
             now = monotonic_ns()
             if now >= next_tick:
                 next_tick = now + _TICK_NS
+                self.routes.tick(now)
                 for endpoint in endpoints:
                     try:
                         endpoint._tick(now)

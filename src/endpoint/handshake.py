@@ -56,6 +56,7 @@ __all__ = [
     "Rejected",
     "Reply",
     "ServerHandshake",
+    "answer_key",
     "unsealed_reject",
 ]
 
@@ -88,6 +89,9 @@ class Kind(enum.IntEnum):
     REJECT = 3
     DONE = 4
     DONE_ACK = 5
+
+
+_ANSWER_KINDS = frozenset((Kind.HELLO_ACK, Kind.REJECT, Kind.DONE_ACK))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -205,6 +209,26 @@ def _unpack(data: bytes) -> object:
         return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
     except Exception as exc:  # msgpack raises a zoo of types on garbage; all mean "malformed"
         raise HandshakeError(f"undecodable packet: {exc.__class__.__name__}") from exc
+
+
+def answer_key(data: bytes | memoryview) -> int | None:
+    """The connect key a server's answer names, None if it is no answer: lets one reader hand the answers on a
+    shared stream to the handshakes they concern (each then opens only its own)."""
+    if len(data) > MAX_PACKET_LENGTH:
+        return None
+    try:
+        fields = _unpack(bytes(data))
+    except HandshakeError:
+        return None
+    if (
+        type(fields) is list
+        and len(fields) > 2
+        and fields[0] == MAGIC
+        and fields[1] in _ANSWER_KINDS
+        and type(fields[2]) is int
+    ):
+        return fields[2]
+    return None
 
 
 def _int(value: object, low: int, high: int, what: str) -> int:

@@ -24,6 +24,7 @@ from driver.client.aeron import Aeron
 from driver.client.aio import offer_async
 from driver.client.publication import ExclusivePublication, Publication
 from driver.client.subscription import Image, Subscription
+from driver.concurrent._atomic import FrameWatch
 from endpoint.config import (
     HANDSHAKE_STREAM_ID,
     IPC_HANDSHAKE_STREAM_BASE,
@@ -43,6 +44,9 @@ __all__ = ["Server"]
 
 _log = logging.getLogger("endpoint")
 
+_FEW_HANDSHAKE_IMAGES = 4
+"""Up to this many handshake images (client processes handshaking lately) are polled one by one."""
+
 AddressFilter = Callable[[str, str], bool]
 """``filter(ip, tag) -> allowed``."""
 
@@ -58,8 +62,23 @@ class _Pending:
     reply: Publication | None = None
     publication: ExclusivePublication | None = None
     subscription: Subscription | None = None
-    owns_reply: bool = True
+    lease: _AnswerRoute | None = None  # on ``reply``, unless it is the shared IPC answer stream
     counted: bool = False  # in ``_per_address``
+
+
+class _AnswerRoute:
+    """A UDP publication to one client address and port, shared by the handshakes of every client behind it (the
+    clients on one event loop share their answer port): the first opens it, the last to let go closes it."""
+
+    def __init__(self, opening: asyncio.Future[ExclusivePublication]) -> None:
+        self.opening = opening
+        self.users = 0
+
+    @property
+    def usable(self) -> bool:
+        if not self.opening.done():
+            return True
+        return not self.opening.cancelled() and self.opening.exception() is None and not self.opening.result().is_closed
 
 
 class Server(EndPoint[ServerConfiguration]):
@@ -87,9 +106,11 @@ class Server(EndPoint[ServerConfiguration]):
         self._ipc_handshake: Subscription | None = None
         self._ipc_reply: Publication | None = None
         self._handlers: dict[int, Callable[[memoryview, Any], None]] = {}
+        self._image_watches: dict[bool, tuple[tuple[Image, ...], FrameWatch]] = {}
         self._pending: dict[int, _Pending] = {}
-        self._finished_reply: dict[int, tuple[Publication, bool, int]] = {}
-        """connect key -> (answer route, whether we own it, when to let it go): for a client that missed the answer."""
+        self._finished_reply: dict[int, tuple[Publication, _AnswerRoute | None, int]] = {}
+        """connect key -> (answer route, our lease on it, when to let it go): for a client that missed the answer."""
+        self._answer_routes: dict[tuple[str, int], _AnswerRoute] = {}
         self._per_address: dict[str, int] = {}
         self._ids_of: dict[int, tuple[int, int, int, int]] = {}
         self._address_of: dict[int, str] = {}
@@ -186,7 +207,16 @@ class Server(EndPoint[ServerConfiguration]):
         for sub, is_ipc in ((self._udp_handshake, False), (self._ipc_handshake, True)):
             if sub is None:
                 continue
-            for image in sub.images:
+            images = sub.images
+            if len(images) > _FEW_HANDSHAKE_IMAGES:
+                # Every client process has a handshake image here for a while: one native call finds those with
+                # a packet waiting (the watch is rebuilt when the subscription's images change).
+                watched, watch = self._image_watches.get(is_ipc, ((), None))
+                if watched is not images or watch is None:
+                    watch = FrameWatch([image.ready_entry for image in images])
+                    self._image_watches[is_ipc] = (images, watch)
+                images = tuple(images[index] for index in watch.ready())
+            for image in images:
                 handler = self._handlers.get(image.correlation_id)
                 if handler is None:
                     handler = self._handlers[image.correlation_id] = self._handshake_handler(image, is_ipc)
@@ -302,7 +332,6 @@ class Server(EndPoint[ServerConfiguration]):
                 await wait_connected(route, timeout, aeron)
                 await self._send_reply(route, handshake.reject(hello.connect_key, *refusal), timeout)
                 self._keep_reply(hello.connect_key, pending)
-                pending.reply = None
                 await self._free_pending(pending)
                 return
             # Counted from now on, so that HELLOs arriving meanwhile see this one against the limits.
@@ -358,12 +387,33 @@ class Server(EndPoint[ServerConfiguration]):
         """Where answers to this client go: the shared IPC reply stream, or a publication to its UDP reply port."""
         if pending.is_ipc:
             assert self._ipc_reply is not None
-            pending.reply, pending.owns_reply = self._ipc_reply, False
+            pending.reply = self._ipc_reply
             return self._ipc_reply
-        pending.reply = await self._aeron().add_exclusive_publication_async(
-            udp_channel(f"{bracket(pending.address)}:{port}", term_length=65536), REPLY_STREAM_ID
-        )
+        assert isinstance(port, int)
+        key = (pending.address, port)
+        route = self._answer_routes.get(key)
+        if route is None or not route.usable:
+            channel = udp_channel(f"{bracket(pending.address)}:{port}", term_length=65536)
+            opening = asyncio.ensure_future(self._aeron().add_exclusive_publication_async(channel, REPLY_STREAM_ID))
+            route = self._answer_routes[key] = _AnswerRoute(opening)
+        route.users += 1
+        pending.lease = route
+        pending.reply = await asyncio.shield(route.opening)
         return pending.reply
+
+    def _let_go_of_route(self, route: _AnswerRoute) -> None:
+        route.users -= 1
+        if route.users > 0:
+            return
+        for key, known in list(self._answer_routes.items()):
+            if known is route:
+                del self._answer_routes[key]
+
+        def close(opening: asyncio.Future[ExclusivePublication]) -> None:
+            if not opening.cancelled() and opening.exception() is None:
+                self._spawn(self._close_quietly(opening.result()))
+
+        route.opening.add_done_callback(close)
 
     def _allocate_ids(self) -> tuple[int, int, int, int]:
         now = time.monotonic_ns()
@@ -395,7 +445,10 @@ class Server(EndPoint[ServerConfiguration]):
         if pending.counted:
             pending.counted = False
             self._leave_address(pending.address)
-        for resource in (pending.publication, pending.subscription, pending.reply if pending.owns_reply else None):
+        if pending.lease is not None:
+            self._let_go_of_route(pending.lease)
+            pending.lease = None
+        for resource in (pending.publication, pending.subscription):
             if resource is not None:
                 await self._close_quietly(resource)
 
@@ -449,15 +502,16 @@ class Server(EndPoint[ServerConfiguration]):
         """Keep the answer route open a while, so a client that lost the last answer can get it again."""
         if pending.reply is not None:
             until = time.monotonic_ns() + int(self.config.handshake_timeout * 2e9)
-            self._finished_reply[connect_key] = (pending.reply, pending.owns_reply, until)
+            self._finished_reply[connect_key] = (pending.reply, pending.lease, until)
+            pending.lease = None
 
     def _let_go_of_replies(self, now_ns: int | None) -> None:
         """Close the kept answer routes whose time is up (all of them when ``now_ns`` is None)."""
-        for connect_key, (reply, owned, until) in list(self._finished_reply.items()):
+        for connect_key, (_, lease, until) in list(self._finished_reply.items()):
             if now_ns is None or now_ns >= until:
                 del self._finished_reply[connect_key]
-                if owned:
-                    self._spawn(self._close_quietly(reply))
+                if lease is not None:
+                    self._let_go_of_route(lease)
 
     async def _close_quietly(self, resource: Publication | Subscription) -> None:
         try:
@@ -486,6 +540,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._udp_handshake = self._ipc_handshake = None
         self._ipc_reply = None
         self._handlers.clear()
+        self._image_watches.clear()
         self._bound = False
         self._stopped.set()
 
@@ -494,9 +549,12 @@ class Server(EndPoint[ServerConfiguration]):
             self._release_ids(pending.ids)
         self._pending.clear()
         self._per_address.clear()
+        self._finished_reply.clear()
+        self._answer_routes.clear()
         self._udp_handshake = self._ipc_handshake = None
         self._ipc_reply = None
         self._handlers.clear()
+        self._image_watches.clear()
         self._bound = False
 
     async def _after_restart(self) -> None:

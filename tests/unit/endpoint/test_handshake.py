@@ -29,6 +29,7 @@ from endpoint.handshake import (
     Kind,
     Rejected,
     ServerHandshake,
+    answer_key,
     unsealed_reject,
 )
 
@@ -100,6 +101,32 @@ def handshake_until_done(
 
 
 # ---------------------------------------------------------------------------------------------------- happy paths
+
+
+def test_answer_key_names_the_handshake_of_every_answer_and_nothing_else() -> None:
+    server, client = make_server(), make_client()
+    hello = client.hello(T0)
+    server.receive(hello, "10.0.0.2:40123", T0)
+    ack = server.accept(client.connect_key, grant_for(5), T0)
+    client.receive(ack)
+    server.receive(client.done(), "10.0.0.2:40123", T0)
+    for answer in (
+        ack,
+        server.complete(client.connect_key),
+        unsealed_reject(client.connect_key, RejectReason.SERVER_FULL, "x"),
+    ):
+        assert answer_key(answer) == client.connect_key
+        assert answer_key(memoryview(answer)) == client.connect_key
+    for junk in (
+        hello,
+        client.done(),
+        b"",
+        b"\xc1",
+        msgpack.packb([1, 2, 3]),
+        msgpack.packb([MAGIC, 2, "key"]),
+        bytes(MAX_PACKET_LENGTH + 1),
+    ):
+        assert answer_key(junk) is None
 
 
 def test_full_handshake() -> None:

@@ -1,0 +1,202 @@
+"""Clients' handshake routes, shared by every client on one event loop that talks to the same server.
+
+A route is the publication to the server's handshake stream and the
+subscription its answers come back on (over UDP on a local port, which the
+connections made through the route then also receive on). The clients of one
+process (bots, tests, load generators) then cost the server one handshake
+image and one answer route rather than one each, and themselves one socket.
+The loop's poller reads each route's answers once and hands every answer to
+the handshake it names, so a route is drained even while its clients are busy
+elsewhere: over IPC the server's answer stream is shared by every client
+process and advances only as fast as its slowest reader.
+
+A route outlives its last handshake by ``LINGER_NS`` (the next connect, a
+reconnect, reuses it) and is closed when the last client using its driver on
+this loop closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+
+from driver.client.publication import Publication
+from driver.client.subscription import Subscription
+from endpoint.handshake import answer_key
+
+__all__ = ["LINGER_NS", "HandshakeRoute", "HandshakeRoutes"]
+
+_log = logging.getLogger("endpoint")
+
+LINGER_NS = 1_000_000_000
+_SPIN_NS = 20_000_000
+"""After a packet goes out, its answer usually comes within milliseconds: keep the poller spinning this long."""
+_FRAGMENTS_PER_POLL = 64
+
+
+class HandshakeRoute:
+    """One route's publication and answer subscription; answers go to ``expect``-ed connect keys."""
+
+    def __init__(
+        self,
+        owner: object,
+        is_ipc: bool,
+        publication: Publication,
+        reply: Subscription,
+        local: tuple[str, int] | None,
+        server: tuple[str, int],
+    ) -> None:
+        self.owner = owner
+        """The shared driver whose client made the resources."""
+        self.is_ipc = is_ipc
+        self.publication = publication
+        self.reply = reply
+        self.local = local
+        self.server = server
+        self.users = 0
+        self.idle_since_ns = 0
+        self.broken = False
+        self.closing = False
+        self.unclaimed = 0
+        """Answers nobody here waited for (another process's, over IPC; a late duplicate)."""
+        self._waiting: dict[int, Callable[[memoryview], None]] = {}
+        self._spin_until_ns = 0
+
+    @property
+    def usable(self) -> bool:
+        return not (self.broken or self.publication.is_closed or self.reply.is_closed)
+
+    def expect(self, connect_key: int, on_answer: Callable[[memoryview], None]) -> None:
+        """Hand answers naming ``connect_key`` to ``on_answer`` until :meth:`forget`; the poller spins a while."""
+        self._waiting[connect_key] = on_answer
+        self._spin_until_ns = time.monotonic_ns() + _SPIN_NS
+
+    def forget(self, connect_key: int) -> None:
+        self._waiting.pop(connect_key, None)
+
+    def poll(self, now_ns: int) -> int:
+        work = self.reply.poll(self._on_fragment, _FRAGMENTS_PER_POLL)
+        if self._waiting and now_ns < self._spin_until_ns:
+            work += 1
+        return work
+
+    def _on_fragment(self, payload: memoryview, header: Any) -> None:
+        key = answer_key(payload)
+        on_answer = self._waiting.get(key) if key is not None else None
+        if on_answer is None:
+            self.unclaimed += 1
+        else:
+            on_answer(payload)
+
+    async def close(self) -> None:
+        for resource in (self.publication, self.reply):
+            try:
+                await resource.close_async()
+            except Exception as exc:  # the driver may be gone; nothing else to free
+                _log.debug("closing %r failed: %s", resource, exc)
+
+
+class HandshakeRoutes:
+    """The routes of one event loop by key; polled and aged by that loop's poller."""
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HandshakeRoutes] = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self._opening: dict[Hashable, asyncio.Future[HandshakeRoute | None]] = {}
+        self._routes: dict[Hashable, HandshakeRoute] = {}
+        self.polled: tuple[HandshakeRoute, ...] = ()
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def for_running_loop(cls) -> HandshakeRoutes:
+        loop = asyncio.get_running_loop()
+        routes = cls._by_loop.get(loop)
+        if routes is None:
+            routes = cls._by_loop[loop] = cls()
+        return routes
+
+    async def acquire(
+        self, key: Hashable, owner: object, open_route: Callable[[], Awaitable[HandshakeRoute | None]]
+    ) -> HandshakeRoute | None:
+        """The route for ``key``, opened by ``open_route`` unless one is open or opening (None: it could not be).
+
+        Concurrent callers share one opening; each successful call is one use, ended by :meth:`release`.
+        """
+        route = self._routes.get(key)
+        if route is not None and (not route.usable or route.owner is not owner):
+            self._drop(route)
+            route = None
+        if route is None:
+            opening = self._opening.get(key)
+            if opening is None:
+                opening = self._opening[key] = asyncio.ensure_future(open_route())
+                opening.add_done_callback(lambda done: self._opened(key, done))
+            route = await asyncio.shield(opening)
+            if route is None or not route.usable:
+                return None
+        route.users += 1
+        return route
+
+    def _opened(self, key: Hashable, opening: asyncio.Future[HandshakeRoute | None]) -> None:
+        if self._opening.get(key) is opening:
+            del self._opening[key]
+        if opening.cancelled() or opening.exception() is not None or opening.result() is None:
+            return
+        route = opening.result()
+        assert route is not None
+        route.idle_since_ns = time.monotonic_ns()
+        self._routes[key] = route
+        self.polled = tuple(self._routes.values())
+
+    def release(self, route: HandshakeRoute, *, broken: bool = False) -> None:
+        """One use of ``route`` ended; ``broken`` routes are not handed out again and are closed once unused."""
+        route.users -= 1
+        if broken:
+            self._drop(route)
+        elif route.users <= 0:
+            route.idle_since_ns = time.monotonic_ns()
+            if route.broken:
+                self._close(route)
+
+    def tick(self, now_ns: int) -> None:
+        """Close routes unused for ``LINGER_NS``."""
+        for route in self.polled:
+            if route.users <= 0 and now_ns - route.idle_since_ns >= LINGER_NS:
+                self._drop(route)
+
+    async def close_unused(self, owner: object) -> None:
+        """Close ``owner``'s routes nobody uses (its last client on this loop is closing)."""
+        for route in self.polled:
+            if route.owner is owner and route.users <= 0:
+                self._drop(route)
+        if self._closing:
+            await asyncio.wait(set(self._closing), timeout=5.0)
+
+    def forget(self, owner: object) -> None:
+        """``owner`` (a driver) failed: its routes went with it, nothing to close."""
+        for key, route in list(self._routes.items()):
+            if route.owner is owner:
+                route.broken = True
+                del self._routes[key]
+        self.polled = tuple(self._routes.values())
+
+    def _drop(self, route: HandshakeRoute) -> None:
+        route.broken = True
+        for key, known in list(self._routes.items()):
+            if known is route:
+                del self._routes[key]
+                self.polled = tuple(self._routes.values())
+        if route.users <= 0:
+            self._close(route)
+
+    def _close(self, route: HandshakeRoute) -> None:
+        if route.closing:
+            return
+        route.closing = True
+        task = asyncio.get_running_loop().create_task(route.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)

@@ -1,0 +1,130 @@
+"""Handshake routes shared by the clients of one event loop: one route per server, drained, reused, closed.
+
+Real drivers: a server with its embedded driver, clients over UDP with a driver of their own (one directory
+shared by the clients of the test, as the clients of one process share one driver) or over IPC on the server's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+import endpoint.client as client_module
+from endpoint import Client, Connection
+from endpoint.routes import LINGER_NS, HandshakeRoutes
+from support.endpoints import client_config, connected_client, running_server, server_config, wait_until
+
+
+def _routes() -> HandshakeRoutes:
+    return HandshakeRoutes.for_running_loop()
+
+
+async def test_udp_clients_on_one_loop_share_one_route_and_the_server_one_answer_route(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    count = 20
+    async with running_server(server_config(aeron_dir, port)) as server:
+        clients = [Client(client_config("udp", aeron_dir, client_dir)) for _ in range(count)]
+        try:
+            async with asyncio.timeout(60):
+                conns: list[Connection] = await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients))
+                assert not any(c.is_ipc for c in conns)
+                await wait_until(lambda: len(server.connections) == count, 10, what="every connection on the server")
+                routes = _routes().polled
+                assert len(routes) == 1
+                route = routes[0]
+                assert route.users == 0
+                assert route.local is not None
+                # Every connection receives on the route's port; the server answered all of them on one route.
+                assert {c.remote_address for c in server.connections} == {f"127.0.0.1:{route.local[1]}"}
+                assert len(server._answer_routes) == 1
+                assert server._udp_handshake is not None
+                assert len(server._udp_handshake.images) == 1
+                # Still a connection each: messages reach the right one.
+                got: dict[int, list[int]] = {}
+                server.on_message(int, lambda conn, value: got.setdefault(conn.id, []).append(value))
+                for i, conn in enumerate(conns):
+                    await conn.send(i)
+                await wait_until(lambda: sum(map(len, got.values())) == count, 10, what="a message per client")
+                assert {conn.id: [i] for i, conn in enumerate(conns)} == got
+        finally:
+            await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        # The last client on the loop closed its driver's routes with it.
+        assert _routes().polled == ()
+        assert route.publication.is_closed
+        assert route.reply.is_closed
+
+
+async def test_a_route_is_reused_by_the_next_connect_and_closed_after_its_linger(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    async with (
+        running_server(server_config(aeron_dir, port)),
+        connected_client(client_config("udp", aeron_dir, client_dir), port) as (client, first),
+    ):
+        (route,) = _routes().polled
+        await first.close("again")
+        second = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
+        assert _routes().polled == (route,)
+        assert second.id != first.id
+        _routes().tick(route.idle_since_ns + LINGER_NS - 1)
+        assert _routes().polled == (route,)
+        _routes().tick(route.idle_since_ns + LINGER_NS)
+        assert _routes().polled == ()
+        await wait_until(lambda: route.publication.is_closed and route.reply.is_closed, 5, what="route closed")
+        # The connection made through it lives on (its subscription keeps the port).
+        assert not second.is_closed
+        assert await second.ping() > 0
+
+
+async def test_an_answer_port_taken_before_the_driver_binds_it_is_skipped(
+    aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        taken = squatter.getsockname()[1]
+        picks: list[int] = []
+
+        def pick(host: str) -> int:
+            chosen = taken if not picks else original(host)
+            picks.append(chosen)
+            return chosen
+
+        original = client_module.free_udp_port
+        monkeypatch.setattr(client_module, "free_udp_port", pick)
+        async with (
+            running_server(server_config(aeron_dir, port)),
+            connected_client(client_config("udp", aeron_dir, client_dir), port) as (_, conn),
+        ):
+            assert picks == [taken, picks[1]]
+            (route,) = _routes().polled
+            assert route.local == ("127.0.0.1", picks[1])
+            assert await conn.ping() > 0
+
+
+async def test_an_ipc_route_is_drained_while_nobody_waits_on_it(aeron_dir: Path, port: int) -> None:
+    """The server's IPC answer stream is shared by every client process; an undrained reader would stop it."""
+    async with (
+        running_server(server_config(aeron_dir, port)) as server,
+        connected_client(client_config("ipc", aeron_dir, aeron_dir), port),
+    ):
+        (route,) = _routes().polled
+        assert route.is_ipc
+        answers = server._ipc_reply
+        assert answers is not None
+        before = route.unclaimed
+        packet = bytes(1000)
+        # Four times the stream's window (half its 64 KiB term) of answers no handshake waits for.
+        sent = 0
+        deadline = time.monotonic() + 20
+        while sent < 128 and time.monotonic() < deadline:
+            if answers.offer(packet) > 0:
+                sent += 1
+            else:
+                await asyncio.sleep(0.001)
+        assert sent == 128, f"the answer stream stalled after {sent} packets"
+        await wait_until(lambda: route.unclaimed - before == 128, 5, what="every answer read")
