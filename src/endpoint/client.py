@@ -13,6 +13,7 @@ to connect, send DONE and wait for DONE_ACK; then the connection is live and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -215,13 +216,12 @@ class Client(EndPoint[ClientConfiguration]):
 
         route.expect(handshake.connect_key, on_answer)
         try:
-            while True:
+            while not answer.done():  # an answer may land just as the wait for it times out
                 await offer_async(route.publication, packet(), timeout=step)
                 self._poke_poller()
-                try:
-                    return await asyncio.wait_for(asyncio.shield(answer), step)
-                except TimeoutError:
-                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(answer), step)
+            return answer.result()
         finally:
             route.forget(handshake.connect_key)
 

@@ -31,6 +31,7 @@ Only one process (the driver) allocates; any process may read and update values.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
@@ -258,7 +259,7 @@ class CountersManager(CountersReader):
         self._clock_ms = clock_ms
         self._free_to_reuse_timeout_ms = free_to_reuse_timeout_ms
         self._id_high_water_mark = -1
-        self._free_list: list[int] = []
+        self._free_list: deque[int] = deque()
 
     def allocate(
         self,
@@ -337,16 +338,16 @@ class CountersManager(CountersReader):
         return counter_id
 
     def _next_counter_id(self) -> int:
+        # Ids are freed in time order with one timeout, so the oldest is the first that may be due: a driver
+        # with thousands freed in the last second (connections coming and going) checks one, not all.
         free_list = self._free_list
         if free_list:
-            now_ms = self._clock_ms()
-            metadata = self._metadata
-            for i, counter_id in enumerate(free_list):
-                deadline = metadata.get_long_volatile(counter_id * METADATA_LENGTH + FREE_FOR_REUSE_DEADLINE_OFFSET)
-                if now_ms >= deadline:
-                    del free_list[i]
-                    self._values.put_long_ordered(counter_id * COUNTER_LENGTH, 0)
-                    return counter_id
+            counter_id = free_list[0]
+            deadline = self._metadata.get_long_volatile(counter_id * METADATA_LENGTH + FREE_FOR_REUSE_DEADLINE_OFFSET)
+            if self._clock_ms() >= deadline:
+                free_list.popleft()
+                self._values.put_long_ordered(counter_id * COUNTER_LENGTH, 0)
+                return counter_id
         self._id_high_water_mark += 1
         return self._id_high_water_mark
 

@@ -119,8 +119,11 @@ class NetworkResources:
         self.images: list[PublicationImage] = []
         # Publisher limits follow sender positions: after a change of publications or receivers all of them
         # are recomputed, otherwise only those whose sender position moved (one native scan per cycle).
+        self._publications_changes = 0
         self._limits_version = -1
+        self._limits_changes = 0
         self._limits_of: list[NetworkPublication] = []
+        self._had_receivers: dict[NetworkPublication, bool] = {}
         self._sender_positions = PositionWatch([])
         self._images_dir = Path(self._ctx.aeron_dir) / "images"
         self._images_dir.mkdir(parents=True, exist_ok=True)
@@ -272,6 +275,7 @@ class NetworkResources:
         )
         endpoint.ref_count += 1
         self.publications.append(publication)
+        self._publications_changes += 1
         conductor.sender_command(functools.partial(conductor.sender.on_new_publication, publication, endpoint))
         return publication
 
@@ -538,17 +542,26 @@ class NetworkResources:
     # -- conductor duty cycle and timers ---------------------------------------------------------
 
     def update_publisher_limits(self) -> int:
-        publications = self.publications
-        if self._limits_version != NetworkPublication.receivers_version or self._limits_of != publications:
-            self._limits_version = NetworkPublication.receivers_version
-            self._limits_of = list(publications)
-            # Positions noted before the limits are computed from them: a move in between shows next cycle.
-            self._sender_positions = PositionWatch([p.sender_position.location() for p in publications])
-            return sum(publication.update_publisher_limit() for publication in publications)
+        """Limits of the publications whose sender moved, that gained or lost their receivers, or that are new."""
         work = 0
         owners = self._limits_of
         for index in self._sender_positions.changed():
             work += owners[index].update_publisher_limit()
+        had = self._had_receivers
+        if self._limits_changes != self._publications_changes:
+            self._limits_changes = self._publications_changes
+            publications = self._limits_of = list(self.publications)
+            # Positions noted before the limits are computed from them: a move in between shows next cycle.
+            self._sender_positions = PositionWatch([p.sender_position.location() for p in publications])
+            self._had_receivers = {p: had.get(p, not p.has_receivers) for p in publications}
+            self._limits_version = -1
+        if self._limits_version != NetworkPublication.receivers_version:
+            self._limits_version = NetworkPublication.receivers_version
+            had = self._had_receivers
+            for publication, had_receivers in had.items():
+                if publication.has_receivers is not had_receivers:
+                    had[publication] = publication.has_receivers
+                    work += publication.update_publisher_limit()
         return work
 
     def on_timer(self, now_ns: int) -> None:
@@ -560,6 +573,7 @@ class NetworkResources:
                 conductor.sender_command(functools.partial(conductor.sender.wake, publication))
             if publication.state is NetworkPublicationState.DONE and publication in self.publications:
                 self.publications.remove(publication)
+                self._publications_changes += 1
                 endpoint = publication.endpoint
                 assert isinstance(endpoint, SendChannelEndpoint)
                 done = functools.partial(
@@ -642,6 +656,7 @@ class NetworkResources:
             endpoint.close()
         self._closing.clear()
         self.publications.clear()
+        self._publications_changes += 1
         self.images.clear()
         self.send_endpoints.clear()
         self.receive_endpoints.clear()

@@ -82,15 +82,13 @@ class Receiver:
 
     def _track_due(self, now_ns: int) -> int:
         agenda = self._agenda
-        if self._positions_stale:
+        owners = self._positions_of
+        for index in self._positions.changed():  # (an owner removed since is not woken)
+            agenda.wake(owners[index])
+        if self._positions_stale:  # images came or went: watch the new set (added ones are due already)
             self._positions_stale = False
             self._positions_of = [i for i in agenda.items for _ in i.subscriber_positions]
             self._positions = PositionWatch([c.location() for i in agenda.items for c in i.subscriber_positions])
-            agenda.wake_all()
-        else:
-            owners = self._positions_of
-            for index in self._positions.changed():
-                agenda.wake(owners[index])
         work = 0
         items = agenda.items
         for index in agenda.due(now_ns):
@@ -137,6 +135,7 @@ class Receiver:
     ) -> None:
         image.subscriber_positions = positions
         self._positions_stale = True
+        self._agenda.wake(image)
         done()
 
     def on_remove_image(

@@ -195,9 +195,9 @@ def test_close_frees_once_via_manager() -> None:
     counter.close()
     assert counter.is_closed
     assert manager.get_counter_state(counter.id) == RECORD_RECLAIMED
-    assert manager._free_list == [counter.id]
+    assert list(manager._free_list) == [counter.id]
     other.close()
-    assert manager._free_list == [counter.id]
+    assert list(manager._free_list) == [counter.id]
 
 
 def test_position_alias_and_bounds() -> None:
