@@ -144,9 +144,11 @@ class Rate(NamedTuple):
     p50_ms: float
     """Median time of one connect (sequential phase only; nan for the concurrent one)."""
     error: str
+    server_cpu_ms: float = float("nan")
+    """The server process's CPU time per connection made (its embedded driver included)."""
 
 
-def endpoint_handshakes(aeron_dir: str, port: int, count: int, udp: bool, out: Any) -> None:
+def endpoint_handshakes(aeron_dir: str, port: int, count: int, udp: bool, server_pid: int, out: Any) -> None:
     """Client process: ``count`` connects one at a time, then ``count`` at once (and over UDP ``count`` one at a
     time again, each client on a handshake route of its own); a (phase, Rate) for each."""
 
@@ -158,6 +160,7 @@ def endpoint_handshakes(aeron_dir: str, port: int, count: int, udp: bool, out: A
             times: list[float] = []
             errors: list[str] = []
             start = time.perf_counter()
+            server_cpu = cpu_seconds(server_pid)
             for _ in range(count):
                 # A local port of its own gives a client a route of its own, as one client per process has.
                 local_port = free_udp_port() if own_routes else 0
@@ -170,19 +173,22 @@ def endpoint_handshakes(aeron_dir: str, port: int, count: int, udp: bool, out: A
                 except Exception as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
             elapsed = time.perf_counter() - start
+            server_ms = (cpu_seconds(server_pid) - server_cpu) * 1000 / max(1, len(times))
             times.sort()
             await _close_all(clients)
-            return Rate(len(times), elapsed, percentile(times, 50) * 1000, errors[0] if errors else "")
+            return Rate(len(times), elapsed, percentile(times, 50) * 1000, errors[0] if errors else "", server_ms)
 
         async def all_at_once() -> Rate:
             clients = [Client(_client_config(aeron_dir, udp)) for _ in range(count)]
             start = time.perf_counter()
+            server_cpu = cpu_seconds(server_pid)
             outcomes = await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients), return_exceptions=True)
             elapsed = time.perf_counter() - start
             failed = [o for o in outcomes if isinstance(o, BaseException)]
+            server_ms = (cpu_seconds(server_pid) - server_cpu) * 1000 / max(1, count - len(failed))
             first = f"{type(failed[0]).__name__}: {failed[0]}" if failed else ""
             await _close_all(clients)
-            return Rate(count - len(failed), elapsed, float("nan"), first)
+            return Rate(count - len(failed), elapsed, float("nan"), first, server_ms)
 
         results = [
             ("sequential", await one_at_a_time(False)),
@@ -207,7 +213,7 @@ def run_endpoint_handshakes(count: int, udp: bool) -> tuple[list[tuple[str, Rate
         server = group.start(endpoint_server, str(server_dir), port, connected, ready, stop, server_out)
         if not ready.wait(60):
             raise RuntimeError("the server process did not start")
-        client = group.start(endpoint_handshakes, str(client_dir), port, count, udp, out)
+        client = group.start(endpoint_handshakes, str(client_dir), port, count, udp, server.pid, out)
         phases = out.get(timeout=600)
         group.join(client, 30)
         stop.set()
@@ -231,7 +237,7 @@ def tcp_accept_server(port: int, ready: Any, stop: Any) -> None:
     asyncio.run(serve())
 
 
-def tcp_handshakes(port: int, count: int, out: Any) -> None:
+def tcp_handshakes(port: int, count: int, server_pid: int, out: Any) -> None:
     async def run() -> None:
         async def one() -> asyncio.StreamWriter:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -242,20 +248,25 @@ def tcp_handshakes(port: int, count: int, out: Any) -> None:
         writers: list[asyncio.StreamWriter] = []
         times: list[float] = []
         start = time.perf_counter()
+        server_cpu = cpu_seconds(server_pid)
         for _ in range(count):
             began = time.perf_counter()
             writers.append(await one())
             times.append(time.perf_counter() - began)
         elapsed = time.perf_counter() - start
+        server_ms = (cpu_seconds(server_pid) - server_cpu) * 1000 / max(1, len(writers))
         times.sort()
-        results.append(Rate(len(writers), elapsed, percentile(times, 50) * 1000, ""))
+        results.append(Rate(len(writers), elapsed, percentile(times, 50) * 1000, "", server_ms))
         for writer in writers:
             writer.close()
         start = time.perf_counter()
+        server_cpu = cpu_seconds(server_pid)
         outcomes = await asyncio.gather(*(one() for _ in range(count)), return_exceptions=True)
         elapsed = time.perf_counter() - start
         failed = [o for o in outcomes if isinstance(o, BaseException)]
-        results.append(Rate(count - len(failed), elapsed, float("nan"), repr(failed[0]) if failed else ""))
+        server_ms = (cpu_seconds(server_pid) - server_cpu) * 1000 / max(1, count - len(failed))
+        error = repr(failed[0]) if failed else ""
+        results.append(Rate(count - len(failed), elapsed, float("nan"), error, server_ms))
         for o in outcomes:
             if isinstance(o, asyncio.StreamWriter):
                 o.close()
@@ -272,7 +283,7 @@ def run_tcp_handshakes(count: int) -> tuple[Rate, Rate]:
         server = group.start(tcp_accept_server, port, ready, stop)
         if not ready.wait(60):
             raise RuntimeError("the TCP server process did not start")
-        client = group.start(tcp_handshakes, port, count, out)
+        client = group.start(tcp_handshakes, port, count, server.pid, out)
         sequential, concurrent = out.get(timeout=300)
         group.join(client, 15)
         stop.set()
@@ -473,12 +484,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             base_rate = base[kind].ok / base[kind].seconds if base[kind].seconds else 0.0
             tried = args.udp_handshakes if "UDP" in name else k
             p50 = "-" if math.isnan(r.p50_ms) else f"{r.p50_ms:.1f}"
+            server_ms = "-" if math.isnan(r.server_cpu_ms) else f"{r.server_cpu_ms:.1f}"
             ratio = f"{rate / base_rate:.3g}" if base_rate else "-"
-            table.append((name, f"{r.ok}/{tried}", r.seconds, rate, p50, ratio))
+            table.append((name, f"{r.ok}/{tried}", r.seconds, rate, p50, server_ms, ratio))
         print_table(
             f"(a) Handshakes per second: {k} connections ({args.udp_handshakes} over UDP) from one client process "
             "to a server process",
-            ["", "connected", "seconds", "per s", "p50 ms each", "x asyncio TCP"],
+            ["", "connected", "seconds", "per s", "p50 ms each", "server CPU ms each", "x asyncio TCP"],
             table,
         )
         for name, r in rates.items():

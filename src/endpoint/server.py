@@ -63,12 +63,14 @@ class _Pending:
     publication: ExclusivePublication | None = None
     subscription: Subscription | None = None
     lease: _AnswerRoute | None = None  # on ``reply``, unless it is the shared IPC answer stream
+    route_id: int = 0  # the session id of the client's handshake publication
     counted: bool = False  # in ``_per_address``
 
 
 class _AnswerRoute:
-    """A UDP publication to one client address and port, shared by the handshakes of every client behind it (the
-    clients on one event loop share their answer port): the first opens it, the last to let go closes it."""
+    """A UDP publication to one client route (address, port, handshake publication), shared by the handshakes of
+    every client using that route (the clients on one event loop): the first opens it, the last to let go closes
+    it."""
 
     def __init__(self, opening: asyncio.Future[ExclusivePublication]) -> None:
         self.opening = opening
@@ -110,7 +112,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._pending: dict[int, _Pending] = {}
         self._finished_reply: dict[int, tuple[Publication, _AnswerRoute | None, int]] = {}
         """connect key -> (answer route, our lease on it, when to let it go): for a client that missed the answer."""
-        self._answer_routes: dict[tuple[str, int], _AnswerRoute] = {}
+        self._answer_routes: dict[tuple[str, int, int], _AnswerRoute] = {}
         self._per_address: dict[str, int] = {}
         self._ids_of: dict[int, tuple[int, int, int, int]] = {}
         self._address_of: dict[int, str] = {}
@@ -229,17 +231,17 @@ class Server(EndPoint[ServerConfiguration]):
         source = f"ipc:{image.session_id}" if is_ipc else address
 
         def handle(payload: memoryview, header: Any) -> None:
-            self._on_handshake_packet(bytes(payload), source, address, is_ipc)
+            self._on_handshake_packet(bytes(payload), source, address, is_ipc, image.session_id)
 
         return handle
 
-    def _on_handshake_packet(self, data: bytes, source: str, address: str, is_ipc: bool) -> None:
+    def _on_handshake_packet(self, data: bytes, source: str, address: str, is_ipc: bool, route_id: int) -> None:
         handshake = self._handshake
         if handshake is None or self._closing:
             return
         event = handshake.receive(data, source, time.time_ns())
         if isinstance(event, Hello):
-            self._spawn(self._on_hello(event, is_ipc, address))
+            self._spawn(self._on_hello(event, is_ipc, address, route_id))
         elif isinstance(event, Done):
             self._spawn(self._on_done(event))
         elif handshake.retried is not None:
@@ -309,13 +311,14 @@ class Server(EndPoint[ServerConfiguration]):
             )
         return None
 
-    async def _on_hello(self, hello: Hello, is_ipc: bool, address: str) -> None:
+    async def _on_hello(self, hello: Hello, is_ipc: bool, address: str, route_id: int = 0) -> None:
+        """``route_id``: the session of the client's handshake publication (one per client route)."""
         handshake = self._handshake
         assert handshake is not None
         cfg = self.config
         timeout = cfg.handshake_timeout
         aeron = self._aeron()
-        pending = _Pending(hello, is_ipc, address, (0, 0, 0, 0))
+        pending = _Pending(hello, is_ipc, address, (0, 0, 0, 0), route_id=route_id)
         try:
             port = hello.reply.get("port")
             if not is_ipc and (not isinstance(port, int) or not 0 < port < 65536):
@@ -390,7 +393,9 @@ class Server(EndPoint[ServerConfiguration]):
             pending.reply = self._ipc_reply
             return self._ipc_reply
         assert isinstance(port, int)
-        key = (pending.address, port)
+        # Per client route: a client that reopens its route (same port, new handshake publication) has a new
+        # subscription, which ignores our old publication for a while after its previous image went away.
+        key = (pending.address, port, pending.route_id)
         route = self._answer_routes.get(key)
         if route is None or not route.usable:
             channel = udp_channel(f"{bracket(pending.address)}:{port}", term_length=65536)

@@ -16,7 +16,14 @@ import pytest
 import endpoint.client as client_module
 from endpoint import Client, Connection
 from endpoint.routes import LINGER_NS, HandshakeRoutes
-from support.endpoints import client_config, connected_client, running_server, server_config, wait_until
+from support.endpoints import (
+    client_config,
+    connected_client,
+    free_udp_port,
+    running_server,
+    server_config,
+    wait_until,
+)
 
 
 def _routes() -> HandshakeRoutes:
@@ -79,6 +86,26 @@ async def test_a_route_is_reused_by_the_next_connect_and_closed_after_its_linger
         # The connection made through it lives on (its subscription keeps the port).
         assert not second.is_closed
         assert await second.ping() > 0
+
+
+async def test_a_client_with_a_fixed_port_reconnects_after_its_route_closed(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """Its new route subscribes on the same port while the server still keeps the answer route of the old one;
+    that old publication, which the client's driver now ignores for a while, must not be reused."""
+    local_port = free_udp_port()
+    async with running_server(server_config(aeron_dir, port)) as server:
+        client = Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=6.0))
+        try:
+            for _ in range(3):
+                conn = await client.connect("127.0.0.1", port)
+                await conn.close("again")
+                (route,) = _routes().polled
+                _routes().tick(route.idle_since_ns + LINGER_NS)
+                await wait_until(lambda: route.reply.is_closed, 5, what="the route closed")  # noqa: B023
+            assert len(server._finished_reply) == 3  # every answer route still kept for late retries
+        finally:
+            await client.close()
 
 
 async def test_an_answer_port_taken_before_the_driver_binds_it_is_skipped(
