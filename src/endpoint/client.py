@@ -52,6 +52,7 @@ _log = logging.getLogger("endpoint")
 
 _IPC_PROBE_S = 0.25
 """How long an IPC handshake publication may take to find a local server before UDP is tried."""
+_DONE_SENDS = 3
 _PORT_ATTEMPTS = 5
 """A free port picked for the answer route may be taken before the driver binds it: pick again this often."""
 
@@ -191,7 +192,9 @@ class Client(EndPoint[ClientConfiguration]):
         grant = answer.grant
         connection = await self._open_connection(route, grant)
         try:
-            done = await self._exchange(route, handshake, handshake.done, step)
+            # A server that gave up on us after HELLO_ACK (its stream found no subscriber in time, say) no longer
+            # knows this connect key and drops our DONEs: after a few we start over with a fresh HELLO.
+            done = await self._exchange(route, handshake, handshake.done, step, _DONE_SENDS)
             if not isinstance(done, Completed):
                 raise ClientError(f"handshake with {address} ended with {done!r}")
             # Our stream connected while DONE travelled (the server waited for its image before answering), and
@@ -204,9 +207,11 @@ class Client(EndPoint[ClientConfiguration]):
             raise
         return connection
 
-    async def _exchange(self, route: HandshakeRoute, handshake: ClientHandshake, packet: Any, step: float) -> object:
+    async def _exchange(
+        self, route: HandshakeRoute, handshake: ClientHandshake, packet: Any, step: float, sends: int = 0
+    ) -> object:
         """Send ``packet()`` and wait for a decisive answer (the loop's poller reads the route), resending every
-        ``step`` seconds."""
+        ``step`` seconds; TimeoutError after ``sends`` unanswered sends (0: until the caller's budget ends)."""
         answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
 
         def on_answer(data: memoryview) -> None:
@@ -216,7 +221,11 @@ class Client(EndPoint[ClientConfiguration]):
 
         route.expect(handshake.connect_key, on_answer)
         try:
+            sent = 0
             while not answer.done():  # an answer may land just as the wait for it times out
+                if sent == sends > 0:
+                    raise TimeoutError(f"no answer from the server after {sent} tries")
+                sent += 1
                 await offer_async(route.publication, packet(), timeout=step)
                 self._poke_poller()
                 with contextlib.suppress(TimeoutError):

@@ -440,8 +440,10 @@ class _LoopPoller:
                     endpoint._notify_error(None, exc)
             if self.routes.polled:
                 stamp = monotonic_ns()
+                drain = stamp >= next_tick  # also the routes nobody waits on: IPC answer streams are shared
                 for route in self.routes.polled:
-                    work += route.poll(stamp)
+                    if drain or route.waiting:
+                        work += route.poll(stamp)
             if self._mapped:
                 mapped = self._mapped
                 # One native call finds the connections with a frame waiting; only those are polled.

@@ -6,9 +6,10 @@ connections made through the route then also receive on). The clients of one
 process (bots, tests, load generators) then cost the server one handshake
 image and one answer route rather than one each, and themselves one socket.
 The loop's poller reads each route's answers once and hands every answer to
-the handshake it names, so a route is drained even while its clients are busy
-elsewhere: over IPC the server's answer stream is shared by every client
-process and advances only as fast as its slowest reader.
+the handshake it names: every round while a handshake waits on the route, and
+every route each tick (100 ms) otherwise, so a route is drained even while its
+clients are busy elsewhere: over IPC the server's answer stream is shared by
+every client process and advances only as fast as its slowest reader.
 
 A route outlives its last handshake by ``LINGER_NS`` (the next connect, a
 reconnect, reuses it) and is closed when the last client using its driver on
@@ -63,7 +64,9 @@ class HandshakeRoute:
         self.closing = False
         self.unclaimed = 0
         """Answers nobody here waited for (another process's, over IPC; a late duplicate)."""
-        self._waiting: dict[int, Callable[[memoryview], None]] = {}
+        self.waiting: dict[int, Callable[[memoryview], None]] = {}
+        """connect key -> what takes its answers; the poller reads a route every round only while this is not
+        empty (and every route now and then)."""
         self._spin_until_ns = 0
 
     @property
@@ -72,21 +75,21 @@ class HandshakeRoute:
 
     def expect(self, connect_key: int, on_answer: Callable[[memoryview], None]) -> None:
         """Hand answers naming ``connect_key`` to ``on_answer`` until :meth:`forget`; the poller spins a while."""
-        self._waiting[connect_key] = on_answer
+        self.waiting[connect_key] = on_answer
         self._spin_until_ns = time.monotonic_ns() + _SPIN_NS
 
     def forget(self, connect_key: int) -> None:
-        self._waiting.pop(connect_key, None)
+        self.waiting.pop(connect_key, None)
 
     def poll(self, now_ns: int) -> int:
         work = self.reply.poll(self._on_fragment, _FRAGMENTS_PER_POLL)
-        if self._waiting and now_ns < self._spin_until_ns:
+        if self.waiting and now_ns < self._spin_until_ns:
             work += 1
         return work
 
     def _on_fragment(self, payload: memoryview, header: Any) -> None:
         key = answer_key(payload)
-        on_answer = self._waiting.get(key) if key is not None else None
+        on_answer = self.waiting.get(key) if key is not None else None
         if on_answer is None:
             self.unclaimed += 1
         else:

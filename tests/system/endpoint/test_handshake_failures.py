@@ -12,6 +12,7 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -380,6 +381,38 @@ async def test_a_half_finished_handshake_is_expired_and_its_ids_released(
         try:
             conn = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
             assert not conn.is_closed
+        finally:
+            await client.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_client_whose_server_gave_up_at_done_starts_over_with_a_fresh_hello(
+    transport: str, aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server abandons the first handshake at DONE (as when its stream finds no subscriber in time) and from
+    then on drops that connect key's DONEs; the client must not resend DONE until its connect timeout."""
+    abandoned: list[int] = []
+    on_done = Server._on_done
+
+    async def give_up_once(self: Server, done: Any) -> None:
+        if abandoned:
+            await on_done(self, done)
+            return
+        abandoned.append(done.connect_key)
+        assert self._handshake is not None
+        self._handshake.abandon(done.connect_key)
+        await self._free_pending(self._pending.pop(done.connect_key))
+
+    monkeypatch.setattr(Server, "_on_done", give_up_once)
+    async with running_server(server_config(aeron_dir, port)) as server:
+        client = Client(client_config(transport, aeron_dir, client_dir, handshake_timeout=0.2, connect_timeout=10.0))
+        try:
+            conn = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
+            assert not conn.is_closed
+            assert len(abandoned) == 1
+            assert server.handshake_stats.unknown >= 2  # the DONEs resent for the abandoned connect key
+            await wait_until(lambda: len(server.connections) == 1, 5)
+            assert await conn.ping() > 0
         finally:
             await client.close()
 
