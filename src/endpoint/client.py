@@ -53,6 +53,7 @@ _log = logging.getLogger("endpoint")
 _IPC_PROBE_S = 0.25
 """How long an IPC handshake publication may take to find a local server before UDP is tried."""
 _DONE_SENDS = 3
+"""DONEs sent (every ``handshake_timeout``) before a connect starts over with a fresh HELLO."""
 _PORT_ATTEMPTS = 5
 """A free port picked for the answer route may be taken before the driver binds it: pick again this often."""
 
