@@ -32,7 +32,7 @@ from endpoint.endpoint import EndPoint
 from endpoint.errors import ClientError, ClientRejectedError, ClientTimeoutError, RejectReason
 from endpoint.handshake import Accepted, ClientHandshake, Completed, Rejected
 from endpoint.keystore import KnownServers
-from endpoint.routes import HandshakeRoute, HandshakeRoutes
+from endpoint.routes import HandshakeRoute
 from endpoint.transport import (
     add_pair,
     bracket,
@@ -113,10 +113,6 @@ class Client(EndPoint[ClientConfiguration]):
             self.connection = connection
             self._add_connection(connection)
             return connection
-
-    @property
-    def _routes(self) -> HandshakeRoutes:
-        return HandshakeRoutes.for_running_loop()
 
     async def _open_route(self, ip: str, port: int) -> HandshakeRoute:
         """The loop's route to ``ip:port`` on our driver: IPC if a server there shares the driver, else UDP."""

@@ -166,6 +166,10 @@ class EndPoint(Generic[ConfigT]):
         if poller is not None:
             poller.poke()
 
+    @property
+    def _routes(self) -> HandshakeRoutes:
+        return _LoopPoller.for_running_loop().routes
+
     def _loop_endpoints(self) -> tuple[EndPoint[Any], ...]:
         """The end points polled on this loop (after :meth:`close` began, without this one)."""
         return _LoopPoller.for_running_loop().endpoints
@@ -354,7 +358,8 @@ class _LoopPoller:
         self._breathe = False
         self._sockets = _SocketWatch(self._end_nap)
         self._sockets_version: tuple[tuple[int, int], ...] = ()
-        self.routes = HandshakeRoutes.for_running_loop()
+        self.routes = HandshakeRoutes()
+        """The clients' handshake routes on this loop."""
 
     @classmethod
     def for_running_loop(cls) -> _LoopPoller:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
@@ -104,23 +103,13 @@ class HandshakeRoute:
 
 
 class HandshakeRoutes:
-    """The routes of one event loop by key; polled and aged by that loop's poller."""
-
-    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HandshakeRoutes] = weakref.WeakKeyDictionary()
+    """The routes of one event loop by key; held, polled and aged by that loop's poller."""
 
     def __init__(self) -> None:
         self._opening: dict[Hashable, asyncio.Future[HandshakeRoute | None]] = {}
         self._routes: dict[Hashable, HandshakeRoute] = {}
         self.polled: tuple[HandshakeRoute, ...] = ()
         self._closing: set[asyncio.Task[None]] = set()
-
-    @classmethod
-    def for_running_loop(cls) -> HandshakeRoutes:
-        loop = asyncio.get_running_loop()
-        routes = cls._by_loop.get(loop)
-        if routes is None:
-            routes = cls._by_loop[loop] = cls()
-        return routes
 
     async def acquire(
         self, key: Hashable, owner: object, open_route: Callable[[], Awaitable[HandshakeRoute | None]]

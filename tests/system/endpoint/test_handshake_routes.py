@@ -15,6 +15,7 @@ import pytest
 
 import endpoint.client as client_module
 from endpoint import Client, Connection
+from endpoint.endpoint import _LoopPoller
 from endpoint.routes import LINGER_NS, HandshakeRoutes
 from support.endpoints import (
     client_config,
@@ -27,7 +28,7 @@ from support.endpoints import (
 
 
 def _routes() -> HandshakeRoutes:
-    return HandshakeRoutes.for_running_loop()
+    return _LoopPoller.for_running_loop().routes
 
 
 async def test_udp_clients_on_one_loop_share_one_route_and_the_server_one_answer_route(
