@@ -162,11 +162,11 @@ def endpoint_handshakes(aeron_dir: str, port: int, count: int, udp: bool, server
             clients: list[Any] = []
             times: list[float] = []
             errors: list[str] = []
+            # A local port of its own gives a client a route of its own, as one client per process has.
+            ports = distinct_free_udp_ports(count) if own_routes else [0] * count
             start = time.perf_counter()
             server_cpu = cpu_seconds(server_pid)
-            for _ in range(count):
-                # A local port of its own gives a client a route of its own, as one client per process has.
-                local_port = free_udp_port() if own_routes else 0
+            for local_port in ports:
                 client = Client(_client_config(aeron_dir, udp, local_port=local_port))
                 clients.append(client)
                 began = time.perf_counter()
@@ -207,13 +207,22 @@ def endpoint_handshakes(aeron_dir: str, port: int, count: int, udp: bool, server
 
 
 def distinct_free_udp_ports(count: int) -> list[int]:
-    """``count`` different UDP ports free right now (held open together while picked, so none comes twice)."""
-    held = []
+    """``count`` different UDP ports free right now, below the kernel's ephemeral range (where the drivers' own
+    sockets take theirs, so none of these is taken before its client binds it)."""
+    held: list[socket.socket] = []
     try:
-        for _ in range(count):
+        for candidate in range(20_000, 32_768):
+            if len(held) == count:
+                break
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                sock.bind(("127.0.0.1", candidate))
+            except OSError:
+                sock.close()
+                continue
             held.append(sock)
-            sock.bind(("127.0.0.1", 0))
+        if len(held) < count:
+            raise RuntimeError(f"only {len(held)} free UDP ports in 20000-32767, {count} wanted")
         return [s.getsockname()[1] for s in held]
     finally:
         for sock in held:

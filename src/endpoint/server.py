@@ -72,8 +72,9 @@ class _AnswerRoute:
     every client using that route (the clients on one event loop): the first opens it, the last to let go closes
     it."""
 
-    def __init__(self, opening: asyncio.Future[ExclusivePublication]) -> None:
+    def __init__(self, opening: asyncio.Future[ExclusivePublication], route_id: int) -> None:
         self.opening = opening
+        self.route_id = route_id
         self.users = 0
 
     @property
@@ -400,7 +401,7 @@ class Server(EndPoint[ServerConfiguration]):
         if route is None or not route.usable:
             channel = udp_channel(f"{bracket(pending.address)}:{port}", term_length=65536)
             opening = asyncio.ensure_future(self._aeron().add_exclusive_publication_async(channel, REPLY_STREAM_ID))
-            route = self._answer_routes[key] = _AnswerRoute(opening)
+            route = self._answer_routes[key] = _AnswerRoute(opening, pending.route_id)
         route.users += 1
         pending.lease = route
         pending.reply = await asyncio.shield(route.opening)
@@ -511,9 +512,12 @@ class Server(EndPoint[ServerConfiguration]):
             pending.lease = None
 
     def _let_go_of_replies(self, now_ns: int | None) -> None:
-        """Close the kept answer routes whose time is up (all of them when ``now_ns`` is None)."""
+        """Let go of the kept answer routes whose time is up or whose client route is gone (its handshake
+        publication ended: nobody is left to ask again); of all of them when ``now_ns`` is None."""
+        sub = self._udp_handshake
+        live = {image.session_id for image in sub.images if not image.is_end_of_stream} if sub is not None else set()
         for connect_key, (_, lease, until) in list(self._finished_reply.items()):
-            if now_ns is None or now_ns >= until:
+            if now_ns is None or now_ns >= until or (lease is not None and lease.route_id not in live):
                 del self._finished_reply[connect_key]
                 if lease is not None:
                     self._let_go_of_route(lease)

@@ -98,15 +98,38 @@ async def test_a_client_with_a_fixed_port_reconnects_after_its_route_closed(
     async with running_server(server_config(aeron_dir, port)) as server:
         client = Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=6.0))
         try:
+            answer_routes: list[tuple[str, int, int]] = []
             for _ in range(3):
                 conn = await client.connect("127.0.0.1", port)
+                answer_routes += [key for key in server._answer_routes if key not in answer_routes]
                 await conn.close("again")
                 (route,) = _routes().polled
                 _routes().tick(route.idle_since_ns + LINGER_NS)
                 await wait_until(lambda: route.reply.is_closed, 5, what="the route closed")  # noqa: B023
-            assert len(server._finished_reply) == 3  # every answer route still kept for late retries
+            # One answer route per client route, though all three answered the same address and port.
+            assert len(answer_routes) == 3
+            assert {key[:2] for key in answer_routes} == {("127.0.0.1", local_port)}
         finally:
             await client.close()
+
+
+async def test_the_server_lets_go_of_an_answer_route_once_its_client_route_is_gone(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """Kept for late retries (here for a minute), but nobody can ask again once the client's route has closed."""
+    async with (
+        running_server(server_config(aeron_dir, port, handshake_timeout=30.0)) as server,
+        connected_client(client_config("udp", aeron_dir, client_dir), port) as (_, conn),
+    ):
+        assert len(server._finished_reply) == 1
+        ((reply, lease, _),) = server._finished_reply.values()
+        assert lease is not None
+        (route,) = _routes().polled
+        _routes().tick(route.idle_since_ns + LINGER_NS)
+        await wait_until(lambda: not server._finished_reply, 10, what="the kept answer route let go")
+        await wait_until(lambda: reply.is_closed, 5, what="the answer publication closed")
+        assert server._answer_routes == {}
+        assert await conn.ping() > 0
 
 
 async def test_an_answer_port_taken_before_the_driver_binds_it_is_skipped(
