@@ -19,6 +19,7 @@ __all__ = [
     "ConfigurationError",
     "ControlProtocolError",
     "CurrentErrorCode",
+    "DeadDriverError",
     "DriverError",
     "DriverTimeoutError",
     "ErrorCode",
@@ -137,6 +138,13 @@ class DriverTimeoutError(DriverError, TimeoutError):
 
 class ClientTimeoutError(DriverTimeoutError):
     """The driver timed this client out because its keepalives stopped."""
+
+
+class DeadDriverError(DriverTimeoutError):
+    """The process that owned the driver directory is gone (its lock is free): no use waiting for its heartbeat.
+
+    A DriverTimeoutError, so code that handles a silent driver handles a dead one the same way, only sooner.
+    """
 
 
 class CncVersionError(DriverError):

@@ -21,6 +21,7 @@ from endpoint.errors import (
     TransmitError,
 )
 from endpoint.listeners import add_global_error_listener, remove_global_error_listener
+from endpoint.running import run
 from endpoint.serialization import Serialization
 from endpoint.server import Server
 
@@ -50,4 +51,5 @@ __all__ = [
     "UnhandledMessageError",
     "add_global_error_listener",
     "remove_global_error_listener",
+    "run",
 ]

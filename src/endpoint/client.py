@@ -28,7 +28,7 @@ from endpoint.config import (
     ClientConfiguration,
 )
 from endpoint.connection import Connection
-from endpoint.endpoint import EndPoint
+from endpoint.endpoint import END_POINT_CLOSED, EndPoint
 from endpoint.errors import ClientError, ClientRejectedError, ClientTimeoutError, RejectReason
 from endpoint.handshake import Accepted, ClientHandshake, Completed, Rejected
 from endpoint.keystore import KnownServers
@@ -294,8 +294,10 @@ class Client(EndPoint[ClientConfiguration]):
             and self.config.auto_reconnect
             and not self._closing
             and not self._restarting
-            and connection.lost
+            and (connection.lost or (connection.closed_by_peer and connection.close_reason == END_POINT_CLOSED))
         ):
+            # Lost, or the server shut down (a supervisor may be restarting it): try to come back. A connection
+            # the server closed on purpose (with a reason of its own) stays closed.
             self._spawn(self._reconnect())
 
     async def _drop_driver_resources(self) -> None:

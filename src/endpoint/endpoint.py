@@ -31,6 +31,8 @@ from endpoint.rpc import RpcRegistry
 
 __all__ = ["EndPoint"]
 
+END_POINT_CLOSED = "end point closed"
+"""The close reason of every connection of an end point that closes (a server shutting down, say)."""
 _log = logging.getLogger("endpoint")
 
 ConfigT = TypeVar("ConfigT", bound=Configuration)
@@ -290,7 +292,7 @@ class EndPoint(Generic[ConfigT]):
             return
         connections = list(self._connections.values())
         if connections:
-            await asyncio.gather(*(c.close("end point closed") for c in connections), return_exceptions=True)
+            await asyncio.gather(*(c.close(END_POINT_CLOSED) for c in connections), return_exceptions=True)
         self._closing = True
         self._stop_poller()
         await self._close_extra()

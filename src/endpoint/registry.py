@@ -31,6 +31,7 @@ from driver.client.aeron import Aeron
 from driver.config import IDLE_STRATEGY_FIELDS, ClientContext, DriverContext
 from driver.core.media_driver import MediaDriver, is_driver_active
 from driver.errors import ActiveDriverError, ChannelEndpointError, DriverError, DriverTimeoutError
+from driver.ownership import reclaim_dead_siblings
 from endpoint.config import Configuration
 from endpoint.errors import DriverUnavailableError
 
@@ -64,9 +65,11 @@ def is_critical(error: BaseException) -> bool:
 class SharedDriver:
     """A driver and the one client of it that every lessee in this process uses."""
 
-    def __init__(self, key: tuple[object, ...], config: Configuration) -> None:
+    def __init__(self, key: tuple[object, ...], config: Configuration, base_dir: Path | None = None) -> None:
         self.key = key
         self.aeron_dir: Path = config.resolved_aeron_dir()
+        self.base_dir = base_dir if base_dir is not None else self.aeron_dir
+        """The configured directory; a unique one is ``<base_dir>-<pid>-<random>``."""
         self.config = config
         self.media_driver: MediaDriver | None = None
         self.aeron: Aeron | None = None
@@ -167,6 +170,8 @@ class SharedDriver:
         timeout_ms = int(self.config.driver_timeout * 1000)
         if self.config.launch_driver:
             with _launch_lock(self.aeron_dir):
+                # Per-process directories of this naming whose process was killed: give their memory back.
+                reclaim_dead_siblings(self.base_dir)
                 if not is_driver_active(self.aeron_dir, timeout_ms):
                     try:
                         self.media_driver = MediaDriver.launch(self._driver_context())
@@ -281,8 +286,8 @@ class _Registry:
 
     def acquire_blocking(self, config: Configuration, user: DriverUser) -> SharedDriver:
         with self._lock:
+            base = config.resolved_aeron_dir()
             if config.unique_aeron_dir:
-                base = config.resolved_aeron_dir()
                 config = _with_dir(config, base.with_name(f"{base.name}-{os.getpid()}-{os.urandom(4).hex()}"))
             key = self._key(config)
             shared = self._drivers.get(key)
@@ -292,7 +297,7 @@ class _Registry:
                 del self._drivers[key]
                 shared = None
             if shared is None:
-                shared = SharedDriver(key, config)
+                shared = SharedDriver(key, config, base)
                 shared._start()
                 self._drivers[key] = shared
             shared.users.append(user)

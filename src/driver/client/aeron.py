@@ -44,8 +44,9 @@ from driver.cnc import CncFile, CncGeneration
 from driver.concurrent.counters import CountersReader
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.config import ClientContext
-from driver.errors import DriverTimeoutError
+from driver.errors import DeadDriverError, DriverTimeoutError
 from driver.idle import IdleStrategy, SleepingIdleStrategy, idle_strategy_from_name
+from driver.ownership import OwnerWatch
 
 __all__ = ["Aeron", "default_error_handler"]
 
@@ -79,27 +80,49 @@ def _epoch_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _connect_to_driver(context: ClientContext) -> CncFile:
-    """Map cnc.dat and wait, within the driver timeout, for a live driver heartbeat."""
+def _connect_to_driver(context: ClientContext) -> tuple[CncFile, OwnerWatch | None]:
+    """Map cnc.dat and wait, within the driver timeout, for a live driver heartbeat.
+
+    Our driver's process is watched through its lock (see :mod:`driver.ownership`): when it is dead the
+    answer is a DeadDriverError at once, not a wait for its heartbeat to go stale.
+    """
     timeout_s = context.driver_timeout_ms / 1000.0
     deadline = time.monotonic() + timeout_s
     while True:
         remaining = max(deadline - time.monotonic(), 0.001)
         cnc = CncFile.map_existing(context.aeron_dir, timeout_s=remaining, supported=SUPPORTED_CNC_GENERATIONS)
+        watch: OwnerWatch | None = None
         try:
+            watch = OwnerWatch.open(context.aeron_dir)
+            if watch is not None and watch.owner_pid() not in (None, cnc.pid):
+                # A successor replaced the directory between the two opens: look again.
+                watch.close()
+                watch = None
+                if time.monotonic() > deadline:
+                    raise DriverTimeoutError(f"the driver of {cnc.path} kept changing while connecting")
+                cnc.close()
+                time.sleep(_STALE_DRIVER_RETRY_S / 10)
+                continue
+            if watch is not None and not watch.owner_alive():
+                raise DeadDriverError(
+                    f"the driver of {cnc.path} (pid {cnc.pid}) is dead: its process is gone, "
+                    "start a driver (or an end point that launches one) on this directory"
+                )
             ring = ManyToOneRingBuffer(cnc.to_driver_buffer)
             while ring.consumer_heartbeat_time() == 0:
                 if time.monotonic() > deadline:
                     raise DriverTimeoutError(f"no driver heartbeat detected in {cnc.path}")
                 time.sleep(_HEARTBEAT_POLL_S)
             if ring.consumer_heartbeat_time() >= _epoch_ms() - context.driver_timeout_ms:
-                return cnc
+                return cnc, watch
             if time.monotonic() > deadline:
                 raise DriverTimeoutError(
                     f"no driver heartbeat detected in {cnc.path}: the last one is older than "
                     f"{context.driver_timeout_ms} ms (a dead driver's directory?)"
                 )
         except BaseException:
+            if watch is not None:
+                watch.close()
             cnc.close()
             raise
         cnc.close()
@@ -130,7 +153,7 @@ class Aeron:
     ) -> None:
         """Connect with a concluded context; prefer :meth:`connect`, which also builds the context."""
         self.context = context
-        cnc = _connect_to_driver(context)
+        cnc, watch = _connect_to_driver(context)
         error_handler: ErrorHandler = context.error_handler
         try:
             self._conductor = ClientConductor(
@@ -144,8 +167,11 @@ class Aeron:
                 publication_error_handler=publication_error_handler,
                 invoker_mode=use_conductor_agent_invoker,
                 driver_invoker=driver_agent_invoker.invoke if driver_agent_invoker is not None else None,
+                owner_watch=watch,
             )
         except BaseException:
+            if watch is not None:
+                watch.close()
             cnc.close()
             raise
         self._cnc_path = cnc.path

@@ -73,12 +73,14 @@ from driver.errors import (
     AgentTerminationError,
     ChannelEndpointError,
     ClientTimeoutError,
+    DeadDriverError,
     DriverError,
     DriverTimeoutError,
     ErrorCode,
     RegistrationError,
 )
 from driver.logbuffer.log_buffers import LogBuffers
+from driver.ownership import OwnerWatch
 
 if TYPE_CHECKING:
     from driver.config import ClientContext
@@ -175,8 +177,10 @@ class ClientConductor:
         driver_invoker: Callable[[], object] | None = None,
         nano_clock: Callable[[], int] = time.monotonic_ns,
         epoch_clock: Callable[[], int] = _epoch_ms,
+        owner_watch: OwnerWatch | None = None,
     ) -> None:
         self.lock = threading.RLock()
+        self._owner_watch = owner_watch
         self._context = context
         self._cnc = cnc
         self._error_handler = error_handler
@@ -260,6 +264,8 @@ class ClientConductor:
                 self._proxy.client_close()
             if self._proxy.doorbell is not None:
                 self._proxy.doorbell.close()
+            if self._owner_watch is not None:
+                self._owner_watch.close()
             self._cnc.close()
 
     # ------------------------------------------------------------------ service
@@ -294,6 +300,9 @@ class ClientConductor:
         self._time_of_last_service_ns = now_ns
         work = 0
         if now_ns - self._time_of_last_keepalive_ns > self._keepalive_interval_ns:
+            watch = self._owner_watch
+            if watch is not None and not watch.owner_alive():
+                raise DeadDriverError(f"the media driver's process (pid {self._cnc.pid}) is gone")
             heartbeat_ms = self._proxy.time_of_last_driver_keepalive_ms()
             if self._epoch_clock() > heartbeat_ms + self._driver_timeout_ms:
                 raise DriverTimeoutError(f"MediaDriver keepalive older than {self._driver_timeout_ms} ms")

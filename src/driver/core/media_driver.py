@@ -30,6 +30,7 @@ from driver.core.loss_observer import LossObserver
 from driver.doorbell import Doorbell
 from driver.errors import ActiveDriverError, ChannelEndpointError, DriverError
 from driver.idle import IdleStrategy, idle_strategy_from_name
+from driver.ownership import DirectoryLock, OwnerState, owner_state, reclaim_dead_siblings
 
 __all__ = ["MediaDriver", "is_driver_active"]
 
@@ -38,9 +39,18 @@ _LOG_REPEAT_S = 10.0
 
 
 def is_driver_active(aeron_dir: Path, driver_timeout_ms: int, now_ms: int | None = None) -> bool:
-    """True when ``aeron_dir`` holds the cnc.dat of a driver whose heartbeat is fresh."""
+    """True when a live driver owns ``aeron_dir``.
+
+    Ours is judged by its process (the lock it holds; see :mod:`driver.ownership`): alive while it runs, dead
+    the moment it is gone, whatever its heartbeat says. A real Aeron driver holds no lock: its heartbeat on
+    the to-driver ring buffer must be younger than ``driver_timeout_ms``.
+    """
+    aeron_dir = Path(aeron_dir)
     if not (aeron_dir / "cnc.dat").exists():
         return False
+    state = owner_state(aeron_dir)
+    if state is not OwnerState.UNKNOWN:
+        return state is OwnerState.ALIVE
     try:
         cnc = CncFile.map_existing(aeron_dir, timeout_s=0.0)
     except (DriverError, OSError, ValueError):
@@ -60,7 +70,14 @@ class MediaDriver:
         self.context = context
         self._logged: dict[str, tuple[float, int]] = {}
         self.aeron_dir = Path(context.aeron_dir)
-        self._prepare_directory()
+        self._lock = self._prepare_directory()
+        try:
+            self._create(context)
+        except BaseException:
+            self._lock.close()
+            raise
+
+    def _create(self, context: DriverContext) -> None:
         self.cnc = CncFile.create(
             self.aeron_dir,
             to_driver_length=context.conductor_buffer_length,
@@ -99,23 +116,34 @@ class MediaDriver:
     def launch_embedded(cls, context: DriverContext | None = None, **overrides: Any) -> MediaDriver:
         """Start a driver inside the application, on a fresh directory unless one is given.
 
-        The directory is deleted again when the driver closes.
+        The directory is deleted again when the driver closes. A fresh directory is named
+        ``<aeron.dir>-<pid>-<random>``; those of that naming whose process died (killed before it could
+        remove its own) are removed first, so killed processes do not pile up directories in memory.
         """
         ctx = context if context is not None else DriverContext.from_env(**overrides)
         if context is None and "aeron_dir" not in overrides:
+            reclaim_dead_siblings(Path(ctx.aeron_dir))
             ctx = ctx.evolve(aeron_dir=f"{ctx.aeron_dir}-{os.getpid()}-{os.urandom(4).hex()}")
         ctx = ctx.evolve(dir_delete_on_shutdown=True)
         return cls(ctx.conclude())
 
-    def _prepare_directory(self) -> None:
+    def _prepare_directory(self) -> DirectoryLock:
+        """Take the directory (refusing one a live driver owns) and hold its lock for as long as we run."""
         ctx = self.context
         if self.aeron_dir.exists():
+            state = owner_state(self.aeron_dir)
             if not ctx.dir_delete_on_start and is_driver_active(self.aeron_dir, ctx.driver_timeout_ms):
                 raise ActiveDriverError(f"an active driver owns {self.aeron_dir}; stop it or choose another aeron.dir")
-            if ctx.dir_warn_if_exists and not ctx.dir_delete_on_start:
+            if state is OwnerState.DEAD:
+                _log.info("driver directory %s: its driver's process is gone, taking it over", self.aeron_dir)
+            elif ctx.dir_warn_if_exists and not ctx.dir_delete_on_start:
                 _log.warning("driver directory %s exists and no live driver owns it: taking it over", self.aeron_dir)
             shutil.rmtree(self.aeron_dir)
-        self.aeron_dir.mkdir(parents=True)
+        try:
+            self.aeron_dir.mkdir(parents=True)
+        except FileExistsError:
+            raise ActiveDriverError(f"another driver is starting in {self.aeron_dir}") from None
+        return DirectoryLock.acquire(self.aeron_dir)
 
     def _idle(self, name: str) -> IdleStrategy:
         return idle_strategy_from_name(str(getattr(self.context, name)))
@@ -190,6 +218,7 @@ class MediaDriver:
         self.loss_report_file.close()
         if self.context.dir_delete_on_shutdown:
             shutil.rmtree(self.aeron_dir, ignore_errors=True)
+        self._lock.close()  # after the removal: a successor must not start in a directory we still clear
 
     def __enter__(self) -> MediaDriver:
         return self

@@ -1,8 +1,10 @@
 """The rules of the driver directory: one live driver per directory, stale ones taken over, clean-up, bad settings.
 
-A directory is live while the heartbeat its driver stamps on the to-driver ring
-buffer is younger than the *starting* driver's ``aeron.driver.timeout``; a
-SIGKILLed driver leaves a directory that goes stale after that timeout.
+Our driver's directory is live while its process holds the directory's lock: a
+SIGKILLed driver's directory is taken over at once. A directory without the lock
+file (a real Aeron driver's) is live while the heartbeat its driver stamps on
+the to-driver ring buffer is younger than the *starting* driver's
+``aeron.driver.timeout``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from driver.client import Aeron, Header
 from driver.cnc import CncFile
 from driver.config import DriverContext
 from driver.core.media_driver import MediaDriver, is_driver_active
-from driver.errors import ActiveDriverError
+from driver.errors import ActiveDriverError, DeadDriverError
+from driver.ownership import LOCK_FILE, OwnerState, owner_state
 from support.clients import offer_all, poll_until, wait_for_image
 from support.driver_process import DriverProcess
 from support.waiting import execute_until
@@ -98,13 +101,46 @@ def test_second_driver_process_on_a_live_directory_exits_1(driver_process: Drive
 
 
 @pytest.mark.process
-def test_stale_directory_of_a_killed_driver_is_taken_over(driver_process: DriverProcess, tmp_path: Path) -> None:
+def test_directory_of_a_killed_driver_is_taken_over_at_once(driver_process: DriverProcess, tmp_path: Path) -> None:
     aeron_dir = driver_process.aeron_dir
     with Aeron.connect(aeron_dir=aeron_dir) as client:
         publication = client.add_publication("aeron:ipc", 72)
         old_log = Path(publication.log_buffers.path)
     assert old_log.exists()  # the driver lingers over it; the SIGKILL comes first
+    assert owner_state(aeron_dir) is OwnerState.ALIVE
     driver_process.kill()
+
+    # Its heartbeat is fresh, but its process (the holder of the directory's lock) is gone.
+    assert owner_state(aeron_dir) is OwnerState.DEAD
+    assert not is_driver_active(aeron_dir, 60_000)
+    # A client is told at once, with a type saying why; a heartbeat wait would end in a plain DriverTimeoutError.
+    with pytest.raises(DeadDriverError):
+        Aeron.connect(aeron_dir=aeron_dir, driver_timeout_ms=60_000)
+    successor = DriverProcess.start(aeron_dir, tmp_path / "successor.log", SETTINGS)
+    try:
+        assert cnc_pid(aeron_dir) == successor.pid
+        assert not old_log.exists()  # a fresh directory, not the dead driver's files
+        round_trip(aeron_dir, 73)
+    finally:
+        assert successor.stop() == 0
+
+
+def test_embedded_driver_takes_over_a_dead_directory_at_once(driver_process: DriverProcess) -> None:
+    aeron_dir = driver_process.aeron_dir
+    driver_process.kill()
+    with MediaDriver.launch(context(aeron_dir, driver_timeout_ms=60_000)):
+        assert cnc_pid(aeron_dir) == os.getpid()
+        assert owner_state(aeron_dir) is OwnerState.ALIVE
+        round_trip(aeron_dir, 74)
+
+
+@pytest.mark.process
+def test_directory_without_a_lock_is_judged_by_its_heartbeat(driver_process: DriverProcess) -> None:
+    """A real Aeron driver holds no lock: its directory is live until the heartbeat goes stale, as in Aeron."""
+    aeron_dir = driver_process.aeron_dir
+    driver_process.kill()
+    (aeron_dir / LOCK_FILE).unlink()  # now it looks like a Java or C driver's directory
+    assert owner_state(aeron_dir) is OwnerState.UNKNOWN
 
     # Still live for a driver with the default 10 s timeout: its heartbeat is fresh.
     with pytest.raises(ActiveDriverError):
@@ -115,29 +151,28 @@ def test_stale_directory_of_a_killed_driver_is_taken_over(driver_process: Driver
         interval_s=0.05,
         description="the killed driver's heartbeat to go stale",
     )
-    successor = DriverProcess.start(
-        aeron_dir, tmp_path / "successor.log", {**SETTINGS, "driver_timeout_ms": SHORT_DRIVER_TIMEOUT_MS}
-    )
-    try:
-        assert cnc_pid(aeron_dir) == successor.pid
-        assert not old_log.exists()  # a fresh directory, not the dead driver's files
-        round_trip(aeron_dir, 73)
-    finally:
-        assert successor.stop() == 0
-
-
-def test_embedded_driver_takes_over_a_stale_directory(driver_process: DriverProcess) -> None:
-    aeron_dir = driver_process.aeron_dir
-    driver_process.kill()
-    execute_until(
-        lambda: not is_driver_active(aeron_dir, SHORT_DRIVER_TIMEOUT_MS),
-        timeout_s=10,
-        interval_s=0.05,
-        description="the killed driver's heartbeat to go stale",
-    )
     with MediaDriver.launch(context(aeron_dir, driver_timeout_ms=SHORT_DRIVER_TIMEOUT_MS)):
         assert cnc_pid(aeron_dir) == os.getpid()
-        round_trip(aeron_dir, 74)
+        round_trip(aeron_dir, 79)
+
+
+def test_client_of_a_killed_driver_is_told_at_once(driver_process: DriverProcess) -> None:
+    """A connected client watches its driver's process: its death ends the client well before the heartbeat
+    timeout, with DeadDriverError."""
+    errors: list[BaseException] = []
+    client = Aeron.connect(
+        aeron_dir=driver_process.aeron_dir,
+        driver_timeout_ms=60_000,
+        keepalive_interval_ns=50_000_000,
+        error_handler=errors.append,
+    )
+    try:
+        client.add_subscription("aeron:ipc", 80)
+        driver_process.kill()
+        execute_until(lambda: client.is_closed, timeout_s=20, description="the client to notice the dead driver")
+        assert isinstance(client.termination_cause, DeadDriverError), client.termination_cause
+    finally:
+        client.close()
 
 
 # ---------------------------------------------------------------------------------------------- clean-up
