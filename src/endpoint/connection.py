@@ -37,6 +37,7 @@ from endpoint.errors import (
     SerializationError,
     TransmitError,
 )
+from endpoint.liveness import PEER_TIMED_OUT, Liveness, Verdict
 from endpoint.messages import (
     Disconnect,
     Ping,
@@ -84,8 +85,9 @@ class Connection:
         is_ipc: bool,
         remote_address: str,
         on_released: Callable[[Connection], None] | None = None,
-        keepalive: bool = False,
+        keepalive: bool = True,
     ) -> None:
+        """``keepalive`` is kept for callers of old; both ends now send keepalives (see :mod:`endpoint.liveness`)."""
         self._endpoint = endpoint
         self.id = connection_id
         self.is_ipc = is_ipc
@@ -111,12 +113,8 @@ class Connection:
         self._sent = 0
         self._heard = 0
         self._control = 0
-        self._keepalive = keepalive
-        now = time.monotonic_ns()
-        self._last_ping_ns = now
-        self._last_heard_ns = now
-        self._seen_heard = 0
-        self._seen_limit = 0
+        self._seen_sent = 0
+        self._liveness = Liveness(time.monotonic_ns(), int(config.ping_interval * 1e9), int(config.peer_timeout * 1e9))
         self._closing = False
         self._closed = False
         self._closed_event = asyncio.Event()
@@ -393,6 +391,7 @@ class Connection:
         count = image.poll_payloads(self._on_fragment, _POLL_LIMIT)
         if count:
             self._heard += count
+            self._liveness.heard(time.monotonic_ns())  # only what the peer sends proves it alive
             if self._control:
                 count -= self._control  # keepalives are not work: they must not keep an idle poller spinning
                 self._control = 0
@@ -423,8 +422,9 @@ class Connection:
             return
         cls = type(message)
         if cls is Ping:
-            if message.seq == 0:  # a keepalive: not work for the poller (a user's ping is)
+            if message.seq == 0:  # a keepalive: heard, which is all it is for; not work for the poller
                 self._control += 1
+                return
             self._send_control(Pong(message.seq, message.sent_ns))
             return
         if cls is Pong:
@@ -521,34 +521,30 @@ class Connection:
 
     # ------------------------------------------------------------------ liveness (poller, every tick)
 
-    def _tick(self, now_ns: int, ping_interval_ns: int, peer_timeout_ns: int) -> None:
+    def _tick(self, now_ns: int) -> None:
+        """Keepalive and dead-peer check; only messages read from the peer count as signs of its life."""
         if self._closing:
             return
-        if self._paused:  # we are the ones not reading; the peer is not to blame
-            self._last_heard_ns = now_ns
-            return
-        limit = self._pub.position_limit
-        if self._heard != self._seen_heard or limit != self._seen_limit:
-            # Hearing from the peer, or the peer consuming what we send (our limit moves): it is alive. The second
-            # matters when we stream one way and back pressure keeps even our keepalive pings from going out.
-            self._seen_heard = self._heard
-            self._seen_limit = limit
-            self._last_heard_ns = now_ns
-        elif now_ns - self._last_heard_ns > peer_timeout_ns:
-            self._lose(f"peer timed out: nothing heard for {peer_timeout_ns / 1e9:g} s")
+        liveness = self._liveness
+        if self._sent != self._seen_sent:
+            self._seen_sent = self._sent
+            liveness.sent(now_ns)
+        if self._paused or len(self._inbox) >= _INBOX_LIMIT:  # we are the ones not reading: not the peer's fault
+            liveness.not_reading(now_ns)
+        verdict = liveness.check(now_ns)
+        if verdict is Verdict.DEAD:
+            self._lose(
+                f"{PEER_TIMED_OUT}: nothing heard for {liveness.silent_for_ns(now_ns) / 1e9:.2f} s "
+                f"(peer_timeout {liveness.peer_timeout_ns / 1e9:g} s)"
+            )
             return
         image = self._image
         if image is not None and (image.is_closed or image.is_end_of_stream):
-            self._lose("the peer's stream ended without a disconnect")
+            self._lose("the peer's stream ended without a disconnect")  # may come sooner, never later
             return
-        if (
-            self._keepalive
-            and now_ns - self._last_heard_ns > ping_interval_ns
-            and now_ns - self._last_ping_ns > ping_interval_ns
-        ):
-            # The client asks when it has heard nothing for a ping interval; the pong keeps both ends alive.
-            self._last_ping_ns = now_ns
-            self._send_control(Ping(0, time.perf_counter_ns()))
+        if verdict is Verdict.KEEPALIVE and self._send_control(Ping(0, time.perf_counter_ns())):
+            self._seen_sent = self._sent
+            liveness.sent(now_ns)
 
     # ------------------------------------------------------------------ closing
 

@@ -24,6 +24,7 @@ from endpoint.config import Configuration
 from endpoint.connection import Connection
 from endpoint.errors import CriticalDriverError, EndpointClosedError
 from endpoint.listeners import ListenerManager
+from endpoint.liveness import tick_interval_ns
 from endpoint.messages import register_internal_messages
 from endpoint.registry import SharedDriver, registry
 from endpoint.routes import HandshakeRoutes
@@ -39,6 +40,9 @@ ConfigT = TypeVar("ConfigT", bound=Configuration)
 F = TypeVar("F", bound=Callable[..., Any])
 
 _TICK_NS = 100_000_000
+_MIN_TICK_NS = 10_000_000
+"""Timers run every half ``ping_interval`` (so a dead peer is found within ``peer_timeout`` plus one
+``ping_interval``), but at most every 100 ms and at least every 10 ms."""
 _BREATHE_EVERY_NS = 500_000
 _BREATHE_S = 0.000_02
 _SPIN_NS = 1_000_000
@@ -224,11 +228,8 @@ class EndPoint(Generic[ConfigT]):
             _LoopPoller.for_running_loop().changed = True
 
     def _tick(self, now_ns: int) -> None:
-        config = self.config
-        ping_ns = int(config.ping_interval * 1e9)
-        timeout_ns = int(config.peer_timeout * 1e9)
         for connection in self._polled:
-            connection._tick(now_ns, ping_ns, timeout_ns)
+            connection._tick(now_ns)
         self._tick_extra(now_ns)
         shared = self._shared
         if shared is not None and not self._restarting:
@@ -329,9 +330,9 @@ class _LoopPoller:
     round; when there is none it waits: ``busy_spin`` (if any end point asked
     for it) only yields; otherwise it keeps yielding for 1 ms after the last
     work, then sleeps 1 ms, and after a second without work sleeps 10 ms, so
-    idle end points cost little. Keepalive pings are not work. Every 100 ms it
-    runs the end points' timers: keepalives, dead-peer timeouts, handshake
-    expiry, driver health.
+    idle end points cost little. Keepalive pings are not work. Every 100 ms (or
+    half the shortest ``ping_interval``, down to 10 ms) it runs the end points'
+    timers: keepalives, dead-peer timeouts, handshake expiry, driver health.
 
     An embedded driver in INVOKER mode runs here too, one duty cycle per round:
     the driver, the end points and the loop then share one thread and never wait
@@ -346,6 +347,7 @@ class _LoopPoller:
         self.endpoints: tuple[EndPoint[Any], ...] = ()
         self._polling_unmapped: tuple[EndPoint[Any], ...] = ()
         self._busy_spin = False
+        self._tick_ns = _TICK_NS
         self.task: asyncio.Task[None] | None = None
         self.changed = True
         self._poked = False
@@ -389,6 +391,10 @@ class _LoopPoller:
             e for e in self.endpoints if e._unmapped or type(e)._poll_extra is not EndPoint._poll_extra
         )
         self._busy_spin = any(e.config.idle_strategy == "busy_spin" for e in self.endpoints)
+        self._tick_ns = min(
+            (tick_interval_ns(int(e.config.ping_interval * 1e9), _TICK_NS, _MIN_TICK_NS) for e in self.endpoints),
+            default=_TICK_NS,
+        )
         self._mapped = tuple(c for e in self.endpoints for c in e._mapped if c._image is not None)
         self._frames = FrameWatch([c._image.ready_entry for c in self._mapped])  # type: ignore[union-attr]
         drivers = {id(e._shared): e._shared for e in self.endpoints if e._shared is not None}
@@ -462,7 +468,7 @@ class _LoopPoller:
                         connection._endpoint._notify_error(connection, exc)
             now = monotonic_ns()
             if now >= next_tick:
-                next_tick = now + _TICK_NS
+                next_tick = now + self._tick_ns
                 self.routes.tick(now)
                 for endpoint in endpoints:
                     try:

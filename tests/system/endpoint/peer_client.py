@@ -2,8 +2,8 @@
 
 Connects, sends ``--count`` Num messages, counts the Acks, prints one line per
 event (``connected <id> <ipc|udp>``, ``acked <n>``, ``closed <reason>``) and
-then stays connected until ``--linger`` seconds pass (so the test can kill it)
-or closes with ``--close-reason``. Every wait is bounded.
+then stays connected until ``--linger`` seconds pass (so the test can kill it),
+sending Num after Num all along with ``--keep-sending``, or closes with ``--close-reason``. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ async def main(args: argparse.Namespace) -> None:
             aeron_dir=args.aeron_dir,
             prefer_ipc=not args.udp,
             serialization=make_serialization(),
-            ping_interval=0.2,
-            peer_timeout=2.0,
+            ping_interval=args.ping_interval,
+            peer_timeout=args.peer_timeout,
         )
     )
     acked = asyncio.Event()
@@ -54,6 +54,16 @@ async def main(args: argparse.Namespace) -> None:
         if args.close_reason:
             await conn.close(args.close_reason)
             return
+        if args.keep_sending:  # mid-stream until killed (or until the linger time is up)
+            say("streaming")
+            deadline = asyncio.get_running_loop().time() + args.linger
+            i = args.count
+            while asyncio.get_running_loop().time() < deadline:
+                await conn.send(Num(i), timeout=args.linger)
+                i += 1
+                if i % 64 == 0:
+                    await asyncio.sleep(0.001)
+            return
         await asyncio.sleep(args.linger)
 
 
@@ -65,4 +75,7 @@ if __name__ == "__main__":
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--close-reason", default="")
     parser.add_argument("--linger", type=float, default=60.0)
+    parser.add_argument("--keep-sending", action="store_true")
+    parser.add_argument("--ping-interval", type=float, default=0.2)
+    parser.add_argument("--peer-timeout", type=float, default=2.0)
     asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,87 @@
+"""When a connection's peer is presumed dead, and when to send it a keepalive: pure, time passed in.
+
+Theory of operation. Only messages read from the peer's image prove the peer alive (its data, pings,
+pongs, anything). Signals of the driver's (a publication limit that moves, a publication that is still
+connected, an image still mapped) say nothing about the peer's process for up to the driver's own
+timeouts, so they never extend a peer's life; an image that closed or ended may only end it sooner (the
+connection checks that itself).
+
+Each end sends a keepalive when it has sent nothing for ``ping_interval``, so a live peer is heard at
+least that often whatever the traffic pattern (one way streaming included: the receiving end's
+keepalives reach the sender, whose own may be held back by back pressure). A peer is dead when nothing
+was heard from it for longer than ``peer_timeout``; :meth:`Liveness.check` runs at least every ``tick``
+nanoseconds, so a peer that dies at ``t`` is declared dead no later than ``t + peer_timeout + tick``.
+The end point's poller ticks at least every half ``ping_interval``, which keeps the promise of detection
+within ``peer_timeout`` plus one ``ping_interval``.
+
+While this end is not reading the peer (a stream's consumer or the listeners are behind), the silence is
+ours: the clock restarts when reading resumes.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["PEER_TIMED_OUT", "Liveness", "Verdict", "tick_interval_ns"]
+
+PEER_TIMED_OUT = "peer timed out"
+"""How the close reason of a connection lost to :attr:`Verdict.DEAD` begins."""
+
+
+class Verdict(enum.Enum):
+    """What a connection should do after :meth:`Liveness.check`."""
+
+    ALIVE = 0
+    KEEPALIVE = 1
+    """Alive, but we have been quiet for a ping interval: send a keepalive."""
+    DEAD = 2
+
+
+class Liveness:
+    """Liveness of one connection's peer, from what was heard and sent when (monotonic nanoseconds)."""
+
+    __slots__ = ("last_heard_ns", "last_sent_ns", "peer_timeout_ns", "ping_interval_ns")
+
+    def __init__(self, now_ns: int, ping_interval_ns: int, peer_timeout_ns: int) -> None:
+        if not 0 < ping_interval_ns < peer_timeout_ns:
+            raise ValueError(f"need 0 < ping_interval_ns ({ping_interval_ns}) < peer_timeout_ns ({peer_timeout_ns})")
+        self.ping_interval_ns = ping_interval_ns
+        self.peer_timeout_ns = peer_timeout_ns
+        self.last_heard_ns = now_ns
+        """When a message from the peer was last read (or reading last resumed)."""
+        self.last_sent_ns = now_ns
+        """When a message of ours was last handed to the driver."""
+
+    def heard(self, now_ns: int) -> None:
+        """A message from the peer was read."""
+        if now_ns > self.last_heard_ns:
+            self.last_heard_ns = now_ns
+
+    def sent(self, now_ns: int) -> None:
+        """A message of ours was handed to the driver."""
+        if now_ns > self.last_sent_ns:
+            self.last_sent_ns = now_ns
+
+    def not_reading(self, now_ns: int) -> None:
+        """We are not reading the peer right now: its silence is not its fault."""
+        self.heard(now_ns)
+
+    @property
+    def deadline_ns(self) -> int:
+        """The peer is dead if nothing is heard from it by this time (exclusive)."""
+        return self.last_heard_ns + self.peer_timeout_ns
+
+    def silent_for_ns(self, now_ns: int) -> int:
+        return now_ns - self.last_heard_ns
+
+    def check(self, now_ns: int) -> Verdict:
+        if now_ns - self.last_heard_ns > self.peer_timeout_ns:
+            return Verdict.DEAD
+        if now_ns - self.last_sent_ns >= self.ping_interval_ns:
+            return Verdict.KEEPALIVE
+        return Verdict.ALIVE
+
+
+def tick_interval_ns(ping_interval_ns: int, ceiling_ns: int, floor_ns: int) -> int:
+    """How often liveness is checked: half a ping interval, kept within ``[floor_ns, ceiling_ns]``."""
+    return max(floor_ns, min(ceiling_ns, ping_interval_ns // 2))
