@@ -143,7 +143,7 @@ def _int_param(uri: ChannelUri, name: str, default: int) -> int:
     value = uri.get(name)
     if value is None:
         return default
-    return parse_size(value) if name in ("term-length", "mtu") else int(value)
+    return parse_size(value) if name in ("term-length", "mtu", "max-term-length") else int(value)
 
 
 class DriverConductor:
@@ -342,9 +342,10 @@ class DriverConductor:
             AtomicCounter(self.counters.values_buffer, status_id).set_ordered(CHANNEL_STATUS_ERRORED)
         self.client_proxy.on_error(status_id, ErrorCode.CHANNEL_ENDPOINT_ERROR, str(error))
 
-    def conductor_command(self, command: Callable[[], None]) -> None:
-        """Queue work for the conductor's own thread (from the sender or receiver)."""
-        self._conductor_queue.offer(command)
+    def conductor_command(self, command: Callable[[], None]) -> bool:
+        """Queue work for the conductor's own thread (from the sender or receiver); False if the queue is full
+        (counted)."""
+        return self._conductor_queue.offer(command)
 
     def release_session_id(self, session_id: int) -> None:
         self._active_session_ids.discard(session_id)
@@ -736,12 +737,24 @@ class DriverConductor:
         uri, udp = self._parse(msg.channel)
         session = uri.get("session-id")
         client = self._client(msg.client_id)
+        ctx = self._ctx
         sub = SubscriptionLink(
             msg.correlation_id,
             client,
             msg.channel,
             msg.stream_id,
             int(session.removeprefix("tag:")) if session else None,
+            max_term_length=min(
+                _int_param(uri, "max-term-length", ctx.receiver_max_term_length), ctx.receiver_max_term_length
+            ),
+            max_images=min(
+                _int_param(uri, "max-images", ctx.receiver_max_images_per_subscription),
+                ctx.receiver_max_images_per_subscription,
+            ),
+            max_images_per_source=min(
+                _int_param(uri, "max-images-per-source", ctx.receiver_max_images_per_source),
+                ctx.receiver_max_images_per_source,
+            ),
         )
         if udp is not None:
             self.subscription_links.append(sub)

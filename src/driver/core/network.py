@@ -37,6 +37,7 @@ from driver.concurrent.system_counters import (
     SENDER_LIMIT_TYPE_ID,
     SENDER_POSITION_NAME,
     SENDER_POSITION_TYPE_ID,
+    DriverSystemCounterId,
     SystemCounterId,
     allocate_channel_status,
 )
@@ -72,6 +73,18 @@ if TYPE_CHECKING:
 __all__ = ["NetworkResources"]
 
 NULL_VALUE = -1
+
+_REASONS = {
+    DriverSystemCounterId.IMAGES_REFUSED_INVALID_SETUP: (
+        "invalid SETUP (term length not a power of two in 64 KiB..1 GiB, term offset outside the term, "
+        "or mtu not a multiple of 32 in 32..65504)"
+    ),
+    DriverSystemCounterId.IMAGES_REFUSED_TERM_LENGTH: "SETUP asks for a term longer than the subscription allows",
+    DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT: "the subscription holds as many images as it may",
+    DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT: (
+        "the subscription holds as many images from this source address as it may"
+    ),
+}
 
 
 def _size_param(value: str | None, default: int) -> int:
@@ -325,8 +338,46 @@ class NetworkResources:
         conductor.receiver_command(functools.partial(conductor.receiver.on_add_subscription, endpoint, link.stream_id))
         for image in self.images:
             if image.state is ImageState.ACTIVE and self._matches(link, image):
-                self._link_image(link, image)
+                cause = self._refusal(link, image.term_length, image.source_address)
+                if cause is None:
+                    self._link_image(link, image)
+                else:
+                    self._refuse(link, cause)
         return endpoint
+
+    def _refusal(self, link: SubscriptionLink, term_length: int, source: Address) -> DriverSystemCounterId | None:
+        """Why ``link`` may not take an image of ``term_length`` from ``source``, or None if it may."""
+        if term_length > link.max_term_length:
+            return DriverSystemCounterId.IMAGES_REFUSED_TERM_LENGTH
+        positions = link.positions
+        if len(positions) >= link.max_images:
+            return DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT
+        if len(positions) >= link.max_images_per_source:
+            host = source[0]
+            from_source = sum(
+                1
+                for p in positions.values()
+                if isinstance(p.publication, PublicationImage) and p.publication.source_address[0] == host
+            )
+            if from_source >= link.max_images_per_source:
+                return DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT
+        return None
+
+    def _refuse(self, link: SubscriptionLink | None, cause: DriverSystemCounterId, channel: str = "") -> None:
+        """Count a refused image by its cause; its reason goes to the distinct error log in words that stay the
+        same whatever the packet (no session id, address or offered value), so a flood is one entry."""
+        self._conductor.system_counters.get(cause).increment()
+        if link is not None:
+            channel = link.channel
+            limit = {
+                DriverSystemCounterId.IMAGES_REFUSED_TERM_LENGTH: link.max_term_length,
+                DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT: link.max_images,
+                DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT: link.max_images_per_source,
+            }.get(cause)
+            text = f"image refused on {channel} stream {link.stream_id}: {_REASONS[cause]} (limit {limit})"
+        else:
+            text = f"image refused on {channel}: {_REASONS[cause]}"
+        self._conductor.error_log.record(text)
 
     def _matches(self, link: SubscriptionLink, image: PublicationImage) -> bool:
         return (
@@ -406,9 +457,10 @@ class NetworkResources:
 
     def _on_setup_from_receiver(
         self, endpoint: ReceiveChannelEndpoint, fields: tuple[int, ...], source: Address
-    ) -> None:
-        """Receiver thread: a SETUP for a subscribed stream; the conductor builds the image."""
-        self._conductor.conductor_command(functools.partial(self._create_image, endpoint, fields, source))
+    ) -> bool:
+        """Receiver thread: a SETUP for a subscribed stream; the conductor builds the image (False: its queue is
+        full, counted; the publisher repeats its SETUP)."""
+        return self._conductor.conductor_command(functools.partial(self._create_image, endpoint, fields, source))
 
     def _create_image(self, endpoint: ReceiveChannelEndpoint, fields: tuple[int, ...], source: Address) -> None:
         conductor = self._conductor
@@ -420,11 +472,26 @@ class NetworkResources:
             and link.stream_id == stream_id
             and (link.session_id is None or link.session_id == session_id)
         ]
-        try:
-            check_setup(term_offset, term_length, mtu)
-        except MalformedFrameError:
-            self._invalid_packets.increment()
-            links = []
+        if links and endpoint.channel.canonical_form in self.receive_endpoints:
+            try:
+                check_setup(term_offset, term_length, mtu)
+            except MalformedFrameError:
+                self._invalid_packets.increment()
+                self._refuse(None, DriverSystemCounterId.IMAGES_REFUSED_INVALID_SETUP, links[0].channel)
+                links = []
+            accepted = []
+            cause: DriverSystemCounterId | None = None
+            for link in links:
+                refusal = self._refusal(link, term_length, source)
+                if refusal is None:
+                    accepted.append(link)
+                elif cause is None:
+                    cause = refusal
+                    refused = link
+            if links and not accepted:
+                assert cause is not None
+                self._refuse(refused, cause)
+            links = accepted
         if not links or endpoint.channel.canonical_form not in self.receive_endpoints:
             conductor.receiver_command(
                 functools.partial(conductor.receiver.on_image_creation_failed, endpoint, session_id, stream_id)
