@@ -500,7 +500,12 @@ class NetworkResources:
         correlation_id = conductor.next_correlation_id()
         path = self._images_dir / f"{correlation_id}.logbuffer"
         channel_text = links[0].channel
-        log = LogBuffers.create(path, term_length, self._ctx.file_page_size, sparse=self._ctx.term_buffer_sparse_file)
+        # A long log is sparse: its pages cost memory only as data fills them, not when a SETUP asks.
+        sparse = (
+            self._ctx.term_buffer_sparse_file
+            or lbd.compute_log_length(term_length, self._ctx.file_page_size) > self._ctx.receiver_sparse_image_threshold
+        )
+        log = LogBuffers.create(path, term_length, self._ctx.file_page_size, sparse=sparse)
         lbd.initialize_image_metadata(
             log.metadata,
             session_id=session_id,
@@ -549,7 +554,7 @@ class NetworkResources:
                     group=multicast,
                     rejoin=uri.get("rejoin", "true") != "false",
                     reliable=is_reliable,
-                    sparse=self._ctx.term_buffer_sparse_file,
+                    sparse=sparse,
                     tether=uri.get("tether", "true") != "false",
                 ),
             )

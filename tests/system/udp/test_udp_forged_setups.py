@@ -16,6 +16,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from udp_helpers import Collector, UdpDrivers, allocated_counters, counters_of, free_udp_port, publish_checked
 
 from driver.client import Aeron
@@ -226,3 +227,21 @@ def test_setup_flood_from_many_sources_is_capped_and_a_legit_publisher_connects(
         )
         publish_checked(legit, [(subscription, collector)], 50, 64, start_seq=100)
         assert legit_image.session_id == legit.session_id
+
+
+@pytest.mark.parametrize("term_length", [64 * 1024, 1024 * 1024])
+def test_image_logs_over_the_threshold_are_sparse(udp: UdpDrivers, term_length: int) -> None:
+    driver = udp.embedded("sub", receiver_sparse_image_threshold=MIB)
+    client = udp.client(driver.aeron_dir)
+    port = free_udp_port()
+    subscription = _subscribe(client, port)
+    with _sender("127.0.0.4") as sock:
+        sock.sendto(_setup(0x4000, term_length), ("127.0.0.1", port))
+        [image] = wait_for_image(subscription)  # type: ignore[arg-type]
+    path = Path(driver.aeron_dir) / "images" / f"{image.correlation_id}.logbuffer"
+    stat = path.stat()
+    allocated = stat.st_blocks * 512
+    if stat.st_size > MIB:
+        assert allocated < stat.st_size // 4, (allocated, stat.st_size)  # only what was written (metadata)
+    else:
+        assert allocated >= stat.st_size, (allocated, stat.st_size)
