@@ -128,6 +128,9 @@ class NetworkResources:
         # Endpoints handed to the sender or receiver to close: still open until they answer, so
         # a shutdown in between closes them here rather than leaking their sockets.
         self._closing: set[SendChannelEndpoint | ReceiveChannelEndpoint] = set()
+        # Publications and images the conductor asked the sender or receiver to let go of: still held (log,
+        # counters, session id) until they answer, and freed here if the driver shuts down first.
+        self._tearing_down: set[NetworkPublication | PublicationImage] = set()
         self.publications: list[NetworkPublication] = []
         self.images: list[PublicationImage] = []
         # Publisher limits follow sender positions: after a change of publications or receivers all of them
@@ -419,7 +422,7 @@ class NetworkResources:
                 counter.close()
 
         def done() -> None:
-            conductor.conductor_command(close_released)
+            conductor.after_teardown(close_released)
 
         conductor.receiver_command(functools.partial(conductor.receiver.on_update_subscribers, image, positions, done))
 
@@ -645,11 +648,12 @@ class NetworkResources:
                 conductor.sender_command(functools.partial(conductor.sender.wake, publication))
             if publication.state is NetworkPublicationState.DONE and publication in self.publications:
                 self.publications.remove(publication)
+                self._tearing_down.add(publication)
                 self._publications_changes += 1
                 endpoint = publication.endpoint
                 assert isinstance(endpoint, SendChannelEndpoint)
                 done = functools.partial(
-                    conductor.conductor_command, functools.partial(self._close_publication, publication)
+                    conductor.after_teardown, functools.partial(self._close_publication, publication)
                 )
                 conductor.sender_command(
                     functools.partial(conductor.sender.on_remove_publication, publication, endpoint, done)
@@ -659,7 +663,8 @@ class NetworkResources:
                 self._on_image_inactive(image)
             elif image.state is ImageState.DONE and image in self.images:
                 self.images.remove(image)
-                done = functools.partial(conductor.conductor_command, functools.partial(self._close_image, image))
+                self._tearing_down.add(image)
+                done = functools.partial(conductor.after_teardown, functools.partial(self._close_image, image))
                 conductor.receiver_command(
                     functools.partial(conductor.receiver.on_remove_image, image.endpoint, image, done)
                 )
@@ -677,6 +682,7 @@ class NetworkResources:
 
     def _close_publication(self, publication: NetworkPublication) -> None:
         conductor = self._conductor
+        self._tearing_down.discard(publication)
         conductor.release_session_id(publication.session_id)
         publication.close()
         conductor.delete_file(publication.log.path)
@@ -690,10 +696,11 @@ class NetworkResources:
         conductor = self._conductor
         self.send_endpoints.pop(endpoint.channel.canonical_form, None)
         self._closing.add(endpoint)
-        done = functools.partial(conductor.conductor_command, functools.partial(self._closed, endpoint))
+        done = functools.partial(conductor.after_teardown, functools.partial(self._closed, endpoint))
         conductor.sender_command(functools.partial(conductor.sender.on_close_endpoint, endpoint, done))
 
     def _close_image(self, image: PublicationImage) -> None:
+        self._tearing_down.discard(image)
         image.close()
         self._conductor.delete_file(image.log.path)
         self._maybe_close_receive_endpoint(image.endpoint)
@@ -706,7 +713,7 @@ class NetworkResources:
         conductor = self._conductor
         del self.receive_endpoints[endpoint.channel.canonical_form]
         self._closing.add(endpoint)
-        done = functools.partial(conductor.conductor_command, functools.partial(self._closed, endpoint))
+        done = functools.partial(conductor.after_teardown, functools.partial(self._closed, endpoint))
         conductor.receiver_command(functools.partial(conductor.receiver.on_close_endpoint, endpoint, done))
 
     def _closed(self, endpoint: SendChannelEndpoint | ReceiveChannelEndpoint) -> None:
@@ -727,6 +734,9 @@ class NetworkResources:
         for endpoint in self._closing:
             endpoint.close()
         self._closing.clear()
+        for resource in self._tearing_down:
+            resource.close()
+        self._tearing_down.clear()
         self.publications.clear()
         self._publications_changes += 1
         self.images.clear()
