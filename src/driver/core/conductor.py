@@ -776,6 +776,7 @@ class DriverConductor:
                 _int_param(uri, "max-images-per-source", ctx.receiver_max_images_per_source),
                 ctx.receiver_max_images_per_source,
             ),
+            sparse=uri.get("sparse") == "true",
         )
         if udp is not None:
             self.subscription_links.append(sub)

@@ -75,6 +75,7 @@ class SubscriptionLink:
         "positions",
         "registration_id",
         "session_id",
+        "sparse",
         "stream_id",
     )
 
@@ -89,6 +90,7 @@ class SubscriptionLink:
         max_term_length: int = 1 << 30,
         max_images: int = 1 << 31,
         max_images_per_source: int = 1 << 31,
+        sparse: bool = False,
     ) -> None:
         self.registration_id = registration_id
         self.client = client
@@ -101,6 +103,8 @@ class SubscriptionLink:
         self.max_term_length = max_term_length
         self.max_images = max_images
         self.max_images_per_source = max_images_per_source
+        self.sparse = sparse
+        """``sparse=true`` on the channel: its images' logs are sparse whatever their length."""
 
     def matches(self, publication: IpcPublication) -> bool:
         return (

@@ -503,9 +503,12 @@ class NetworkResources:
         correlation_id = conductor.next_correlation_id()
         path = self._images_dir / f"{correlation_id}.logbuffer"
         channel_text = links[0].channel
-        # A long log is sparse: its pages cost memory only as data fills them, not when a SETUP asks.
+        # A long log is sparse: its pages cost memory only as data fills them, not when a SETUP asks. So is
+        # any log a subscription asks to be (sparse=true: a handshake stream, whose images cost nothing until
+        # a peer proves itself).
         sparse = (
             self._ctx.term_buffer_sparse_file
+            or any(link.sparse for link in links)
             or lbd.compute_log_length(term_length, self._ctx.file_page_size) > self._ctx.receiver_sparse_image_threshold
         )
         log = LogBuffers.create(path, term_length, self._ctx.file_page_size, sparse=sparse)
