@@ -14,6 +14,15 @@ clients need; "15" for Aeron 1.15.x clients and tools, which accept nothing
 else), ``aeron.driver.termination.validator`` (today's TERMINATE_DRIVER command:
 "deny", the default, "allow", or "token:<text>" to accept that token only) and
 ``aeron.dir.delete.on.shutdown`` (later Aeron properties; 1.15.1 has neither).
+
+Bounds on what a packet from the network can make the driver allocate (our own;
+Aeron has none of them): ``aeron.receiver.max.term.length`` (the longest term a
+SETUP may ask an image for), ``aeron.receiver.max.images.per.subscription`` and
+``aeron.receiver.max.images.per.source`` (images one subscription holds, in all
+and from one source address), and ``aeron.receiver.sparse.image.threshold``
+(image logs longer than this are sparse: their pages cost memory only once data
+fills them). ``aeron.driver.command.queue.capacity`` bounds each queue between
+the driver's agents.
 """
 
 from __future__ import annotations
@@ -320,6 +329,27 @@ class DriverContext:
     term_buffer_sparse_file: bool = attrs.field(
         default=False, metadata=_meta("aeron.term.buffer.sparse.file", _Kind.BOOL)
     )
+    receiver_max_term_length: int = attrs.field(
+        default=16 * _MIB, metadata=_meta("aeron.receiver.max.term.length", _Kind.SIZE)
+    )
+    """The longest term a SETUP may ask for (an image's log is three terms); a subscription can ask for less
+    with ``max-term-length``. 16 MiB is Aeron's default term length, so default publishers connect."""
+    receiver_max_images_per_subscription: int = attrs.field(
+        default=1024, metadata=_meta("aeron.receiver.max.images.per.subscription", _Kind.INT)
+    )
+    """Images one subscription holds at most (a subscription can ask for fewer with ``max-images``)."""
+    receiver_max_images_per_source: int = attrs.field(
+        default=64, metadata=_meta("aeron.receiver.max.images.per.source", _Kind.INT)
+    )
+    """Images one subscription holds at most from one source address (``max-images-per-source``)."""
+    receiver_sparse_image_threshold: int = attrs.field(
+        default=_MIB, metadata=_meta("aeron.receiver.sparse.image.threshold", _Kind.SIZE)
+    )
+    """Image logs longer than this are created sparse (no page allocated until data is written to it)."""
+    command_queue_capacity: int = attrs.field(
+        default=1024, metadata=_meta("aeron.driver.command.queue.capacity", _Kind.INT)
+    )
+    """Commands each queue between the driver's agents holds; the conductor keeps what does not fit."""
     perform_storage_checks: bool = attrs.field(default=True, metadata=_meta("aeron.perform.storage.checks", _Kind.BOOL))
     low_file_store_warning_threshold: int = attrs.field(
         default=160 * _MIB, metadata=_meta("aeron.low.file.store.warning.threshold", _Kind.SIZE)
@@ -521,6 +551,11 @@ class DriverContext:
         if self.ipc_term_buffer_length != 0:
             c.power_of_two("ipc_term_buffer_length", _TERM_MIN_LENGTH, _TERM_MAX_LENGTH)
         c.int_range("low_file_store_warning_threshold", 0, (1 << 63) - 1)
+        c.power_of_two("receiver_max_term_length", _TERM_MIN_LENGTH, _TERM_MAX_LENGTH)
+        c.int_range("receiver_max_images_per_subscription", 1, _INT32_MAX)
+        c.int_range("receiver_max_images_per_source", 1, _INT32_MAX)
+        c.int_range("receiver_sparse_image_threshold", 0, (1 << 63) - 1)
+        c.int_range("command_queue_capacity", 1, 1 << 24)
         c.mtu("mtu_length")
         c.mtu("ipc_mtu_length")
         c.power_of_two("file_page_size", _PAGE_MIN_SIZE, _PAGE_MAX_SIZE)

@@ -11,6 +11,10 @@ whoever reads it, :meth:`ChannelUri.parse` also checks every parameter it knows
 (those of 1.15.1 and of today's Aeron) for type and range, so a bad channel
 fails at once with an :class:`~driver.errors.InvalidChannelError` naming the
 parameter. Parameters it does not know are kept and ignored, as Aeron does.
+Three are ours, for subscriptions: ``max-term-length`` (the longest term a
+publisher's SETUP may ask this subscription's images for), ``max-images`` and
+``max-images-per-source`` (images the subscription holds, in all and from one
+source address); each can only tighten the driver's setting of the same name.
 Sizes take Agrona's ``k``/``m``/``g`` suffixes (:func:`parse_size`) and durations
 ``ns``/``us``/``ms``/``s`` (:func:`parse_duration_ns`, plain numbers are ns).
 """
@@ -45,8 +49,11 @@ __all__ = [
     "IPC_MEDIA",
     "KNOWN_PARAMS",
     "LINGER_PARAM_NAME",
+    "MAX_IMAGES_PARAM_NAME",
+    "MAX_IMAGES_PER_SOURCE_PARAM_NAME",
     "MAX_RESEND_MAX",
     "MAX_RESEND_PARAM_NAME",
+    "MAX_TERM_LENGTH_PARAM_NAME",
     "MAX_UDP_PAYLOAD_LENGTH",
     "MAX_URI_LENGTH",
     "MDC_CONTROL_MODE_PARAM_NAME",
@@ -139,6 +146,10 @@ UNTETHERED_LINGER_TIMEOUT_PARAM_NAME = "untethered-linger-timeout"
 UNTETHERED_RESTING_TIMEOUT_PARAM_NAME = "untethered-resting-timeout"
 MAX_RESEND_PARAM_NAME = "max-resend"
 STREAM_ID_PARAM_NAME = "stream-id"
+# Ours (a subscription's bounds on what publishers may make it hold; each only tightens the driver's setting):
+MAX_TERM_LENGTH_PARAM_NAME = "max-term-length"
+MAX_IMAGES_PARAM_NAME = "max-images"
+MAX_IMAGES_PER_SOURCE_PARAM_NAME = "max-images-per-source"
 
 CONTROL_MODE_MANUAL = "manual"
 CONTROL_MODE_DYNAMIC = "dynamic"
@@ -352,6 +363,10 @@ def _check_max_resend(key: str, value: str) -> None:
     _int_in(key, value, 1, MAX_RESEND_MAX)
 
 
+def _check_count(key: str, value: str) -> None:
+    _int_in(key, value, 1, _INT32_MAX)
+
+
 def _accept(key: str, value: str) -> None:
     pass
 
@@ -398,6 +413,9 @@ _VALIDATORS: dict[str, _Validator] = {
     UNTETHERED_RESTING_TIMEOUT_PARAM_NAME: _check_duration,
     MAX_RESEND_PARAM_NAME: _check_max_resend,
     STREAM_ID_PARAM_NAME: _check_int32,
+    MAX_TERM_LENGTH_PARAM_NAME: _check_term_length,
+    MAX_IMAGES_PARAM_NAME: _check_count,
+    MAX_IMAGES_PER_SOURCE_PARAM_NAME: _check_count,
 }
 
 KNOWN_PARAMS: frozenset[str] = frozenset(_VALIDATORS)

@@ -149,7 +149,7 @@ class Client(EndPoint[ClientConfiguration]):
                 try:
                     reply, publication = await add_pair(
                         aeron,
-                        (udp_channel(f"{bracket(local_ip)}:{local_port}"), REPLY_STREAM_ID),
+                        (udp_channel(f"{bracket(local_ip)}:{local_port}", max_term_length=65536), REPLY_STREAM_ID),
                         (udp_channel(f"{bracket(ip)}:{port}", term_length=65536), HANDSHAKE_STREAM_ID),
                     )
                 except RegistrationError as exc:
@@ -244,7 +244,13 @@ class Client(EndPoint[ClientConfiguration]):
             assert route.local is not None
             server = f"{bracket(route.server[0])}:{route.server[1]}"
             pub_channel = data_channel(server, session_in, int(grant["term_length"]), int(grant["mtu"]))
-            sub_channel = data_channel(f"{bracket(route.local[0])}:{route.local[1]}", session_out, None, None)
+            sub_channel = data_channel(
+                f"{bracket(route.local[0])}:{route.local[1]}",
+                session_out,
+                None,
+                None,
+                max_term_length=int(grant["term_length"]),
+            )
             remote = f"{route.server[0]}:{route.server[1]}"
         subscription, publication = await add_pair(aeron, (sub_channel, stream_out), (pub_channel, stream_in))
         connection = Connection(

@@ -164,7 +164,9 @@ class Server(EndPoint[ServerConfiguration]):
         cfg = self.config
         aeron = self._aeron()
         if cfg.enable_udp:
-            channel = udp_channel(f"{bracket(cfg.listen_address)}:{cfg.port}")
+            # Clients' handshake publications use 64 KiB terms: a SETUP asking for more makes no image here, and
+            # the images it makes are sparse (a forged SETUP costs the log's metadata page, not its terms).
+            channel = udp_channel(f"{bracket(cfg.listen_address)}:{cfg.port}", max_term_length=65536) + "|sparse=true"
             try:
                 self._udp_handshake = await aeron.add_subscription_async(channel, HANDSHAKE_STREAM_ID)
             except Exception as exc:
@@ -348,7 +350,9 @@ class Server(EndPoint[ServerConfiguration]):
                 sub_channel = data_channel(None, session_in, cfg.ipc_term_length, None)
                 pub_channel = data_channel(None, session_out, cfg.ipc_term_length, None)
             else:
-                sub_channel = data_channel(f"{bracket(cfg.listen_address)}:{cfg.port}", session_in, None, None)
+                sub_channel = data_channel(
+                    f"{bracket(cfg.listen_address)}:{cfg.port}", session_in, None, None, max_term_length=cfg.term_length
+                )
                 pub_channel = data_channel(f"{bracket(address)}:{port}", session_out, cfg.term_length, cfg.mtu)
             # The reply route and the connection's two streams at once (three driver round trips in parallel).
             # Our stream's SETUP reaches the client before it subscribes (after reading the grant); its driver

@@ -36,17 +36,31 @@ def bracket(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def udp_channel(endpoint: str, *, term_length: int | None = None, mtu: int | None = None) -> str:
+def udp_channel(
+    endpoint: str, *, term_length: int | None = None, mtu: int | None = None, max_term_length: int | None = None
+) -> str:
+    """``max_term_length`` (subscriptions): the longest term a publisher may make the driver hold an image of;
+    a subscription asks only for what its peers use, so a forged SETUP cannot make it map more."""
     params = [f"endpoint={endpoint}"]
     if term_length is not None:
         params.append(f"term-length={term_length}")
     if mtu is not None:
         params.append(f"mtu={mtu}")
+    if max_term_length is not None:
+        params.append(f"max-term-length={max_term_length}")
     return "aeron:udp?" + "|".join(params)
 
 
-def data_channel(endpoint: str | None, session_id: int, term_length: int | None, mtu: int | None) -> str:
-    """A connection's stream: IPC when ``endpoint`` is None, else UDP to/at ``endpoint``; tagged with its session."""
+def data_channel(
+    endpoint: str | None,
+    session_id: int,
+    term_length: int | None,
+    mtu: int | None,
+    *,
+    max_term_length: int | None = None,
+) -> str:
+    """A connection's stream: IPC when ``endpoint`` is None, else UDP to/at ``endpoint``; tagged with its session.
+    ``max_term_length``: as for :func:`udp_channel` (UDP subscriptions)."""
     params = [f"session-id={session_id}"]
     if endpoint is not None:
         params.insert(0, f"endpoint={endpoint}")
@@ -54,6 +68,8 @@ def data_channel(endpoint: str | None, session_id: int, term_length: int | None,
         params.append(f"term-length={term_length}")
     if mtu is not None:
         params.append(f"mtu={mtu}")
+    if max_term_length is not None and endpoint is not None:
+        params.append(f"max-term-length={max_term_length}")
     return ("aeron:ipc?" if endpoint is None else "aeron:udp?") + "|".join(params)
 
 

@@ -40,7 +40,8 @@ import pytest
 from driver.client import Aeron, FragmentAssembler, Header, Publication
 from driver.cnc import CncFile
 from driver.concurrent.counters import CountersReader
-from driver.concurrent.system_counters import SystemCounterId
+from driver.concurrent.error_log import read_error_log
+from driver.concurrent.system_counters import DriverSystemCounterId, SystemCounterId
 from support.aeron_java import AeronJava, JavaMediaDriver, PropValue, start_java_media_driver
 from support.driver_process import DriverProcess
 from support.waiting import execute_until
@@ -267,6 +268,46 @@ def test_java_basic_publisher_to_our_subscriber(
             description="the drained image to go",
         )
     assert received == [f"Hello World! {i}" for i in offered]
+
+
+def driver_counter_by_label(aeron_dir: Path, label: str) -> int:
+    with CncFile.map_existing(aeron_dir, timeout_s=5.0) as cnc:
+        reader = CountersReader(cnc.counters_metadata_buffer, cnc.counters_values_buffer)
+        ids: dict[str, int] = {}
+        reader.for_each(lambda cid, type_id, key, text: ids.setdefault(text, cid))
+        return reader.get_counter_value(ids[label])
+
+
+@pytest.mark.slow
+def test_java_publisher_beyond_our_term_limit_is_refused_and_one_within_connects(
+    aeron_java: AeronJava, start_drivers: StartDrivers
+) -> None:
+    """A real 1.15.1 publisher asking for a longer term than our subscription allows gets no image (refused,
+    counted, the reason in our error log); one within the limit connects as before."""
+    drivers: Drivers = start_drivers(None)
+    port = free_udp_port()
+    refused_label = DriverSystemCounterId.IMAGES_REFUSED_TERM_LENGTH.label
+    with Aeron.connect(aeron_dir=drivers.ours.aeron_dir) as aeron:
+        subscription = aeron.add_subscription(f"{udp_channel(port)}|max-term-length=64k", STREAM_ID)
+        too_long = sample_props(
+            drivers.java.aeron_dir, f"{udp_channel(port)}|term-length=128k", **{"aeron.sample.messages": 2}
+        )
+        published = aeron_java.run("io.aeron.samples.BasicPublisher", props=too_long, timeout_s=60)
+        assert published.returncode == 0, published.stdout + published.stderr
+        assert "yay!" not in published.stdout  # never connected
+        assert driver_counter_by_label(drivers.ours.aeron_dir, refused_label) >= 1
+        assert subscription.images == ()
+        with CncFile.map_existing(drivers.ours.aeron_dir, timeout_s=5.0) as cnc:
+            errors = [e.text for e in read_error_log(cnc.error_log_buffer)]
+        assert any("term longer than the subscription allows (limit 65536)" in e for e in errors), errors
+        assert not list((drivers.ours.aeron_dir / "images").iterdir())
+
+        within = sample_props(
+            drivers.java.aeron_dir, f"{udp_channel(port)}|term-length=64k", **{"aeron.sample.messages": 3}
+        )
+        published = aeron_java.run("io.aeron.samples.BasicPublisher", props=within, timeout_s=60)
+        assert published.returncode == 0, published.stdout + published.stderr
+        assert re.findall(r"Offering \d+/3 - yay!", published.stdout), published.stdout
 
 
 # ---------------------------------------------------------------- we publish, Java subscribes

@@ -67,6 +67,7 @@ __all__ = [
     "SUBSCRIBER_POSITION_TYPE_ID",
     "SYSTEM_COUNTER_TYPE_ID",
     "CurrentSystemCounterId",
+    "DriverSystemCounterId",
     "SystemCounterId",
     "SystemCounters",
     "allocate_channel_status",
@@ -244,6 +245,30 @@ _CURRENT_SYSTEM_COUNTER_LABELS: dict[CurrentSystemCounterId, str] = {
     CurrentSystemCounterId.NATIVE_RESOURCE_AGENT_PROXY_FAILS: "Failed offers to NativeResourceAgentProxy",
 }
 
+
+class DriverSystemCounterId(enum.IntEnum):
+    """Counters of this driver only, after the generation's own (their ids differ by generation: find them by
+    label, or ask :meth:`SystemCounters.id_of`). Each counts one cause of refused work."""
+
+    IMAGES_REFUSED_INVALID_SETUP = 0
+    IMAGES_REFUSED_TERM_LENGTH = 1
+    IMAGES_REFUSED_SUBSCRIPTION_LIMIT = 2
+    IMAGES_REFUSED_SOURCE_LIMIT = 3
+    AGENT_COMMANDS_DEFERRED = 4
+
+    @property
+    def label(self) -> str:
+        return _DRIVER_SYSTEM_COUNTER_LABELS[self]
+
+
+_DRIVER_SYSTEM_COUNTER_LABELS: dict[DriverSystemCounterId, str] = {
+    DriverSystemCounterId.IMAGES_REFUSED_INVALID_SETUP: "Images refused: invalid SETUP",
+    DriverSystemCounterId.IMAGES_REFUSED_TERM_LENGTH: "Images refused: term length over the subscription's limit",
+    DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT: "Images refused: images per subscription limit",
+    DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT: "Images refused: images per source address limit",
+    DriverSystemCounterId.AGENT_COMMANDS_DEFERRED: "Agent commands deferred: queue full",
+}
+
 CONTROL_PROTOCOL_VERSION = (1 << 16) | (0 << 8) | 0
 """Today's client-driver protocol version (SemanticVersion 1.0.0), read by today's clients from counter 43."""
 
@@ -253,31 +278,41 @@ class SystemCounters:
 
     Each value slot carries its id as registration id and -1 as owner, as today's
     drivers write them (today's clients find counter 43 by that registration id).
-    With ``current`` the counters today's Aeron added follow 1.15.1's.
+    With ``current`` the counters today's Aeron added follow 1.15.1's; this driver's own
+    (:class:`DriverSystemCounterId`) come last, keyed by their counter id.
     """
 
     def __init__(self, manager: CountersManager, current: bool = False) -> None:
         self._counters: list[AtomicCounter] = []
-        ids: list[SystemCounterId | CurrentSystemCounterId] = list(SystemCounterId)
+        ids: list[SystemCounterId | CurrentSystemCounterId | DriverSystemCounterId] = list(SystemCounterId)
         if current:
             ids.extend(CurrentSystemCounterId)
-        for counter_id in ids:
+        self._driver_base = len(ids)
+        ids.extend(DriverSystemCounterId)
+        for index, counter_id in enumerate(ids):
             allocated = manager.allocate(
                 counter_id.label,
                 SYSTEM_COUNTER_TYPE_ID,
-                _INT32.pack(counter_id),
-                registration_id=int(counter_id),
+                _INT32.pack(index),
+                registration_id=index,
                 owner_id=-1,
             )
             self._counters.append(AtomicCounter(manager.values_buffer, allocated, manager))
         if current:
             self._counters[CurrentSystemCounterId.CONTROL_PROTOCOL_VERSION].set_ordered(CONTROL_PROTOCOL_VERSION)
 
-    def get(self, counter_id: SystemCounterId | CurrentSystemCounterId) -> AtomicCounter:
-        return self._counters[counter_id]
+    def id_of(self, counter_id: SystemCounterId | CurrentSystemCounterId | DriverSystemCounterId) -> int:
+        if isinstance(counter_id, DriverSystemCounterId):
+            return self._driver_base + int(counter_id)
+        return int(counter_id)
 
-    def __getitem__(self, counter_id: SystemCounterId | CurrentSystemCounterId) -> AtomicCounter:
-        return self._counters[counter_id]
+    def get(self, counter_id: SystemCounterId | CurrentSystemCounterId | DriverSystemCounterId) -> AtomicCounter:
+        return self._counters[self.id_of(counter_id)]
+
+    def __getitem__(
+        self, counter_id: SystemCounterId | CurrentSystemCounterId | DriverSystemCounterId
+    ) -> AtomicCounter:
+        return self.get(counter_id)
 
     def __len__(self) -> int:
         return len(self._counters)

@@ -51,6 +51,7 @@ from driver.concurrent.system_counters import (
     PUBLISHER_POS_TYPE_ID,
     SUBSCRIBER_POSITION_NAME,
     SUBSCRIBER_POSITION_TYPE_ID,
+    DriverSystemCounterId,
     SystemCounterId,
     SystemCounters,
     allocate_client_heartbeat,
@@ -61,7 +62,7 @@ from driver.core.ipc_publication import IpcPublication, PublicationState, Subscr
 from driver.core.links import ClientSession, CounterLink, PublicationLink, SubscriptionLink
 from driver.core.network import NetworkResources
 from driver.core.network_publication import NetworkPublication
-from driver.core.proxies import CommandQueue
+from driver.core.proxies import Backlog, CommandQueue
 from driver.core.publication_image import PublicationImage
 from driver.core.receiver import Receiver
 from driver.core.sender import Sender
@@ -143,7 +144,7 @@ def _int_param(uri: ChannelUri, name: str, default: int) -> int:
     value = uri.get(name)
     if value is None:
         return default
-    return parse_size(value) if name in ("term-length", "mtu") else int(value)
+    return parse_size(value) if name in ("term-length", "mtu", "max-term-length") else int(value)
 
 
 class DriverConductor:
@@ -183,11 +184,17 @@ class DriverConductor:
         self._unblocked_commands = self.system_counters.get(SystemCounterId.UNBLOCKED_COMMANDS)
         self._external_error_handler = error_handler
         sc = self.system_counters
-        self._conductor_queue = CommandQueue(sc.get(SystemCounterId.CONDUCTOR_PROXY_FAILS))
+        capacity = ctx.command_queue_capacity
+        self._conductor_queue = CommandQueue(sc.get(SystemCounterId.CONDUCTOR_PROXY_FAILS), capacity)
         self.sender = Sender(
-            self._nano_clock, CommandQueue(sc.get(SystemCounterId.SENDER_PROXY_FAILS)), ctx.send_to_status_poll_ratio
+            self._nano_clock,
+            CommandQueue(sc.get(SystemCounterId.SENDER_PROXY_FAILS), capacity),
+            ctx.send_to_status_poll_ratio,
         )
-        self.receiver = Receiver(self._nano_clock, CommandQueue(sc.get(SystemCounterId.RECEIVER_PROXY_FAILS)))
+        self.receiver = Receiver(self._nano_clock, CommandQueue(sc.get(SystemCounterId.RECEIVER_PROXY_FAILS), capacity))
+        deferred = sc.get(DriverSystemCounterId.AGENT_COMMANDS_DEFERRED)
+        self._to_sender = Backlog(self.sender.commands, deferred)
+        self._to_receiver = Backlog(self.receiver.commands, deferred)
         self.loss_observer: Callable[[PublicationImage, int, int], None] | None = None
         self.clients: dict[int, ClientSession] = {}
         self.ipc_publications: list[IpcPublication] = []
@@ -256,18 +263,25 @@ class DriverConductor:
             bool(self._conductor_queue)
             or bool(self.sender.commands)
             or bool(self.receiver.commands)
+            or bool(self._to_sender)
+            or bool(self._to_receiver)
             or self.has_unread_commands()
         )
 
     def do_work(self) -> int:
-        # Commands first: after a stall (the process descheduled, the machine loaded), keepalives
-        # already waiting in the ring count before liveness is judged.
-        work = self._to_driver.read(self._on_command, COMMAND_LIMIT)
-        if self._keepalives:
-            # A keepalive needs no follow-up: it must not keep an otherwise idle driver spinning.
-            work -= self._keepalives
-            self._keepalives = 0
-        self.commands_handled += work
+        # What a full sender or receiver queue did not take goes first, in order. While some still waits,
+        # no new client command is read: the to-driver ring holds them, and back-pressures the clients.
+        work = self._to_sender.flush() + self._to_receiver.flush()
+        if not (self._to_sender or self._to_receiver):
+            # Commands first: after a stall (the process descheduled, the machine loaded), keepalives
+            # already waiting in the ring count before liveness is judged.
+            read = self._to_driver.read(self._on_command, COMMAND_LIMIT)
+            if self._keepalives:
+                # A keepalive needs no follow-up: it must not keep an otherwise idle driver spinning.
+                read -= self._keepalives
+                self._keepalives = 0
+            self.commands_handled += read
+            work += read
         work += self._conductor_queue.drain()
         now_ns = self._nano_clock.nano_time()
         if now_ns >= self._timer_deadline_ns:
@@ -322,11 +336,13 @@ class DriverConductor:
     def next_correlation_id(self) -> int:
         return self._to_driver.next_correlation_id()
 
-    def sender_command(self, command: Callable[[], None]) -> None:
-        self.sender.commands.offer(command)
+    def sender_command(self, command: Callable[[], object]) -> None:
+        """Hand the sender work; if its queue is full the command waits in order and is offered again."""
+        self._to_sender.send(command)
 
-    def receiver_command(self, command: Callable[[], None]) -> None:
-        self.receiver.commands.offer(command)
+    def receiver_command(self, command: Callable[[], object]) -> None:
+        """Hand the receiver work; if its queue is full the command waits in order and is offered again."""
+        self._to_receiver.send(command)
 
     def on_channel_endpoint_error(self, error: ChannelEndpointError) -> None:
         """A send or receive failed on an open endpoint: mark it ERRORED and tell the clients (once a second)."""
@@ -342,9 +358,15 @@ class DriverConductor:
             AtomicCounter(self.counters.values_buffer, status_id).set_ordered(CHANNEL_STATUS_ERRORED)
         self.client_proxy.on_error(status_id, ErrorCode.CHANNEL_ENDPOINT_ERROR, str(error))
 
-    def conductor_command(self, command: Callable[[], None]) -> None:
-        """Queue work for the conductor's own thread (from the sender or receiver)."""
-        self._conductor_queue.offer(command)
+    def conductor_command(self, command: Callable[[], object]) -> bool:
+        """Queue work for the conductor's own thread (from the sender or receiver); False if the queue is full
+        (counted): for work the network asks for, which the next packet asks for again."""
+        return self._conductor_queue.offer(command)
+
+    def after_teardown(self, command: Callable[[], object]) -> None:
+        """Sender or receiver: the conductor's part of a teardown they finished (free the log, counters, session
+        id); never refused, so nothing is forgotten before its teardown ran and nothing torn down is leaked."""
+        self._conductor_queue.put(command)
 
     def release_session_id(self, session_id: int) -> None:
         self._active_session_ids.discard(session_id)
@@ -736,12 +758,25 @@ class DriverConductor:
         uri, udp = self._parse(msg.channel)
         session = uri.get("session-id")
         client = self._client(msg.client_id)
+        ctx = self._ctx
         sub = SubscriptionLink(
             msg.correlation_id,
             client,
             msg.channel,
             msg.stream_id,
             int(session.removeprefix("tag:")) if session else None,
+            max_term_length=min(
+                _int_param(uri, "max-term-length", ctx.receiver_max_term_length), ctx.receiver_max_term_length
+            ),
+            max_images=min(
+                _int_param(uri, "max-images", ctx.receiver_max_images_per_subscription),
+                ctx.receiver_max_images_per_subscription,
+            ),
+            max_images_per_source=min(
+                _int_param(uri, "max-images-per-source", ctx.receiver_max_images_per_source),
+                ctx.receiver_max_images_per_source,
+            ),
+            sparse=uri.get("sparse") == "true",
         )
         if udp is not None:
             self.subscription_links.append(sub)

@@ -65,10 +65,32 @@ class PublicationLink:
 class SubscriptionLink:
     """A client's subscription to a channel and stream, and its positions in matching logs."""
 
-    __slots__ = ("channel", "client", "endpoint", "positions", "registration_id", "session_id", "stream_id")
+    __slots__ = (
+        "channel",
+        "client",
+        "endpoint",
+        "max_images",
+        "max_images_per_source",
+        "max_term_length",
+        "positions",
+        "registration_id",
+        "session_id",
+        "sparse",
+        "stream_id",
+    )
 
     def __init__(
-        self, registration_id: int, client: ClientSession, channel: str, stream_id: int, session_id: int | None
+        self,
+        registration_id: int,
+        client: ClientSession,
+        channel: str,
+        stream_id: int,
+        session_id: int | None,
+        *,
+        max_term_length: int = 1 << 30,
+        max_images: int = 1 << 31,
+        max_images_per_source: int = 1 << 31,
+        sparse: bool = False,
     ) -> None:
         self.registration_id = registration_id
         self.client = client
@@ -77,6 +99,12 @@ class SubscriptionLink:
         self.session_id = session_id
         self.positions: dict[int, SubscriberPosition] = {}
         self.endpoint: ReceiveChannelEndpoint | None = None  # network subscriptions only
+        # Network subscriptions: what a publisher's SETUP may make this subscription hold.
+        self.max_term_length = max_term_length
+        self.max_images = max_images
+        self.max_images_per_source = max_images_per_source
+        self.sparse = sparse
+        """``sparse=true`` on the channel: its images' logs are sparse whatever their length."""
 
     def matches(self, publication: IpcPublication) -> bool:
         return (

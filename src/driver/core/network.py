@@ -37,6 +37,7 @@ from driver.concurrent.system_counters import (
     SENDER_LIMIT_TYPE_ID,
     SENDER_POSITION_NAME,
     SENDER_POSITION_TYPE_ID,
+    DriverSystemCounterId,
     SystemCounterId,
     allocate_channel_status,
 )
@@ -72,6 +73,18 @@ if TYPE_CHECKING:
 __all__ = ["NetworkResources"]
 
 NULL_VALUE = -1
+
+_REASONS = {
+    DriverSystemCounterId.IMAGES_REFUSED_INVALID_SETUP: (
+        "invalid SETUP (term length not a power of two in 64 KiB..1 GiB, term offset outside the term, "
+        "or mtu not a multiple of 32 in 32..65504)"
+    ),
+    DriverSystemCounterId.IMAGES_REFUSED_TERM_LENGTH: "SETUP asks for a term longer than the subscription allows",
+    DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT: "the subscription holds as many images as it may",
+    DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT: (
+        "the subscription holds as many images from this source address as it may"
+    ),
+}
 
 
 def _size_param(value: str | None, default: int) -> int:
@@ -115,6 +128,9 @@ class NetworkResources:
         # Endpoints handed to the sender or receiver to close: still open until they answer, so
         # a shutdown in between closes them here rather than leaking their sockets.
         self._closing: set[SendChannelEndpoint | ReceiveChannelEndpoint] = set()
+        # Publications and images the conductor asked the sender or receiver to let go of: still held (log,
+        # counters, session id) until they answer, and freed here if the driver shuts down first.
+        self._tearing_down: set[NetworkPublication | PublicationImage] = set()
         self.publications: list[NetworkPublication] = []
         self.images: list[PublicationImage] = []
         # Publisher limits follow sender positions: after a change of publications or receivers all of them
@@ -325,8 +341,46 @@ class NetworkResources:
         conductor.receiver_command(functools.partial(conductor.receiver.on_add_subscription, endpoint, link.stream_id))
         for image in self.images:
             if image.state is ImageState.ACTIVE and self._matches(link, image):
-                self._link_image(link, image)
+                cause = self._refusal(link, image.term_length, image.source_address)
+                if cause is None:
+                    self._link_image(link, image)
+                else:
+                    self._refuse(link, cause)
         return endpoint
+
+    def _refusal(self, link: SubscriptionLink, term_length: int, source: Address) -> DriverSystemCounterId | None:
+        """Why ``link`` may not take an image of ``term_length`` from ``source``, or None if it may."""
+        if term_length > link.max_term_length:
+            return DriverSystemCounterId.IMAGES_REFUSED_TERM_LENGTH
+        positions = link.positions
+        if len(positions) >= link.max_images:
+            return DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT
+        if len(positions) >= link.max_images_per_source:
+            host = source[0]
+            from_source = sum(
+                1
+                for p in positions.values()
+                if isinstance(p.publication, PublicationImage) and p.publication.source_address[0] == host
+            )
+            if from_source >= link.max_images_per_source:
+                return DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT
+        return None
+
+    def _refuse(self, link: SubscriptionLink | None, cause: DriverSystemCounterId, channel: str = "") -> None:
+        """Count a refused image by its cause; its reason goes to the distinct error log in words that stay the
+        same whatever the packet (no session id, address or offered value), so a flood is one entry."""
+        self._conductor.system_counters.get(cause).increment()
+        if link is not None:
+            channel = link.channel
+            limit = {
+                DriverSystemCounterId.IMAGES_REFUSED_TERM_LENGTH: link.max_term_length,
+                DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT: link.max_images,
+                DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT: link.max_images_per_source,
+            }.get(cause)
+            text = f"image refused on {channel} stream {link.stream_id}: {_REASONS[cause]} (limit {limit})"
+        else:
+            text = f"image refused on {channel}: {_REASONS[cause]}"
+        self._conductor.error_log.record(text)
 
     def _matches(self, link: SubscriptionLink, image: PublicationImage) -> bool:
         return (
@@ -368,7 +422,7 @@ class NetworkResources:
                 counter.close()
 
         def done() -> None:
-            conductor.conductor_command(close_released)
+            conductor.after_teardown(close_released)
 
         conductor.receiver_command(functools.partial(conductor.receiver.on_update_subscribers, image, positions, done))
 
@@ -406,9 +460,10 @@ class NetworkResources:
 
     def _on_setup_from_receiver(
         self, endpoint: ReceiveChannelEndpoint, fields: tuple[int, ...], source: Address
-    ) -> None:
-        """Receiver thread: a SETUP for a subscribed stream; the conductor builds the image."""
-        self._conductor.conductor_command(functools.partial(self._create_image, endpoint, fields, source))
+    ) -> bool:
+        """Receiver thread: a SETUP for a subscribed stream; the conductor builds the image (False: its queue is
+        full, counted; the publisher repeats its SETUP)."""
+        return self._conductor.conductor_command(functools.partial(self._create_image, endpoint, fields, source))
 
     def _create_image(self, endpoint: ReceiveChannelEndpoint, fields: tuple[int, ...], source: Address) -> None:
         conductor = self._conductor
@@ -420,11 +475,26 @@ class NetworkResources:
             and link.stream_id == stream_id
             and (link.session_id is None or link.session_id == session_id)
         ]
-        try:
-            check_setup(term_offset, term_length, mtu)
-        except MalformedFrameError:
-            self._invalid_packets.increment()
-            links = []
+        if links and endpoint.channel.canonical_form in self.receive_endpoints:
+            try:
+                check_setup(term_offset, term_length, mtu)
+            except MalformedFrameError:
+                self._invalid_packets.increment()
+                self._refuse(None, DriverSystemCounterId.IMAGES_REFUSED_INVALID_SETUP, links[0].channel)
+                links = []
+            accepted = []
+            cause: DriverSystemCounterId | None = None
+            for link in links:
+                refusal = self._refusal(link, term_length, source)
+                if refusal is None:
+                    accepted.append(link)
+                elif cause is None:
+                    cause = refusal
+                    refused = link
+            if links and not accepted:
+                assert cause is not None
+                self._refuse(refused, cause)
+            links = accepted
         if not links or endpoint.channel.canonical_form not in self.receive_endpoints:
             conductor.receiver_command(
                 functools.partial(conductor.receiver.on_image_creation_failed, endpoint, session_id, stream_id)
@@ -433,7 +503,15 @@ class NetworkResources:
         correlation_id = conductor.next_correlation_id()
         path = self._images_dir / f"{correlation_id}.logbuffer"
         channel_text = links[0].channel
-        log = LogBuffers.create(path, term_length, self._ctx.file_page_size, sparse=self._ctx.term_buffer_sparse_file)
+        # A long log is sparse: its pages cost memory only as data fills them, not when a SETUP asks. So is
+        # any log a subscription asks to be (sparse=true: a handshake stream, whose images cost nothing until
+        # a peer proves itself).
+        sparse = (
+            self._ctx.term_buffer_sparse_file
+            or any(link.sparse for link in links)
+            or lbd.compute_log_length(term_length, self._ctx.file_page_size) > self._ctx.receiver_sparse_image_threshold
+        )
+        log = LogBuffers.create(path, term_length, self._ctx.file_page_size, sparse=sparse)
         lbd.initialize_image_metadata(
             log.metadata,
             session_id=session_id,
@@ -482,7 +560,7 @@ class NetworkResources:
                     group=multicast,
                     rejoin=uri.get("rejoin", "true") != "false",
                     reliable=is_reliable,
-                    sparse=self._ctx.term_buffer_sparse_file,
+                    sparse=sparse,
                     tether=uri.get("tether", "true") != "false",
                 ),
             )
@@ -573,11 +651,12 @@ class NetworkResources:
                 conductor.sender_command(functools.partial(conductor.sender.wake, publication))
             if publication.state is NetworkPublicationState.DONE and publication in self.publications:
                 self.publications.remove(publication)
+                self._tearing_down.add(publication)
                 self._publications_changes += 1
                 endpoint = publication.endpoint
                 assert isinstance(endpoint, SendChannelEndpoint)
                 done = functools.partial(
-                    conductor.conductor_command, functools.partial(self._close_publication, publication)
+                    conductor.after_teardown, functools.partial(self._close_publication, publication)
                 )
                 conductor.sender_command(
                     functools.partial(conductor.sender.on_remove_publication, publication, endpoint, done)
@@ -587,7 +666,8 @@ class NetworkResources:
                 self._on_image_inactive(image)
             elif image.state is ImageState.DONE and image in self.images:
                 self.images.remove(image)
-                done = functools.partial(conductor.conductor_command, functools.partial(self._close_image, image))
+                self._tearing_down.add(image)
+                done = functools.partial(conductor.after_teardown, functools.partial(self._close_image, image))
                 conductor.receiver_command(
                     functools.partial(conductor.receiver.on_remove_image, image.endpoint, image, done)
                 )
@@ -605,6 +685,7 @@ class NetworkResources:
 
     def _close_publication(self, publication: NetworkPublication) -> None:
         conductor = self._conductor
+        self._tearing_down.discard(publication)
         conductor.release_session_id(publication.session_id)
         publication.close()
         conductor.delete_file(publication.log.path)
@@ -618,10 +699,11 @@ class NetworkResources:
         conductor = self._conductor
         self.send_endpoints.pop(endpoint.channel.canonical_form, None)
         self._closing.add(endpoint)
-        done = functools.partial(conductor.conductor_command, functools.partial(self._closed, endpoint))
+        done = functools.partial(conductor.after_teardown, functools.partial(self._closed, endpoint))
         conductor.sender_command(functools.partial(conductor.sender.on_close_endpoint, endpoint, done))
 
     def _close_image(self, image: PublicationImage) -> None:
+        self._tearing_down.discard(image)
         image.close()
         self._conductor.delete_file(image.log.path)
         self._maybe_close_receive_endpoint(image.endpoint)
@@ -634,7 +716,7 @@ class NetworkResources:
         conductor = self._conductor
         del self.receive_endpoints[endpoint.channel.canonical_form]
         self._closing.add(endpoint)
-        done = functools.partial(conductor.conductor_command, functools.partial(self._closed, endpoint))
+        done = functools.partial(conductor.after_teardown, functools.partial(self._closed, endpoint))
         conductor.receiver_command(functools.partial(conductor.receiver.on_close_endpoint, endpoint, done))
 
     def _closed(self, endpoint: SendChannelEndpoint | ReceiveChannelEndpoint) -> None:
@@ -655,6 +737,9 @@ class NetworkResources:
         for endpoint in self._closing:
             endpoint.close()
         self._closing.clear()
+        for resource in self._tearing_down:
+            resource.close()
+        self._tearing_down.clear()
         self.publications.clear()
         self._publications_changes += 1
         self.images.clear()

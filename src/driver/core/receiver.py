@@ -131,7 +131,7 @@ class Receiver:
         endpoint.pending_setups.pop((session_id, stream_id), None)
 
     def on_update_subscribers(
-        self, image: PublicationImage, positions: tuple[AtomicCounter, ...], done: Callable[[], None]
+        self, image: PublicationImage, positions: tuple[AtomicCounter, ...], done: Callable[[], object]
     ) -> None:
         image.subscriber_positions = positions
         self._positions_stale = True
@@ -139,7 +139,7 @@ class Receiver:
         done()
 
     def on_remove_image(
-        self, endpoint: ReceiveChannelEndpoint, image: PublicationImage, done: Callable[[], None]
+        self, endpoint: ReceiveChannelEndpoint, image: PublicationImage, done: Callable[[], object]
     ) -> None:
         key = (image.session_id, image.stream_id)
         if endpoint.images.get(key) is image:
@@ -152,7 +152,7 @@ class Receiver:
         self._positions_stale = True
         done()
 
-    def on_close_endpoint(self, endpoint: ReceiveChannelEndpoint, done: Callable[[], None]) -> None:
+    def on_close_endpoint(self, endpoint: ReceiveChannelEndpoint, done: Callable[[], object]) -> None:
         if endpoint in self.endpoints:
             self.endpoints.remove(endpoint)
             self._ready.remove(endpoint)

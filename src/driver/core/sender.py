@@ -125,7 +125,7 @@ class Sender:
         publication.wake = functools.partial(self._agenda.wake, publication)
 
     def on_remove_publication(
-        self, publication: NetworkPublication, endpoint: SendChannelEndpoint, done: Callable[[], None]
+        self, publication: NetworkPublication, endpoint: SendChannelEndpoint, done: Callable[[], object]
     ) -> None:
         if publication in self.publications:
             self.publications.remove(publication)
@@ -141,7 +141,7 @@ class Sender:
         """Visit ``publication`` on the next cycle (the conductor changed its state, e.g. end of stream)."""
         self._agenda.wake(publication)
 
-    def on_close_endpoint(self, endpoint: SendChannelEndpoint, done: Callable[[], None]) -> None:
+    def on_close_endpoint(self, endpoint: SendChannelEndpoint, done: Callable[[], object]) -> None:
         if endpoint in self.endpoints:
             self.endpoints.remove(endpoint)
             self._ready.remove(endpoint)

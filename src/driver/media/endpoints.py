@@ -241,7 +241,8 @@ class SendChannelEndpoint:
         self.status_indicator.close()
 
 
-SetupHandler = Callable[["ReceiveChannelEndpoint", tuple[int, ...], Address], None]
+SetupHandler = Callable[["ReceiveChannelEndpoint", tuple[int, ...], Address], bool]
+"""Receiver thread: hand a SETUP for a subscribed stream to the conductor; False if it could not be queued."""
 
 
 class ReceiveChannelEndpoint:
@@ -388,7 +389,10 @@ class ReceiveChannelEndpoint:
         if self.pending_setups.get(key) == -1:  # already asked the conductor for an image
             return
         self.pending_setups[key] = -1
-        self._on_setup(self, fields, address)
+        if not self._on_setup(self, fields, address):
+            # The conductor's queue is full (counted there): forget the ask, so the publisher's next SETUP
+            # asks again rather than this stream waiting for an answer that will never come.
+            del self.pending_setups[key]
 
     def claim_setups(self, stream_id: int, now_ns: int) -> None:
         """A subscription to ``stream_id`` just came: connect now to the publishers whose SETUP arrived shortly

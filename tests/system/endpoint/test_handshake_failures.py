@@ -450,7 +450,9 @@ async def test_a_raw_handshake_completes_and_a_rejection_is_sealed(
                 pub_channel = f"aeron:ipc?session-id={session_in}|term-length={int(grant['term_length'])}"
                 sub_channel = f"aeron:ipc?session-id={session_out}"
             else:
-                pub_channel = f"aeron:udp?endpoint=127.0.0.1:{port}|session-id={session_in}"
+                # The granted term length: the server's subscription takes no longer term than it granted.
+                term = int(grant["term_length"])
+                pub_channel = f"aeron:udp?endpoint=127.0.0.1:{port}|session-id={session_in}|term-length={term}"
                 sub_channel = f"aeron:udp?endpoint=127.0.0.1:{peer.reply_port}|session-id={session_out}"
             sub = await aeron.add_subscription_async(sub_channel, stream_out)
             pub = await aeron.add_exclusive_publication_async(pub_channel, stream_in)

@@ -20,6 +20,7 @@ from driver.concurrent.system_counters import (
     RECEIVE_CHANNEL_STATUS_TYPE_ID,
     SEND_CHANNEL_STATUS_TYPE_ID,
     SUBSCRIBER_POSITION_TYPE_ID,
+    DriverSystemCounterId,
     SystemCounterId,
     SystemCounters,
     allocate_channel_status,
@@ -76,7 +77,10 @@ def test_system_counters_allocated_in_id_order() -> None:
     counters = SystemCounters(manager)
     seen: list[tuple[int, int, bytes, str]] = []
     manager.for_each(lambda cid, tid, key, label: seen.append((cid, tid, key[:4], label)))
-    assert seen == [(i, 0, struct.pack("<i", i), LABELS_1_15_1[i]) for i in range(25)]
+    assert seen[:25] == [(i, 0, struct.pack("<i", i), LABELS_1_15_1[i]) for i in range(25)]
+    # This driver's own counters follow the generation's, keyed by their ids.
+    assert seen[25:] == [(25 + i, 0, struct.pack("<i", 25 + i), c.label) for i, c in enumerate(DriverSystemCounterId)]
+    assert counters.id_of(DriverSystemCounterId.IMAGES_REFUSED_INVALID_SETUP) == 25
     counters.get(SystemCounterId.ERRORS).increment()
     counters[SystemCounterId.BYTES_SENT].get_and_add(100)
     assert manager.get_counter_value(15) == 1

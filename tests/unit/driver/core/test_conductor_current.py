@@ -27,6 +27,7 @@ from driver.concurrent.system_counters import (
     CLIENT_HEARTBEAT_TYPE_ID,
     CONTROL_PROTOCOL_VERSION,
     CurrentSystemCounterId,
+    DriverSystemCounterId,
 )
 from driver.config import DriverContext
 from driver.core.conductor import DriverConductor
@@ -121,7 +122,9 @@ def test_today_s_system_counters_and_value_ids(current: Harness) -> None:
 def test_1_15_generation_has_only_1_15_system_counters(v15: Harness) -> None:
     labels: dict[int, str] = {}
     v15.counters.for_each(lambda cid, type_id, key, label: labels.__setitem__(cid, label))
-    assert max(labels) == 24
+    # 1.15.1's 25, then this driver's own (none of today's Aeron's).
+    assert max(labels) == 24 + len(DriverSystemCounterId)
+    assert [labels[25 + i] for i in range(len(DriverSystemCounterId))] == [c.label for c in DriverSystemCounterId]
 
 
 def test_error_codes_follow_the_generation(current: Harness, v15: Harness) -> None:

@@ -596,7 +596,10 @@ def test_driver_pair_survives_garbage_and_the_stream_still_flows(tmp_path: Path)
         assert got == list(range(count))
         for reader, counter in zip(readers, counters, strict=True):
             assert _counter(counter, SystemCounterId.ERRORS) == 0
-            assert [e.text for e in read_error_log(reader.error_log_buffer)] == []
+            # Only refused SETUPs, each reason once whatever the flood (no session id or address in the text).
+            texts = [e.text for e in read_error_log(reader.error_log_buffer)]
+            assert all(t.startswith("image refused on ") for t in texts), texts
+            assert len(texts) <= 4, texts
 
 
 @pytest.mark.parametrize("frame", ["garbage", "short-sm"])
