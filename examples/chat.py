@@ -28,12 +28,12 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 
 from messages import Announce, Join, Said, Say, Welcome, make_serialization
 
+import endpoint
 from endpoint import (
     Client,
     ClientConfiguration,
@@ -68,15 +68,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 # --------------------------------------------------------------------------- server
-
-
-def stop_on_signals() -> asyncio.Event:
-    """An event set by Ctrl-C or SIGTERM, so the server can close gracefully."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    return stop
 
 
 async def run_server(args: argparse.Namespace) -> int:
@@ -138,7 +129,6 @@ async def run_server(args: argparse.Namespace) -> int:
     def error(conn: Connection | None, exc: BaseException) -> None:
         print(f"chat server: error on {conn!r}: {type(exc).__name__}: {exc}", flush=True)
 
-    stop = stop_on_signals()
     try:
         await server.bind()
     except ServerError as exc:
@@ -146,10 +136,10 @@ async def run_server(args: argparse.Namespace) -> int:
         return 1
     print(f"chat server: room open on {args.host}:{args.port}; Ctrl-C stops", flush=True)
     try:
-        await stop.wait()
+        await server.serve_forever()  # until Ctrl-C or SIGTERM: endpoint.run cancels us then
     finally:
-        await server.close()
-    print("chat server: closed", flush=True)
+        await server.close()  # every client is told the room closed
+        print("chat server: closed", flush=True)
     return 0
 
 
@@ -221,10 +211,6 @@ async def run_client(args: argparse.Namespace) -> int:
         leave.set()
         to_say.put_nowait(None)
 
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, leave_now)
-
     @client.on_disconnect
     def disconnected(conn: Connection) -> None:
         if conn.closed_by_peer or conn.lost:
@@ -263,9 +249,11 @@ async def run_client(args: argparse.Namespace) -> int:
                     reader.cancel()
         except ConnectionClosedError as exc:
             print(f"* connection closed: {exc.reason or exc}", flush=True)
-        if not conn.is_closed:
-            await conn.close("bye")
-    print(f"chat client: {me} left", flush=True)
+        finally:
+            # Also after Ctrl-C or SIGTERM (endpoint.run cancels us): leave the room with a goodbye.
+            if not conn.is_closed:
+                await conn.close("bye")
+            print(f"chat client: {me} left", flush=True)
     return 0
 
 
@@ -280,7 +268,8 @@ async def read_stdin(lines: asyncio.Queue[str | None]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    return asyncio.run(run_server(args) if args.role == "server" else run_client(args))
+    # endpoint.run: asyncio.run plus Ctrl-C/SIGTERM handling that cancels the coroutine, so its clean-up runs.
+    return endpoint.run(lambda: run_server(args) if args.role == "server" else run_client(args))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import attrs
 
+import endpoint
 from endpoint import (
     Client,
     ClientConfiguration,
@@ -289,4 +290,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(endpoint.run(main))

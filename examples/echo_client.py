@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from messages import Line, make_serialization
 
+import endpoint
 from endpoint import (
     Client,
     ClientConfiguration,
@@ -115,7 +116,9 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return asyncio.run(run(parse_args(argv)))
+    # Ctrl-C or SIGTERM cancels run(): leaving ``async with client`` then closes the connection gracefully.
+    args = parse_args(argv)
+    return endpoint.run(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -14,13 +14,12 @@ closes every connection gracefully and stops.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
 from collections.abc import Sequence
 
 from messages import Line, make_serialization
 
+import endpoint
 from endpoint import Connection, Server, ServerConfiguration, ServerError
 
 __all__ = ["main", "parse_args"]
@@ -76,11 +75,6 @@ async def serve(args: argparse.Namespace) -> int:
     def error(conn: Connection | None, exc: BaseException) -> None:
         print(f"echo server: error on {conn!r}: {type(exc).__name__}: {exc}", flush=True)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-
     try:
         await server.bind()
     except ServerError as exc:
@@ -89,16 +83,20 @@ async def serve(args: argparse.Namespace) -> int:
     transports = "udp" if args.no_ipc else "ipc+udp"
     print(f"echo server: listening on {args.host}:{args.port} ({transports}); Ctrl-C stops", flush=True)
     try:
-        await stop.wait()
+        await server.serve_forever()  # until Ctrl-C or SIGTERM: endpoint.run cancels us then
     finally:
-        # close() says goodbye to every client (their on_disconnect sees the reason) and stops the driver.
+        # close() says goodbye to every client (their on_disconnect sees the reason) and stops the driver,
+        # removing its directory.
         await server.close()
-    print(f"echo server: stopped, {echoed} lines echoed", flush=True)
+        print(f"echo server: stopped, {echoed} lines echoed", flush=True)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return asyncio.run(serve(parse_args(argv)))
+    # endpoint.run is asyncio.run plus SIGINT/SIGTERM handling: a signal cancels serve(), whose finally
+    # closes the server gracefully, and the exit status is 0.
+    args = parse_args(argv)
+    return endpoint.run(lambda: serve(args))
 
 
 if __name__ == "__main__":

@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +47,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+import endpoint
 from endpoint import (
     Client,
     ClientConfiguration,
@@ -214,18 +213,6 @@ async def send(args: argparse.Namespace, path: Path, progress: Progress) -> bool
 # --------------------------------------------------------------------------- commands
 
 
-@contextlib.contextmanager
-def stop_on_signals(event: asyncio.Event) -> Iterator[None]:
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, event.set)
-    try:
-        yield
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
-
-
 async def receive_command(args: argparse.Namespace, progress: Progress) -> int:
     directory = Path(args.directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -236,16 +223,11 @@ async def receive_command(args: argparse.Namespace, progress: Progress) -> int:
         say(progress, f"receiver: {exc}")
         return 1
     say(progress, f"receiver: listening on {args.host}:{args.port}, saving into {directory}")
-    stop = asyncio.Event()
-    with stop_on_signals(stop):
-        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(receiver.finished.wait())]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
-            await receiver.server.close()
-    say(progress, f"receiver: stopped, {receiver.received} file(s) verified, {receiver.failed} failed")
+    try:
+        await receiver.finished.wait()  # or Ctrl-C / SIGTERM: endpoint.run cancels us
+    finally:
+        await receiver.server.close()
+        say(progress, f"receiver: stopped, {receiver.received} file(s) verified, {receiver.failed} failed")
     return 0 if not receiver.failed and (not args.count or receiver.received >= args.count) else 1
 
 
@@ -322,7 +304,8 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return asyncio.run(run(parse_args(argv)))
+    args = parse_args(argv)
+    return endpoint.run(lambda: run(args))  # Ctrl-C or SIGTERM closes gracefully
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 import attrs
 from messages import GameOver, Move, Report, Snapshot, make_serialization
 
+import endpoint
 from endpoint import (
     Client,
     ClientConfiguration,
@@ -222,7 +223,7 @@ class Game:
             await asyncio.sleep(0.05)
         return time.monotonic() - started
 
-    async def play(self, stop: asyncio.Event) -> None:
+    async def play(self) -> None:
         """Tick at ``--rate`` for ``--duration`` seconds, printing a stats line every second of ticks."""
         args = self.args
         period = 1.0 / args.rate
@@ -233,7 +234,7 @@ class Game:
         window_start, window_ticks, window_sent = start, 0, 0
         late = 0
         self.second = Window()
-        while not stop.is_set():
+        while True:
             now = time.monotonic()
             if now >= end:
                 break
@@ -328,10 +329,6 @@ async def stop_bots(processes: list[asyncio.subprocess.Process], timeout: float)
 async def run_server(args: argparse.Namespace) -> int:
     game = Game(args)
     server = game.server
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     try:
         await server.bind()
     except ServerError as exc:
@@ -349,7 +346,14 @@ async def run_server(args: argparse.Namespace) -> int:
         bots = await start_bots(args, server_dir)
         took = await game.wait_for_bots(bots)
         print(f"game: {len(server.connections)}/{args.bots} bots connected in {took:.1f} s", flush=True)
-        await game.play(stop)
+        try:
+            await game.play()
+        except asyncio.CancelledError:
+            # Ctrl-C or SIGTERM (endpoint.run cancels us): end the game early, but properly: game over, the
+            # bots' last reports, the summary. (A second signal cancels again and cuts that short.)
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
         await game.game_over()
     finally:
         await server.close()
@@ -491,8 +495,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: let the server end the game
-        return asyncio.run(run_bots(args))
-    return asyncio.run(run_server(args))
+        # The server stops a bot process with SIGTERM if it lingers: its clients then close gracefully.
+        return endpoint.run(lambda: run_bots(args), signals=(signal.SIGTERM,))
+    return endpoint.run(lambda: run_server(args))
 
 
 if __name__ == "__main__":

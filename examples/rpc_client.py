@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from inventory import APPROVER_ID, INVENTORY_ID, Inventory, Item, make_serialization
 
+import endpoint
 from endpoint import Client, ClientConfiguration, ClientRejectedError, ClientTimeoutError, EndpointError
 from endpoint.errors import RemoteError, RpcTimeoutError
 from endpoint.rpc import with_timeout
@@ -142,7 +143,8 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return asyncio.run(run(parse_args(argv)))
+    args = parse_args(argv)
+    return endpoint.run(lambda: run(args))  # Ctrl-C or SIGTERM: the connection closes gracefully
 
 
 if __name__ == "__main__":

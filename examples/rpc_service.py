@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from collections.abc import Sequence
 
 from inventory import APPROVER_ID, INVENTORY_ID, Approver, Inventory, Item, make_serialization
 
+import endpoint
 from endpoint import Connection, Server, ServerConfiguration, ServerError
 from endpoint.rpc import current_connection
 
@@ -115,10 +115,7 @@ async def serve(args: argparse.Namespace) -> int:
     # Exposed to every connection; interface= limits the remote methods to the Protocol's.
     server.rpc.expose(service, INVENTORY_ID, interface=Inventory)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    stop = asyncio.Event()  # --once; Ctrl-C and SIGTERM cancel serve() instead (endpoint.run)
 
     @server.on_connect
     def connected(conn: Connection) -> None:
@@ -149,12 +146,13 @@ async def serve(args: argparse.Namespace) -> int:
         await stop.wait()
     finally:
         await server.close()
-    print(f"inventory service: stopped after {service.calls} calls", flush=True)
+        print(f"inventory service: stopped after {service.calls} calls", flush=True)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return asyncio.run(serve(parse_args(argv)))
+    args = parse_args(argv)
+    return endpoint.run(lambda: serve(args))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 Settings come from Aeron's environment variables (``AERON_DIR``, ...), then
 ``-D aeron.x=y`` properties, then the flags below, later ones winning.
+SIGTERM and SIGINT stop it and remove its directory (``--keep-dir`` keeps it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ipc-term-buffer-length", help="aeron.ipc.term.buffer.length (e.g. 64m)")
     p.add_argument("--delete-dir-on-start", action="store_true", default=None, help="aeron.dir.delete.on.start")
     p.add_argument("--delete-dir-on-shutdown", action="store_true", default=None, help="aeron.dir.delete.on.shutdown")
+    p.add_argument(
+        "--keep-dir",
+        action="store_true",
+        help="keep the directory when stopped by SIGTERM or SIGINT (by default it is removed: it lives in memory)",
+    )
     p.add_argument(
         "-D",
         dest="properties",
@@ -69,6 +75,7 @@ def build_context(argv: Sequence[str] | None = None) -> DriverContext:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    keep_dir = _parser().parse_args(argv).keep_dir
     try:
         context = build_context(argv).conclude()
         driver = MediaDriver.launch(context)
@@ -76,8 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"driver: {exc}", file=sys.stderr)
         return 1
     stop = threading.Event()
+    stopped_by: list[int] = []
 
     def _on_signal(signum: int, frame: object) -> None:
+        stopped_by.append(signum)
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -96,7 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if terminate.is_set():
             print("driver: terminated by a client's request", flush=True)
     finally:
-        driver.close()
+        # Stopped by a signal (a supervisor, Ctrl-C): remove the directory, which sits in memory (/dev/shm),
+        # unless asked to keep it. Removed before the lock is let go, so a successor's directory is never hit.
+        driver.close(delete_dir=True if stopped_by and not keep_dir else None)
     print("driver: stopped", flush=True)
     return 0
 

@@ -49,6 +49,8 @@ __all__ = [
 
 LOCK_FILE = "driver.lock"
 _MAX_LOCK_FILE_BYTES = 256
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
+"""What ``flock`` answers on a file system that has no locks."""
 
 
 class OwnerState(enum.Enum):
@@ -171,7 +173,12 @@ class DirectoryLock:
         temporary = directory / f".{LOCK_FILE}.{os.getpid()}.{os.urandom(4).hex()}"
         fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in _NO_LOCKS:
+                    raise
+                # A file system without locks: the pid and start time written below still tell (see _probe).
             pid = os.getpid()
             start = process_start_time(pid)
             os.write(fd, f"{pid} {start if start is not None else '-'}\n".encode("ascii"))

@@ -290,7 +290,8 @@ class ClientConfiguration(Configuration):
     shared by the clients on one event loop that reach the same server through the same driver)."""
     tag: str = attrs.field(default="", validator=_tag)
     auto_reconnect: bool = False
-    """Reconnect (with the saved address) after the driver restarts or the connection drops uncleanly."""
+    """Reconnect (with the saved address) after the driver restarts, the connection drops uncleanly, or the server
+    shut down (a supervisor may be restarting it); not after the server closed the connection with a reason."""
     known_servers_path: Path | None = attrs.field(default=None, converter=_optional_path)
     """Trust-on-first-use store of server keys; None keeps them in memory for this process."""
     allow_server_key_change: bool = False

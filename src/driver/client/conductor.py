@@ -291,15 +291,14 @@ class ClientConductor:
     def _check_timeouts(self, now_ns: int) -> int:
         if now_ns - self._time_of_last_service_ns <= _IDLE_SLEEP_NS:
             return 0
-        if now_ns - self._time_of_last_service_ns > self._inter_service_timeout_ns:
-            self._time_of_last_service_ns = now_ns
-            raise ClientTimeoutError(
-                f"client conductor not serviced within {self._inter_service_timeout_ns} ns "
-                "(the driver will have timed the client out)"
-            )
+        stalled = now_ns - self._time_of_last_service_ns > self._inter_service_timeout_ns
         self._time_of_last_service_ns = now_ns
         work = 0
-        if now_ns - self._time_of_last_keepalive_ns > self._keepalive_interval_ns:
+        # Not serviced for longer than the driver's client liveness timeout: this process stalled (SIGSTOP, a
+        # long pause). Aeron gives up here, assuming the driver timed the client out; but a driver that
+        # stalled with us (embedded) or looked away did not, and one that did tells us: ON_CLIENT_TIMEOUT on
+        # the broadcast (read below) or, today's drivers, our heartbeat counter gone. So prove liveness at once.
+        if stalled or now_ns - self._time_of_last_keepalive_ns > self._keepalive_interval_ns:
             watch = self._owner_watch
             if watch is not None and not watch.owner_alive():
                 raise DeadDriverError(f"the media driver's process (pid {self._cnc.pid}) is gone")

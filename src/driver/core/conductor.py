@@ -213,6 +213,10 @@ class DriverConductor:
         self._timer_interval_ns = ctx.timer_interval_ns
         self._timer_deadline_ns = 0
         self._client_liveness_timeout_ms = ctx.client_liveness_timeout_ns // 1_000_000
+        self._host_stall_ns = min(ctx.client_liveness_timeout_ns // 2, _HOST_STALL_MAX_NS)
+        self._time_of_last_duty_cycle_ns = 0
+        self.host_stalls = 0
+        """Duty cycles that came after a gap long enough to be a stall of this process (see :meth:`_on_host_stall`)."""
         self._last_command_consumer_position = 0
         self._time_of_last_command_position_change_ns = 0
         (self._aeron_dir / "publications").mkdir(parents=True, exist_ok=True)
@@ -269,6 +273,10 @@ class DriverConductor:
         )
 
     def do_work(self) -> int:
+        started_ns = self._nano_clock.nano_time()
+        last_ns, self._time_of_last_duty_cycle_ns = self._time_of_last_duty_cycle_ns, started_ns
+        if last_ns and started_ns - last_ns > self._host_stall_ns:
+            self._on_host_stall(started_ns - last_ns)
         # What a full sender or receiver queue did not take goes first, in order. While some still waits,
         # no new client command is read: the to-driver ring holds them, and back-pressures the clients.
         work = self._to_sender.flush() + self._to_receiver.flush()
@@ -940,6 +948,20 @@ class DriverConductor:
         self._check_for_blocked_commands(now_ns)
         return work
 
+    def _on_host_stall(self, gap_ns: int) -> None:
+        """This driver was not run for ``gap_ns`` (SIGSTOP, a long GC pause, a VM migration, a starved host).
+
+        Whatever its clients did meanwhile, we did not look: their silence over the gap is ours, not theirs.
+        Each client's liveness (and the blocked-command watch) is moved on by the gap, so a stall shorter than
+        the liveness timeout costs nothing; a client that really died is still timed out, one interval later.
+        """
+        self.host_stalls += 1
+        gap_ms = gap_ns // 1_000_000
+        now_ms = self._epoch_clock.time_ms()
+        for client in self.clients.values():
+            client.time_of_last_keepalive_ms = min(client.time_of_last_keepalive_ms + gap_ms, now_ms)
+        self._time_of_last_command_position_change_ns += gap_ns
+
     def _check_clients(self, now_ms: int) -> int:
         timed_out = [c for c in self.clients.values() if c.has_timed_out(now_ms)]
         for client in timed_out:
@@ -992,6 +1014,9 @@ class DriverConductor:
             self._last_command_consumer_position = consumer_position
             self._time_of_last_command_position_change_ns = now_ns
 
+
+_HOST_STALL_MAX_NS = 1_000_000_000
+"""A duty cycle this late (or half the client liveness timeout, if shorter) means the driver itself stalled."""
 
 _COMMAND_TYPE_IDS = frozenset(int(t) for t in CommandType)
 

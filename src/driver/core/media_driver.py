@@ -203,7 +203,8 @@ class MediaDriver:
         suffix = f" (and {repeats} times more in the last {now - last:.0f} s)" if repeats else ""
         _log.error("driver error: %s%s", error, suffix, exc_info=error if not repeats else None)
 
-    def close(self, timeout_s: float = 5.0) -> None:
+    def close(self, timeout_s: float = 5.0, *, delete_dir: bool | None = None) -> None:
+        """Stop the agents and unmap; remove the directory if ``delete_dir`` (default: ``dir_delete_on_shutdown``)."""
         if self._closed:
             return
         self._closed = True
@@ -216,7 +217,7 @@ class MediaDriver:
             self.doorbell.close()
         self.cnc.close()
         self.loss_report_file.close()
-        if self.context.dir_delete_on_shutdown:
+        if self.context.dir_delete_on_shutdown if delete_dir is None else delete_dir:
             shutil.rmtree(self.aeron_dir, ignore_errors=True)
         self._lock.close()  # after the removal: a successor must not start in a directory we still clear
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -214,6 +215,20 @@ def test_driver_process_deletes_its_directory_on_shutdown(aeron_dir: Path, tmp_p
     finally:
         assert process.stop() == 0
     assert not aeron_dir.exists()
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_driver_process_stopped_by_a_signal_removes_its_directory(aeron_dir: Path, tmp_path: Path, signum: int) -> None:
+    """Its directory sits in memory (/dev/shm): a supervisor's stop must not leave it behind."""
+    process = DriverProcess.start(aeron_dir, tmp_path / "driver.log", SETTINGS)
+    try:
+        round_trip(aeron_dir, 81)
+        os.kill(process.pid, signum)
+        assert process.process.wait(15) == 0, process.output()
+    finally:
+        process.stop()
+    assert not aeron_dir.exists(), process.output()
 
 
 # ---------------------------------------------------------------------------------------------- bad settings

@@ -35,6 +35,7 @@ async def serve(args: argparse.Namespace) -> int:
             serialization=make_serialization(),
             ping_interval=args.ping_interval,
             peer_timeout=args.peer_timeout,
+            driver_timeout=args.driver_timeout,
             close_timeout=0.5,
         )
     )
@@ -63,6 +64,7 @@ if __name__ == "__main__":
     parser.add_argument("--key-path", default=None)
     parser.add_argument("--ping-interval", type=float, default=1.0)
     parser.add_argument("--peer-timeout", type=float, default=5.0)
+    parser.add_argument("--driver-timeout", type=float, default=10.0)
     parser.add_argument("--plain", action="store_true", help="no signal handling: SIGTERM kills on the spot")
     arguments = parser.parse_args()
     if arguments.plain:

@@ -116,8 +116,8 @@ def test_recovery_after_sigkill_mid_segment(
         with last_path.open("ab") as f:
             f.write(torn)
 
-    env = {"AERON_DIR_DELETE_ON_START": "true"}  # the dead driver's cnc.dat still shows a fresh heartbeat
-    second = ArchiveProcess.start(archive_dir, aeron_dir, tmp_path / "archive-2.log", args=args, env=env)
+    # The dead archive's embedded driver left a fresh heartbeat behind; its free lock lets the new one take over.
+    second = ArchiveProcess.start(archive_dir, aeron_dir, tmp_path / "archive-2.log", args=args)
     archive_processes.append(second)
     with Catalog(archive_dir, writable=False) as catalog:
         recovered = catalog.descriptor(0)
@@ -128,7 +128,13 @@ def test_recovery_after_sigkill_mid_segment(
     assert stop >= seen
     # the torn tail is gone, and no later segment is left
     assert all(base <= stop for base, _ in segment_files(archive_dir, 0))
-    assert last_path.stat().st_size == stop - last_base
+    if stop > last_base:
+        assert last_path.stat().st_size == stop - last_base
+    else:
+        # The kill came as a segment filled up: the last file (the torn tail's, or one the recorder had just
+        # opened) holds no whole frame. Recovery cuts it to nothing, or removes it when the catalog's position
+        # was still in the previous segment; either way nothing past the stop is left.
+        assert not last_path.exists() or last_path.stat().st_size == 0
     # everything up to the stop is whole frames of what we published, in order
     recorded = recording_bytes(archive_dir, recovered)
     frames = parse_frames(recorded, 0)

@@ -86,6 +86,14 @@ class Harness:
         self.send(kind, PublicationMessage(self.client_id, cid, stream_id, channel))
         return cid
 
+    def run_for(self, total_ms: int, step_ms: int = 100) -> list[tuple[ResponseType, object]]:
+        """Let ``total_ms`` pass with the driver running every ``step_ms`` (one big step would be a stall of
+        the driver itself, which blames no client)."""
+        out: list[tuple[ResponseType, object]] = []
+        for _ in range(0, total_ms, step_ms):
+            out += self.work(advance_ms=step_ms)
+        return out
+
     def close(self) -> None:
         self.conductor.on_close()
         self.cnc.close()
@@ -207,8 +215,8 @@ def test_client_timeout_frees_everything(harness: Harness) -> None:
     harness.send(CommandType.ADD_COUNTER, CounterMessage(harness.client_id, harness.cid(), 1001, b"k", "app counter"))
     harness.work()
     harness.send(CommandType.CLIENT_KEEPALIVE, CorrelatedMessage(harness.client_id, 0))
-    assert all(kind is not ResponseType.ON_CLIENT_TIMEOUT for kind, _ in harness.work(advance_ms=1_500))
-    responses = harness.work(advance_ms=2_100)
+    assert all(kind is not ResponseType.ON_CLIENT_TIMEOUT for kind, _ in harness.run_for(1_500))
+    responses = harness.run_for(2_100)
     kinds = [kind for kind, _ in responses]
     assert ResponseType.ON_CLIENT_TIMEOUT in kinds
     assert ResponseType.ON_UNAVAILABLE_COUNTER in kinds
@@ -218,6 +226,24 @@ def test_client_timeout_frees_everything(harness: Harness) -> None:
     harness.work(advance_ms=1_000)
     harness.work(advance_ms=1_000)
     assert harness.conductor.ipc_publications == []
+
+
+def test_a_stall_of_the_driver_itself_times_no_client_out(harness: Harness) -> None:
+    """The driver not run for longer than the liveness timeout (its process stopped): its clients' silence
+    over that gap is not theirs. They get the gap back; one that stays silent is timed out an interval later."""
+    harness.add_publication()
+    harness.work()
+    harness.send(CommandType.CLIENT_KEEPALIVE, CorrelatedMessage(harness.client_id, 0))
+    harness.work(advance_ms=500)
+    stalled = harness.work(advance_ms=3_000)  # one duty cycle 3 s after the last: the driver stalled
+    assert all(kind is not ResponseType.ON_CLIENT_TIMEOUT for kind, _ in stalled)
+    assert harness.conductor.host_stalls == 1
+    assert harness.client_id in harness.conductor.clients
+    # The client (silent since before the stall) is judged from the end of the stall on.
+    assert all(kind is not ResponseType.ON_CLIENT_TIMEOUT for kind, _ in harness.run_for(1_000))
+    assert ResponseType.ON_CLIENT_TIMEOUT in [kind for kind, _ in harness.run_for(1_500)]
+    assert harness.conductor.clients == {}
+    assert harness.conductor.host_stalls == 1
 
 
 def test_unblocks_a_log_left_mid_claim(harness: Harness) -> None:
