@@ -33,12 +33,14 @@ from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.errors import (
     ConnectionClosedError,
     EndpointError,
+    MalformedMessageError,
     MessageTooLargeError,
     SerializationError,
     TransmitError,
 )
 from endpoint.liveness import PEER_TIMED_OUT, Liveness, Verdict
 from endpoint.messages import (
+    INTERNAL_TYPE_IDS,
     Disconnect,
     Ping,
     Pong,
@@ -50,6 +52,7 @@ from endpoint.messages import (
     StreamCancel,
     StreamEnd,
     StreamOpen,
+    internal_problem,
 )
 from endpoint.rpc import ConnectionRpc
 from endpoint.streaming import CHUNK_EXT, MESSAGE, Progress, StreamManager, StreamSource
@@ -66,6 +69,7 @@ _INBOX_LIMIT = 4096
 _POLL_LIMIT = 64
 _MESSAGE, _CONNECT, _DISCONNECT = 0, 1, 2
 _UNFRAGMENTED = BEGIN_FRAG_FLAG | END_FRAG_FLAG
+_INTERNAL_TYPES = frozenset(INTERNAL_TYPE_IDS)
 
 
 class UnhandledMessageError(EndpointError):
@@ -123,6 +127,8 @@ class Connection:
         self.closed_by_peer = False
         self.lost = False
         """True when the connection ended without a graceful close (peer timed out or vanished, driver failed)."""
+        self.malformed_messages = 0
+        """Messages of the peer's dropped as malformed: undecodable, empty, or internal ones with bad fields."""
         self.rtt: float | None = None
         """Round-trip time in seconds of the last answered ping."""
         self._paused = 0
@@ -348,7 +354,7 @@ class Connection:
         except Exception:  # a control message must never take the poller down
             return False
         if must_arrive and not self._closing:
-            self._endpoint._spawn(self._send_quietly(data))
+            self._endpoint._spawn(self._send_quietly(data), self)
         return False
 
     async def _send_quietly(self, data: bytes) -> None:
@@ -398,19 +404,41 @@ class Connection:
         return count
 
     def _on_fragment(self, payload: memoryview, flags: int) -> None:
-        if flags & _UNFRAGMENTED == _UNFRAGMENTED:
-            self._on_message_bytes(payload)
-        elif flags & BEGIN_FRAG_FLAG:
-            self._fragments = bytearray(payload)
-        elif self._fragments is not None:
-            self._fragments += payload
-            if flags & END_FRAG_FLAG:
-                whole, self._fragments = self._fragments, None
-                self._on_message_bytes(memoryview(whole))
+        """Whatever the peer sent, an error handling it is this connection's (never the driver's, which would
+        tell every end point on it without the connection)."""
+        try:
+            if flags & _UNFRAGMENTED == _UNFRAGMENTED:
+                self._on_message_bytes(payload)
+            elif flags & BEGIN_FRAG_FLAG:
+                self._fragments = bytearray(payload)
+            elif self._fragments is not None:
+                if len(self._fragments) + len(payload) > self._max_inbound_length():
+                    self._fragments = None  # longer than any publication of the peer's can send
+                    self._malformed("a fragmented message longer than the peer's max message length")
+                    return
+                self._fragments += payload
+                if flags & END_FRAG_FLAG:
+                    whole, self._fragments = self._fragments, None
+                    self._on_message_bytes(memoryview(whole))
+        except Exception as exc:
+            self._endpoint._notify_error(self, exc)
+
+    def _max_inbound_length(self) -> int:
+        image = self._image
+        return max(self._max_length, image.term_buffer_length // 8 if image is not None else 0)
+
+    def _malformed(self, problem: str) -> None:
+        """Drop, count and report a message of the peer's that breaks the protocol."""
+        self.malformed_messages += 1
+        self._endpoint.malformed_messages += 1
+        self._endpoint._notify_error(self, MalformedMessageError(f"{self!r}: {problem}; dropped"))
 
     def _on_message_bytes(self, payload: memoryview) -> None:
         if self._closing and self.closed_by_peer:
             return  # nothing after the peer's Disconnect
+        if not len(payload):
+            self._malformed("an empty message")
+            return
         if payload[0] == 0xC9 and len(payload) > 9 and payload[5] == CHUNK_EXT:
             self.streams.on_chunk(payload)
             return
@@ -418,9 +446,18 @@ class Connection:
             message = self._decode(payload)
         except SerializationError as exc:
             self.rpc.on_undecodable(payload, exc)
+            self.malformed_messages += 1
+            self._endpoint.malformed_messages += 1
             self._endpoint._notify_error(self, exc)
             return
         cls = type(message)
+        if cls in _INTERNAL_TYPES:
+            problem = internal_problem(message)
+            if problem is not None:
+                if cls is RpcCall and type(message.call_id) is int and message.call_id > 0:
+                    self.rpc.on_malformed_call(message.call_id, problem)  # the caller hears of it at once
+                self._malformed(problem)
+                return
         if cls is Ping:
             if message.seq == 0:  # a keepalive: heard, which is all it is for; not work for the poller
                 self._control += 1

@@ -22,6 +22,7 @@ __all__ = [
     "EndpointClosedError",
     "EndpointError",
     "HandshakeError",
+    "MalformedMessageError",
     "MessageTooLargeError",
     "RejectReason",
     "RemoteError",
@@ -49,6 +50,11 @@ class ConfigurationError(EndpointError, ValueError):
 
 class SerializationError(EndpointError):
     """A message could not be encoded (unregistered type) or decoded (malformed or unknown type id)."""
+
+
+class MalformedMessageError(SerializationError):
+    """The peer sent an empty message or a malformed internal one (ping, RPC or stream control): dropped,
+    counted in ``connection.malformed_messages`` and reported to ``on_error`` with the connection."""
 
 
 class AllocationError(EndpointError):

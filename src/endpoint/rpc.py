@@ -429,7 +429,7 @@ class ConnectionRpc(RpcRegistry):
         """Tell the peer to stop a call, never ahead of the call itself (it may still wait in the send queue)."""
         connection = self.connection
         if connection._backlog:
-            connection.endpoint._spawn(connection._send_quietly(self._encode(RpcCancel(call_id))))
+            connection.endpoint._spawn(connection._send_quietly(self._encode(RpcCancel(call_id))), connection)
         else:
             connection._send_control(RpcCancel(call_id), must_arrive=True)
 
@@ -543,6 +543,10 @@ class ConnectionRpc(RpcRegistry):
                     SerializationError(f"the answer to {method!r} of object {object_id} does not decode: {error}")
                 )
 
+    def on_malformed_call(self, call_id: int, problem: str) -> None:
+        """A call whose fields are malformed: fail it at once rather than leave the caller to its timeout."""
+        self._fail(call_id, UNDECODABLE, "endpoint.errors.MalformedMessageError", problem[:_TEXT_LIMIT], "")
+
     def _on_call(self, call: RpcCall) -> None:
         call_id = call.call_id
         exposed = self._objects.get(call.object_id) or self._shared._objects.get(call.object_id)
@@ -622,7 +626,7 @@ class ConnectionRpc(RpcRegistry):
                 return
         except ConnectionClosedError:
             return
-        connection.endpoint._spawn(connection._send_quietly(data))
+        connection.endpoint._spawn(connection._send_quietly(data), connection)
 
     # ------------------------------------------------------------------ closing
 

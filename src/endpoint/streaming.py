@@ -320,7 +320,7 @@ class StreamManager:
             return
         stream = IncomingStream(self, open_, self._window)
         self._incoming[open_.stream_id] = stream
-        endpoint._spawn(self._consume(stream, listeners))
+        endpoint._spawn(self._consume(stream, listeners), connection)
 
     def _decline(self, open_: StreamOpen, reason: str) -> None:
         self.connection._send_control(StreamCancel(open_.stream_id, reason), must_arrive=True)
