@@ -5,6 +5,7 @@ from endpoint.config import ClientConfiguration, Configuration, ServerConfigurat
 from endpoint.connection import Connection, UnhandledMessageError
 from endpoint.errors import (
     AllocationError,
+    BudgetExceededError,
     ClientError,
     ClientRejectedError,
     ClientTimeoutError,
@@ -27,6 +28,7 @@ from endpoint.server import Server
 
 __all__ = [
     "AllocationError",
+    "BudgetExceededError",
     "Client",
     "ClientConfiguration",
     "ClientError",

@@ -110,7 +110,10 @@ class Connection:
         self._fragments: bytearray | None = None
         poller = endpoint._loop_poller
         self._poke: Callable[[], None] = poller.poke if poller is not None else endpoint._poke_poller
-        self._inbox: collections.deque[tuple[tuple[Callable[..., Any], ...], Any, int]] = collections.deque()
+        self._inbox: collections.deque[tuple[tuple[Callable[..., Any], ...], Any, int, int]] = collections.deque()
+        self._inbox_bytes = 0
+        """Encoded bytes of the messages in the inbox (they count against ``max_incoming_bytes``)."""
+        self._max_held = config.max_incoming_bytes
         self._worker: asyncio.Task[None] | None = None
         self._pings: dict[int, asyncio.Future[float]] = {}
         self._ping_seq = itertools.count(1)
@@ -392,7 +395,7 @@ class Connection:
                 return 0
             image = self._image = images[0]
             self._endpoint._rebuild_poll_set()
-        if self._paused or len(self._inbox) >= _INBOX_LIMIT or self._closed:
+        if self._closed or self._not_reading():
             return 0
         count = image.poll_payloads(self._on_fragment, _POLL_LIMIT)
         if count:
@@ -402,6 +405,16 @@ class Connection:
                 count -= self._control  # keepalives are not work: they must not keep an idle poller spinning
                 self._control = 0
         return count
+
+    def _not_reading(self) -> bool:
+        """We hold off reading the peer: a stream's consumer is behind, or listeners are (in count or bytes)."""
+        return bool(self._paused) or len(self._inbox) >= _INBOX_LIMIT or self._inbox_bytes > self._max_held
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the peer's this connection holds here: large messages and streams arriving, queued messages."""
+        fragments = self._fragments
+        return self.streams.held_bytes + (len(fragments) if fragments is not None else 0)
 
     def _on_fragment(self, payload: memoryview, flags: int) -> None:
         """Whatever the peer sent, an error handling it is this connection's (never the driver's, which would
@@ -484,7 +497,7 @@ class Connection:
             self._endpoint._notify_error(self, UnhandledMessageError(f"no listener for {cls.__name__} on {self!r}"))
             return
         if any_async or self._inbox:
-            self._enqueue(listeners, message, _MESSAGE)
+            self._enqueue(listeners, message, _MESSAGE, len(payload))
             return
         for listener in listeners:
             try:
@@ -522,8 +535,9 @@ class Connection:
         if future is not None and not future.done():
             future.set_result(rtt)
 
-    def _enqueue(self, listeners: tuple[Callable[..., Any], ...], message: Any, kind: int) -> None:
-        self._inbox.append((listeners, message, kind))
+    def _enqueue(self, listeners: tuple[Callable[..., Any], ...], message: Any, kind: int, size: int = 0) -> None:
+        self._inbox.append((listeners, message, kind, size))
+        self._inbox_bytes += size
         if self._worker is None:
             self._worker = asyncio.get_running_loop().create_task(self._drain(), name=f"{self!r} listeners")
 
@@ -532,7 +546,11 @@ class Connection:
         notify = self._endpoint._notify_error
         try:
             while inbox:
-                listeners, message, kind = inbox.popleft()
+                listeners, message, kind, size = inbox.popleft()
+                if size:
+                    self._inbox_bytes -= size
+                    if self._inbox_bytes <= self._max_held:
+                        self._poke()  # reading may have been held off for the bytes
                 for listener in listeners:
                     try:
                         result = listener(self) if kind != _MESSAGE else listener(self, message)
@@ -566,8 +584,10 @@ class Connection:
         if self._sent != self._seen_sent:
             self._seen_sent = self._sent
             liveness.sent(now_ns)
-        if self._paused or len(self._inbox) >= _INBOX_LIMIT:  # we are the ones not reading: not the peer's fault
+        reading = not self._not_reading()
+        if not reading:  # we are the ones not reading: not the peer's fault
             liveness.not_reading(now_ns)
+        self.streams.tick(now_ns, reading)
         verdict = liveness.check(now_ns)
         if verdict is Verdict.DEAD:
             self._lose(

@@ -12,6 +12,7 @@ import enum
 
 __all__ = [
     "AllocationError",
+    "BudgetExceededError",
     "ClientError",
     "ClientRejectedError",
     "ClientTimeoutError",
@@ -55,6 +56,16 @@ class SerializationError(EndpointError):
 class MalformedMessageError(SerializationError):
     """The peer sent an empty message or a malformed internal one (ping, RPC or stream control): dropped,
     counted in ``connection.malformed_messages`` and reported to ``on_error`` with the connection."""
+
+
+class BudgetExceededError(EndpointError):
+    """A connection went over one of its budgets (large messages or streams in flight, their bytes, remote calls
+    running here): only that work is dropped and counted; the connection stays up. ``budget`` names the
+    configuration field that was exceeded."""
+
+    def __init__(self, message: str, budget: str) -> None:
+        super().__init__(message)
+        self.budget = budget
 
 
 class AllocationError(EndpointError):
