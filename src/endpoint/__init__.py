@@ -5,6 +5,7 @@ from endpoint.config import ClientConfiguration, Configuration, ServerConfigurat
 from endpoint.connection import Connection, UnhandledMessageError
 from endpoint.errors import (
     AllocationError,
+    BudgetExceededError,
     ClientError,
     ClientRejectedError,
     ClientTimeoutError,
@@ -14,6 +15,7 @@ from endpoint.errors import (
     DriverUnavailableError,
     EndpointClosedError,
     EndpointError,
+    MalformedMessageError,
     MessageTooLargeError,
     RejectReason,
     SerializationError,
@@ -27,6 +29,7 @@ from endpoint.server import Server
 
 __all__ = [
     "AllocationError",
+    "BudgetExceededError",
     "Client",
     "ClientConfiguration",
     "ClientError",
@@ -40,6 +43,7 @@ __all__ = [
     "DriverUnavailableError",
     "EndpointClosedError",
     "EndpointError",
+    "MalformedMessageError",
     "MessageTooLargeError",
     "RejectReason",
     "Serialization",

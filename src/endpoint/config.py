@@ -210,7 +210,9 @@ class Configuration:
     rpc_timeout: float = attrs.field(default=30.0, validator=_positive_seconds())
     """Default bound on one remote call (a proxy or a call may set its own)."""
     max_pending_calls: int = attrs.field(default=65_536, validator=_int_range(1, 1 << 20))
-    """Calls one connection may have awaiting answers; a call beyond it waits for a free slot (within its timeout)."""
+    """Calls one connection may have awaiting answers; a call beyond it waits for a free slot (within its timeout).
+    Also the most calls of the peer's this end runs at once for one connection: one more is refused
+    (BudgetExceededError on both sides)."""
     max_message_size: int = attrs.field(default=64 << 20, validator=_int_range(1 << 16, 1 << 31))
     """Largest message ``send`` streams in chunks when it exceeds the connection's max message length; the
     receiver drops (and reports) a larger one rather than buffer it."""
@@ -218,6 +220,16 @@ class Configuration:
     """Upper bound on one chunk of a stream; chunks are also kept within the connection's max message length."""
     stream_window: int = attrs.field(default=8 << 20, validator=_int_range(1 << 16, 1 << 30))
     """Bytes of a stream the receiver buffers for a slow consumer before it stops reading the connection."""
+    max_incoming_streams: int = attrs.field(default=64, validator=_int_range(1, 1 << 16))
+    """Streams and large messages one connection may have arriving at once; one more is declined (the sender gets
+    StreamCancelledError, this end's ``on_error`` a BudgetExceededError) and counted."""
+    max_incoming_bytes: int = attrs.field(default=128 << 20, validator=_int_range(1 << 16, 1 << 40))
+    """Bytes one connection may make this end hold: large messages being assembled, stream chunks not yet consumed,
+    messages waiting for async listeners. A large message that would go over is dropped (and counted); streams and
+    queued messages instead stop the connection being read until they drain. Keep it at least ``max_message_size``."""
+    stream_stall_timeout: float = attrs.field(default=30.0, validator=_positive_seconds())
+    """A large message or stream arriving that gets no chunk for this long (while this end reads the connection) is
+    dropped and counted: a sender that stops half way cannot hold its bytes here for good."""
 
     serialization: Serialization = attrs.field(factory=Serialization)
 

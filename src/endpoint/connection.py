@@ -33,12 +33,14 @@ from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.errors import (
     ConnectionClosedError,
     EndpointError,
+    MalformedMessageError,
     MessageTooLargeError,
     SerializationError,
     TransmitError,
 )
 from endpoint.liveness import PEER_TIMED_OUT, Liveness, Verdict
 from endpoint.messages import (
+    INTERNAL_TYPE_IDS,
     Disconnect,
     Ping,
     Pong,
@@ -50,6 +52,7 @@ from endpoint.messages import (
     StreamCancel,
     StreamEnd,
     StreamOpen,
+    internal_problem,
 )
 from endpoint.rpc import ConnectionRpc
 from endpoint.streaming import CHUNK_EXT, MESSAGE, Progress, StreamManager, StreamSource
@@ -66,6 +69,7 @@ _INBOX_LIMIT = 4096
 _POLL_LIMIT = 64
 _MESSAGE, _CONNECT, _DISCONNECT = 0, 1, 2
 _UNFRAGMENTED = BEGIN_FRAG_FLAG | END_FRAG_FLAG
+_INTERNAL_TYPES = frozenset(INTERNAL_TYPE_IDS)
 
 
 class UnhandledMessageError(EndpointError):
@@ -106,7 +110,10 @@ class Connection:
         self._fragments: bytearray | None = None
         poller = endpoint._loop_poller
         self._poke: Callable[[], None] = poller.poke if poller is not None else endpoint._poke_poller
-        self._inbox: collections.deque[tuple[tuple[Callable[..., Any], ...], Any, int]] = collections.deque()
+        self._inbox: collections.deque[tuple[tuple[Callable[..., Any], ...], Any, int, int]] = collections.deque()
+        self._inbox_bytes = 0
+        """Encoded bytes of the messages in the inbox (they count against ``max_incoming_bytes``)."""
+        self._max_held = config.max_incoming_bytes
         self._worker: asyncio.Task[None] | None = None
         self._pings: dict[int, asyncio.Future[float]] = {}
         self._ping_seq = itertools.count(1)
@@ -123,6 +130,8 @@ class Connection:
         self.closed_by_peer = False
         self.lost = False
         """True when the connection ended without a graceful close (peer timed out or vanished, driver failed)."""
+        self.malformed_messages = 0
+        """Messages of the peer's dropped as malformed: undecodable, empty, or internal ones with bad fields."""
         self.rtt: float | None = None
         """Round-trip time in seconds of the last answered ping."""
         self._paused = 0
@@ -348,7 +357,7 @@ class Connection:
         except Exception:  # a control message must never take the poller down
             return False
         if must_arrive and not self._closing:
-            self._endpoint._spawn(self._send_quietly(data))
+            self._endpoint._spawn(self._send_quietly(data), self)
         return False
 
     async def _send_quietly(self, data: bytes) -> None:
@@ -386,7 +395,7 @@ class Connection:
                 return 0
             image = self._image = images[0]
             self._endpoint._rebuild_poll_set()
-        if self._paused or len(self._inbox) >= _INBOX_LIMIT or self._closed:
+        if self._closed or self._not_reading():
             return 0
         count = image.poll_payloads(self._on_fragment, _POLL_LIMIT)
         if count:
@@ -397,20 +406,52 @@ class Connection:
                 self._control = 0
         return count
 
+    def _not_reading(self) -> bool:
+        """We hold off reading the peer: a stream's consumer is behind, or listeners are (in count or bytes)."""
+        return bool(self._paused) or len(self._inbox) >= _INBOX_LIMIT or self._inbox_bytes > self._max_held
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the peer's this connection holds here: large messages and streams arriving, queued messages."""
+        fragments = self._fragments
+        return self.streams.held_bytes + (len(fragments) if fragments is not None else 0)
+
     def _on_fragment(self, payload: memoryview, flags: int) -> None:
-        if flags & _UNFRAGMENTED == _UNFRAGMENTED:
-            self._on_message_bytes(payload)
-        elif flags & BEGIN_FRAG_FLAG:
-            self._fragments = bytearray(payload)
-        elif self._fragments is not None:
-            self._fragments += payload
-            if flags & END_FRAG_FLAG:
-                whole, self._fragments = self._fragments, None
-                self._on_message_bytes(memoryview(whole))
+        """Whatever the peer sent, an error handling it is this connection's (never the driver's, which would
+        tell every end point on it without the connection)."""
+        try:
+            if flags & _UNFRAGMENTED == _UNFRAGMENTED:
+                self._on_message_bytes(payload)
+            elif flags & BEGIN_FRAG_FLAG:
+                self._fragments = bytearray(payload)
+            elif self._fragments is not None:
+                if len(self._fragments) + len(payload) > self._max_inbound_length():
+                    self._fragments = None  # longer than any publication of the peer's can send
+                    self._malformed("a fragmented message longer than the peer's max message length")
+                    return
+                self._fragments += payload
+                if flags & END_FRAG_FLAG:
+                    whole, self._fragments = self._fragments, None
+                    self._on_message_bytes(memoryview(whole))
+        except Exception as exc:
+            self._endpoint._notify_error(self, exc)
+
+    def _max_inbound_length(self) -> int:
+        image = self._image
+        return max(self._max_length, image.term_buffer_length // 8 if image is not None else 0)
+
+    def _malformed(self, problem: str) -> None:
+        """Drop, count and report a message of the peer's that breaks the protocol."""
+        self.malformed_messages += 1
+        self._endpoint.malformed_messages += 1
+        self._endpoint._notify_error(self, MalformedMessageError(f"{self!r}: {problem}; dropped"))
 
     def _on_message_bytes(self, payload: memoryview) -> None:
         if self._closing and self.closed_by_peer:
             return  # nothing after the peer's Disconnect
+        if not len(payload):
+            self._malformed("an empty message")
+            return
         if payload[0] == 0xC9 and len(payload) > 9 and payload[5] == CHUNK_EXT:
             self.streams.on_chunk(payload)
             return
@@ -418,9 +459,18 @@ class Connection:
             message = self._decode(payload)
         except SerializationError as exc:
             self.rpc.on_undecodable(payload, exc)
+            self.malformed_messages += 1
+            self._endpoint.malformed_messages += 1
             self._endpoint._notify_error(self, exc)
             return
         cls = type(message)
+        if cls in _INTERNAL_TYPES:
+            problem = internal_problem(message)
+            if problem is not None:
+                if cls is RpcCall and type(message.call_id) is int and message.call_id > 0:
+                    self.rpc.on_malformed_call(message.call_id, problem)  # the caller hears of it at once
+                self._malformed(problem)
+                return
         if cls is Ping:
             if message.seq == 0:  # a keepalive: heard, which is all it is for; not work for the poller
                 self._control += 1
@@ -447,7 +497,7 @@ class Connection:
             self._endpoint._notify_error(self, UnhandledMessageError(f"no listener for {cls.__name__} on {self!r}"))
             return
         if any_async or self._inbox:
-            self._enqueue(listeners, message, _MESSAGE)
+            self._enqueue(listeners, message, _MESSAGE, len(payload))
             return
         for listener in listeners:
             try:
@@ -485,8 +535,9 @@ class Connection:
         if future is not None and not future.done():
             future.set_result(rtt)
 
-    def _enqueue(self, listeners: tuple[Callable[..., Any], ...], message: Any, kind: int) -> None:
-        self._inbox.append((listeners, message, kind))
+    def _enqueue(self, listeners: tuple[Callable[..., Any], ...], message: Any, kind: int, size: int = 0) -> None:
+        self._inbox.append((listeners, message, kind, size))
+        self._inbox_bytes += size
         if self._worker is None:
             self._worker = asyncio.get_running_loop().create_task(self._drain(), name=f"{self!r} listeners")
 
@@ -495,7 +546,11 @@ class Connection:
         notify = self._endpoint._notify_error
         try:
             while inbox:
-                listeners, message, kind = inbox.popleft()
+                listeners, message, kind, size = inbox.popleft()
+                if size:
+                    self._inbox_bytes -= size
+                    if self._inbox_bytes <= self._max_held:
+                        self._poke()  # reading may have been held off for the bytes
                 for listener in listeners:
                     try:
                         result = listener(self) if kind != _MESSAGE else listener(self, message)
@@ -529,8 +584,10 @@ class Connection:
         if self._sent != self._seen_sent:
             self._seen_sent = self._sent
             liveness.sent(now_ns)
-        if self._paused or len(self._inbox) >= _INBOX_LIMIT:  # we are the ones not reading: not the peer's fault
+        reading = not self._not_reading()
+        if not reading:  # we are the ones not reading: not the peer's fault
             liveness.not_reading(now_ns)
+        self.streams.tick(now_ns, reading)
         verdict = liveness.check(now_ns)
         if verdict is Verdict.DEAD:
             self._lose(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import select
 import socket
@@ -72,6 +73,8 @@ class EndPoint(Generic[ConfigT]):
         self._restarting = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self.restarts = 0
+        self.malformed_messages = 0
+        """Messages dropped as malformed on this end point's connections, over its life (see the connections')."""
         """How many times the driver under this end point was restarted after a critical error."""
 
     # ------------------------------------------------------------------ listeners
@@ -136,7 +139,7 @@ class EndPoint(Generic[ConfigT]):
         if self._connections.get(connection.id) is connection:
             del self._connections[connection.id]
             self._rebuild_poll_set()
-        self._spawn(self._close_resources(connection))
+        self._spawn(self._close_resources(connection), connection)
 
     async def _close_resources(self, connection: Connection) -> None:
         pub, sub = connection._resources()
@@ -186,16 +189,17 @@ class EndPoint(Generic[ConfigT]):
             _LoopPoller.for_running_loop().remove(self)
             self._loop_poller = None
 
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+    def _spawn(self, coro: Any, connection: Connection | None = None) -> asyncio.Task[Any]:
+        """A task of this end point's (awaited on close); its failure reaches ``on_error`` with ``connection``."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(self._task_done)
+        task.add_done_callback(functools.partial(self._task_done, connection))
         return task
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
+    def _task_done(self, connection: Connection | None, task: asyncio.Task[Any]) -> None:
         if not task.cancelled() and task.exception() is not None:
-            self._notify_error(None, task.exception())  # type: ignore[arg-type]
+            self._notify_error(connection, task.exception())  # type: ignore[arg-type]
 
     def _loop_call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         assert self._loop is not None
@@ -216,7 +220,10 @@ class EndPoint(Generic[ConfigT]):
         """Handshakes, and connections whose image is not mapped yet; the poller checks mapped ones natively."""
         work = self._poll_extra()
         for connection in self._unmapped:
-            work += connection._poll()
+            try:
+                work += connection._poll()
+            except Exception as exc:
+                self._notify_error(connection, exc)
         return work
 
     def _rebuild_poll_set(self) -> None:
@@ -229,7 +236,10 @@ class EndPoint(Generic[ConfigT]):
 
     def _tick(self, now_ns: int) -> None:
         for connection in self._polled:
-            connection._tick(now_ns)
+            try:
+                connection._tick(now_ns)
+            except Exception as exc:  # one connection's failure is its own, and the others still tick
+                self._notify_error(connection, exc)
         self._tick_extra(now_ns)
         shared = self._shared
         if shared is not None and not self._restarting:

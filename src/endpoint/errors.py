@@ -12,6 +12,7 @@ import enum
 
 __all__ = [
     "AllocationError",
+    "BudgetExceededError",
     "ClientError",
     "ClientRejectedError",
     "ClientTimeoutError",
@@ -22,6 +23,7 @@ __all__ = [
     "EndpointClosedError",
     "EndpointError",
     "HandshakeError",
+    "MalformedMessageError",
     "MessageTooLargeError",
     "RejectReason",
     "RemoteError",
@@ -49,6 +51,21 @@ class ConfigurationError(EndpointError, ValueError):
 
 class SerializationError(EndpointError):
     """A message could not be encoded (unregistered type) or decoded (malformed or unknown type id)."""
+
+
+class MalformedMessageError(SerializationError):
+    """The peer sent an empty message or a malformed internal one (ping, RPC or stream control): dropped,
+    counted in ``connection.malformed_messages`` and reported to ``on_error`` with the connection."""
+
+
+class BudgetExceededError(EndpointError):
+    """A connection went over one of its budgets (large messages or streams in flight, their bytes, remote calls
+    running here): only that work is dropped and counted; the connection stays up. ``budget`` names the
+    configuration field that was exceeded."""
+
+    def __init__(self, message: str, budget: str) -> None:
+        super().__init__(message)
+        self.budget = budget
 
 
 class AllocationError(EndpointError):

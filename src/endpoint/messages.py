@@ -6,6 +6,7 @@ skip msgpack entirely.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -25,6 +26,7 @@ __all__ = [
     "StreamCancel",
     "StreamEnd",
     "StreamOpen",
+    "internal_problem",
     "register_internal_messages",
 ]
 
@@ -136,6 +138,67 @@ _INTERNAL: tuple[tuple[type, int], ...] = (
 )
 
 INTERNAL_TYPE_IDS: dict[type, int] = dict(_INTERNAL)
+
+_U32 = 1 << 32
+_U64 = 1 << 64
+_I64 = 1 << 63
+
+
+def _uint(limit: int) -> Callable[[object], bool]:
+    return lambda v: type(v) is int and 0 <= v < limit
+
+
+def _int64(v: object) -> bool:
+    return type(v) is int and -_I64 <= v < _I64
+
+
+def _size(v: object) -> bool:
+    return type(v) is int and -1 <= v < _I64
+
+
+def _str(v: object) -> bool:
+    return type(v) is str
+
+
+def _any(v: object) -> bool:
+    return True
+
+
+_FIELDS: dict[type, tuple[Callable[[object], bool], ...]] = {
+    Ping: (_uint(_U64), _int64),
+    Pong: (_uint(_U64), _int64),
+    Disconnect: (_str,),
+    RpcCall: (_uint(_U64), _uint(_U32), _str, lambda v: type(v) is list, lambda v: v is None or type(v) is dict),
+    RpcReply: (_uint(_U64), _any),
+    RpcFailure: (_uint(_U64), _uint(_U32), _str, _str, _str),
+    RpcCancel: (_uint(_U64),),
+    StreamOpen: (_uint(_U32), lambda v: v in (0, 1) and type(v) is int, _str, _size, _any),
+    StreamEnd: (_uint(_U32), _uint(_U64), _uint(_U32)),
+    StreamAbort: (_uint(_U32), _str),
+    StreamCancel: (_uint(_U32), _str),
+}
+
+_CHECKS: dict[type, tuple[tuple[str, Callable[[object], bool]], ...]] = {
+    cls: tuple(zip((f.name for f in attrs.fields(cls)), checks, strict=True)) for cls, checks in _FIELDS.items()
+}
+
+
+def internal_problem(message: object) -> str | None:
+    """What is wrong with one of the end point's own messages as decoded (fields of the wrong type or range).
+
+    The codec builds any registered class from whatever the peer sent, so a peer can send ``Ping("x", None)``;
+    such a message is dropped and counted by the connection before anything acts on it. None when it is fine.
+    """
+    checks = _CHECKS.get(type(message))
+    if checks is None:
+        return None
+    for name, check in checks:
+        value = getattr(message, name)
+        if not check(value):
+            return f"{type(message).__name__}.{name}={value!r:.60} is malformed"
+    if isinstance(message, RpcCall) and message.kwargs and not all(type(key) is str for key in message.kwargs):
+        return "RpcCall.kwargs has a key that is not a string"
+    return None
 
 
 def register_internal_messages(serialization: Serialization) -> None:

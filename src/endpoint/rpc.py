@@ -31,6 +31,7 @@ import msgpack  # type: ignore[import-untyped]
 
 from endpoint.correlation import CorrelationPool
 from endpoint.errors import (
+    BudgetExceededError,
     ConfigurationError,
     ConnectionClosedError,
     RemoteError,
@@ -64,6 +65,8 @@ UNKNOWN_OBJECT: Final = 1
 UNKNOWN_METHOD: Final = 2
 UNSERIALIZABLE: Final = 3
 UNDECODABLE: Final = 4
+OVER_BUDGET: Final = 5
+"""The callee already runs ``max_pending_calls`` calls of this connection's: the call was refused, not run."""
 _CALL_TYPE_ID: Final = INTERNAL_TYPE_IDS[RpcCall]
 _REPLY_TYPE_ID: Final = INTERNAL_TYPE_IDS[RpcReply]
 """The result (or the failure) could not be encoded by the callee."""
@@ -241,6 +244,8 @@ def _failure_error(failure: RpcFailure, object_id: int, method: str) -> Exceptio
         return SerializationError(f"the peer could not encode the answer of {method!r}: {failure.message}")
     if kind == UNDECODABLE:
         return SerializationError(f"the peer could not decode the call of {method!r}: {failure.message}")
+    if kind == OVER_BUDGET:
+        return BudgetExceededError(f"the peer refused the call of {method!r}: {failure.message}", "max_pending_calls")
     return remote_error(failure.type_name, failure.message, failure.traceback)
 
 
@@ -326,6 +331,8 @@ class ConnectionRpc(RpcRegistry):
         self._pool: CorrelationPool[tuple[asyncio.Future[Any], int, str]] = CorrelationPool(config.max_pending_calls)
         self._slot_waiters: list[asyncio.Future[None]] = []
         self._running: dict[int, asyncio.Task[Any]] = {}
+        self._running_oneway = 0
+        self._max_running: int = config.max_pending_calls
         # Deadlines of our calls, one FIFO per timeout value (so each is in deadline order); answered calls
         # are left in place and skipped, and a queue is compacted when it outgrows the calls in flight.
         self._deadlines: dict[float, collections.deque[tuple[float, int]]] = {}
@@ -335,6 +342,8 @@ class ConnectionRpc(RpcRegistry):
         self._encode = config.serialization.encode
         self.calls_made = 0
         self.calls_served = 0
+        self.calls_refused = 0
+        """Calls of the peer's refused because ``max_pending_calls`` of its calls were running here already."""
 
     @property
     def pending(self) -> int:
@@ -429,7 +438,7 @@ class ConnectionRpc(RpcRegistry):
         """Tell the peer to stop a call, never ahead of the call itself (it may still wait in the send queue)."""
         connection = self.connection
         if connection._backlog:
-            connection.endpoint._spawn(connection._send_quietly(self._encode(RpcCancel(call_id))))
+            connection.endpoint._spawn(connection._send_quietly(self._encode(RpcCancel(call_id))), connection)
         else:
             connection._send_control(RpcCancel(call_id), must_arrive=True)
 
@@ -543,8 +552,15 @@ class ConnectionRpc(RpcRegistry):
                     SerializationError(f"the answer to {method!r} of object {object_id} does not decode: {error}")
                 )
 
+    def on_malformed_call(self, call_id: int, problem: str) -> None:
+        """A call whose fields are malformed: fail it at once rather than leave the caller to its timeout."""
+        self._fail(call_id, UNDECODABLE, "endpoint.errors.MalformedMessageError", problem[:_TEXT_LIMIT], "")
+
     def _on_call(self, call: RpcCall) -> None:
         call_id = call.call_id
+        if len(self._running) + self._running_oneway >= self._max_running:
+            self._refuse(call)
+            return
         exposed = self._objects.get(call.object_id) or self._shared._objects.get(call.object_id)
         if exposed is None:
             self._fail(call_id, UNKNOWN_OBJECT, "", f"no object {call.object_id}", "")
@@ -570,9 +586,28 @@ class ConnectionRpc(RpcRegistry):
         task = asyncio.get_running_loop().create_task(_resume(coro, yielded), context=context)
         if call_id:
             self._running[call_id] = task
+        else:
+            self._running_oneway += 1
         task.add_done_callback(functools.partial(self._finished, call_id))
 
+    def _refuse(self, call: RpcCall) -> None:
+        """One call too many of the peer's running here: refuse it (both sides hear of it); the others go on."""
+        self.calls_refused += 1
+        detail = f"{self._max_running} calls of this connection's are running (max_pending_calls)"
+        connection = self.connection
+        connection.endpoint._notify_error(
+            connection,
+            BudgetExceededError(
+                f"{connection!r}: refused a call of {call.method!r} on object {call.object_id}: {detail}",
+                "max_pending_calls",
+            ),
+        )
+        if call.call_id:
+            self._send(self._encode(RpcFailure(call.call_id, OVER_BUDGET, "", detail, "")))
+
     def _finished(self, call_id: int, task: asyncio.Task[Any]) -> None:
+        if not call_id:
+            self._running_oneway -= 1
         ours = self._running.pop(call_id, None) is not None
         if task.cancelled():
             if ours:  # cancelled by something of the method's own, not by the caller or a close: say so
@@ -622,7 +657,7 @@ class ConnectionRpc(RpcRegistry):
                 return
         except ConnectionClosedError:
             return
-        connection.endpoint._spawn(connection._send_quietly(data))
+        connection.endpoint._spawn(connection._send_quietly(data), connection)
 
     # ------------------------------------------------------------------ closing
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Union
 
 from endpoint.errors import (
+    BudgetExceededError,
     ConnectionClosedError,
     StreamAbortedError,
     StreamCancelledError,
@@ -101,6 +102,9 @@ class IncomingStream:
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
         self._consumed = False
+        self._seen = 0
+        self._since_ns = 0
+        """Bytes received at the last check, and since when (the stall timer)."""
 
     def __repr__(self) -> str:
         return f"<IncomingStream {self.stream_id} {self.name!r} {self.received}/{self.size} on {self.connection!r}>"
@@ -124,6 +128,7 @@ class IncomingStream:
             if chunks:
                 chunk = chunks.popleft()
                 self._buffered -= len(chunk)
+                self._manager._stream_bytes -= len(chunk)
                 if self._pausing and self._buffered <= self._window // 2:
                     self._pausing = False
                     self.connection._resume_reading()
@@ -133,6 +138,9 @@ class IncomingStream:
             elif self._ended:
                 return
             else:
+                if self._pausing:  # paused for the connection's budget, not our own window: we hold nothing now
+                    self._pausing = False
+                    self.connection._resume_reading()
                 self._waiter = asyncio.get_running_loop().create_future()
                 try:
                     await self._waiter
@@ -182,7 +190,10 @@ class IncomingStream:
         self._crc = zlib.crc32(chunk, self._crc)
         self._chunks.append(chunk)
         self._buffered += len(chunk)
-        if not self._pausing and self._buffered > self._window:
+        manager = self._manager
+        manager._stream_bytes += len(chunk)
+        if not self._pausing and (self._buffered > self._window or manager.held_bytes > manager.max_bytes):
+            # Past our window, or the connection's bytes budget: stop reading until the consumer catches up.
             self._pausing = True
             self.connection._pause_reading()
         self._wake()
@@ -204,11 +215,21 @@ class IncomingStream:
             return
         self._error = error
         self._chunks.clear()
+        self._manager._stream_bytes -= self._buffered
         self._buffered = 0
         if self._pausing:
             self._pausing = False
             self.connection._resume_reading()
         self._wake()
+
+    def _release(self) -> None:
+        """The consumer is done with us: what it left unread no longer counts, nor holds the connection paused."""
+        self._manager._stream_bytes -= self._buffered
+        self._buffered = 0
+        self._chunks.clear()
+        if self._pausing:
+            self._pausing = False
+            self.connection._resume_reading()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -219,11 +240,13 @@ class IncomingStream:
 class _Assembly:
     """A large message arriving in chunks."""
 
-    __slots__ = ("buffer", "crc")
+    __slots__ = ("buffer", "crc", "seen", "since_ns")
 
     def __init__(self) -> None:
         self.buffer = bytearray()
         self.crc = 0
+        self.seen = -1
+        self.since_ns = 0
 
 
 class StreamManager:
@@ -235,12 +258,32 @@ class StreamManager:
         self._chunk_limit: int = config.stream_chunk_size
         self._window: int = config.stream_window
         self._max_message_size: int = config.max_message_size
+        self._max_incoming: int = config.max_incoming_streams
+        self.max_bytes: int = config.max_incoming_bytes
+        """The connection's bytes budget (``max_incoming_bytes``)."""
+        self._stall_ns = int(config.stream_stall_timeout * 1e9)
         self._ids = itertools.count(1)
         self._outgoing: dict[int, _Outgoing] = {}
         self._incoming: dict[int, IncomingStream] = {}
         self._assemblies: dict[int, _Assembly] = {}
+        self._assembly_bytes = 0
+        self._stream_bytes = 0
         self.dropped_chunks = 0
         """Chunks of streams this side had already cancelled or never knew: dropped."""
+        self.over_budget = 0
+        """Streams and large messages declined or dropped for ``max_incoming_streams`` or ``max_incoming_bytes``."""
+        self.stalled = 0
+        """Streams and large messages dropped after ``stream_stall_timeout`` without a chunk."""
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes this connection's incoming large messages and streams hold here now."""
+        return self._assembly_bytes + self._stream_bytes + self.connection._inbox_bytes
+
+    @property
+    def incoming(self) -> int:
+        """Streams and large messages arriving (or arrived and not yet consumed) now."""
+        return len(self._incoming) + len(self._assemblies)
 
     @property
     def chunk_size(self) -> int:
@@ -308,9 +351,18 @@ class StreamManager:
     def on_open(self, open_: StreamOpen) -> None:
         connection = self.connection
         endpoint = connection.endpoint
+        if open_.stream_id in self._incoming or open_.stream_id in self._assemblies:
+            self._decline(open_, "a stream of that id is already arriving")
+            return
+        if self.incoming >= self._max_incoming:
+            self._over_budget(open_.stream_id, f"{self.incoming} already arriving", "max_incoming_streams")
+            return
         if open_.kind == MESSAGE:
             if open_.size > self._max_message_size:
                 self._decline(open_, f"{open_.size} bytes is over max_message_size={self._max_message_size}")
+                return
+            if open_.size > self.max_bytes:
+                self._over_budget(open_.stream_id, f"{open_.size} bytes announced", "max_incoming_bytes")
                 return
             self._assemblies[open_.stream_id] = _Assembly()
             return
@@ -320,7 +372,16 @@ class StreamManager:
             return
         stream = IncomingStream(self, open_, self._window)
         self._incoming[open_.stream_id] = stream
-        endpoint._spawn(self._consume(stream, listeners))
+        endpoint._spawn(self._consume(stream, listeners), connection)
+
+    def _over_budget(self, stream_id: int, detail: str, budget: str) -> None:
+        """Decline (or drop part way) one incoming stream or large message for the connection's budget."""
+        self.over_budget += 1
+        reason = f"over {budget} ({detail})"
+        self.connection._send_control(StreamCancel(stream_id, reason), must_arrive=True)
+        self.connection.endpoint._notify_error(
+            self.connection, BudgetExceededError(f"{self.connection!r}: dropped stream {stream_id}: {reason}", budget)
+        )
 
     def _decline(self, open_: StreamOpen, reason: str) -> None:
         self.connection._send_control(StreamCancel(open_.stream_id, reason), must_arrive=True)
@@ -346,6 +407,7 @@ class StreamManager:
         finally:
             if not stream.done:
                 stream.cancel("the stream listener returned without consuming it")
+            stream._release()
             self._incoming.pop(stream.stream_id, None)
 
     def on_chunk(self, data: memoryview) -> None:
@@ -359,18 +421,59 @@ class StreamManager:
         if assembly is None:
             self.dropped_chunks += 1
             return
+        if self.held_bytes + len(payload) > self.max_bytes:
+            self._drop_assembly(stream_id)
+            self._over_budget(stream_id, f"{self.held_bytes} bytes held", "max_incoming_bytes")
+            return
         assembly.buffer += payload
+        self._assembly_bytes += len(payload)
         assembly.crc = zlib.crc32(payload, assembly.crc)
         if len(assembly.buffer) > self._max_message_size:
-            del self._assemblies[stream_id]
+            self._drop_assembly(stream_id)
             self._decline(StreamOpen(stream_id, MESSAGE, "", -1, None), "grew over max_message_size")
+
+    def _drop_assembly(self, stream_id: int) -> _Assembly | None:
+        assembly = self._assemblies.pop(stream_id, None)
+        if assembly is not None:
+            self._assembly_bytes -= len(assembly.buffer)
+        return assembly
+
+    def tick(self, now_ns: int, reading: bool) -> None:
+        """Drop what stopped arriving: no chunk for ``stream_stall_timeout`` while we read the connection."""
+        stall_ns = self._stall_ns
+        for stream_id, assembly in list(self._assemblies.items()):
+            if not reading or len(assembly.buffer) != assembly.seen:
+                assembly.seen = len(assembly.buffer)
+                assembly.since_ns = now_ns
+            elif now_ns - assembly.since_ns > stall_ns:
+                self._drop_assembly(stream_id)
+                self._stalled(stream_id, f"large message {stream_id}", assembly.seen)
+        for stream_id, stream in list(self._incoming.items()):
+            if stream.done:
+                continue  # the sender finished; what is left waits for our consumer
+            if not reading or stream.received != stream._seen or stream._pausing:
+                stream._seen = stream.received
+                stream._since_ns = now_ns
+            elif now_ns - stream._since_ns > stall_ns:
+                self._incoming.pop(stream_id, None)
+                self._stalled(stream_id, repr(stream), stream.received, stream)
+
+    def _stalled(self, stream_id: int, what: str, received: int, stream: IncomingStream | None = None) -> None:
+        self.stalled += 1
+        reason = f"stalled: no chunk for {self._stall_ns / 1e9:g} s (stream_stall_timeout) after {received} bytes"
+        self.connection._send_control(StreamCancel(stream_id, reason), must_arrive=True)
+        error = BudgetExceededError(f"{self.connection!r}: dropped {what}: {reason}", "stream_stall_timeout")
+        if stream is not None:
+            stream._fail(error)  # its consumer raises it (and on_error hears of it if the consumer lets it out)
+        else:
+            self.connection.endpoint._notify_error(self.connection, error)
 
     def on_end(self, end: StreamEnd) -> None:
         stream = self._incoming.get(end.stream_id)
         if stream is not None:
             stream._end(end)
             return
-        assembly = self._assemblies.pop(end.stream_id, None)
+        assembly = self._drop_assembly(end.stream_id)
         if assembly is None:
             return
         if end.length != len(assembly.buffer) or end.crc32 != assembly.crc:
@@ -382,7 +485,7 @@ class StreamManager:
         self.connection._on_message_bytes(memoryview(assembly.buffer))
 
     def on_abort(self, abort: StreamAbort) -> None:
-        self._assemblies.pop(abort.stream_id, None)
+        self._drop_assembly(abort.stream_id)
         stream = self._incoming.pop(abort.stream_id, None)
         if stream is not None:
             stream._fail(StreamAbortedError(f"{stream!r} aborted by the sender: {abort.reason}", abort.reason))
@@ -402,6 +505,8 @@ class StreamManager:
             stream._fail(error)
         self._incoming.clear()
         self._assemblies.clear()
+        self._assembly_bytes = 0
+        self._stream_bytes = 0
 
 
 # ---------------------------------------------------------------------------------------------- sources

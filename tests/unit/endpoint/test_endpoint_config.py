@@ -335,6 +335,9 @@ INT_FIELDS: list[tuple[type[Configuration], str, int, int]] = [
     (ServerConfiguration, "max_pending_handshakes", 1, 1 << 20),
     (ServerConfiguration, "max_pending_per_source", 1, 1 << 20),
     (ClientConfiguration, "local_port", 0, 65535),
+    (Configuration, "max_incoming_streams", 1, 1 << 16),
+    (Configuration, "max_incoming_bytes", 1 << 16, 1 << 40),
+    (Configuration, "max_pending_calls", 1, 1 << 20),
 ]
 
 
@@ -376,6 +379,7 @@ SECONDS_FIELDS = [
     ("ping_interval", 3600.0),
     ("peer_timeout", 86_400.0),
     ("close_timeout", 600.0),
+    ("stream_stall_timeout", 86_400.0),
 ]
 
 
