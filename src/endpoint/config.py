@@ -270,7 +270,15 @@ class ServerConfiguration(Configuration):
     """The server's X25519 private key; None makes a fresh one each start (clients pinning it will then refuse)."""
     max_pending_handshakes: int = attrs.field(default=1024, validator=_int_range(1, 1 << 20))
     max_pending_per_source: int = attrs.field(default=256, validator=_int_range(1, 1 << 20))
-    """Handshakes in flight from one remote address (one NAT may hide many clients)."""
+    """Handshakes in flight from one remote address (one NAT may hide many clients). When either cap is reached the
+    oldest half-open handshake (of that address, or overall) gives way and its client is told SERVER_BUSY."""
+    cookie_period: float = attrs.field(default=30.0, validator=_positive_seconds(3600))
+    """The handshake cookie's secret rotates this often; a cookie is good for one to two periods."""
+    max_answer_routes: int = attrs.field(default=256, validator=_int_range(1, 1 << 16))
+    """UDP publications to clients' answer ports the server keeps at once (cookies and handshake answers go out on
+    them); when full, the oldest not serving a handshake in flight is closed."""
+    max_answer_routes_per_source: int = attrs.field(default=8, validator=_int_range(1, 1 << 16))
+    """Of those, to one remote address; beyond it that address's oldest idle one is closed, or the packet dropped."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()

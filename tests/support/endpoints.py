@@ -36,7 +36,7 @@ from endpoint.config import (
     IPC_REPLY_STREAM_BASE,
     REPLY_STREAM_ID,
 )
-from endpoint.handshake import ClientHandshake
+from endpoint.handshake import ClientHandshake, CookieReceived
 from endpoint.messages import register_internal_messages
 
 __all__ = [
@@ -285,6 +285,7 @@ class RawHandshakePeer:
         """A client handshake with this peer's reply route and the test classes' registration hash."""
         kwargs.setdefault("registration_hash", registration_hash())
         kwargs.setdefault("reply", {} if self.is_ipc else {"port": self.reply_port})
+        kwargs.setdefault("claimed_address", "" if self.is_ipc else "127.0.0.1")
         return ClientHandshake(**kwargs)
 
     async def send(self, packet: bytes, timeout: float = 5.0) -> None:
@@ -296,7 +297,17 @@ class RawHandshakePeer:
             await asyncio.sleep(0.001)
 
     async def receive(self, handshake: ClientHandshake, timeout: float = 5.0) -> object:
-        """The first answer ``handshake`` makes sense of (Accepted, Rejected, Completed); AssertionError if none."""
+        """The first answer ``handshake`` makes sense of (Accepted, Rejected, Completed); AssertionError if none.
+
+        A cookie is answered (HELLO again, now carrying it) on the way, as a client does.
+        """
+        while True:
+            answer = await self._receive_one(handshake, timeout)
+            if not isinstance(answer, CookieReceived):
+                return answer
+            await self.send(handshake.hello(time.time_ns()))
+
+    async def _receive_one(self, handshake: ClientHandshake, timeout: float) -> object:
         answers: list[object] = []
 
         def on_fragment(payload: memoryview, header: Any) -> None:
