@@ -33,7 +33,7 @@ from endpoint.connection import Connection
 from endpoint.endpoint import EndPoint
 from endpoint.errors import ClientError, ClientRejectedError, ClientTimeoutError, RejectReason
 from endpoint.handshake import Accepted, ClientHandshake, Completed, CookieReceived, Rejected
-from endpoint.keystore import KnownServers
+from endpoint.keystore import KnownServers, default_config_dir
 from endpoint.routes import HandshakeRoute
 from endpoint.transport import (
     add_pair,
@@ -65,7 +65,10 @@ class Client(EndPoint[ClientConfiguration]):
 
     def __init__(self, config: ClientConfiguration | None = None) -> None:
         super().__init__(config if config is not None else ClientConfiguration())
-        self._known = KnownServers(self.config.known_servers_path)
+        cfg = self.config
+        self._known = KnownServers(
+            (cfg.known_servers_path or default_config_dir() / "known_servers.json") if cfg.remember_servers else None
+        )
         self.connection: Connection | None = None
         self._target: tuple[str, int] | None = None
         self._connect_lock = asyncio.Lock()

@@ -267,7 +267,10 @@ class ServerConfiguration(Configuration):
     session_id_range: tuple[int, int] = attrs.field(default=(0x1000_0000, 0x7FFF_FFFF), validator=_id_range)
     stream_id_range: tuple[int, int] = attrs.field(default=(0x1000, 0xFFFF), validator=_id_range)
     key_path: Path | None = attrs.field(default=None, converter=_optional_path)
-    """The server's X25519 private key; None makes a fresh one each start (clients pinning it will then refuse)."""
+    """The server's X25519 private key file (created on first use); None: ``server-<port>.key`` in the user's
+    configuration directory (``$ENDPOINT_CONFIG_DIR``, ``$XDG_CONFIG_HOME/endpoint`` or ``~/.config/endpoint``)."""
+    ephemeral_key: bool = False
+    """A fresh key each start, kept nowhere (clients that pinned this server will refuse it after a restart)."""
     max_pending_handshakes: int = attrs.field(default=1024, validator=_int_range(1, 1 << 20))
     max_pending_per_source: int = attrs.field(default=256, validator=_int_range(1, 1 << 20))
     """Handshakes in flight from one remote address (one NAT may hide many clients). When either cap is reached the
@@ -300,7 +303,10 @@ class ClientConfiguration(Configuration):
     auto_reconnect: bool = False
     """Reconnect (with the saved address) after the driver restarts or the connection drops uncleanly."""
     known_servers_path: Path | None = attrs.field(default=None, converter=_optional_path)
-    """Trust-on-first-use store of server keys; None keeps them in memory for this process."""
+    """Trust-on-first-use store of server keys; None: ``known_servers.json`` in the user's configuration directory
+    (see ``ServerConfiguration.key_path``)."""
+    remember_servers: bool = True
+    """False keeps pins in memory for this client only (nothing read or written)."""
     allow_server_key_change: bool = False
     """Accept a server whose key differs from the stored one (and store the new key)."""
 

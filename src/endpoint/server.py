@@ -40,7 +40,7 @@ from endpoint.endpoint import EndPoint
 from endpoint.errors import AllocationError, ConnectionClosedError, RejectReason, ServerError
 from endpoint.handshake import PROTOCOL_VERSION, Bounce, Done, Hello, ServerHandshake
 from endpoint.ids import IdAllocator
-from endpoint.keystore import load_or_create_private_key
+from endpoint.keystore import default_config_dir, load_or_create_private_key
 from endpoint.transport import bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
 
 __all__ = ["Server"]
@@ -150,7 +150,9 @@ class Server(EndPoint[ServerConfiguration]):
         cfg = self.config
         if self._handshake is None:
             self._handshake = ServerHandshake(
-                load_or_create_private_key(cfg.key_path),
+                load_or_create_private_key(
+                    None if cfg.ephemeral_key else cfg.key_path or default_config_dir() / f"server-{cfg.port}.key"
+                ),
                 handshake_timeout_ns=int(cfg.handshake_timeout * 3e9),
                 cookie_period_ns=int(cfg.cookie_period * 1e9),
                 max_pending=cfg.max_pending_handshakes,

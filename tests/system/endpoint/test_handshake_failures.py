@@ -26,6 +26,7 @@ from endpoint import (
     Server,
 )
 from endpoint.handshake import MAGIC, PROTOCOL_VERSION, Accepted, ClientHandshake, Kind, Rejected
+from endpoint.keystore import default_config_dir
 from support.endpoints import (
     TRANSPORTS,
     Ack,
@@ -248,6 +249,43 @@ async def test_a_pinned_server_key_that_changes_is_refused_unless_allowed(
             await asyncio.wait_for(conn.close(), 10)
     finally:
         await asyncio.gather(*(c.close() for c in clients))
+
+
+async def test_keys_and_pins_persist_by_default_and_a_pin_needs_a_finished_handshake(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """No key or pin path configured: both live in the configuration directory (the test's own, set by conftest).
+    A client turned away pins nothing; one that connected pins the key, which a restarted server still has."""
+    config_dir = default_config_dir()
+    pins = config_dir / "known_servers.json"
+    async with running_server(server_config(aeron_dir, port)) as server:
+        first_key = server.public_key
+        assert (config_dir / f"server-{port}.key").stat().st_mode & 0o777 == 0o600
+        refused = Client(
+            client_config("udp", aeron_dir, client_dir, serialization=make_serialization(extra=[OnlyOnTheClient]))
+        )
+        try:
+            error = await rejected(refused, port)
+            assert error.reason is RejectReason.SERIALIZATION_MISMATCH
+            assert error.authenticated
+        finally:
+            await refused.close()
+        assert not pins.exists(), "a handshake that went nowhere pinned the server"
+        client = Client(client_config("udp", aeron_dir, client_dir))
+        try:
+            conn = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
+            await asyncio.wait_for(conn.close(), 10)
+        finally:
+            await client.close()
+        assert json.loads(pins.read_text()) == {f"127.0.0.1:{port}": first_key.hex()}
+    async with running_server(server_config(aeron_dir, port)) as again:
+        assert again.public_key == first_key
+        client = Client(client_config("udp", aeron_dir, client_dir))
+        try:
+            conn = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)  # NK with the pin
+            await asyncio.wait_for(conn.close(), 10)
+        finally:
+            await client.close()
 
 
 # ------------------------------------------------------------------------------------------------ hostile handshakes
