@@ -20,6 +20,8 @@ import logging
 import time
 from typing import Any
 
+import attrs
+
 from driver.client.aio import offer_async
 from driver.errors import RegistrationError
 from endpoint.config import (
@@ -32,7 +34,7 @@ from endpoint.config import (
 from endpoint.connection import Connection
 from endpoint.endpoint import EndPoint
 from endpoint.errors import ClientError, ClientRejectedError, ClientTimeoutError, RejectReason
-from endpoint.handshake import Accepted, ClientHandshake, Completed, CookieReceived, Rejected
+from endpoint.handshake import Accepted, ClientHandshake, Completed, CookieReceived, HandshakeStats, Rejected
 from endpoint.keystore import KnownServers, default_config_dir
 from endpoint.routes import HandshakeRoute
 from endpoint.transport import (
@@ -70,6 +72,9 @@ class Client(EndPoint[ClientConfiguration]):
             (cfg.known_servers_path or default_config_dir() / "known_servers.json") if cfg.remember_servers else None
         )
         self.connection: Connection | None = None
+        self.handshake_stats = HandshakeStats()
+        """Every handshake's counters added up: answers dropped as forged (``spoofed``), plain REJECTs ignored
+        (``unsealed``), malformed ones, ..."""
         self._target: tuple[str, int] | None = None
         self._connect_lock = asyncio.Lock()
 
@@ -187,7 +192,11 @@ class Client(EndPoint[ClientConfiguration]):
                 claimed_address="" if route.is_ipc else local_address_towards(route.server[0]),
                 force_nx=force_nx,
             )
-            answer = await self._exchange(route, handshake, functools.partial(_hello_now, handshake), step)
+            try:
+                answer = await self._exchange(route, handshake, functools.partial(_hello_now, handshake), step)
+            except BaseException:
+                self._add_stats(handshake)
+                raise
             if (
                 isinstance(answer, Rejected)
                 and not answer.authenticated
@@ -198,6 +207,8 @@ class Client(EndPoint[ClientConfiguration]):
                 force_nx = True
                 continue
             break
+        if not isinstance(answer, Accepted):
+            self._add_stats(handshake)
         if isinstance(answer, Rejected):
             if not answer.authenticated:
                 _log.warning("unauthenticated rejection from %s: %s", address, answer.text)
@@ -226,7 +237,14 @@ class Client(EndPoint[ClientConfiguration]):
         except BaseException:
             await self._discard(connection)
             raise
+        finally:
+            self._add_stats(handshake)
         return connection
+
+    def _add_stats(self, handshake: ClientHandshake) -> None:
+        total = self.handshake_stats
+        for field in attrs.fields(HandshakeStats):
+            setattr(total, field.name, getattr(total, field.name) + getattr(handshake.stats, field.name))
 
     async def _exchange(
         self, route: HandshakeRoute, handshake: ClientHandshake, packet: Any, step: float, sends: int = 0

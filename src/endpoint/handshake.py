@@ -672,12 +672,18 @@ class ServerHandshake:
         )
 
     def _make_room(self, source: str) -> bool:
-        """Evict the oldest half-open handshake (of this source when it is at its cap) so a new one fits; False
-        when nothing can give way (every handshake has its DONE and is being set up)."""
+        """Evict a half-open handshake so a new one fits: this source's oldest when it is at its cap, else the
+        oldest of the source holding the most (a flood from a few sources evicts itself, not a lone client).
+        False when nothing can give way (every candidate has its DONE and is being set up)."""
         if self._per_source.get(source, 0) >= self.max_pending_per_source:
             candidates = [k for k, e in self._pending.items() if e.source == source and e.state != "done"]
         elif len(self._pending) >= self.max_pending:
-            candidates = [k for k, e in self._pending.items() if e.state != "done"]
+            evictable: dict[str, list[int]] = {}
+            for key, entry in self._pending.items():  # oldest first
+                if entry.state != "done":
+                    evictable.setdefault(entry.source, []).append(key)
+            # Most pending first; among equals, the source whose oldest is oldest (dicts keep first-seen order).
+            candidates = max(evictable.values(), key=len) if evictable else []
         else:
             return True
         if not candidates:

@@ -262,9 +262,13 @@ class RawHandshakePeer:
         self.publication = publication
         self.reply = reply
         self.reply_port = reply_port
+        self.local_ip = "127.0.0.1"
 
     @classmethod
-    async def open(cls, aeron: Aeron, transport: str, server_port: int) -> RawHandshakePeer:
+    async def open(
+        cls, aeron: Aeron, transport: str, server_port: int, local_ip: str = "127.0.0.1"
+    ) -> RawHandshakePeer:
+        """``local_ip`` (UDP): the loopback address this peer sends from and hears its answers on."""
         if transport == "ipc":
             reply = await aeron.add_subscription_async("aeron:ipc", IPC_REPLY_STREAM_BASE + server_port)
             publication = await aeron.add_exclusive_publication_async(
@@ -272,12 +276,14 @@ class RawHandshakePeer:
             )
             peer = cls(True, publication, reply, 0)
         else:
-            reply_port = free_udp_port()
-            reply = await aeron.add_subscription_async(f"aeron:udp?endpoint=127.0.0.1:{reply_port}", REPLY_STREAM_ID)
+            reply_port = free_udp_port(local_ip)
+            reply = await aeron.add_subscription_async(f"aeron:udp?endpoint={local_ip}:{reply_port}", REPLY_STREAM_ID)
+            interface = "" if local_ip == "127.0.0.1" else f"|interface={local_ip}"
             publication = await aeron.add_exclusive_publication_async(
-                f"aeron:udp?endpoint=127.0.0.1:{server_port}|term-length=65536", HANDSHAKE_STREAM_ID
+                f"aeron:udp?endpoint=127.0.0.1:{server_port}|term-length=65536{interface}", HANDSHAKE_STREAM_ID
             )
             peer = cls(False, publication, reply, reply_port)
+        peer.local_ip = local_ip
         await wait_until(lambda: publication.is_connected, 5.0, what="raw handshake publication connected")
         return peer
 
@@ -285,7 +291,7 @@ class RawHandshakePeer:
         """A client handshake with this peer's reply route and the test classes' registration hash."""
         kwargs.setdefault("registration_hash", registration_hash())
         kwargs.setdefault("reply", {} if self.is_ipc else {"port": self.reply_port})
-        kwargs.setdefault("claimed_address", "" if self.is_ipc else "127.0.0.1")
+        kwargs.setdefault("claimed_address", "" if self.is_ipc else self.local_ip)
         return ClientHandshake(**kwargs)
 
     async def send(self, packet: bytes, timeout: float = 5.0) -> None:

@@ -347,6 +347,17 @@ def test_a_full_server_evicts_the_oldest_half_open_handshake_and_tells_it() -> N
     assert stale[1].receive(packet) is None
 
 
+def test_a_full_server_evicts_from_the_source_holding_the_most() -> None:
+    server = make_server(max_pending=4, max_pending_per_source=4)
+    legit = make_client()
+    accepted(server, legit, 1)  # the oldest of all
+    flood = [make_client(claimed_address="10.9.9.9") for _ in range(5)]
+    for i, client in enumerate(flood):
+        accepted(server, client, 10 + i, source="10.9.9.9")
+    assert server.is_pending(legit.connect_key), "a lone client is not evicted by a flood from another source"
+    assert [key for key, _ in server.evicted] == [flood[0].connect_key, flood[1].connect_key]
+
+
 def test_per_source_cap_evicts_that_sources_oldest() -> None:
     server = make_server(max_pending=16, max_pending_per_source=2)
     mine = [make_client() for _ in range(3)]
