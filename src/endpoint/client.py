@@ -218,7 +218,7 @@ class Client(EndPoint[ClientConfiguration]):
         grant = answer.grant
         connection = await self._open_connection(route, grant)
         try:
-            # A server that gave up on us after HELLO_ACK (its stream found no subscriber in time, say) no longer
+            # A server that gave up on us after its answer (its stream found no subscriber in time, say) no longer
             # knows this connect key and drops our DONEs: after a few we start over with a fresh HELLO.
             done = await self._exchange(route, handshake, handshake.done, step, _DONE_SENDS)
             if isinstance(done, Rejected):

@@ -56,7 +56,7 @@ AddressFilter = Callable[[str, str], bool]
 
 @attrs.define
 class _Pending:
-    """A handshake between HELLO_ACK and DONE: what it holds, freed if it never completes."""
+    """A handshake between its answer and DONE: what it holds, freed if it never completes."""
 
     hello: Hello
     is_ipc: bool
