@@ -28,6 +28,18 @@ def _shm_base() -> Path:
     return Path(tempfile.gettempdir())
 
 
+@pytest.fixture(autouse=True)
+def _endpoint_config_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """End points keep their keys and pins in the user's configuration directory by default: never the real one
+    in tests, and a fresh one per test (ports are reused across tests, so a shared one could hold a stale pin)."""
+    directory = Path(tempfile.mkdtemp(prefix="endpoint-config-"))
+    monkeypatch.setenv("ENDPOINT_CONFIG_DIR", str(directory))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def aeron_java() -> AeronJava:
     """Java 11 + aeron-all-1.15.1.jar, installed into the peer cache on first use."""

@@ -1,22 +1,26 @@
 """The client end point: connects to a server over IPC when it shares our driver, else over UDP.
 
 Connecting: open a handshake publication to the server (IPC first when the
-server is on this machine), send HELLO with a fresh X25519 key and connect key,
-and wait for the sealed HELLO_ACK (resending HELLO every ``handshake_timeout``).
-Check the server's key against the trust-on-first-use store, create the
+server is on this machine), send HELLO (Noise NX, or NK once the server's key
+is pinned), repeat it with the cookie the server answers over UDP, and wait
+for the sealed answer (resending HELLO every ``handshake_timeout``). Create the
 connection's publication and subscription from the granted ids, wait for both
-to connect, send DONE and wait for DONE_ACK; then the connection is live and
-``on_connect`` fires. Every wait is bounded; the whole connect by
-``connect_timeout``.
+to connect, send DONE and wait for DONE_ACK; then the connection is live,
+``on_connect`` fires and (only now) the server's key is pinned. Answers that
+are not sealed under this handshake are counted and ignored. Every wait is
+bounded; the whole connect by ``connect_timeout``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import Any
+
+import attrs
 
 from driver.client.aio import offer_async
 from driver.errors import RegistrationError
@@ -30,8 +34,8 @@ from endpoint.config import (
 from endpoint.connection import Connection
 from endpoint.endpoint import END_POINT_CLOSED, EndPoint
 from endpoint.errors import ClientError, ClientRejectedError, ClientTimeoutError, RejectReason
-from endpoint.handshake import Accepted, ClientHandshake, Completed, Rejected
-from endpoint.keystore import KnownServers
+from endpoint.handshake import Accepted, ClientHandshake, Completed, CookieReceived, HandshakeStats, Rejected
+from endpoint.keystore import KnownServers, default_config_dir
 from endpoint.routes import HandshakeRoute
 from endpoint.transport import (
     add_pair,
@@ -63,8 +67,14 @@ class Client(EndPoint[ClientConfiguration]):
 
     def __init__(self, config: ClientConfiguration | None = None) -> None:
         super().__init__(config if config is not None else ClientConfiguration())
-        self._known = KnownServers(self.config.known_servers_path)
+        cfg = self.config
+        self._known = KnownServers(
+            (cfg.known_servers_path or default_config_dir() / "known_servers.json") if cfg.remember_servers else None
+        )
         self.connection: Connection | None = None
+        self.handshake_stats = HandshakeStats()
+        """Every handshake's counters added up: answers dropped as forged (``spoofed``), plain REJECTs ignored
+        (``unsealed``), malformed ones, ..."""
         self._target: tuple[str, int] | None = None
         self._connect_lock = asyncio.Lock()
 
@@ -169,31 +179,56 @@ class Client(EndPoint[ClientConfiguration]):
         cfg = self.config
         address = f"{host}:{port}"
         stored = self._known.get(address)
-        handshake = ClientHandshake(
-            registration_hash=cfg.serialization.registration_hash,
-            reply={} if route.is_ipc else {"port": route.local[1] if route.local else 0},
-            tag=cfg.tag,
-            expected_server_key=None if cfg.allow_server_key_change else stored,
-        )
+        pinned = None if cfg.allow_server_key_change else stored
         step = cfg.handshake_timeout
         await wait_connected(route.publication, cfg.connect_timeout, self._shared.client() if self._shared else None)
-        answer = await self._exchange(route, handshake, lambda: handshake.hello(time.time_ns()), step)
+        force_nx = False
+        while True:
+            handshake = ClientHandshake(
+                registration_hash=cfg.serialization.registration_hash,
+                reply={} if route.is_ipc else {"port": route.local[1] if route.local else 0},
+                tag=cfg.tag,
+                expected_server_key=pinned,
+                claimed_address="" if route.is_ipc else local_address_towards(route.server[0]),
+                force_nx=force_nx,
+            )
+            try:
+                answer = await self._exchange(route, handshake, functools.partial(_hello_now, handshake), step)
+            except BaseException:
+                self._add_stats(handshake)
+                raise
+            if (
+                isinstance(answer, Rejected)
+                and not answer.authenticated
+                and answer.reason is RejectReason.SERVER_KEY_CHANGED
+                and not force_nx
+            ):
+                # Said in plain text, so unproven: ask again with NX, which makes the server prove its key.
+                force_nx = True
+                continue
+            break
+        if not isinstance(answer, Accepted):
+            self._add_stats(handshake)
         if isinstance(answer, Rejected):
-            if not answer.authenticated and answer.reason is not RejectReason.SERVER_KEY_CHANGED:
+            if not answer.authenticated:
                 _log.warning("unauthenticated rejection from %s: %s", address, answer.text)
-            raise ClientRejectedError(answer.reason, answer.text)
+            raise ClientRejectedError(answer.reason, answer.text, authenticated=answer.authenticated)
         if not isinstance(answer, Accepted):
             raise _Retry()
-        if stored is None or stored != answer.server_public:
-            self._known.remember(address, answer.server_public)
         grant = answer.grant
         connection = await self._open_connection(route, grant)
         try:
-            # A server that gave up on us after HELLO_ACK (its stream found no subscriber in time, say) no longer
+            # A server that gave up on us after its answer (its stream found no subscriber in time, say) no longer
             # knows this connect key and drops our DONEs: after a few we start over with a fresh HELLO.
             done = await self._exchange(route, handshake, handshake.done, step, _DONE_SENDS)
+            if isinstance(done, Rejected):
+                raise ClientRejectedError(done.reason, done.text, authenticated=done.authenticated)
             if not isinstance(done, Completed):
                 raise ClientError(f"handshake with {address} ended with {done!r}")
+            # Pinned only now: the server proved its key and finished the handshake (a pin is never written for
+            # a handshake that went nowhere).
+            if stored != answer.server_public:
+                self._known.remember(address, answer.server_public)
             # Our stream connected while DONE travelled (the server waited for its image before answering), and
             # the server publishes to us once it has our DONE (we were subscribed by then).
             aeron = self._shared.client() if self._shared else None
@@ -202,7 +237,14 @@ class Client(EndPoint[ClientConfiguration]):
         except BaseException:
             await self._discard(connection)
             raise
+        finally:
+            self._add_stats(handshake)
         return connection
+
+    def _add_stats(self, handshake: ClientHandshake) -> None:
+        total = self.handshake_stats
+        for field in attrs.fields(HandshakeStats):
+            setattr(total, field.name, getattr(total, field.name) + getattr(handshake.stats, field.name))
 
     async def _exchange(
         self, route: HandshakeRoute, handshake: ClientHandshake, packet: Any, step: float, sends: int = 0
@@ -213,6 +255,11 @@ class Client(EndPoint[ClientConfiguration]):
 
         def on_answer(data: memoryview) -> None:
             result = handshake.receive(data)
+            if isinstance(result, CookieReceived):
+                # The server wants its cookie back before it spends anything on us: at once, not on the timer.
+                if not route.publication.is_closed and route.publication.offer(packet()) >= 0:
+                    self._poke_poller()
+                return
             if result is not None and not answer.done():
                 answer.set_result(result)
 
@@ -328,11 +375,18 @@ class Client(EndPoint[ClientConfiguration]):
             try:
                 await self.connect(*target)
                 return
-            except ClientRejectedError:
-                raise
+            except ClientRejectedError as exc:
+                if not exc.retryable:
+                    raise
+                _log.info("reconnect to %s:%s refused for now: %s", target[0], target[1], exc)
+                await asyncio.sleep(0.5)
             except (ClientError, OSError, TimeoutError) as exc:
                 _log.info("reconnect to %s:%s failed: %s", target[0], target[1], exc)
                 await asyncio.sleep(0.2)
+
+
+def _hello_now(handshake: ClientHandshake) -> bytes:
+    return handshake.hello(time.time_ns())
 
 
 class _Retry(Exception):

@@ -279,10 +279,21 @@ class ServerConfiguration(Configuration):
     session_id_range: tuple[int, int] = attrs.field(default=(0x1000_0000, 0x7FFF_FFFF), validator=_id_range)
     stream_id_range: tuple[int, int] = attrs.field(default=(0x1000, 0xFFFF), validator=_id_range)
     key_path: Path | None = attrs.field(default=None, converter=_optional_path)
-    """The server's X25519 private key; None makes a fresh one each start (clients pinning it will then refuse)."""
+    """The server's X25519 private key file (created on first use); None: ``server-<port>.key`` in the user's
+    configuration directory (``$ENDPOINT_CONFIG_DIR``, ``$XDG_CONFIG_HOME/endpoint`` or ``~/.config/endpoint``)."""
+    ephemeral_key: bool = False
+    """A fresh key each start, kept nowhere (clients that pinned this server will refuse it after a restart)."""
     max_pending_handshakes: int = attrs.field(default=1024, validator=_int_range(1, 1 << 20))
     max_pending_per_source: int = attrs.field(default=256, validator=_int_range(1, 1 << 20))
-    """Handshakes in flight from one remote address (one NAT may hide many clients)."""
+    """Handshakes in flight from one remote address (one NAT may hide many clients). When either cap is reached the
+    oldest half-open handshake (of that address, or overall) gives way and its client is told SERVER_BUSY."""
+    cookie_period: float = attrs.field(default=30.0, validator=_positive_seconds(3600))
+    """The handshake cookie's secret rotates this often; a cookie is good for one to two periods."""
+    max_answer_routes: int = attrs.field(default=256, validator=_int_range(1, 1 << 16))
+    """UDP publications to clients' answer ports the server keeps at once (cookies and handshake answers go out on
+    them); when full, the oldest not serving a handshake in flight is closed."""
+    max_answer_routes_per_source: int = attrs.field(default=8, validator=_int_range(1, 1 << 16))
+    """Of those, to one remote address; beyond it that address's oldest idle one is closed, or the packet dropped."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -305,7 +316,10 @@ class ClientConfiguration(Configuration):
     """Reconnect (with the saved address) after the driver restarts, the connection drops uncleanly, or the server
     shut down (a supervisor may be restarting it); not after the server closed the connection with a reason."""
     known_servers_path: Path | None = attrs.field(default=None, converter=_optional_path)
-    """Trust-on-first-use store of server keys; None keeps them in memory for this process."""
+    """Trust-on-first-use store of server keys; None: ``known_servers.json`` in the user's configuration directory
+    (see ``ServerConfiguration.key_path``)."""
+    remember_servers: bool = True
+    """False keeps pins in memory for this client only (nothing read or written)."""
     allow_server_key_change: bool = False
     """Accept a server whose key differs from the stored one (and store the new key)."""
 

@@ -88,6 +88,8 @@ class RejectReason(enum.IntEnum):
     SHUTTING_DOWN = 7
     SERVER_KEY_CHANGED = 8
     """Raised on the client itself: the server's public key differs from the one stored on first use."""
+    SERVER_BUSY = 9
+    """Too many handshakes at once: this one gave way to a newer one. Retrying may help."""
 
 
 class ClientError(EndpointError):
@@ -95,12 +97,27 @@ class ClientError(EndpointError):
 
 
 class ClientRejectedError(ClientError):
-    """The server answered the handshake with a rejection (or its key changed); retrying will not help."""
+    """The server answered the handshake with a rejection (or its key changed).
 
-    def __init__(self, reason: RejectReason, message: str) -> None:
-        super().__init__(f"{reason.name}: {message}")
+    ``authenticated`` is False for a rejection anyone on the path could have sent (a hint, never a reason to stop
+    reconnecting for good); ``retryable`` says whether trying again later may help.
+    """
+
+    def __init__(self, reason: RejectReason, message: str, *, authenticated: bool = True) -> None:
+        super().__init__(f"{reason.name}: {message}" + ("" if authenticated else " (unauthenticated)"))
         self.reason = reason
         self.detail = message
+        self.authenticated = authenticated
+
+    @property
+    def retryable(self) -> bool:
+        return not self.authenticated or self.reason in (
+            RejectReason.SERVER_FULL,
+            RejectReason.TOO_MANY_FROM_ADDRESS,
+            RejectReason.IDS_EXHAUSTED,
+            RejectReason.SHUTTING_DOWN,
+            RejectReason.SERVER_BUSY,
+        )
 
 
 class ClientTimeoutError(ClientError, TimeoutError):

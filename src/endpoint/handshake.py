@@ -1,26 +1,51 @@
 """Connection handshake of the end points: codecs and state machines over bytes, no I/O.
 
-HELLO carries the client's X25519 key; the server answers HELLO_ACK with the
-grant (ids, limits) sealed under a key only the two ends can derive, so a third
-party can neither read nor forge it. DONE proves the client holds that key, so
-nobody else can complete its handshake, and DONE_ACK proves the same of the
-server. Every sealed payload is bound (AEAD associated data) to its message kind
-and connect key, so a ciphertext can't be moved to another message.
+The handshake is Noise (see :mod:`endpoint.noise`): ``NX`` when the client has
+no pin for the server, ``NK`` once it has. Around it, as datagrams::
+
+    client                                             server
+    HELLO   (Noise msg 1, no cookie)          ->
+                                              <-       COOKIE  (stateless: nothing kept, nothing allocated)
+    HELLO   (same msg 1, with the cookie)     ->       Noise responder state made only now
+                                              <-       ANSWER  (Noise msg 2: grant or sealed rejection)
+    DONE    (sealed with client->server key)  ->
+                                              <-       DONE_ACK (sealed with server->client key)
+
+What each step proves:
+
+- COOKIE = MAC(rotating server secret; source address, reply route, client
+  ephemeral, connect key, time bucket): a HELLO carrying it was sent by
+  someone who receives at the address and route it claims (return
+  routability), so a flood from forged addresses costs the server no state.
+- The prologue binds magic, protocol version, connect key, registration hash,
+  reply route, tag and the address the client claims to send from: an
+  on-path change of any of them gives the two ends different transcripts,
+  and the answer does not open. The server also drops a HELLO whose claimed
+  address is not the one it came from, so a HELLO re-sent from another
+  address (to steer the connection's stream there) goes nowhere.
+- ANSWER: only the holder of the server's static key can make it (``es``);
+  it is fresh for this handshake (``ee``, which also gives forward secrecy).
+  Its payload is the grant or the sealed rejection reason.
+- DONE and DONE_ACK are sealed with Noise's per-direction keys (``split``):
+  the client holds its ephemeral key, the server completed the same transcript.
 
 Whatever arrives from the network is untrusted: ``receive`` never raises, it
-drops malformed, forged, replayed or unexpected packets and counts them by cause
-in ``stats``. Memory stays bounded under floods: pending handshakes are capped
-in total and per source, and the replay cache is capped in age and size.
+drops malformed, forged, replayed or unexpected packets and counts them by
+cause in ``stats``. The client believes only answers sealed under its
+handshake; an unsealed REJECT is taken as an unauthenticated hint, and only
+before the server can hold any key for us (no cookie received yet). Memory
+stays bounded under floods: half-open handshakes are capped in total and per
+source, and when full the oldest gives way (told ``SERVER_BUSY``, sealed).
 
-Time is passed in as ``now_ns``. HELLO carries the client's wall clock (ms) and
-the server compares it with its own ``now_ns``, so both sides must use epoch
-time (``time.time_ns()``) and clocks must agree to within the replay window.
+Time is passed in as ``now_ns`` (any clock, the same for every call).
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
 import struct
@@ -29,25 +54,24 @@ from typing import Literal, TypeAlias
 
 import attrs
 import msgpack  # type: ignore[import-untyped]
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from endpoint.errors import ConfigurationError, HandshakeError, RejectReason
+from endpoint.noise import CipherState, HandshakeState, NoiseError, Pattern
 
 __all__ = [
+    "COOKIE_LENGTH",
     "KEY_LENGTH",
     "MAGIC",
     "MAX_PACKET_LENGTH",
     "MAX_TAG_LENGTH",
     "MAX_TEXT_LENGTH",
-    "NONCE_LENGTH",
     "PROTOCOL_VERSION",
     "Accepted",
+    "Bounce",
     "ClientHandshake",
     "Completed",
+    "CookieReceived",
     "Done",
     "Grant",
     "HandshakeStats",
@@ -60,25 +84,26 @@ __all__ = [
     "unsealed_reject",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: Noise NX/NK with a cookie round. Version 1 (one X25519 exchange) and 2 refuse each other with VERSION_MISMATCH."""
 MAGIC = 0xE9D0
 MAX_PACKET_LENGTH = 4096
 """Longer packets are malformed; also caps what the encoders may produce."""
 KEY_LENGTH = 32
-NONCE_LENGTH = 12
 MAX_TAG_LENGTH = 32
 MAX_TEXT_LENGTH = 256
-"""REJECT texts are cut to this many characters; the text travels twice (plain and sealed)."""
-
-_GCM_TAG_LENGTH = 16
+"""REJECT texts are cut to this many characters."""
+MAX_ADDRESS_LENGTH = 64
+COOKIE_LENGTH = 24
+_COOKIE_MAC_LENGTH = 16
+_KEY_HINT_LENGTH = 8
 _U64_MAX = (1 << 64) - 1
 _I64_MIN = -(1 << 63)
 _U32_MAX = (1 << 32) - 1
-_INFO_PREFIX = b"endpoint-handshake-v1"
 _AAD = struct.Struct("<HBQ")
 
 Reply: TypeAlias = dict[str, int | str]
-"""How the server reaches the client (e.g. reply stream id, port); opaque to this module."""
+"""How the server reaches the client (e.g. reply port); opaque to this module but bound into the transcript."""
 Grant: TypeAlias = dict[str, int | str | bytes | bool]
 """What the server hands the client (ids, timeouts, ...); opaque except for the int ``connection_id``."""
 
@@ -86,12 +111,19 @@ Grant: TypeAlias = dict[str, int | str | bytes | bool]
 class Kind(enum.IntEnum):
     HELLO = 1
     HELLO_ACK = 2
+    """Inside an ANSWER's sealed payload: the grant."""
     REJECT = 3
+    """Unsealed on the wire (version 1 layout, so old clients read it); inside an ANSWER: sealed."""
     DONE = 4
     DONE_ACK = 5
+    ANSWER = 6
+    COOKIE = 7
+    SEALED_REJECT = 8
+    """Sealed with the server->client key: a handshake past its ANSWER evicted for load."""
 
 
-_ANSWER_KINDS = frozenset((Kind.HELLO_ACK, Kind.REJECT, Kind.DONE_ACK))
+_ANSWER_KINDS = frozenset((Kind.REJECT, Kind.DONE_ACK, Kind.ANSWER, Kind.COOKIE, Kind.SEALED_REJECT))
+_PATTERNS: tuple[Pattern, Pattern] = ("NX", "NK")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -100,15 +132,30 @@ _ANSWER_KINDS = frozenset((Kind.HELLO_ACK, Kind.REJECT, Kind.DONE_ACK))
 
 @attrs.frozen
 class Hello:
-    """A fresh client asked to connect; the glue decides (version, registrations, limits) and calls accept/reject."""
+    """A client proved its route and sent a well-formed Noise message; the glue decides and calls accept/reject.
+
+    ``protocol_version`` is always ours here (other versions are bounced by the state machine itself).
+    """
 
     connect_key: int
     client_public: bytes
+    """The client's ephemeral key (fresh per handshake)."""
     registration_hash: bytes
     reply: Reply
     tag: str
     source: str
     protocol_version: int
+    pattern: Pattern = "NX"
+
+
+@attrs.frozen
+class Bounce:
+    """Send ``packet`` to ``reply`` at ``source`` and keep nothing: a cookie, or an unsealed refusal (another
+    protocol version, a pinned key that is not ours)."""
+
+    connect_key: int
+    reply: Reply
+    packet: bytes
 
 
 @attrs.frozen
@@ -127,11 +174,16 @@ class Accepted:
 
 @attrs.frozen
 class Rejected:
-    """``authenticated`` is False when the rejection could have come from anyone on the path."""
+    """``authenticated`` is False for an unsealed REJECT: anyone on the path could have sent it (a hint only)."""
 
     reason: RejectReason
     text: str
     authenticated: bool
+
+
+@attrs.frozen
+class CookieReceived:
+    """The server asked for its cookie: send HELLO again at once (``ClientHandshake.hello`` now carries it)."""
 
 
 @attrs.frozen
@@ -141,7 +193,8 @@ class Completed:
 
 @attrs.define
 class HandshakeStats:
-    """``received`` counts every packet handed in; the others count drops by cause."""
+    """``received`` counts every packet handed in; ``challenged`` cookies sent, ``evicted`` half-open handshakes
+    that gave way to newer ones; the others count drops by cause."""
 
     received: int = 0
     malformed: int = 0
@@ -150,6 +203,13 @@ class HandshakeStats:
     unknown: int = 0
     expired: int = 0
     overloaded: int = 0
+    challenged: int = 0
+    bad_cookie: int = 0
+    misrouted: int = 0
+    evicted: int = 0
+    unsealed: int = 0
+    unanswered: int = 0
+    """Answers the glue could not send (no answer route free for the address); the client asks again."""
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -164,38 +224,30 @@ class _HelloMsg:
     registration_hash: bytes
     reply: Reply
     tag: str
-    timestamp_ms: int
-
-
-@attrs.frozen
-class _HelloAckMsg:
-    connect_key: int
-    server_public: bytes
-    nonce: bytes
-    sealed: bytes
+    pattern: Pattern = "NX"
+    noise: bytes = b""
+    cookie: bytes | None = None
+    claimed_address: str = ""
+    key_hint: bytes | None = None
 
 
 @attrs.frozen
 class _RejectMsg:
     connect_key: int
-    server_public: bytes | None
-    nonce: bytes | None
-    sealed: bytes | None
     reason: RejectReason
     text: str
 
 
 @attrs.frozen
-class _SealedMsg:
-    """DONE or DONE_ACK: everything but the connect key is sealed."""
+class _BlobMsg:
+    """ANSWER, COOKIE, DONE, DONE_ACK, SEALED_REJECT: a connect key and one opaque byte string."""
 
-    kind: Literal[Kind.DONE, Kind.DONE_ACK]
+    kind: Kind
     connect_key: int
-    nonce: bytes
-    sealed: bytes
+    blob: bytes
 
 
-_Message: TypeAlias = _HelloMsg | _HelloAckMsg | _RejectMsg | _SealedMsg
+_Message: TypeAlias = _HelloMsg | _RejectMsg | _BlobMsg
 
 
 def _pack(value: object) -> bytes:
@@ -207,23 +259,27 @@ def _pack(value: object) -> bytes:
 def _unpack(data: bytes) -> object:
     try:
         return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
-    except Exception as exc:  # msgpack raises a zoo of types on garbage; all mean "malformed"
+    except Exception as exc:  # msgpack raises a zoo of types on garbage (deep nesting included); all mean "malformed"
         raise HandshakeError(f"undecodable packet: {exc.__class__.__name__}") from exc
 
 
 def answer_key(data: bytes | memoryview) -> int | None:
     """The connect key a server's answer names, None if it is no answer: lets one reader hand the answers on a
-    shared stream to the handshakes they concern (each then opens only its own)."""
+    shared stream to the handshakes they concern (each then opens only its own). Never raises."""
     if len(data) > MAX_PACKET_LENGTH:
         return None
     try:
         fields = _unpack(bytes(data))
     except HandshakeError:
         return None
+    except Exception:  # pragma: no cover - belt and braces: a reader thread must never die on input
+        return None
     if (
         type(fields) is list
         and len(fields) > 2
+        and type(fields[0]) is int
         and fields[0] == MAGIC
+        and type(fields[1]) is int
         and fields[1] in _ANSWER_KINDS
         and type(fields[2]) is int
     ):
@@ -243,9 +299,9 @@ def _bytes(value: object, length: int, what: str) -> bytes:
     return value
 
 
-def _sealed_bytes(value: object) -> bytes:
-    if type(value) is not bytes or len(value) < _GCM_TAG_LENGTH:
-        raise HandshakeError("sealed payload must be bytes of at least the AEAD tag length")
+def _blob(value: object, what: str) -> bytes:
+    if type(value) is not bytes or len(value) > MAX_PACKET_LENGTH:
+        raise HandshakeError(f"{what} must be bytes")
     return value
 
 
@@ -259,12 +315,12 @@ def _reason(value: object) -> RejectReason:
     try:
         return RejectReason(_int(value, 0, _U32_MAX, "reject reason"))
     except ValueError as exc:
-        raise HandshakeError(f"unknown reject reason {value!r}") from exc
+        raise HandshakeError(f"unknown reject reason {value!r:.20}") from exc
 
 
 def _reply(value: object) -> Reply:
-    if type(value) is not dict:
-        raise HandshakeError("reply must be a map")
+    if type(value) is not dict or len(value) > 16:
+        raise HandshakeError("reply must be a map of at most 16 entries")
     for key, item in value.items():
         if type(key) is not str or type(item) not in (int, str):
             raise HandshakeError("reply must map str to int or str")
@@ -272,8 +328,8 @@ def _reply(value: object) -> Reply:
 
 
 def _grant(value: object) -> Grant:
-    if type(value) is not dict:
-        raise HandshakeError("grant must be a map")
+    if type(value) is not dict or len(value) > 64:
+        raise HandshakeError("grant must be a map of at most 64 entries")
     for key, item in value.items():
         if type(key) is not str or type(item) not in (int, str, bytes, bool):
             raise HandshakeError("grant must map str to int, str, bytes or bool")
@@ -286,58 +342,59 @@ def _connect_key(value: object) -> int:
     return _int(value, 1, _U64_MAX, "connect key")
 
 
+def _optional_bytes(value: object, length: int, what: str) -> bytes | None:
+    return None if value is None else _bytes(value, length, what)
+
+
 def _decode(data: bytes | memoryview) -> _Message:
     if len(data) > MAX_PACKET_LENGTH:
         raise HandshakeError(f"packet longer than {MAX_PACKET_LENGTH} bytes")
     fields = _unpack(bytes(data))
-    if type(fields) is not list or len(fields) < 2 or fields[0] != MAGIC or type(fields[0]) is not int:
+    if type(fields) is not list or len(fields) < 3 or type(fields[0]) is not int or fields[0] != MAGIC:
         raise HandshakeError("not a handshake packet")
     kind = fields[1]
     n = len(fields)
-    if kind == Kind.HELLO and type(kind) is int:
-        version = _int(fields[2] if n > 2 else None, 0, _U32_MAX, "protocol version")
-        # Another version may append fields; reading the common prefix still lets the glue answer VERSION_MISMATCH.
-        if n < 9 or (n > 9 and version == PROTOCOL_VERSION):
+    if type(kind) is not int:
+        raise HandshakeError("kind must be an int")
+    if kind == Kind.HELLO:
+        # Version 1's layout is the common prefix: a version-1 HELLO still decodes far enough to be refused.
+        version = _int(fields[2], 0, _U32_MAX, "protocol version")
+        if n < 9:
+            raise HandshakeError("HELLO has too few fields")
+        common = {
+            "protocol_version": version,
+            "connect_key": _connect_key(fields[3]),
+            "client_public": _bytes(fields[4], KEY_LENGTH, "client public key"),
+            "registration_hash": _bytes(fields[5], 32, "registration hash"),
+            "reply": _reply(fields[6]),
+            "tag": _str(fields[7], MAX_TAG_LENGTH, "tag"),
+        }
+        _int(fields[8], 0, (1 << 63) - 1, "timestamp")
+        if version != PROTOCOL_VERSION:
+            return _HelloMsg(**common)  # type: ignore[arg-type]
+        if n != 14:
             raise HandshakeError("HELLO has the wrong number of fields")
+        pattern = _int(fields[9], 0, len(_PATTERNS) - 1, "pattern")
+        noise = _blob(fields[10], "noise message")
+        if noise[:KEY_LENGTH] != common["client_public"]:
+            raise HandshakeError("the Noise message does not start with the client's ephemeral key")
         return _HelloMsg(
-            protocol_version=version,
-            connect_key=_connect_key(fields[3]),
-            client_public=_bytes(fields[4], KEY_LENGTH, "client public key"),
-            registration_hash=_bytes(fields[5], 32, "registration hash"),
-            reply=_reply(fields[6]),
-            tag=_str(fields[7], MAX_TAG_LENGTH, "tag"),
-            timestamp_ms=_int(fields[8], 0, (1 << 63) - 1, "timestamp"),
+            **common,  # type: ignore[arg-type]
+            pattern=_PATTERNS[pattern],
+            noise=noise,
+            cookie=_optional_bytes(fields[11], COOKIE_LENGTH, "cookie"),
+            claimed_address=_str(fields[12], MAX_ADDRESS_LENGTH, "claimed address"),
+            key_hint=_optional_bytes(fields[13], _KEY_HINT_LENGTH, "key hint"),
         )
-    if kind == Kind.HELLO_ACK and type(kind) is int and n == 6:
-        return _HelloAckMsg(
-            connect_key=_connect_key(fields[2]),
-            server_public=_bytes(fields[3], KEY_LENGTH, "server public key"),
-            nonce=_bytes(fields[4], NONCE_LENGTH, "nonce"),
-            sealed=_sealed_bytes(fields[5]),
-        )
-    if kind == Kind.REJECT and type(kind) is int and n == 8:
-        connect_key = _connect_key(fields[2])
-        if fields[3] is None and fields[4] is None and fields[5] is None:
-            server_public, nonce, sealed = None, None, None
-        else:
-            server_public = _bytes(fields[3], KEY_LENGTH, "server public key")
-            nonce = _bytes(fields[4], NONCE_LENGTH, "nonce")
-            sealed = _sealed_bytes(fields[5])
+    if kind == Kind.REJECT and n == 8:
+        # fields 3..5 held version 1's seal; version 2 never seals this kind, so they are not read.
         return _RejectMsg(
-            connect_key=connect_key,
-            server_public=server_public,
-            nonce=nonce,
-            sealed=sealed,
+            connect_key=_connect_key(fields[2]),
             reason=_reason(fields[6]),
             text=_str(fields[7], MAX_TEXT_LENGTH, "reject text"),
         )
-    if kind in (Kind.DONE, Kind.DONE_ACK) and type(kind) is int and n == 5:
-        return _SealedMsg(
-            kind=Kind.DONE if kind == Kind.DONE else Kind.DONE_ACK,
-            connect_key=_connect_key(fields[2]),
-            nonce=_bytes(fields[3], NONCE_LENGTH, "nonce"),
-            sealed=_sealed_bytes(fields[4]),
-        )
+    if kind in (Kind.ANSWER, Kind.COOKIE, Kind.DONE, Kind.DONE_ACK, Kind.SEALED_REJECT) and n == 4:
+        return _BlobMsg(kind=Kind(kind), connect_key=_connect_key(fields[2]), blob=_blob(fields[3], "payload"))
     raise HandshakeError(f"unknown handshake kind or wrong field count: kind {kind!r:.20}, {n} fields")
 
 
@@ -345,36 +402,15 @@ def _aad(kind: Kind, connect_key: int) -> bytes:
     return _AAD.pack(MAGIC, kind, connect_key)
 
 
-def _derive(
-    private_key: X25519PrivateKey, peer_public: bytes, client_public: bytes, server_public: bytes, connect_key: int
-) -> AESGCM:
-    """Key for one handshake: bound to both public keys and the connect key, so no two handshakes share one."""
-    try:
-        shared = private_key.exchange(X25519PublicKey.from_public_bytes(peer_public))
-    except ValueError as exc:  # low-order point: the shared secret would be all zeros
-        raise HandshakeError("peer public key is unusable") from exc
-    info = _INFO_PREFIX + client_public + server_public + connect_key.to_bytes(8, "little")
-    return AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared))
+def _prologue(
+    version: int, connect_key: int, registration_hash: bytes, reply: Reply, tag: str, claimed_address: str
+) -> bytes:
+    """Everything the client says in HELLO besides the Noise message, so an on-path change of any of it shows."""
+    return _pack(["endpoint-handshake", MAGIC, version, connect_key, registration_hash, reply, tag, claimed_address])
 
 
-def _seal(aead: AESGCM, kind: Kind, connect_key: int, payload: object) -> tuple[bytes, bytes]:
-    nonce = os.urandom(NONCE_LENGTH)
-    return nonce, aead.encrypt(nonce, _pack(payload), _aad(kind, connect_key))
-
-
-def _open(aead: AESGCM, kind: Kind, connect_key: int, nonce: bytes, sealed: bytes) -> object | None:
-    """None when the tag does not verify (forged, tampered or another key); HandshakeError when it does but is junk."""
-    try:
-        plain = aead.decrypt(nonce, sealed, _aad(kind, connect_key))
-    except InvalidTag:
-        return None
-    return _unpack(plain)
-
-
-def _single_int(payload: object) -> int:
-    if type(payload) is not list or len(payload) != 1:
-        raise HandshakeError("sealed payload must be [connection_id]")
-    return _int(payload[0], _I64_MIN, _U64_MAX, "connection id")
+def _key_hint(public_key: bytes) -> bytes:
+    return hashlib.sha256(b"endpoint-key-hint" + public_key).digest()[:_KEY_HINT_LENGTH]
 
 
 def _checked_length(data: bytes, what: str) -> bytes:
@@ -383,19 +419,47 @@ def _checked_length(data: bytes, what: str) -> bytes:
     return data
 
 
-def _reject_packet(
-    connect_key: int, reason: RejectReason, text: str, server_public: bytes | None, aead: AESGCM | None
-) -> bytes:
-    text = text[:MAX_TEXT_LENGTH]
-    if aead is None or server_public is None:
-        return _pack([MAGIC, Kind.REJECT, connect_key, None, None, None, int(reason), text])
-    nonce, sealed = _seal(aead, Kind.REJECT, connect_key, [int(reason), text])
-    return _pack([MAGIC, Kind.REJECT, connect_key, server_public, nonce, sealed, int(reason), text])
+def _single_int(payload: object) -> int:
+    if type(payload) is not list or len(payload) != 1:
+        raise HandshakeError("sealed payload must be [connection_id]")
+    return _int(payload[0], _I64_MIN, _U64_MAX, "connection id")
+
+
+def _seal(cipher: CipherState, kind: Kind, connect_key: int, payload: object) -> bytes:
+    return _pack([MAGIC, kind, connect_key, cipher.encrypt_with_ad(_aad(kind, connect_key), _pack(payload))])
+
+
+def _open(cipher: CipherState, kind: Kind, connect_key: int, sealed: bytes) -> object | None:
+    """None when the tag does not verify (forged, tampered or another key); HandshakeError when it does but is junk."""
+    try:
+        plain = cipher.decrypt_with_ad(_aad(kind, connect_key), sealed)
+    except NoiseError:
+        return None
+    return _unpack(plain)
 
 
 def unsealed_reject(connect_key: int, reason: RejectReason, text: str) -> bytes:
-    """A REJECT for when no key exists yet; the client reports it as unauthenticated, since anyone could send it."""
-    return _reject_packet(_connect_key(connect_key), RejectReason(reason), text, None, None)
+    """A REJECT for when no key exists; the client takes it as an unauthenticated hint, since anyone could send it.
+    Laid out as version 1's, so clients of either version read it."""
+    return _pack(
+        [
+            MAGIC,
+            Kind.REJECT,
+            _connect_key(connect_key),
+            None,
+            None,
+            None,
+            int(RejectReason(reason)),
+            text[:MAX_TEXT_LENGTH],
+        ]
+    )
+
+
+def _same_address(claimed: str, source: str) -> bool:
+    try:
+        return ipaddress.ip_address(claimed) == ipaddress.ip_address(source)
+    except ValueError:
+        return claimed == source
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -409,11 +473,14 @@ _ServerState: TypeAlias = Literal["hello", "acked", "done"]
 class _Pending:
     client_public: bytes
     source: str
-    aead: AESGCM
+    noise: HandshakeState
     updated_ns: int
     state: _ServerState = "hello"
     connection_id: int | None = None
     reply: bytes | None = None
+    send: CipherState | None = None
+    receive: CipherState | None = None
+    done_packet: bytes | None = None
 
 
 @attrs.define
@@ -421,14 +488,17 @@ class _Finished:
     """A handshake answered for good (REJECT or DONE_ACK), kept briefly so a client whose answer was lost can retry."""
 
     client_public: bytes
-    aead: AESGCM
     connection_id: int | None
     reply: bytes
+    done_packet: bytes | None
     updated_ns: int
 
 
 class ServerHandshake:
-    """Server side of every handshake in flight on one end point."""
+    """Server side of every handshake in flight on one end point.
+
+    ``cookie_period_ns``: the cookie secret rotates this often; a cookie is good for one to two periods.
+    """
 
     def __init__(
         self,
@@ -436,14 +506,14 @@ class ServerHandshake:
         *,
         protocol_version: int = PROTOCOL_VERSION,
         handshake_timeout_ns: int,
-        replay_window_ns: int,
         max_pending: int,
         max_pending_per_source: int,
+        cookie_period_ns: int = 30_000_000_000,
         max_seen: int = 65536,
     ) -> None:
         for name, value in (
             ("handshake_timeout_ns", handshake_timeout_ns),
-            ("replay_window_ns", replay_window_ns),
+            ("cookie_period_ns", cookie_period_ns),
             ("max_pending", max_pending),
             ("max_pending_per_source", max_pending_per_source),
             ("max_seen", max_seen),
@@ -452,42 +522,89 @@ class ServerHandshake:
                 raise ConfigurationError(f"{name} must be > 0, got {value}")
         self._private_key = private_key
         self.public_key: bytes = private_key.public_key().public_bytes_raw()
+        self._key_hint = _key_hint(self.public_key)
         self.protocol_version = protocol_version
         self.handshake_timeout_ns = handshake_timeout_ns
-        self.replay_window_ns = replay_window_ns
+        self.cookie_period_ns = cookie_period_ns
         self.max_pending = max_pending
         self.max_pending_per_source = max_pending_per_source
         self.max_seen = max_seen
         self.stats = HandshakeStats()
         self.retried: int | None = None
         """Connect key of the retry (duplicate HELLO or DONE) the last ``receive`` saw; resend ``last_reply`` to it."""
-        self._pending: dict[int, _Pending] = {}
+        self.evicted: list[tuple[int, bytes]] = []
+        """(connect key, SERVER_BUSY answer) of handshakes that gave way to newer ones; the glue sends each answer,
+        frees what it set up, and clears the list."""
+        self._pending: OrderedDict[int, _Pending] = OrderedDict()  # oldest first
         self._per_source: dict[str, int] = {}
         self._finished: OrderedDict[int, _Finished] = OrderedDict()
         self._seen: OrderedDict[int, int] = OrderedDict()  # connect key -> first seen ns, oldest first
+        self._secrets: dict[int, bytes] = {}  # cookie epoch -> secret; the current and the previous one
 
     # -- network side ---------------------------------------------------------------------------------------------
 
-    def receive(self, data: bytes | memoryview, source: str, now_ns: int) -> Hello | Done | None:
-        """Feed one packet from ``source``; a result means the glue has to act, None means dropped or retried."""
+    def receive(
+        self, data: bytes | memoryview, source: str, now_ns: int, *, routable: bool = False
+    ) -> Hello | Done | Bounce | None:
+        """Feed one packet from ``source``; a result means the glue has to act, None means dropped or retried.
+
+        ``routable``: the transport itself proves the answer reaches the sender (IPC on a shared driver), so no
+        cookie round is asked for and no claimed address checked.
+        """
         self.stats.received += 1
         self.retried = None
         try:
             message = _decode(data)
             if isinstance(message, _HelloMsg):
-                return self._on_hello(message, source, now_ns)
-            if isinstance(message, _SealedMsg) and message.kind == Kind.DONE:
+                return self._on_hello(message, source, now_ns, routable)
+            if isinstance(message, _BlobMsg) and message.kind == Kind.DONE:
                 return self._on_done(message, now_ns)
             raise HandshakeError("a client sent a server-only message kind")
         except HandshakeError:
             self.stats.malformed += 1
-            return None
+        except Exception:  # whatever a packet does, the server goes on; counted as malformed
+            self.stats.malformed += 1
+        return None
 
-    def _on_hello(self, message: _HelloMsg, source: str, now_ns: int) -> Hello | None:
-        key = message.connect_key
-        if abs(message.timestamp_ms * 1_000_000 - now_ns) > self.replay_window_ns:
-            self.stats.replayed += 1
+    def _cookie(self, message: _HelloMsg, source: str, epoch: int) -> bytes | None:
+        secret = self._secrets.get(epoch)
+        if secret is None:
             return None
+        material = _pack([source, message.reply, message.client_public, message.connect_key, epoch])
+        mac = hmac.new(secret, material, hashlib.sha256).digest()[:_COOKIE_MAC_LENGTH]
+        return epoch.to_bytes(8, "little") + mac
+
+    def _current_epoch(self, now_ns: int) -> int:
+        epoch = now_ns // self.cookie_period_ns
+        if epoch not in self._secrets:
+            self._secrets[epoch] = os.urandom(32)
+            for old in [e for e in self._secrets if e < epoch - 1]:
+                del self._secrets[old]
+        return epoch
+
+    def _cookie_ok(self, message: _HelloMsg, source: str, now_ns: int) -> bool:
+        cookie = message.cookie
+        if cookie is None:
+            return False
+        epoch = int.from_bytes(cookie[:8], "little")
+        current = self._current_epoch(now_ns)
+        if epoch not in (current, current - 1):
+            return False
+        expected = self._cookie(message, source, epoch)
+        return expected is not None and hmac.compare_digest(expected, cookie)
+
+    def _on_hello(self, message: _HelloMsg, source: str, now_ns: int, routable: bool) -> Hello | Bounce | None:
+        key = message.connect_key
+        if message.protocol_version != self.protocol_version:
+            return Bounce(
+                key,
+                message.reply,
+                unsealed_reject(
+                    key,
+                    RejectReason.VERSION_MISMATCH,
+                    f"client speaks handshake version {message.protocol_version}, server {self.protocol_version}",
+                ),
+            )
         known = self._pending.get(key) or self._finished.get(key)
         if known is not None:
             if hmac.compare_digest(known.client_public, message.client_public):
@@ -495,15 +612,50 @@ class ServerHandshake:
             else:
                 self.stats.replayed += 1
             return None
+        if message.pattern == "NK" and message.key_hint != self._key_hint:
+            # The client pinned another key: it cannot read anything we seal, so say it plainly (a hint it checks).
+            return Bounce(
+                key, message.reply, unsealed_reject(key, RejectReason.SERVER_KEY_CHANGED, "the server's key changed")
+            )
+        if not routable:
+            if not _same_address(message.claimed_address, source):
+                self.stats.misrouted += 1
+                return None
+            if not self._cookie_ok(message, source, now_ns):
+                if message.cookie is not None:
+                    self.stats.bad_cookie += 1
+                self.stats.challenged += 1
+                cookie = self._cookie(message, source, self._current_epoch(now_ns))
+                assert cookie is not None
+                return Bounce(key, message.reply, _pack([MAGIC, Kind.COOKIE, key, cookie]))
         self._prune_seen(now_ns)
         if key in self._seen:
             self.stats.replayed += 1
             return None
-        if len(self._pending) >= self.max_pending or self._per_source.get(source, 0) >= self.max_pending_per_source:
+        noise = HandshakeState(
+            message.pattern,
+            initiator=False,
+            prologue=_prologue(
+                message.protocol_version,
+                key,
+                message.registration_hash,
+                message.reply,
+                message.tag,
+                message.claimed_address,
+            ),
+            static=self._private_key,
+        )
+        try:
+            payload = noise.read_message(message.noise)
+        except NoiseError:
+            self.stats.spoofed += 1
+            return None
+        if payload:
+            raise HandshakeError("HELLO's Noise payload must be empty")
+        if not self._make_room(source):
             self.stats.overloaded += 1
             return None
-        aead = _derive(self._private_key, message.client_public, message.client_public, self.public_key, key)
-        self._pending[key] = _Pending(message.client_public, source, aead, now_ns)
+        self._pending[key] = _Pending(message.client_public, source, noise, now_ns)
         self._per_source[source] = self._per_source.get(source, 0) + 1
         self._seen[key] = now_ns
         while len(self._seen) > self.max_seen:
@@ -516,36 +668,77 @@ class ServerHandshake:
             tag=message.tag,
             source=source,
             protocol_version=message.protocol_version,
+            pattern=message.pattern,
         )
 
-    def _on_done(self, message: _SealedMsg, now_ns: int) -> Done | None:
+    def _make_room(self, source: str) -> bool:
+        """Evict a half-open handshake so a new one fits: this source's oldest when it is at its cap, else the
+        oldest of the source holding the most (a flood from a few sources evicts itself, not a lone client).
+        False when nothing can give way (every candidate has its DONE and is being set up)."""
+        if self._per_source.get(source, 0) >= self.max_pending_per_source:
+            candidates = [k for k, e in self._pending.items() if e.source == source and e.state != "done"]
+        elif len(self._pending) >= self.max_pending:
+            evictable: dict[str, list[int]] = {}
+            for key, entry in self._pending.items():  # oldest first
+                if entry.state != "done":
+                    evictable.setdefault(entry.source, []).append(key)
+            # Most pending first; among equals, the source whose oldest is oldest (dicts keep first-seen order).
+            candidates = max(evictable.values(), key=len) if evictable else []
+        else:
+            return True
+        if not candidates:
+            return False
+        self._evict(candidates[0])
+        return True
+
+    def _evict(self, connect_key: int) -> None:
+        entry = self._pending[connect_key]
+        text = "the server is busy with other handshakes; try again"
+        if entry.state == "hello":
+            packet = self._answer(connect_key, entry, [int(Kind.REJECT), int(RejectReason.SERVER_BUSY), text])
+        else:
+            assert entry.send is not None
+            packet = _seal(entry.send, Kind.SEALED_REJECT, connect_key, [int(RejectReason.SERVER_BUSY), text])
+        self._remove(connect_key)
+        self._remember_finished(connect_key, entry, None, packet)
+        self.evicted.append((connect_key, packet))
+        self.stats.evicted += 1
+
+    def _on_done(self, message: _BlobMsg, now_ns: int) -> Done | None:
         key = message.connect_key
         entry = self._pending.get(key)
         finished = self._finished.get(key) if entry is None else None
-        if entry is not None and entry.state != "hello":
-            aead, granted = entry.aead, entry.connection_id
-        elif finished is not None and finished.connection_id is not None:
-            aead, granted = finished.aead, finished.connection_id
-        else:
+        if entry is not None and entry.state == "done":
+            # A resent DONE while the glue sets the connection up: it answers once that is done.
+            if entry.done_packet is None or not hmac.compare_digest(entry.done_packet, message.blob):
+                self.stats.spoofed += 1
+            return None
+        if finished is not None:
+            if finished.done_packet is None:
+                self.stats.unknown += 1  # rejected or evicted: its answer went out with the rejection
+            elif hmac.compare_digest(finished.done_packet, message.blob):
+                self.retried = key  # DONE_ACK was lost: send it again
+            else:
+                self.stats.spoofed += 1
+            return None
+        if entry is None or entry.state != "acked" or entry.receive is None:
             self.stats.unknown += 1
             return None
-        payload = _open(aead, Kind.DONE, key, message.nonce, message.sealed)
+        payload = _open(entry.receive, Kind.DONE, key, message.blob)
         if payload is None:
             self.stats.spoofed += 1
             return None
-        if _single_int(payload) != granted:
+        if _single_int(payload) != entry.connection_id:
             raise HandshakeError("DONE names another connection id than the one granted")
-        if entry is None or entry.state == "done":
-            self.retried = key
-            return None
+        assert entry.connection_id is not None
         entry.state = "done"
-        entry.reply = None
+        entry.done_packet = message.blob
         entry.updated_ns = now_ns
-        return Done(connect_key=key, connection_id=granted)
+        return Done(connect_key=key, connection_id=entry.connection_id)
 
     def _prune_seen(self, now_ns: int) -> None:
-        # A HELLO stamped up to one window ahead stays acceptable until one window after that.
-        horizon = now_ns - 2 * self.replay_window_ns
+        # A connect key is remembered while a cookie naming it could still be good (two periods).
+        horizon = now_ns - 2 * self.cookie_period_ns - self.handshake_timeout_ns
         while self._seen:
             oldest_key = next(iter(self._seen))
             if self._seen[oldest_key] >= horizon:
@@ -554,11 +747,16 @@ class ServerHandshake:
 
     # -- glue side ------------------------------------------------------------------------------------------------
 
-    def accept(self, connect_key: int, grant: Grant, now_ns: int) -> bytes:
-        """HELLO_ACK sealing ``grant``; the entry's timeout restarts at ``now_ns``.
+    def _answer(self, connect_key: int, entry: _Pending, payload: list[object]) -> bytes:
+        message = entry.noise.write_message(_pack(payload))
+        entry.send, entry.receive = entry.noise.split()
+        return _checked_length(_pack([MAGIC, Kind.ANSWER, connect_key, message]), "ANSWER")
 
-        Raises KeyError when the handshake is not pending (expired, abandoned), RuntimeError when it was already
-        answered, ValueError for a grant that is not a valid grant or does not fit in one packet.
+    def accept(self, connect_key: int, grant: Grant, now_ns: int) -> bytes:
+        """ANSWER sealing ``grant``; the entry's timeout restarts at ``now_ns``.
+
+        Raises KeyError when the handshake is not pending (expired, evicted, abandoned), RuntimeError when it was
+        already answered, ValueError for a grant that is not a valid grant or does not fit in one packet.
         """
         entry = self._pending[connect_key]
         if entry.state != "hello":
@@ -568,10 +766,9 @@ class ServerHandshake:
         except HandshakeError as exc:
             raise ValueError(str(exc)) from exc
         assert type(connection_id) is int
-        nonce, sealed = _seal(entry.aead, Kind.HELLO_ACK, connect_key, grant)
-        packet = _checked_length(
-            _pack([MAGIC, Kind.HELLO_ACK, connect_key, self.public_key, nonce, sealed]), "HELLO_ACK"
-        )
+        if len(_pack(grant)) > MAX_PACKET_LENGTH - 128:
+            raise ValueError("the grant does not fit in one packet")
+        packet = self._answer(connect_key, entry, [int(Kind.HELLO_ACK), grant])
         entry.state = "acked"
         entry.connection_id = connection_id
         entry.reply = packet
@@ -579,19 +776,22 @@ class ServerHandshake:
         return packet
 
     def reject(self, connect_key: int, reason: RejectReason, text: str) -> bytes:
-        """Sealed REJECT (``text`` cut to MAX_TEXT_LENGTH); ends the handshake. KeyError when it is not pending."""
-        entry = self._remove(connect_key)
-        packet = _reject_packet(connect_key, RejectReason(reason), text, self.public_key, entry.aead)
+        """Sealed rejection (``text`` cut to MAX_TEXT_LENGTH); ends the handshake. KeyError when it is not pending,
+        RuntimeError when it was already accepted."""
+        entry = self._pending[connect_key]
+        if entry.state != "hello":
+            raise RuntimeError(f"handshake {connect_key:#x} was already accepted")
+        packet = self._answer(connect_key, entry, [int(Kind.REJECT), int(RejectReason(reason)), text[:MAX_TEXT_LENGTH]])
+        self._remove(connect_key)
         self._remember_finished(connect_key, entry, None, packet)
         return packet
 
     def complete(self, connect_key: int) -> bytes:
         """DONE_ACK; ends the handshake. KeyError when it is not pending, RuntimeError before DONE arrived."""
         entry = self._pending[connect_key]
-        if entry.state != "done" or entry.connection_id is None:
+        if entry.state != "done" or entry.connection_id is None or entry.send is None:
             raise RuntimeError(f"handshake {connect_key:#x} has not received DONE")
-        nonce, sealed = _seal(entry.aead, Kind.DONE_ACK, connect_key, [entry.connection_id])
-        packet = _pack([MAGIC, Kind.DONE_ACK, connect_key, nonce, sealed])
+        packet = _seal(entry.send, Kind.DONE_ACK, connect_key, [entry.connection_id])
         self._remove(connect_key)
         self._remember_finished(connect_key, entry, entry.connection_id, packet)
         return packet
@@ -624,6 +824,9 @@ class ServerHandshake:
     def pending_count(self) -> int:
         return len(self._pending)
 
+    def is_pending(self, connect_key: int) -> bool:
+        return connect_key in self._pending
+
     def _remove(self, connect_key: int) -> _Pending:
         entry = self._pending.pop(connect_key)
         remaining = self._per_source[entry.source] - 1
@@ -635,7 +838,7 @@ class ServerHandshake:
 
     def _remember_finished(self, connect_key: int, entry: _Pending, connection_id: int | None, packet: bytes) -> None:
         self._finished[connect_key] = _Finished(
-            entry.client_public, entry.aead, connection_id, packet, entry.updated_ns
+            entry.client_public, connection_id, packet, entry.done_packet, entry.updated_ns
         )
         while len(self._finished) > self.max_pending:
             self._finished.popitem(last=False)
@@ -649,7 +852,12 @@ _ClientState: TypeAlias = Literal["new", "hello_sent", "accepted", "done_sent", 
 
 
 class ClientHandshake:
-    """Client side of one handshake (one connect key); a new connect attempt after a failure uses a new instance."""
+    """Client side of one handshake (one connect key); a new connect attempt after a failure uses a new instance.
+
+    ``expected_server_key`` (the pin) makes it NK, else NX; ``force_nx`` keeps NX and checks the pin only after
+    the server proved its key (to tell a changed key from an attacker). ``claimed_address``: the address this
+    client sends from, as the server will see it (bound into the transcript; empty over IPC).
+    """
 
     def __init__(
         self,
@@ -661,11 +869,15 @@ class ClientHandshake:
         private_key: X25519PrivateKey | None = None,
         connect_key: int | None = None,
         expected_server_key: bytes | None = None,
+        claimed_address: str = "",
+        force_nx: bool = False,
     ) -> None:
         if type(registration_hash) is not bytes or len(registration_hash) != 32:
             raise ConfigurationError("registration_hash must be 32 bytes")
         if type(tag) is not str or len(tag) > MAX_TAG_LENGTH:
             raise ConfigurationError(f"tag must be a str of at most {MAX_TAG_LENGTH} characters, got {tag!r}")
+        if type(claimed_address) is not str or len(claimed_address) > MAX_ADDRESS_LENGTH:
+            raise ConfigurationError(f"claimed_address must be a str of at most {MAX_ADDRESS_LENGTH} characters")
         if expected_server_key is not None and (
             type(expected_server_key) is not bytes or len(expected_server_key) != 32
         ):
@@ -678,25 +890,45 @@ class ClientHandshake:
             _connect_key(connect_key)
         except HandshakeError as exc:
             raise ConfigurationError(str(exc)) from exc
-        self._private_key = private_key if private_key is not None else X25519PrivateKey.generate()
-        self.public_key: bytes = self._private_key.public_key().public_bytes_raw()
         self.connect_key: int = connect_key
         self.registration_hash = registration_hash
         self.reply = dict(reply)
         self.tag = tag
         self.protocol_version = protocol_version
+        self.claimed_address = claimed_address
         self.expected_server_key = expected_server_key
+        self.pattern: Pattern = "NK" if expected_server_key is not None and not force_nx else "NX"
         self.stats = HandshakeStats()
         self.server_public: bytes | None = None
         self.grant: Grant | None = None
-        self._aead: AESGCM | None = None
+        self.cookie: bytes | None = None
+        self.hint: Rejected | None = None
+        """The last unsealed REJECT ignored (the server cannot have said it, or we could not check): for the
+        caller's error message when the connect times out."""
+        self._noise = HandshakeState(
+            self.pattern,
+            initiator=True,
+            prologue=_prologue(protocol_version, connect_key, registration_hash, self.reply, tag, claimed_address),
+            remote_static=expected_server_key if self.pattern == "NK" else None,
+            ephemeral=private_key,
+        )
+        self._first = self._noise.write_message(b"")
+        self.public_key: bytes = self._first[:KEY_LENGTH]
+        self._send: CipherState | None = None
+        self._receive: CipherState | None = None
+        self._done: bytes | None = None
         self._state: _ClientState = "new"
+        self._cookie_resends = 0
         if len(self._hello_packet((1 << 63) - 1)) > MAX_PACKET_LENGTH:
             raise ConfigurationError(f"reply and tag make HELLO longer than {MAX_PACKET_LENGTH} bytes")
 
     @property
     def state(self) -> _ClientState:
         return self._state
+
+    @property
+    def handshake_hash(self) -> bytes:
+        return self._noise.handshake_hash
 
     @property
     def connection_id(self) -> int | None:
@@ -707,13 +939,17 @@ class ClientHandshake:
         return connection_id
 
     def hello(self, now_ns: int) -> bytes:
-        """HELLO stamped with ``now_ns`` (epoch); call again to retry with the same connect key."""
+        """HELLO (carrying the cookie once the server sent one); call again to retry with the same connect key.
+
+        ``now_ns`` (epoch) is stamped for servers of version 1, which check it; version 2 relies on its cookie.
+        """
         if self._state not in ("new", "hello_sent"):
             raise RuntimeError(f"HELLO makes no sense in state {self._state!r}")
         self._state = "hello_sent"
-        return self._hello_packet(now_ns // 1_000_000)
+        return self._hello_packet(max(0, now_ns // 1_000_000))
 
     def _hello_packet(self, timestamp_ms: int) -> bytes:
+        hint = _key_hint(self.expected_server_key) if self.pattern == "NK" and self.expected_server_key else None
         return _pack(
             [
                 MAGIC,
@@ -725,92 +961,127 @@ class ClientHandshake:
                 self.reply,
                 self.tag,
                 timestamp_ms,
+                _PATTERNS.index(self.pattern),
+                self._first,
+                self.cookie,
+                self.claimed_address,
+                hint,
             ]
         )
 
     def done(self) -> bytes:
-        """DONE sealed with the handshake key (fresh nonce each call, so it may be resent)."""
-        if self._state not in ("accepted", "done_sent") or self._aead is None:
+        """DONE sealed with the client->server key; the same bytes on every call, so it may be resent."""
+        if self._state not in ("accepted", "done_sent") or self._send is None:
             raise RuntimeError(f"DONE makes no sense in state {self._state!r}")
         self._state = "done_sent"
-        nonce, sealed = _seal(self._aead, Kind.DONE, self.connect_key, [self.connection_id])
-        return _pack([MAGIC, Kind.DONE, self.connect_key, nonce, sealed])
+        if self._done is None:
+            self._done = _seal(self._send, Kind.DONE, self.connect_key, [self.connection_id])
+        return self._done
 
-    def receive(self, data: bytes | memoryview) -> Accepted | Rejected | Completed | None:
-        """Feed one packet from the server; None means nothing to do (dropped, counted in ``stats``, or a duplicate)."""
+    def receive(self, data: bytes | memoryview) -> Accepted | Rejected | Completed | CookieReceived | None:
+        """Feed one packet from the server; None means nothing to do (dropped, counted in ``stats``, or a duplicate).
+        Never raises."""
         self.stats.received += 1
         try:
             message = _decode(data)
-            if isinstance(message, _HelloMsg) or (isinstance(message, _SealedMsg) and message.kind == Kind.DONE):
+            if isinstance(message, _HelloMsg) or (isinstance(message, _BlobMsg) and message.kind == Kind.DONE):
                 raise HandshakeError("the server sent a client-only message kind")
             if message.connect_key != self.connect_key:
                 self.stats.unknown += 1
                 return None
-            if isinstance(message, _HelloAckMsg):
-                return self._on_hello_ack(message)
             if isinstance(message, _RejectMsg):
-                return self._on_reject(message)
+                return self._on_unsealed_reject(message)
+            if message.kind == Kind.COOKIE:
+                return self._on_cookie(message)
+            if message.kind == Kind.ANSWER:
+                return self._on_answer(message)
+            if message.kind == Kind.SEALED_REJECT:
+                return self._on_sealed_reject(message)
             return self._on_done_ack(message)
         except HandshakeError:
             self.stats.malformed += 1
+        except Exception:  # whatever a packet does, the client goes on; counted as malformed
+            self.stats.malformed += 1
+        return None
+
+    def _on_cookie(self, message: _BlobMsg) -> CookieReceived | None:
+        if self._state != "hello_sent" or len(message.blob) != COOKIE_LENGTH:
+            self.stats.unknown += 1
             return None
+        first = self.cookie is None
+        self.cookie = message.blob
+        # Resend at once for the first cookies only: forged cookies must not make us flood the server.
+        if first or self._cookie_resends < 2:
+            self._cookie_resends += 1
+            return CookieReceived()
+        return None
 
-    def _derive(self, server_public: bytes) -> AESGCM:
-        return _derive(self._private_key, server_public, self.public_key, server_public, self.connect_key)
+    def _on_unsealed_reject(self, message: _RejectMsg) -> Rejected | None:
+        rejected = Rejected(message.reason, message.text, authenticated=False)
+        # Believed (as a hint) only while the server cannot hold a key for us: before any cookie.
+        if self._state != "hello_sent" or self.cookie is not None:
+            self.stats.unsealed += 1
+            self.hint = rejected
+            return None
+        return rejected
 
-    def _on_hello_ack(self, message: _HelloAckMsg) -> Accepted | Rejected | None:
+    def _on_answer(self, message: _BlobMsg) -> Accepted | Rejected | None:
         if self._state in ("accepted", "done_sent"):
             return None  # the server resent its answer to a HELLO retry; DONE is (re)sent on the glue's timer
         if self._state != "hello_sent":
             self.stats.unknown += 1
             return None
-        aead = self._derive(message.server_public)
-        payload = _open(aead, Kind.HELLO_ACK, self.connect_key, message.nonce, message.sealed)
-        if payload is None:
+        try:
+            plain = self._noise.read_message(message.blob)
+        except NoiseError:
             self.stats.spoofed += 1
             return None
-        grant = _grant(payload)
-        # Anyone on the path can seal a grant with a key of their own; only the pinned server key tells them apart.
-        if self.expected_server_key is not None and not hmac.compare_digest(
-            self.expected_server_key, message.server_public
+        self._send, self._receive = self._noise.split()
+        server_public = self._noise.remote_static
+        assert server_public is not None
+        self.server_public = server_public
+        payload = _unpack(plain)
+        if type(payload) is not list or not payload or type(payload[0]) is not int:
+            raise HandshakeError("ANSWER payload must be [kind, ...]")
+        if (
+            self.pattern == "NX"
+            and self.expected_server_key is not None
+            and not hmac.compare_digest(self.expected_server_key, server_public)
         ):
             self._state = "rejected"
             return Rejected(
                 RejectReason.SERVER_KEY_CHANGED,
-                f"server public key {message.server_public.hex()} differs from the stored "
-                f"{self.expected_server_key.hex()}",
+                f"server public key {server_public.hex()} differs from the stored {self.expected_server_key.hex()}",
                 authenticated=True,
             )
-        self._aead = aead
-        self.server_public = message.server_public
-        self.grant = grant
-        self._state = "accepted"
-        return Accepted(server_public=message.server_public, grant=grant)
+        if payload[0] == Kind.REJECT and len(payload) == 3:
+            self._state = "rejected"
+            return Rejected(_reason(payload[1]), _str(payload[2], MAX_TEXT_LENGTH, "reject text"), authenticated=True)
+        if payload[0] == Kind.HELLO_ACK and len(payload) == 2:
+            grant = _grant(payload[1])
+            self.grant = grant
+            self._state = "accepted"
+            return Accepted(server_public=server_public, grant=grant)
+        raise HandshakeError("ANSWER payload is neither a grant nor a rejection")
 
-    def _on_reject(self, message: _RejectMsg) -> Rejected | None:
-        if self._state not in ("hello_sent", "accepted", "done_sent"):
+    def _on_sealed_reject(self, message: _BlobMsg) -> Rejected | None:
+        if self._state not in ("accepted", "done_sent") or self._receive is None:
             self.stats.unknown += 1
             return None
-        if message.server_public is None or message.nonce is None or message.sealed is None:
-            return Rejected(message.reason, message.text, authenticated=False)
-        aead = self._aead if self.server_public == message.server_public else None
-        payload = _open(
-            aead or self._derive(message.server_public), Kind.REJECT, self.connect_key, message.nonce, message.sealed
-        )
-        if payload is None or payload != [int(message.reason), message.text]:
+        payload = _open(self._receive, Kind.SEALED_REJECT, self.connect_key, message.blob)
+        if payload is None:
             self.stats.spoofed += 1
             return None
-        trusted_key = self.server_public or self.expected_server_key
-        authenticated = trusted_key is None or hmac.compare_digest(trusted_key, message.server_public)
-        if authenticated:
-            self._state = "rejected"
-        return Rejected(message.reason, message.text, authenticated=authenticated)
+        if type(payload) is not list or len(payload) != 2:
+            raise HandshakeError("sealed rejection must be [reason, text]")
+        self._state = "rejected"
+        return Rejected(_reason(payload[0]), _str(payload[1], MAX_TEXT_LENGTH, "reject text"), authenticated=True)
 
-    def _on_done_ack(self, message: _SealedMsg) -> Completed | None:
-        if self._state != "done_sent" or self._aead is None:
+    def _on_done_ack(self, message: _BlobMsg) -> Completed | None:
+        if self._state != "done_sent" or self._receive is None:
             self.stats.unknown += 1
             return None
-        payload = _open(self._aead, Kind.DONE_ACK, self.connect_key, message.nonce, message.sealed)
+        payload = _open(self._receive, Kind.DONE_ACK, self.connect_key, message.blob)
         if payload is None:
             self.stats.spoofed += 1
             return None

@@ -6,13 +6,22 @@ Files are written atomically with mode 0o600: a crash never leaves half a key,
 and the private key is readable by its owner only. Anything unreadable or
 corrupt raises :class:`ConfigurationError` rather than being silently replaced,
 since replacing a key or forgetting pins would defeat the pinning.
+
+Both live by default in the user's configuration directory (see
+:func:`default_config_dir`), so a restarted server keeps its identity and a
+client keeps its pins. Processes sharing the pin file change it under a file
+lock, re-reading it first, so none loses another's pins.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -20,9 +29,23 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from endpoint.errors import ConfigurationError
 
-__all__ = ["KnownServers", "load_or_create_private_key"]
+__all__ = ["CONFIG_DIR_ENV", "KnownServers", "default_config_dir", "load_or_create_private_key"]
+
+_log = logging.getLogger("endpoint")
 
 _KEY_LENGTH = 32
+CONFIG_DIR_ENV = "ENDPOINT_CONFIG_DIR"
+"""Overrides the directory of the default key and pin files (tests point it at a temp dir)."""
+
+
+def default_config_dir() -> Path:
+    """``$ENDPOINT_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/endpoint``, else ``~/.config/endpoint``."""
+    override = os.environ.get(CONFIG_DIR_ENV)
+    if override:
+        return Path(override)
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".config"
+    return base / "endpoint"
 
 
 def _write_temp(directory: Path, name: str, data: bytes) -> Path:
@@ -79,11 +102,48 @@ class KnownServers:
     """Trust on first use: the public key each server address ("host:port") presented the first time."""
 
     def __init__(self, path: Path | None) -> None:
-        """None keeps the pins in memory only; else they live in a JSON file ``{address: hex key}``."""
+        """None keeps the pins in memory only; else they live in a JSON file ``{address: hex key}``, shared with
+        other processes (read again when it changed; changed under a lock)."""
         self.path = Path(path) if path is not None else None
         self._keys: dict[str, bytes] = {}
-        if self.path is not None and (self.path.exists() or self.path.is_symlink()):
-            self._keys = self._load(self.path)
+        self._stamp: tuple[int, int, int] | None = None
+        self._refresh()
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        assert self.path is not None
+        try:
+            st = self.path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise ConfigurationError(f"known servers file {self.path} is unreadable: {exc}") from exc
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def _refresh(self) -> None:
+        """Take in what other processes wrote since we last looked."""
+        if self.path is None:
+            return
+        stamp = self._file_stamp()
+        if stamp == self._stamp:
+            return
+        self._keys = self._load(self.path) if stamp is not None or self.path.is_symlink() else {}
+        self._stamp = stamp
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Exclusive lock on ``<file>.lock`` (a file of its own: the pin file is replaced on every write)."""
+        assert self.path is not None
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot lock known servers file {self.path}: {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     @staticmethod
     def _load(path: Path) -> dict[str, bytes]:
@@ -111,28 +171,43 @@ class KnownServers:
         return keys
 
     def check(self, address: str, public_key: bytes) -> Literal["new", "match", "changed"]:
-        known = self._keys.get(address)
+        known = self.get(address)
         if known is None:
             return "new"
         return "match" if known == bytes(public_key) else "changed"
 
     def get(self, address: str) -> bytes | None:
+        self._refresh()
         return self._keys.get(address)
 
     def remember(self, address: str, public_key: bytes) -> None:
-        """Pin (or re-pin) ``address`` to ``public_key`` and persist."""
+        """Pin (or re-pin, logged at WARNING) ``address`` to ``public_key`` and persist, keeping other pins."""
         key = bytes(public_key)
         if len(key) != _KEY_LENGTH:
             raise ValueError(f"a server public key is {_KEY_LENGTH} bytes, got {len(key)}")
-        if self._keys.get(address) == key:
-            return
-        self._keys[address] = key
-        self._save()
+        with self._locked() if self.path is not None else contextlib.nullcontext():
+            self._refresh()
+            previous = self._keys.get(address)
+            if previous == key:
+                return
+            if previous is not None:
+                _log.warning(
+                    "re-pinning %s: its key changes from %s to %s%s",
+                    address,
+                    previous.hex(),
+                    key.hex(),
+                    f" in {self.path}" if self.path is not None else "",
+                )
+            self._keys[address] = key
+            self._save()
 
     def forget(self, address: str) -> None:
         """Drop the pin for ``address`` (the next key it shows is trusted again); unknown addresses are ignored."""
-        if self._keys.pop(address, None) is not None:
-            self._save()
+        with self._locked() if self.path is not None else contextlib.nullcontext():
+            self._refresh()
+            if self._keys.pop(address, None) is not None:
+                _log.warning("forgot the pinned key of %s", address)
+                self._save()
 
     def _save(self) -> None:
         if self.path is None:
@@ -147,3 +222,4 @@ class KnownServers:
                 temp.unlink(missing_ok=True)
         except OSError as exc:
             raise ConfigurationError(f"cannot write known servers file {self.path}: {exc.strerror or exc}") from exc
+        self._stamp = self._file_stamp()

@@ -264,7 +264,45 @@ class HandshakeState:
         return bytes(out)
 
     def read_message(self, message: bytes) -> bytes:
-        """The payload; NoiseError when the message is short, forged or made under another transcript."""
+        """The payload; NoiseError when the message is short, forged or made under another transcript.
+
+        Unlike the specification, a failed read leaves the state as it was: over a datagram network anyone can
+        send a forged message, and the real one may still come (the caller counts and ignores the forgery).
+        """
+        saved = self._save()
+        try:
+            return self._read_message(message)
+        except NoiseError:
+            self._restore(saved)
+            raise
+
+    def _save(self) -> tuple[object, ...]:
+        cipher = self.symmetric.cipher
+        return (
+            self.symmetric.h,
+            self.symmetric.ck,
+            cipher._aead,
+            cipher.nonce,
+            self.remote_ephemeral,
+            self.remote_static,
+            self._index,
+            self._split,
+        )
+
+    def _restore(self, saved: tuple[object, ...]) -> None:
+        cipher = self.symmetric.cipher
+        (
+            self.symmetric.h,
+            self.symmetric.ck,
+            cipher._aead,
+            cipher.nonce,
+            self.remote_ephemeral,
+            self.remote_static,
+            self._index,
+            self._split,
+        ) = saved  # type: ignore[assignment]
+
+    def _read_message(self, message: bytes) -> bytes:
         if self.finished or self._my_turn():
             raise NoiseError("not this side's turn to read")
         if len(message) > MAX_MESSAGE_LENGTH:

@@ -1,12 +1,15 @@
 """The server end point: handshake streams on its port (UDP) and on IPC, and the connections it accepted.
 
-A client's HELLO arrives on the handshake stream; the server checks it
-(version, serialization, filters, limits), allocates the connection's two
-session ids and two stream ids, creates its publication and subscription (with
-the reply route, all at once) and answers HELLO_ACK (sealed with the key both
-derived). The connection exists for the server once the client's DONE proves it
-holds the key and both streams are connected; then ``on_connect`` fires and
-DONE_ACK tells the client.
+A client's first HELLO over UDP gets a cookie and costs nothing else but a
+publication to its answer port, from a bounded set where the oldest idle one
+gives way. The HELLO repeated with the cookie proves the client receives at
+its address; only then the server checks it (serialization, filters, limits),
+allocates the connection's two session ids and two stream ids, creates its
+publication and subscription and answers (Noise message 2, sealing the grant).
+The connection exists for the server once the client's DONE proves it holds the
+key and both streams are connected; then ``on_connect`` fires and DONE_ACK
+tells the client. When too many handshakes are half open, the oldest gives way
+and its client is told SERVER_BUSY (see :mod:`endpoint.handshake`).
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ from endpoint.config import (
 from endpoint.connection import Connection
 from endpoint.endpoint import EndPoint
 from endpoint.errors import AllocationError, ConnectionClosedError, RejectReason, ServerError
-from endpoint.handshake import PROTOCOL_VERSION, Done, Hello, ServerHandshake
+from endpoint.handshake import PROTOCOL_VERSION, Bounce, Done, Hello, ServerHandshake
 from endpoint.ids import IdAllocator
-from endpoint.keystore import load_or_create_private_key
+from endpoint.keystore import default_config_dir, load_or_create_private_key
 from endpoint.transport import bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
 
 __all__ = ["Server"]
@@ -53,7 +56,7 @@ AddressFilter = Callable[[str, str], bool]
 
 @attrs.define
 class _Pending:
-    """A handshake between HELLO_ACK and DONE: what it holds, freed if it never completes."""
+    """A handshake between its answer and DONE: what it holds, freed if it never completes."""
 
     hello: Hello
     is_ipc: bool
@@ -72,9 +75,10 @@ class _AnswerRoute:
     every client using that route (the clients on one event loop): the first opens it, the last to let go closes
     it."""
 
-    def __init__(self, opening: asyncio.Future[ExclusivePublication], route_id: int) -> None:
+    def __init__(self, opening: asyncio.Future[ExclusivePublication], route_id: int, address: str) -> None:
         self.opening = opening
         self.route_id = route_id
+        self.address = address
         self.users = 0
 
     @property
@@ -117,6 +121,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._per_address: dict[str, int] = {}
         self._ids_of: dict[int, tuple[int, int, int, int]] = {}
         self._address_of: dict[int, str] = {}
+        self._bouncing = 0
         self._bound = False
         self._stopped = asyncio.Event()
 
@@ -145,9 +150,11 @@ class Server(EndPoint[ServerConfiguration]):
         cfg = self.config
         if self._handshake is None:
             self._handshake = ServerHandshake(
-                load_or_create_private_key(cfg.key_path),
+                load_or_create_private_key(
+                    None if cfg.ephemeral_key else cfg.key_path or default_config_dir() / f"server-{cfg.port}.key"
+                ),
                 handshake_timeout_ns=int(cfg.handshake_timeout * 3e9),
-                replay_window_ns=int(max(60.0, cfg.handshake_timeout * 10) * 1e9),
+                cookie_period_ns=int(cfg.cookie_period * 1e9),
                 max_pending=cfg.max_pending_handshakes,
                 max_pending_per_source=cfg.max_pending_per_source,
             )
@@ -242,13 +249,75 @@ class Server(EndPoint[ServerConfiguration]):
         handshake = self._handshake
         if handshake is None or self._closing:
             return
-        event = handshake.receive(data, source, time.time_ns())
+        event = handshake.receive(data, source, time.time_ns(), routable=is_ipc)
         if isinstance(event, Hello):
             self._spawn(self._on_hello(event, is_ipc, address, route_id))
         elif isinstance(event, Done):
             self._spawn(self._on_done(event))
+        elif isinstance(event, Bounce):
+            self._bounce(event, is_ipc, address, route_id)
         elif handshake.retried is not None:
             self._resend(handshake.retried)
+        if handshake.evicted:
+            self._on_evicted(handshake)
+
+    def _bounce(self, bounce: Bounce, is_ipc: bool, address: str, route_id: int) -> None:
+        """Send a cookie or a plain refusal and keep nothing but (for a while) the answer route."""
+        handshake = self._handshake
+        assert handshake is not None
+        if is_ipc:
+            if self._ipc_reply is not None and self._ipc_reply.offer(bounce.packet) < 0:
+                handshake.stats.unanswered += 1
+            return
+        port = bounce.reply.get("port")
+        if not isinstance(port, int) or not 0 < port < 65536:
+            handshake.stats.malformed += 1
+            return
+        kept = self._finished_reply.get(bounce.connect_key)
+        if kept is not None and not kept[0].is_closed:
+            if kept[0].offer(bounce.packet) < 0:
+                handshake.stats.unanswered += 1
+            return
+        if self._bouncing >= self.config.max_answer_routes or len(self._finished_reply) >= 4 * (
+            self.config.max_pending_handshakes + self.config.max_answer_routes
+        ):
+            handshake.stats.unanswered += 1
+            return
+        lease = self._lease_answer_route(address, port, route_id)
+        if lease is None:
+            handshake.stats.unanswered += 1
+            return
+        self._bouncing += 1
+        self._spawn(self._send_bounce(bounce, lease))
+
+    async def _send_bounce(self, bounce: Bounce, lease: _AnswerRoute) -> None:
+        timeout = self.config.handshake_timeout
+        try:
+            publication = await asyncio.shield(lease.opening)
+            await wait_connected(publication, timeout, self._aeron())
+            await self._send_reply(publication, bounce.packet, timeout)
+        except Exception as exc:
+            _log.debug("a handshake answer to %s went unsent: %s", lease.address, exc)
+            if self._handshake is not None:
+                self._handshake.stats.unanswered += 1
+            self._let_go_of_route(lease)
+            return
+        finally:
+            self._bouncing -= 1
+        # Kept a while: the HELLO with the cookie comes back at once and is answered on the same route.
+        self._keep(bounce.connect_key, publication, lease)
+
+    def _on_evicted(self, handshake: ServerHandshake) -> None:
+        """Handshakes that gave way to newer ones: tell each client SERVER_BUSY and free what it held."""
+        for connect_key, packet in handshake.evicted:
+            pending = self._pending.pop(connect_key, None)
+            if pending is None:
+                continue  # still being checked: its _on_hello finds it gone and cleans up
+            if pending.reply is not None and not pending.reply.is_closed:
+                pending.reply.offer(packet)
+            self._keep_reply(connect_key, pending)
+            self._spawn(self._free_pending(pending))
+        handshake.evicted.clear()
 
     def _resend(self, connect_key: int) -> None:
         """A client repeated a step whose answer it missed: send the same answer again (once per retry)."""
@@ -322,6 +391,8 @@ class Server(EndPoint[ServerConfiguration]):
         timeout = cfg.handshake_timeout
         aeron = self._aeron()
         pending = _Pending(hello, is_ipc, address, (0, 0, 0, 0), route_id=route_id)
+        if not handshake.is_pending(hello.connect_key):
+            return  # evicted before we got to it
         try:
             port = hello.reply.get("port")
             if not is_ipc and (not isinstance(port, int) or not 0 < port < 65536):
@@ -385,10 +456,11 @@ class Server(EndPoint[ServerConfiguration]):
             }
             await self._send_reply(reply, handshake.accept(hello.connect_key, grant, time.time_ns()), timeout)
         except Exception as exc:
+            evicted = not handshake.is_pending(hello.connect_key)
             handshake.abandon(hello.connect_key)
             self._pending.pop(hello.connect_key, None)
             await self._free_pending(pending)
-            if not self._closing:
+            if not self._closing and not evicted:
                 self._notify_error(None, ServerError(f"handshake with {address} failed: {exc}"))
 
     async def _reply_route(self, pending: _Pending, port: object) -> Publication:
@@ -398,18 +470,50 @@ class Server(EndPoint[ServerConfiguration]):
             pending.reply = self._ipc_reply
             return self._ipc_reply
         assert isinstance(port, int)
-        # Per client route: a client that reopens its route (same port, new handshake publication) has a new
-        # subscription, which ignores our old publication for a while after its previous image went away.
-        key = (pending.address, port, pending.route_id)
-        route = self._answer_routes.get(key)
-        if route is None or not route.usable:
-            channel = udp_channel(f"{bracket(pending.address)}:{port}", term_length=65536)
-            opening = asyncio.ensure_future(self._aeron().add_exclusive_publication_async(channel, REPLY_STREAM_ID))
-            route = self._answer_routes[key] = _AnswerRoute(opening, pending.route_id)
-        route.users += 1
+        route = self._lease_answer_route(pending.address, port, pending.route_id)
+        if route is None:
+            raise ServerError(f"no answer route free for {pending.address}")
         pending.lease = route
         pending.reply = await asyncio.shield(route.opening)
         return pending.reply
+
+    def _lease_answer_route(self, address: str, port: int, route_id: int) -> _AnswerRoute | None:
+        """One use of the publication to ``address:port`` (opened if need be), or None when the caps are reached
+        and no idle route of that address (or, for the total cap, of anyone) can give way."""
+        # Per client route: a client that reopens its route (same port, new handshake publication) has a new
+        # subscription, which ignores our old publication for a while after its previous image went away.
+        key = (address, port, route_id)
+        route = self._answer_routes.get(key)
+        if route is None or not route.usable:
+            cfg = self.config
+            mine = [r for r in self._answer_routes.values() if r.address == address]
+            if len(mine) >= cfg.max_answer_routes_per_source and not self._evict_route(mine):
+                return None
+            if len(self._answer_routes) >= cfg.max_answer_routes and not self._evict_route(
+                list(self._answer_routes.values())
+            ):
+                return None
+            channel = udp_channel(f"{bracket(address)}:{port}", term_length=65536)
+            opening = asyncio.ensure_future(self._aeron().add_exclusive_publication_async(channel, REPLY_STREAM_ID))
+            route = self._answer_routes[key] = _AnswerRoute(opening, route_id, address)
+        route.users += 1
+        return route
+
+    def _evict_route(self, routes: list[_AnswerRoute]) -> bool:
+        """Close the oldest of ``routes`` no handshake in flight uses (only kept answers and cookies hold it)."""
+        busy = {id(p.lease) for p in self._pending.values() if p.lease is not None}
+        for route in routes:  # insertion order: oldest first
+            if id(route) in busy:
+                continue
+            for connect_key, (_, lease, _until) in list(self._finished_reply.items()):
+                if lease is route:
+                    del self._finished_reply[connect_key]
+                    self._let_go_of_route(lease)
+            for key, known in list(self._answer_routes.items()):
+                if known is route:
+                    del self._answer_routes[key]
+            return True
+        return False
 
     def _let_go_of_route(self, route: _AnswerRoute) -> None:
         route.users -= 1
@@ -511,9 +615,15 @@ class Server(EndPoint[ServerConfiguration]):
     def _keep_reply(self, connect_key: int, pending: _Pending) -> None:
         """Keep the answer route open a while, so a client that lost the last answer can get it again."""
         if pending.reply is not None:
-            until = time.monotonic_ns() + int(self.config.handshake_timeout * 2e9)
-            self._finished_reply[connect_key] = (pending.reply, pending.lease, until)
+            self._keep(connect_key, pending.reply, pending.lease)
             pending.lease = None
+
+    def _keep(self, connect_key: int, reply: Publication, lease: _AnswerRoute | None) -> None:
+        until = time.monotonic_ns() + int(self.config.handshake_timeout * 2e9)
+        previous = self._finished_reply.pop(connect_key, None)
+        if previous is not None and previous[1] is not None:
+            self._let_go_of_route(previous[1])
+        self._finished_reply[connect_key] = (reply, lease, until)
 
     def _let_go_of_replies(self, now_ns: int | None) -> None:
         """Let go of the kept answer routes whose time is up or whose client route is gone (its handshake

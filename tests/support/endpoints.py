@@ -36,7 +36,7 @@ from endpoint.config import (
     IPC_REPLY_STREAM_BASE,
     REPLY_STREAM_ID,
 )
-from endpoint.handshake import ClientHandshake
+from endpoint.handshake import ClientHandshake, CookieReceived
 from endpoint.messages import register_internal_messages
 
 __all__ = [
@@ -262,9 +262,13 @@ class RawHandshakePeer:
         self.publication = publication
         self.reply = reply
         self.reply_port = reply_port
+        self.local_ip = "127.0.0.1"
 
     @classmethod
-    async def open(cls, aeron: Aeron, transport: str, server_port: int) -> RawHandshakePeer:
+    async def open(
+        cls, aeron: Aeron, transport: str, server_port: int, local_ip: str = "127.0.0.1"
+    ) -> RawHandshakePeer:
+        """``local_ip`` (UDP): the loopback address this peer sends from and hears its answers on."""
         if transport == "ipc":
             reply = await aeron.add_subscription_async("aeron:ipc", IPC_REPLY_STREAM_BASE + server_port)
             publication = await aeron.add_exclusive_publication_async(
@@ -272,12 +276,14 @@ class RawHandshakePeer:
             )
             peer = cls(True, publication, reply, 0)
         else:
-            reply_port = free_udp_port()
-            reply = await aeron.add_subscription_async(f"aeron:udp?endpoint=127.0.0.1:{reply_port}", REPLY_STREAM_ID)
+            reply_port = free_udp_port(local_ip)
+            reply = await aeron.add_subscription_async(f"aeron:udp?endpoint={local_ip}:{reply_port}", REPLY_STREAM_ID)
+            interface = "" if local_ip == "127.0.0.1" else f"|interface={local_ip}"
             publication = await aeron.add_exclusive_publication_async(
-                f"aeron:udp?endpoint=127.0.0.1:{server_port}|term-length=65536", HANDSHAKE_STREAM_ID
+                f"aeron:udp?endpoint=127.0.0.1:{server_port}|term-length=65536{interface}", HANDSHAKE_STREAM_ID
             )
             peer = cls(False, publication, reply, reply_port)
+        peer.local_ip = local_ip
         await wait_until(lambda: publication.is_connected, 5.0, what="raw handshake publication connected")
         return peer
 
@@ -285,6 +291,7 @@ class RawHandshakePeer:
         """A client handshake with this peer's reply route and the test classes' registration hash."""
         kwargs.setdefault("registration_hash", registration_hash())
         kwargs.setdefault("reply", {} if self.is_ipc else {"port": self.reply_port})
+        kwargs.setdefault("claimed_address", "" if self.is_ipc else self.local_ip)
         return ClientHandshake(**kwargs)
 
     async def send(self, packet: bytes, timeout: float = 5.0) -> None:
@@ -296,7 +303,17 @@ class RawHandshakePeer:
             await asyncio.sleep(0.001)
 
     async def receive(self, handshake: ClientHandshake, timeout: float = 5.0) -> object:
-        """The first answer ``handshake`` makes sense of (Accepted, Rejected, Completed); AssertionError if none."""
+        """The first answer ``handshake`` makes sense of (Accepted, Rejected, Completed); AssertionError if none.
+
+        A cookie is answered (HELLO again, now carrying it) on the way, as a client does.
+        """
+        while True:
+            answer = await self._receive_one(handshake, timeout)
+            if not isinstance(answer, CookieReceived):
+                return answer
+            await self.send(handshake.hello(time.time_ns()))
+
+    async def _receive_one(self, handshake: ClientHandshake, timeout: float) -> object:
         answers: list[object] = []
 
         def on_fragment(payload: memoryview, header: Any) -> None:

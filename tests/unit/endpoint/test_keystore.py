@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import stat
@@ -12,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from endpoint.errors import ConfigurationError
-from endpoint.keystore import KnownServers, load_or_create_private_key
+from endpoint.keystore import CONFIG_DIR_ENV, KnownServers, default_config_dir, load_or_create_private_key
 
 
 def raw(key: X25519PrivateKey) -> bytes:
@@ -169,3 +170,63 @@ def test_unwritable_location_names_the_path(tmp_path: Path) -> None:
     known = KnownServers(blocker / "known.json")
     with pytest.raises(ConfigurationError, match=re.escape(str(blocker / "known.json"))):
         known.remember("h:1", A)
+
+
+# ---------------------------------------------------------------------------------------------------- sharing
+
+
+def test_default_directory_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(CONFIG_DIR_ENV, str(tmp_path / "cfg"))
+    assert default_config_dir() == tmp_path / "cfg"
+    monkeypatch.delenv(CONFIG_DIR_ENV)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert default_config_dir() == tmp_path / "xdg" / "endpoint"
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_config_dir() == tmp_path / "home" / ".config" / "endpoint"
+
+
+def test_the_tests_never_use_the_real_home() -> None:
+    assert os.environ[CONFIG_DIR_ENV]
+    assert not default_config_dir().is_relative_to(Path.home() / ".config")
+
+
+def test_two_stores_on_one_file_keep_each_others_pins(tmp_path: Path) -> None:
+    path = tmp_path / "known.json"
+    one, two = KnownServers(path), KnownServers(path)
+    one.remember("a:1", b"\x01" * 32)
+    two.remember("b:2", b"\x02" * 32)  # two never read a:1 before: it must not drop it
+    one.remember("c:3", b"\x03" * 32)
+    assert json.loads(path.read_text()) == {"a:1": "01" * 32, "b:2": "02" * 32, "c:3": "03" * 32}
+    assert two.get("c:3") == b"\x03" * 32, "a store sees what another process wrote"
+    two.forget("a:1")
+    assert one.get("a:1") is None
+
+
+def _pin_many(path: str, prefix: str, count: int) -> None:
+    store = KnownServers(Path(path))
+    for index in range(count):
+        store.remember(f"{prefix}:{index}", bytes([index % 256]) * 32)
+
+
+def test_processes_pinning_at_once_lose_nothing(tmp_path: Path) -> None:
+    import multiprocessing
+
+    path = tmp_path / "known.json"
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_pin_many, args=(str(path), f"p{n}", 40)) for n in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    assert len(json.loads(path.read_text())) == 120
+
+
+def test_a_re_pin_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = KnownServers(tmp_path / "known.json")
+    store.remember("a:1", b"\x01" * 32)
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING, logger="endpoint"):
+        store.remember("a:1", b"\x02" * 32)
+    assert any("re-pinning a:1" in record.getMessage() for record in caplog.records)

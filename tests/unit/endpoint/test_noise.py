@@ -101,3 +101,19 @@ def test_short_and_low_order_messages_raise_noise_error() -> None:
         # NX's first message is unencrypted: a 32-byte "key" is read; replying then needs a usable one.
         with pytest.raises(NoiseError):
             responder.write_message(b"")
+
+
+def test_a_failed_read_leaves_the_state_for_the_real_message() -> None:
+    server = X25519PrivateKey.generate()
+    client = HandshakeState("NX", initiator=True, prologue=b"p")
+    responder = HandshakeState("NX", initiator=False, prologue=b"p", static=server)
+    responder.read_message(client.write_message(b""))
+    real = responder.write_message(b"grant")
+    forged = HandshakeState("NX", initiator=False, prologue=b"p", static=X25519PrivateKey.generate())
+    forged_first = HandshakeState("NX", initiator=True, prologue=b"p")
+    forged.read_message(forged_first.write_message(b""))
+    with pytest.raises(NoiseError):
+        client.read_message(forged.write_message(b"lie"))
+    assert client.read_message(real) == b"grant"
+    assert client.finished
+    assert client.remote_static == server.public_key().public_bytes_raw()
