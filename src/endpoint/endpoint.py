@@ -23,7 +23,7 @@ from driver.agent import AgentInvoker, tighten_timer_slack
 from driver.concurrent._atomic import FrameWatch
 from endpoint.config import Configuration
 from endpoint.connection import Connection
-from endpoint.errors import CriticalDriverError, EndpointClosedError
+from endpoint.errors import CriticalDriverError, DriverUnavailableError, EndpointClosedError
 from endpoint.listeners import ListenerManager
 from endpoint.liveness import tick_interval_ns
 from endpoint.messages import register_internal_messages
@@ -33,6 +33,7 @@ from endpoint.rpc import RpcRegistry
 
 __all__ = ["EndPoint"]
 
+_LEASE_RETRY_S = 0.1
 END_POINT_CLOSED = "end point closed"
 """The close reason of every connection of an end point that closes (a server shutting down, say)."""
 _log = logging.getLogger("endpoint")
@@ -285,11 +286,27 @@ class EndPoint(Generic[ConfigT]):
             self._shared = None
             if self._closing:
                 return
-            await self._lease_driver()
+            if not await self._lease_again():
+                return
             self.restarts += 1
             await self._after_restart()
         finally:
             self._restarting = False
+
+    async def _lease_again(self) -> bool:
+        """Lease a driver after a failure, retrying for a while: an end point that does not launch drivers waits
+        for a successor (a supervisor restarting the process that hosted the driver). False: given up, told."""
+        deadline = time.monotonic() + max(self.config.connect_timeout, self.config.driver_timeout)
+        while True:
+            try:
+                await self._lease_driver()
+                return True
+            except DriverUnavailableError as exc:
+                if self._closing or time.monotonic() >= deadline:
+                    self._notify_error(None, exc)
+                    return False
+                _log.info("no driver yet after the failure (%s); trying again", exc)
+                await asyncio.sleep(_LEASE_RETRY_S)
 
     async def _drop_driver_resources(self) -> None:
         """Hook: forget publications and subscriptions of the failed driver (no driver calls)."""

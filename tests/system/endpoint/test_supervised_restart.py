@@ -6,7 +6,8 @@ the test is the supervisor. Each round it stops the server (SIGKILL; SIGTERM to 
 it again at once with the same port, directory and key, and waits for it to serve. The restarted server
 takes over the dead driver's directory at once (the old driver's lock is free) instead of waiting out the
 old heartbeat, so "serving" comes well within the old 10 s driver timeout. A client with
-``auto_reconnect`` (UDP, its own driver) comes back each time and gets its echo.
+``auto_reconnect`` comes back each time and gets its echo: over UDP with a driver of its own, and over IPC
+on the server's driver.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 
 from driver.ownership import OwnerState, owner_state
 from endpoint import Client, ClientConfiguration, Connection
-from support.endpoints import Ack, Num, make_serialization, wait_until
+from support.endpoints import TRANSPORTS, Ack, Num, make_serialization, wait_until
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -76,16 +77,20 @@ ROUNDS = [
 ]
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_killed_server_restarted_at_once_serves_again(
-    aeron_dir: Path, client_dir: Path, port: int, tmp_path: Path
+    transport: str, aeron_dir: Path, client_dir: Path, port: int, tmp_path: Path
 ) -> None:
+    """UDP: the client has a driver of its own. IPC: it uses the server's driver (never launching one), so each
+    kill takes its driver away too: it notices the dead process at once and attaches to the successor."""
     key_path = tmp_path / "server.key"
     acks: list[int] = []
     connects: list[Connection] = []
     client = Client(
         ClientConfiguration(
-            aeron_dir=client_dir,
-            prefer_ipc=False,
+            aeron_dir=aeron_dir if transport == "ipc" else client_dir,
+            prefer_ipc=transport == "ipc",
+            launch_driver=transport != "ipc",
             auto_reconnect=True,
             ping_interval=0.2,
             peer_timeout=2.0,
@@ -129,6 +134,7 @@ async def test_killed_server_restarted_at_once_serves_again(
                 conn = client.connection
                 assert conn is not None
                 assert conn is connects[-1]
+                assert conn.is_ipc == (transport == "ipc")
                 await _echo(conn, acks, round_no)
                 assert "Error" not in server.output(), server.output()
     finally:
