@@ -70,6 +70,8 @@ _POLL_LIMIT = 64
 _MESSAGE, _CONNECT, _DISCONNECT = 0, 1, 2
 _UNFRAGMENTED = BEGIN_FRAG_FLAG | END_FRAG_FLAG
 _INTERNAL_TYPES = frozenset(INTERNAL_TYPE_IDS)
+_QUEUED_CONTROL_ROOM = 1024
+"""Internal messages beyond answers to calls one connection may have waiting on back pressure."""
 
 
 class UnhandledMessageError(EndpointError):
@@ -130,6 +132,10 @@ class Connection:
         self.closed_by_peer = False
         self.lost = False
         """True when the connection ended without a graceful close (peer timed out or vanished, driver failed)."""
+        self._queued_later = 0
+        self._queued_later_limit = config.max_pending_calls + _QUEUED_CONTROL_ROOM
+        self.dropped_answers = 0
+        """Internal messages (RPC answers, stream cancels) dropped because too many already waited on back pressure."""
         self.malformed_messages = 0
         """Messages of the peer's dropped as malformed: undecodable, empty, or internal ones with bad fields."""
         self.rtt: float | None = None
@@ -357,16 +363,32 @@ class Connection:
         except Exception:  # a control message must never take the poller down
             return False
         if must_arrive and not self._closing:
-            self._endpoint._spawn(self._send_quietly(data), self)
+            self._send_later(data)
         return False
 
-    async def _send_quietly(self, data: bytes) -> None:
-        try:
-            await self._send_bytes(data, None)
-        except ConnectionClosedError:
-            pass
-        except EndpointError as exc:
-            self._endpoint._notify_error(self, exc)
+    def _send_later(self, data: bytes) -> None:
+        """Queue an internal message back pressure refused (an answer, a cancel) behind the writer, without a task.
+
+        A peer that sends requests but never reads the answers cannot make them pile up past a bound (its calls
+        in flight, ``max_pending_calls``, and room for as many control messages); beyond it they are dropped
+        and counted.
+        """
+        if self._queued_later >= self._queued_later_limit:
+            self.dropped_answers += 1
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        future.add_done_callback(self._sent_later)
+        self._queued_later += 1
+        self._backlog.append((data, future, loop.time() + self._send_timeout))
+        if self._writer is None:
+            self._writer = loop.create_task(self._write_backlog(), name=f"{self!r} writer")
+
+    def _sent_later(self, future: asyncio.Future[None]) -> None:
+        self._queued_later -= 1
+        error = None if future.cancelled() else future.exception()
+        if error is not None and not isinstance(error, ConnectionClosedError):
+            self._endpoint._notify_error(self, error)
 
     async def ping(self, timeout: float | None = None) -> float:
         """Round-trip time to the peer in seconds (also kept in :attr:`rtt`)."""

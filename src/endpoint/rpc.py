@@ -438,7 +438,7 @@ class ConnectionRpc(RpcRegistry):
         """Tell the peer to stop a call, never ahead of the call itself (it may still wait in the send queue)."""
         connection = self.connection
         if connection._backlog:
-            connection.endpoint._spawn(connection._send_quietly(self._encode(RpcCancel(call_id))), connection)
+            connection._send_later(self._encode(RpcCancel(call_id)))
         else:
             connection._send_control(RpcCancel(call_id), must_arrive=True)
 
@@ -657,7 +657,7 @@ class ConnectionRpc(RpcRegistry):
                 return
         except ConnectionClosedError:
             return
-        connection.endpoint._spawn(connection._send_quietly(data), connection)
+        connection._send_later(data)
 
     # ------------------------------------------------------------------ closing
 

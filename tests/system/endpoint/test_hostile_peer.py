@@ -284,3 +284,37 @@ async def test_calls_running_per_connection_are_bounded(
         assert [(c, e.budget) for c, e in errors["server"]] == [(s_conn, "max_pending_calls")] * 6  # type: ignore[attr-defined]
         assert errors["bystander"] == []
         assert not s_conn.is_closed
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_answers_to_a_peer_that_never_reads_them_are_bounded(
+    transport: str, aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """A peer floods calls (each answered) and reads nothing back: the answers back pressure refuses wait up to a
+    bound, beyond it they are dropped and counted; once the peer reads again the connection carries on."""
+    async with hostile_pair(transport, aeron_dir, client_dir, port, send_timeout=2.0, max_pending_calls=512) as (
+        server,
+        client,
+        conn,
+        s_conn,
+        errors,
+    ):
+        encode = client.config.serialization.encode
+        chats: list[str] = []
+        server.on_message(Chat, lambda c, m: chats.append(m.text))
+        conn._pause_reading()  # as a peer that never reads would
+        queued_high = 0
+        async with asyncio.timeout(60):
+            for call_id in range(1, 4001):
+                await offer_raw(conn, encode(RpcCall(call_id, 999, "nothing", [], None)))  # no such object
+                queued_high = max(queued_high, s_conn._queued_later)
+            await wait_until(lambda: s_conn.dropped_answers > 0, 10)
+            conn._resume_reading()
+            await conn.send(Chat("still here"))
+            await wait_until(lambda: chats == ["still here"], 10)
+            await wait_until(lambda: s_conn._queued_later == 0, 10, what="the queued answers sent or timed out")
+        print(f"{transport}: at most {queued_high} answers queued, {s_conn.dropped_answers} dropped")
+        assert queued_high <= 512 + 1024  # max_pending_calls, and room for as many control messages
+        assert s_conn.dropped_answers > 0
+        assert not s_conn.is_closed
+        assert errors["bystander"] == []
