@@ -104,6 +104,7 @@ class NetworkResources:
             status_messages_sent=sc.get(SystemCounterId.STATUS_MESSAGES_SENT),
             short_sends=sc.get(SystemCounterId.SHORT_SENDS),
             bytes_sent=sc.get(SystemCounterId.BYTES_SENT),
+            setups_not_elicited=sc.get(DriverSystemCounterId.SETUPS_NOT_ELICITED),
         )
         self.sender_counters = SenderCounters(
             bytes_sent=sc.get(SystemCounterId.BYTES_SENT),
