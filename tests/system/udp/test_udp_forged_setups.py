@@ -290,3 +290,24 @@ def test_data_from_a_flood_of_unknown_sessions_asks_for_a_bounded_number_of_setu
         assert view.value(SystemCounterId.STATUS_MESSAGES_SENT) - elicits == MAX_PENDING_SETUPS
         assert view.value(dropped) == sent - MAX_PENDING_SETUPS
         assert subscription.images == ()  # type: ignore[attr-defined]
+
+
+def test_ended_images_give_their_place_and_files_stay_within_twice_the_limit(udp: UdpDrivers) -> None:
+    driver = udp.embedded("sub", image_liveness_timeout_ns=3 * 10**9)
+    client = udp.client(driver.aeron_dir)
+    port = free_udp_port()
+    subscription = _subscribe(client, port, "|max-images=2")
+    refused = DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT
+    with _driver_view(driver.aeron_dir) as view, _sender("127.0.0.6") as sock:
+        for session_id in (0x6001, 0x6002, 0x6003):
+            sock.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        wait_for_image(subscription, 2)  # type: ignore[arg-type]
+        execute_until(lambda: view.value(refused) == 1, timeout_s=10, description="the third refused")
+        # No data: the images end and linger, unavailable to the subscriber but with their files.
+        execute_until(lambda: subscription.images == (), timeout_s=20, description="both images ended")  # type: ignore[attr-defined]
+        for session_id in (0x6004, 0x6005, 0x6006):
+            sock.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        wait_for_image(subscription, 2)  # type: ignore[arg-type]
+        execute_until(lambda: view.value(refused) == 2, timeout_s=10, description="the sixth refused")
+        assert len(view.image_files()) <= 4
+        execute_until(lambda: view.image_files() == [], timeout_s=30, description="every image's file gone")
