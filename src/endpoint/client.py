@@ -159,7 +159,10 @@ class Client(EndPoint[ClientConfiguration]):
                 try:
                     reply, publication = await add_pair(
                         aeron,
-                        (udp_channel(f"{bracket(local_ip)}:{local_port}", max_term_length=65536), REPLY_STREAM_ID),
+                        (
+                            udp_channel(f"{bracket(local_ip)}:{local_port}", max_term_length=65536) + "|sparse=true",
+                            REPLY_STREAM_ID,
+                        ),
                         (udp_channel(f"{bracket(ip)}:{port}", term_length=65536), HANDSHAKE_STREAM_ID),
                     )
                 except RegistrationError as exc:

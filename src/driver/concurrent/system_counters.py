@@ -255,6 +255,7 @@ class DriverSystemCounterId(enum.IntEnum):
     IMAGES_REFUSED_SUBSCRIPTION_LIMIT = 2
     IMAGES_REFUSED_SOURCE_LIMIT = 3
     AGENT_COMMANDS_DEFERRED = 4
+    SETUPS_NOT_ELICITED = 5
 
     @property
     def label(self) -> str:
@@ -267,6 +268,7 @@ _DRIVER_SYSTEM_COUNTER_LABELS: dict[DriverSystemCounterId, str] = {
     DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT: "Images refused: images per subscription limit",
     DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT: "Images refused: images per source address limit",
     DriverSystemCounterId.AGENT_COMMANDS_DEFERRED: "Agent commands deferred: queue full",
+    DriverSystemCounterId.SETUPS_NOT_ELICITED: "Unknown sessions dropped: too many awaiting SETUP",
 }
 
 CONTROL_PROTOCOL_VERSION = (1 << 16) | (0 << 8) | 0

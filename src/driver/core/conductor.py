@@ -1002,6 +1002,10 @@ class DriverConductor:
         self.delete_file(publication.log.path)
 
     def _check_for_blocked_commands(self, now_ns: int) -> None:
+        if self._to_sender or self._to_receiver:
+            # The conductor itself holds the ring back (its backlog waits): no client is stuck mid-write.
+            self._time_of_last_command_position_change_ns = now_ns
+            return
         consumer_position = self._to_driver.consumer_position()
         if consumer_position == self._last_command_consumer_position:
             if (

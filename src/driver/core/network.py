@@ -104,6 +104,7 @@ class NetworkResources:
             status_messages_sent=sc.get(SystemCounterId.STATUS_MESSAGES_SENT),
             short_sends=sc.get(SystemCounterId.SHORT_SENDS),
             bytes_sent=sc.get(SystemCounterId.BYTES_SENT),
+            setups_not_elicited=sc.get(DriverSystemCounterId.SETUPS_NOT_ELICITED),
         )
         self.sender_counters = SenderCounters(
             bytes_sent=sc.get(SystemCounterId.BYTES_SENT),
@@ -133,6 +134,7 @@ class NetworkResources:
         self._tearing_down: set[NetworkPublication | PublicationImage] = set()
         self.publications: list[NetworkPublication] = []
         self.images: list[PublicationImage] = []
+        self._images_by_stream: dict[tuple[ReceiveChannelEndpoint, int], list[PublicationImage]] = {}
         # Publisher limits follow sender positions: after a change of publications or receivers all of them
         # are recomputed, otherwise only those whose sender position moved (one native scan per cycle).
         self._publications_changes = 0
@@ -341,30 +343,42 @@ class NetworkResources:
         conductor.receiver_command(functools.partial(conductor.receiver.on_add_subscription, endpoint, link.stream_id))
         for image in self.images:
             if image.state is ImageState.ACTIVE and self._matches(link, image):
-                cause = self._refusal(link, image.term_length, image.source_address)
+                linked = [p.publication for p in link.positions.values() if isinstance(p.publication, PublicationImage)]
+                cause = self._refusal(link, image.term_length, image.source_address, linked)
                 if cause is None:
                     self._link_image(link, image)
                 else:
                     self._refuse(link, cause)
         return endpoint
 
-    def _refusal(self, link: SubscriptionLink, term_length: int, source: Address) -> DriverSystemCounterId | None:
-        """Why ``link`` may not take an image of ``term_length`` from ``source``, or None if it may."""
+    def _refusal(
+        self, link: SubscriptionLink, term_length: int, source: Address, held: list[PublicationImage]
+    ) -> DriverSystemCounterId | None:
+        """Why ``link``, holding ``held``, may not take an image of ``term_length`` from ``source`` (None: it may)."""
         if term_length > link.max_term_length:
             return DriverSystemCounterId.IMAGES_REFUSED_TERM_LENGTH
-        positions = link.positions
-        if len(positions) >= link.max_images:
+        if len(held) >= link.max_images:
             return DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT
-        if len(positions) >= link.max_images_per_source:
+        if len(held) >= link.max_images_per_source:
             host = source[0]
-            from_source = sum(
-                1
-                for p in positions.values()
-                if isinstance(p.publication, PublicationImage) and p.publication.source_address[0] == host
-            )
-            if from_source >= link.max_images_per_source:
+            if sum(1 for image in held if image.source_address[0] == host) >= link.max_images_per_source:
                 return DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT
         return None
+
+    def _held(self, link: SubscriptionLink) -> list[PublicationImage]:
+        """The active images of ``link``'s stream (and session) on its endpoint: what its limits count.
+
+        An image that ended (end of stream, or silent for the image liveness timeout) keeps its log and
+        counters while it lingers, for one more liveness timeout, but no longer holds a place: a client host
+        whose processes come and go is not locked out meanwhile, and images of forged SETUPs, which send
+        nothing, cost at most twice the limit in files at any time."""
+        assert link.endpoint is not None
+        session = link.session_id
+        return [
+            i
+            for i in self._images_by_stream.get((link.endpoint, link.stream_id), ())
+            if i.state is ImageState.ACTIVE and (session is None or i.session_id == session)
+        ]
 
     def _refuse(self, link: SubscriptionLink | None, cause: DriverSystemCounterId, channel: str = "") -> None:
         """Count a refused image by its cause; its reason goes to the distinct error log in words that stay the
@@ -485,7 +499,7 @@ class NetworkResources:
             accepted = []
             cause: DriverSystemCounterId | None = None
             for link in links:
-                refusal = self._refusal(link, term_length, source)
+                refusal = self._refusal(link, term_length, source, self._held(link))
                 if refusal is None:
                     accepted.append(link)
                 elif cause is None:
@@ -600,6 +614,7 @@ class NetworkResources:
             now_ns=conductor.now_ns(),
         )
         self.images.append(image)
+        self._images_by_stream.setdefault((endpoint, stream_id), []).append(image)
         for link in links:
             counter = conductor.subscriber_position(link, session_id, image.join_position)
             link.positions[correlation_id] = SubscriberPosition(link, image, counter)
@@ -666,11 +681,20 @@ class NetworkResources:
                 self._on_image_inactive(image)
             elif image.state is ImageState.DONE and image in self.images:
                 self.images.remove(image)
+                self._forget_image(image)
                 self._tearing_down.add(image)
                 done = functools.partial(conductor.after_teardown, functools.partial(self._close_image, image))
                 conductor.receiver_command(
                     functools.partial(conductor.receiver.on_remove_image, image.endpoint, image, done)
                 )
+
+    def _forget_image(self, image: PublicationImage) -> None:
+        key = (image.endpoint, image.stream_id)
+        images = self._images_by_stream.get(key)
+        if images is not None and image in images:
+            images.remove(image)
+            if not images:
+                del self._images_by_stream[key]
 
     def _on_image_inactive(self, image: PublicationImage) -> None:
         released: list[AtomicCounter] = []
@@ -743,5 +767,6 @@ class NetworkResources:
         self.publications.clear()
         self._publications_changes += 1
         self.images.clear()
+        self._images_by_stream.clear()
         self.send_endpoints.clear()
         self.receive_endpoints.clear()

@@ -57,6 +57,10 @@ DESTINATION_TIMEOUT_NS = 5_000_000_000
 UNCLAIMED_SETUP_TTL_NS = 1_000_000_000
 """How long a SETUP for a stream nobody subscribes to is kept for a subscription that may come (see claim_setups)."""
 MAX_UNCLAIMED_SETUPS = 64
+MAX_PENDING_SETUPS = 1024
+"""Sessions a receive endpoint waits on at most (a SETUP asked for, or handed to the conductor): data from more
+unknown sessions at once (a flood of forged ones) is dropped, counted, without asking for their SETUP. (SETUPs
+handed to the conductor are bounded by its queue: one it refuses is forgotten, and asked for again.)"""
 _unpack_sm = SM.unpack_from
 _unpack_nak = NAK.unpack_from
 _unpack_rttm = RTTM.unpack_from
@@ -74,6 +78,7 @@ class EndpointCounters:
         status_messages_sent: AtomicCounter,
         short_sends: AtomicCounter,
         bytes_sent: AtomicCounter,
+        setups_not_elicited: AtomicCounter | None = None,
     ) -> None:
         self.bytes_received = bytes_received
         self.invalid_packets = invalid_packets
@@ -82,6 +87,7 @@ class EndpointCounters:
         self.status_messages_sent = status_messages_sent
         self.short_sends = short_sends
         self.bytes_sent = bytes_sent
+        self.setups_not_elicited = setups_not_elicited
 
 
 def _receive_buffer() -> tuple[bytearray, memoryview]:
@@ -347,6 +353,10 @@ class ReceiveChannelEndpoint:
         if view[5] & 0x20 or key in self.cooldowns or key in self.pending_setups:  # EOS, cooling down, asked
             return
         if view[6] not in (HDR_TYPE_DATA, HDR_TYPE_PAD):
+            return
+        if len(self.pending_setups) >= MAX_PENDING_SETUPS:
+            if self.counters.setups_not_elicited is not None:
+                self.counters.setups_not_elicited.increment()
             return
         self.pending_setups[key] = now_ns
         self.elicit_setup(session_id, stream_id, self.control_address_for(address))

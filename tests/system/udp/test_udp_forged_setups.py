@@ -24,6 +24,10 @@ from driver.cnc import CncFile
 from driver.concurrent.counters import CountersReader
 from driver.concurrent.error_log import read_error_log
 from driver.concurrent.system_counters import DriverSystemCounterId, SystemCounterId
+from driver.core import receiver as receiver_module
+from driver.logbuffer.frame import HDR_TYPE_DATA
+from driver.media.endpoints import MAX_PENDING_SETUPS
+from driver.wire.data import write_data_header
 from driver.wire.setup import SetupFrame
 from support.clients import wait_for_image
 from support.waiting import execute_until
@@ -254,3 +258,56 @@ def test_image_logs_over_the_threshold_or_asked_for_are_sparse(
         assert allocated < stat.st_size // 4, (allocated, stat.st_size)  # only what was written (metadata)
     else:
         assert allocated >= stat.st_size, (allocated, stat.st_size)
+
+
+def test_data_from_a_flood_of_unknown_sessions_asks_for_a_bounded_number_of_setups(
+    udp: UdpDrivers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unanswered asks are forgotten after a second; here not during the test, so the count is exact.
+    monkeypatch.setattr(receiver_module, "PENDING_SETUP_TIMEOUT_NS", 600 * 10**9)
+    driver = udp.embedded("sub")
+    client = udp.client(driver.aeron_dir)
+    port = free_udp_port()
+    subscription = _subscribe(client, port)
+    frame = bytearray(64)
+    sent = 0
+    with _driver_view(driver.aeron_dir) as view, _sender("127.0.0.5") as sock:
+        dropped = DriverSystemCounterId.SETUPS_NOT_ELICITED
+        elicits = view.value(SystemCounterId.STATUS_MESSAGES_SENT)
+        for burst in range(30):
+            for n in range(50):
+                write_data_header(frame, 0, 64, 0xC0, HDR_TYPE_DATA, 0, 0x50000 + burst * 50 + n, STREAM_ID, 0)
+                sock.sendto(frame, ("127.0.0.1", port))
+                sent += 1
+            # Each unknown session either had its SETUP asked for (a status message) or was dropped, counted.
+            execute_until(
+                lambda expected=sent: (
+                    view.value(SystemCounterId.STATUS_MESSAGES_SENT) - elicits + view.value(dropped) >= expected
+                ),
+                timeout_s=10,
+                description=f"{sent} unknown sessions answered or counted",
+            )
+        assert view.value(SystemCounterId.STATUS_MESSAGES_SENT) - elicits == MAX_PENDING_SETUPS
+        assert view.value(dropped) == sent - MAX_PENDING_SETUPS
+        assert subscription.images == ()  # type: ignore[attr-defined]
+
+
+def test_ended_images_give_their_place_and_files_stay_within_twice_the_limit(udp: UdpDrivers) -> None:
+    driver = udp.embedded("sub", image_liveness_timeout_ns=3 * 10**9)
+    client = udp.client(driver.aeron_dir)
+    port = free_udp_port()
+    subscription = _subscribe(client, port, "|max-images=2")
+    refused = DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT
+    with _driver_view(driver.aeron_dir) as view, _sender("127.0.0.6") as sock:
+        for session_id in (0x6001, 0x6002, 0x6003):
+            sock.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        wait_for_image(subscription, 2)  # type: ignore[arg-type]
+        execute_until(lambda: view.value(refused) == 1, timeout_s=10, description="the third refused")
+        # No data: the images end and linger, unavailable to the subscriber but with their files.
+        execute_until(lambda: subscription.images == (), timeout_s=20, description="both images ended")  # type: ignore[attr-defined]
+        for session_id in (0x6004, 0x6005, 0x6006):
+            sock.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        wait_for_image(subscription, 2)  # type: ignore[arg-type]
+        execute_until(lambda: view.value(refused) == 2, timeout_s=10, description="the sixth refused")
+        assert len(view.image_files()) <= 4
+        execute_until(lambda: view.image_files() == [], timeout_s=30, description="every image's file gone")
