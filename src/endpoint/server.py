@@ -88,6 +88,10 @@ class _AnswerRoute:
         return not self.opening.cancelled() and self.opening.exception() is None and not self.opening.result().is_closed
 
 
+class _NoAnswerRoute(Exception):
+    """Every answer route the caps allow is busy with handshakes in flight."""
+
+
 class Server(EndPoint[ServerConfiguration]):
     """Accepts connections on ``config.port`` (UDP) and, with ``enable_ipc``, over IPC on the same driver."""
 
@@ -452,11 +456,14 @@ class Server(EndPoint[ServerConfiguration]):
             }
             await self._send_reply(reply, handshake.accept(hello.connect_key, grant, time.time_ns()), timeout)
         except Exception as exc:
-            evicted = not handshake.is_pending(hello.connect_key)
+            # Evicted meanwhile, or no answer route free (the client asks again): nothing to report.
+            quiet = not handshake.is_pending(hello.connect_key) or isinstance(exc, _NoAnswerRoute)
+            if isinstance(exc, _NoAnswerRoute):
+                handshake.stats.unanswered += 1
             handshake.abandon(hello.connect_key)
             self._pending.pop(hello.connect_key, None)
             await self._free_pending(pending)
-            if not self._closing and not evicted:
+            if not self._closing and not quiet:
                 self._notify_error(None, ServerError(f"handshake with {address} failed: {exc}"))
 
     async def _reply_route(self, pending: _Pending, port: object) -> Publication:
@@ -468,7 +475,7 @@ class Server(EndPoint[ServerConfiguration]):
         assert isinstance(port, int)
         route = self._lease_answer_route(pending.address, port, pending.route_id)
         if route is None:
-            raise ServerError(f"no answer route free for {pending.address}")
+            raise _NoAnswerRoute(f"no answer route free for {pending.address}")
         pending.lease = route
         pending.reply = await asyncio.shield(route.opening)
         return pending.reply
