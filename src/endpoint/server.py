@@ -294,20 +294,23 @@ class Server(EndPoint[ServerConfiguration]):
 
     async def _send_bounce(self, bounce: Bounce, lease: _AnswerRoute) -> None:
         timeout = self.config.handshake_timeout
+        sent: Publication | None = None
         try:
             publication = await asyncio.shield(lease.opening)
             await wait_connected(publication, timeout, self._aeron())
             await self._send_reply(publication, bounce.packet, timeout)
+            sent = publication
         except Exception as exc:
             _log.debug("a handshake answer to %s went unsent: %s", lease.address, exc)
             if self._handshake is not None:
                 self._handshake.stats.unanswered += 1
-            self._let_go_of_route(lease)
-            return
         finally:
             self._bouncing -= 1
-        # Kept a while: the HELLO with the cookie comes back at once and is answered on the same route.
-        self._keep(bounce.connect_key, publication, lease)
+            if sent is None:  # also when cancelled (closing): the lease must not outlive us
+                self._let_go_of_route(lease)
+        if sent is not None:
+            # Kept a while: the HELLO with the cookie comes back at once and is answered on the same route.
+            self._keep(bounce.connect_key, sent, lease)
 
     def _on_evicted(self, handshake: ServerHandshake) -> None:
         """Handshakes that gave way to newer ones: tell each client SERVER_BUSY and free what it held."""
