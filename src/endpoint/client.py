@@ -73,6 +73,7 @@ class Client(EndPoint[ClientConfiguration]):
         )
         self.connection: Connection | None = None
         self.handshake_stats = HandshakeStats()
+        self._hint: Rejected | None = None
         """Every handshake's counters added up: answers dropped as forged (``spoofed``), plain REJECTs ignored
         (``unsealed``), malformed ones, ..."""
         self._target: tuple[str, int] | None = None
@@ -97,10 +98,16 @@ class Client(EndPoint[ClientConfiguration]):
             self._target = (host, port)
             budget = self.config.connect_timeout if timeout is None else timeout
             failures: list[BaseException] = []
+            self._hint = None
             try:
                 return await asyncio.wait_for(self._connect(host, port, failures), budget)
             except TimeoutError:
                 last = f" (last attempt: {failures[-1]})" if failures else ""
+                if self._hint is not None:
+                    last += (
+                        f" (ignored a plain rejection, which anyone on the path could have sent: "
+                        f"{self._hint.reason.name}: {self._hint.text})"
+                    )
                 raise ClientTimeoutError(f"no server answered at {host}:{port} within {budget:g} s{last}") from None
 
     async def _connect(self, host: str, port: int, failures: list[BaseException]) -> Connection:
@@ -245,6 +252,8 @@ class Client(EndPoint[ClientConfiguration]):
         return connection
 
     def _add_stats(self, handshake: ClientHandshake) -> None:
+        if handshake.hint is not None:
+            self._hint = handshake.hint
         total = self.handshake_stats
         for field in attrs.fields(HandshakeStats):
             setattr(total, field.name, getattr(total, field.name) + getattr(handshake.stats, field.name))

@@ -289,11 +289,12 @@ class ServerConfiguration(Configuration):
     oldest half-open handshake (of that address, or overall) gives way and its client is told SERVER_BUSY."""
     cookie_period: float = attrs.field(default=30.0, validator=_positive_seconds(3600))
     """The handshake cookie's secret rotates this often; a cookie is good for one to two periods."""
-    max_answer_routes: int = attrs.field(default=256, validator=_int_range(1, 1 << 16))
+    max_answer_routes: int = attrs.field(default=512, validator=_int_range(1, 1 << 16))
     """UDP publications to clients' answer ports the server keeps at once (cookies and handshake answers go out on
     them); when full, the oldest not serving a handshake in flight is closed."""
-    max_answer_routes_per_source: int = attrs.field(default=8, validator=_int_range(1, 1 << 16))
-    """Of those, to one remote address; beyond it that address's oldest idle one is closed, or the packet dropped."""
+    max_answer_routes_per_source: int = attrs.field(default=64, validator=_int_range(1, 1 << 16))
+    """Of those, to one remote address (one NAT may hide many clients); beyond it that address's oldest idle one is
+    closed, or the answer dropped (the client asks again)."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()

@@ -797,9 +797,13 @@ class ServerHandshake:
         return packet
 
     def abandon(self, connect_key: int) -> None:
-        """Forget a pending handshake without answering (the glue could not set it up); unknown keys are ignored."""
+        """Forget a pending handshake without answering (the glue could not set it up); unknown keys are ignored.
+
+        Its connect key may come again: the client, never answered, retries with the same HELLO.
+        """
         if connect_key in self._pending:
             self._remove(connect_key)
+            self._seen.pop(connect_key, None)
 
     def expire(self, now_ns: int) -> list[int]:
         """Drop handshakes idle for longer than the timeout; the glue frees whatever it set up for the returned keys."""

@@ -88,6 +88,10 @@ class _AnswerRoute:
         return not self.opening.cancelled() and self.opening.exception() is None and not self.opening.result().is_closed
 
 
+class _NoAnswerRoute(Exception):
+    """Every answer route the caps allow is busy with handshakes in flight."""
+
+
 class Server(EndPoint[ServerConfiguration]):
     """Accepts connections on ``config.port`` (UDP) and, with ``enable_ipc``, over IPC on the same driver."""
 
@@ -292,20 +296,23 @@ class Server(EndPoint[ServerConfiguration]):
 
     async def _send_bounce(self, bounce: Bounce, lease: _AnswerRoute) -> None:
         timeout = self.config.handshake_timeout
+        sent: Publication | None = None
         try:
             publication = await asyncio.shield(lease.opening)
             await wait_connected(publication, timeout, self._aeron())
             await self._send_reply(publication, bounce.packet, timeout)
+            sent = publication
         except Exception as exc:
             _log.debug("a handshake answer to %s went unsent: %s", lease.address, exc)
             if self._handshake is not None:
                 self._handshake.stats.unanswered += 1
-            self._let_go_of_route(lease)
-            return
         finally:
             self._bouncing -= 1
-        # Kept a while: the HELLO with the cookie comes back at once and is answered on the same route.
-        self._keep(bounce.connect_key, publication, lease)
+            if sent is None:  # also when cancelled (closing): the lease must not outlive us
+                self._let_go_of_route(lease)
+        if sent is not None:
+            # Kept a while: the HELLO with the cookie comes back at once and is answered on the same route.
+            self._keep(bounce.connect_key, sent, lease)
 
     def _on_evicted(self, handshake: ServerHandshake) -> None:
         """Handshakes that gave way to newer ones: tell each client SERVER_BUSY and free what it held."""
@@ -456,11 +463,14 @@ class Server(EndPoint[ServerConfiguration]):
             }
             await self._send_reply(reply, handshake.accept(hello.connect_key, grant, time.time_ns()), timeout)
         except Exception as exc:
-            evicted = not handshake.is_pending(hello.connect_key)
+            # Evicted meanwhile, or no answer route free (the client asks again): nothing to report.
+            quiet = not handshake.is_pending(hello.connect_key) or isinstance(exc, _NoAnswerRoute)
+            if isinstance(exc, _NoAnswerRoute):
+                handshake.stats.unanswered += 1
             handshake.abandon(hello.connect_key)
             self._pending.pop(hello.connect_key, None)
             await self._free_pending(pending)
-            if not self._closing and not evicted:
+            if not self._closing and not quiet:
                 self._notify_error(None, ServerError(f"handshake with {address} failed: {exc}"))
 
     async def _reply_route(self, pending: _Pending, port: object) -> Publication:
@@ -472,7 +482,7 @@ class Server(EndPoint[ServerConfiguration]):
         assert isinstance(port, int)
         route = self._lease_answer_route(pending.address, port, pending.route_id)
         if route is None:
-            raise ServerError(f"no answer route free for {pending.address}")
+            raise _NoAnswerRoute(f"no answer route free for {pending.address}")
         pending.lease = route
         pending.reply = await asyncio.shield(route.opening)
         return pending.reply

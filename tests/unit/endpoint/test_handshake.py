@@ -542,3 +542,12 @@ def test_deep_nesting_and_huge_packets_are_malformed() -> None:
         assert answer_key(packet) is None
     assert server.stats.malformed == 4
     assert client.stats.malformed == 4
+
+
+def test_an_abandoned_handshake_may_be_asked_again() -> None:
+    """The glue could not set it up (no answer route free, say): the client's retry is a new try, not a replay."""
+    server, client = make_server(), make_client()
+    assert isinstance(hello_with_cookie(server, client), Hello)
+    server.abandon(client.connect_key)
+    assert isinstance(server.receive(client.hello(T0), SRC, T0), Hello)
+    assert server.stats.replayed == 0
