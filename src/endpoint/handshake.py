@@ -20,9 +20,11 @@ What each step proves:
 - The prologue binds magic, protocol version, connect key, registration hash,
   reply route, tag and the address the client claims to send from: an
   on-path change of any of them gives the two ends different transcripts,
-  and the answer does not open. The server also drops a HELLO whose claimed
-  address is not the one it came from, so a HELLO re-sent from another
-  address (to steer the connection's stream there) goes nowhere.
+  and the answer does not open. The server also drops a HELLO with a valid
+  cookie whose claimed address is not the one it came from, so a HELLO re-sent
+  from another address (to steer the connection's stream there) goes nowhere.
+  The COOKIE says which address the server saw, and the client claims that one
+  from then on (behind a NAT it differs from its own).
 - ANSWER: only the holder of the server's static key can make it (``es``);
   it is fresh for this handshake (``ee``, which also gives forward secrecy).
   Its payload is the grant or the sealed rejection reason.
@@ -455,6 +457,16 @@ def unsealed_reject(connect_key: int, reason: RejectReason, text: str) -> bytes:
     )
 
 
+def _observed_address(raw: bytes) -> str | None:
+    """The address a COOKIE says the server saw us send from, if it is one."""
+    if len(raw) > MAX_ADDRESS_LENGTH:
+        return None
+    try:
+        return str(ipaddress.ip_address(raw.decode("ascii")))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
 def _same_address(claimed: str, source: str) -> bool:
     try:
         return ipaddress.ip_address(claimed) == ipaddress.ip_address(source)
@@ -618,16 +630,17 @@ class ServerHandshake:
                 key, message.reply, unsealed_reject(key, RejectReason.SERVER_KEY_CHANGED, "the server's key changed")
             )
         if not routable:
-            if not _same_address(message.claimed_address, source):
-                self.stats.misrouted += 1
-                return None
             if not self._cookie_ok(message, source, now_ns):
                 if message.cookie is not None:
                     self.stats.bad_cookie += 1
                 self.stats.challenged += 1
                 cookie = self._cookie(message, source, self._current_epoch(now_ns))
                 assert cookie is not None
-                return Bounce(key, message.reply, _pack([MAGIC, Kind.COOKIE, key, cookie]))
+                # The source as seen here goes along: a client behind a NAT learns the address to claim from it.
+                return Bounce(key, message.reply, _pack([MAGIC, Kind.COOKIE, key, cookie + source.encode()]))
+            if not _same_address(message.claimed_address, source):
+                self.stats.misrouted += 1
+                return None
         self._prune_seen(now_ns)
         if key in self._seen:
             self.stats.replayed += 1
@@ -909,14 +922,8 @@ class ClientHandshake:
         self.hint: Rejected | None = None
         """The last unsealed REJECT ignored (the server cannot have said it, or we could not check): for the
         caller's error message when the connect times out."""
-        self._noise = HandshakeState(
-            self.pattern,
-            initiator=True,
-            prologue=_prologue(protocol_version, connect_key, registration_hash, self.reply, tag, claimed_address),
-            remote_static=expected_server_key if self.pattern == "NK" else None,
-            ephemeral=private_key,
-        )
-        self._first = self._noise.write_message(b"")
+        self._ephemeral = private_key if private_key is not None else X25519PrivateKey.generate()
+        self._noise, self._first = self._initiator()
         self.public_key: bytes = self._first[:KEY_LENGTH]
         self._send: CipherState | None = None
         self._receive: CipherState | None = None
@@ -925,6 +932,25 @@ class ClientHandshake:
         self._cookie_resends = 0
         if len(self._hello_packet((1 << 63) - 1)) > MAX_PACKET_LENGTH:
             raise ConfigurationError(f"reply and tag make HELLO longer than {MAX_PACKET_LENGTH} bytes")
+
+    def _initiator(self) -> tuple[HandshakeState, bytes]:
+        """The Noise initiator over what HELLO says now, and its first message (the same ephemeral key each time,
+        so a cookie made for it stays good)."""
+        noise = HandshakeState(
+            self.pattern,
+            initiator=True,
+            prologue=_prologue(
+                self.protocol_version,
+                self.connect_key,
+                self.registration_hash,
+                self.reply,
+                self.tag,
+                self.claimed_address,
+            ),
+            remote_static=self.expected_server_key if self.pattern == "NK" else None,
+            ephemeral=self._ephemeral,
+        )
+        return noise, noise.write_message(b"")
 
     @property
     def state(self) -> _ClientState:
@@ -1009,11 +1035,18 @@ class ClientHandshake:
         return None
 
     def _on_cookie(self, message: _BlobMsg) -> CookieReceived | None:
-        if self._state != "hello_sent" or len(message.blob) != COOKIE_LENGTH:
+        blob = message.blob
+        observed = _observed_address(blob[COOKIE_LENGTH:])
+        if self._state != "hello_sent" or len(blob) < COOKIE_LENGTH or observed is None:
             self.stats.unknown += 1
             return None
         first = self.cookie is None
-        self.cookie = message.blob
+        self.cookie = blob[:COOKIE_LENGTH]
+        if observed != self.claimed_address:
+            # Behind a NAT the server sees another address than ours: claim that one (a lie here only makes the
+            # server drop our HELLO as misrouted, which an on-path attacker could do anyway).
+            self.claimed_address = observed
+            self._noise, self._first = self._initiator()
         # Resend at once for the first cookies only: forged cookies must not make us flood the server.
         if first or self._cookie_resends < 2:
             self._cookie_resends += 1

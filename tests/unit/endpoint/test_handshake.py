@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from endpoint.errors import ClientRejectedError, ConfigurationError, RejectReason
 from endpoint.handshake import (
+    COOKIE_LENGTH,
     MAGIC,
     MAX_PACKET_LENGTH,
     PROTOCOL_VERSION,
@@ -207,7 +208,7 @@ def test_rewritten_reply_port_or_tag_breaks_the_transcript(pattern: str) -> None
     fields[11] = None
     bounce = server.receive(msgpack.packb(fields), SRC, T0)
     assert isinstance(bounce, Bounce)
-    fields[11] = msgpack.unpackb(bounce.packet)[3]
+    fields[11] = msgpack.unpackb(bounce.packet)[3][:COOKIE_LENGTH]
     hello = server.receive(msgpack.packb(fields), SRC, T0)
     if pattern == "NK":
         assert hello is None
@@ -220,14 +221,43 @@ def test_rewritten_reply_port_or_tag_breaks_the_transcript(pattern: str) -> None
 
 def test_hello_resent_from_another_address_is_misrouted() -> None:
     server, client = make_server(), make_client()
-    assert server.receive(client.hello(T0), "10.6.6.6", T0) is None
+    # From another address the client's HELLO earns a cookie for that address only...
+    bounce = server.receive(client.hello(T0), "10.6.6.6", T0)
+    assert isinstance(bounce, Bounce)
+    fields = msgpack.unpackb(client.hello(T0))
+    fields[11] = msgpack.unpackb(bounce.packet)[3][:COOKIE_LENGTH]
+    # ... and with it, the HELLO still claims the client's address, so from there it is misrouted.
+    assert server.receive(msgpack.packb(fields), "10.6.6.6", T0) is None
     assert server.stats.misrouted == 1
-    # And a cookie earned at the real address does not work from another one.
+    # A cookie earned at the real address does not work from another one.
     bounce = server.receive(client.hello(T0), SRC, T0)
     assert isinstance(bounce, Bounce)
     client.receive(bounce.packet)
-    assert server.receive(client.hello(T0), "10.6.6.6", T0) is None
+    assert isinstance(server.receive(client.hello(T0), "10.6.6.6", T0), Bounce)
+    assert server.stats.bad_cookie == 1
     assert server.pending_count() == 0
+
+
+@pytest.mark.parametrize("pattern", ["NX", "NK"])
+def test_a_client_behind_a_nat_claims_the_address_its_cookie_reports(pattern: str) -> None:
+    server = make_server()
+    public = "203.0.113.7"
+    client = make_client(claimed_address=SRC, expected_server_key=server.public_key if pattern == "NK" else None)
+    complete(server, client, 5, source=public)  # the cookie round, then the whole handshake from there
+    assert client.claimed_address == public
+    assert server.stats.misrouted == 0
+
+
+def test_a_cookie_reporting_no_address_is_ignored() -> None:
+    server, client = make_server(), make_client()
+    bounce = server.receive(client.hello(T0), SRC, T0)
+    assert isinstance(bounce, Bounce)
+    fields = msgpack.unpackb(bounce.packet)
+    for tail in (b"", b"not an address", b"1" * 100):
+        fields[3] = fields[3][:COOKIE_LENGTH] + tail
+        assert client.receive(msgpack.packb(fields)) is None
+    assert client.cookie is None
+    assert client.stats.unknown == 3
 
 
 def test_cookie_from_another_time_bucket_is_refused() -> None:
