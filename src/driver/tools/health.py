@@ -10,7 +10,6 @@ belong to another namespace, and a pid can be reused.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from driver.concurrent.error_log import read_error_log
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.concurrent.system_counters import CLIENT_HEARTBEAT_TYPE_ID
 from driver.errors import DriverError
+from driver.ownership import process_is_alive
 from driver.tools.common import ToolError, format_iso_time, format_java_time, open_cnc, open_counters
 
 __all__ = ["DEFAULT_DRIVER_TIMEOUT_MS", "DriverStatus", "check_driver", "format_status", "read_status", "status_json"]
@@ -48,20 +48,6 @@ class DriverStatus:
     driver_timeout_ms: int = DEFAULT_DRIVER_TIMEOUT_MS
 
 
-def _pid_running(pid: int) -> bool | None:
-    if pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return None
-    return True
-
-
 def read_status(cnc: CncFile, directory: Path, driver_timeout_ms: int, now_ms: int) -> DriverStatus:
     """The status of a driver whose cnc.dat is mapped."""
     heartbeat_ms = ManyToOneRingBuffer(cnc.to_driver_buffer).consumer_heartbeat_time()
@@ -81,7 +67,7 @@ def read_status(cnc: CncFile, directory: Path, driver_timeout_ms: int, now_ms: i
         cnc_version=cnc.version,
         generation=cnc.generation.label,
         pid=pid,
-        pid_running=_pid_running(pid),
+        pid_running=process_is_alive(pid),
         start_timestamp_ms=cnc.start_timestamp_ms,
         heartbeat_ms=heartbeat_ms,
         heartbeat_age_ms=age,
