@@ -79,6 +79,7 @@ __all__ = [
     "Kind",
     "Rejected",
     "Reply",
+    "SealingKeys",
     "ServerHandshake",
     "answer_key",
     "unsealed_reject",
@@ -146,6 +147,8 @@ class Hello:
     source: str
     protocol_version: int
     pattern: Pattern = "NX"
+    sealed: bool = False
+    """The client asks for a sealed connection (bound into the transcript: nobody on the path can strip it)."""
 
 
 @attrs.frozen
@@ -159,11 +162,33 @@ class Bounce:
 
 
 @attrs.frozen
+class SealingKeys:
+    """The two keys of a sealed connection (see :mod:`endpoint.sealing`), one per direction.
+
+    Derived from the finished Noise handshake with labels of their own, never ``split``'s keys (those sealed
+    DONE and DONE_ACK): fresh per handshake (the ``ee`` exchange), known only to the two ends.
+    """
+
+    client_to_server: bytes = attrs.field(repr=False)
+    server_to_client: bytes = attrs.field(repr=False)
+
+
+def _sealing_keys(noise: HandshakeState) -> SealingKeys:
+    return SealingKeys(
+        client_to_server=noise.export_key(b"sealing client->server"),
+        server_to_client=noise.export_key(b"sealing server->client"),
+    )
+
+
+@attrs.frozen
 class Done:
-    """The client proved it holds the key and has set up its side; the glue starts the connection and calls complete."""
+    """The client proved it holds the key and has set up its side; the glue starts the connection and calls complete.
+
+    ``keys``: the connection's sealing keys (used when the connection is sealed)."""
 
     connect_key: int
     connection_id: int
+    keys: SealingKeys | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -188,7 +213,11 @@ class CookieReceived:
 
 @attrs.frozen
 class Completed:
+    """``keys``: the connection's sealing keys (used when the grant says the connection is sealed); always set by
+    the state machine (None only in hand-made values)."""
+
     connection_id: int
+    keys: SealingKeys | None = attrs.field(default=None, eq=False)
 
 
 @attrs.define
@@ -229,6 +258,7 @@ class _HelloMsg:
     cookie: bytes | None = None
     claimed_address: str = ""
     key_hint: bytes | None = None
+    sealed: bool = False
 
 
 @attrs.frozen
@@ -372,8 +402,10 @@ def _decode(data: bytes | memoryview) -> _Message:
         _int(fields[8], 0, (1 << 63) - 1, "timestamp")
         if version != PROTOCOL_VERSION:
             return _HelloMsg(**common)  # type: ignore[arg-type]
-        if n != 14:
+        if n != 15:
             raise HandshakeError("HELLO has the wrong number of fields")
+        if type(fields[14]) is not bool:
+            raise HandshakeError("HELLO's sealed flag must be a bool")
         pattern = _int(fields[9], 0, len(_PATTERNS) - 1, "pattern")
         noise = _blob(fields[10], "noise message")
         if noise[:KEY_LENGTH] != common["client_public"]:
@@ -385,6 +417,7 @@ def _decode(data: bytes | memoryview) -> _Message:
             cookie=_optional_bytes(fields[11], COOKIE_LENGTH, "cookie"),
             claimed_address=_str(fields[12], MAX_ADDRESS_LENGTH, "claimed address"),
             key_hint=_optional_bytes(fields[13], _KEY_HINT_LENGTH, "key hint"),
+            sealed=fields[14],
         )
     if kind == Kind.REJECT and n == 8:
         # fields 3..5 held version 1's seal; version 2 never seals this kind, so they are not read.
@@ -403,10 +436,18 @@ def _aad(kind: Kind, connect_key: int) -> bytes:
 
 
 def _prologue(
-    version: int, connect_key: int, registration_hash: bytes, reply: Reply, tag: str, claimed_address: str
+    version: int,
+    connect_key: int,
+    registration_hash: bytes,
+    reply: Reply,
+    tag: str,
+    claimed_address: str,
+    sealed: bool,
 ) -> bytes:
     """Everything the client says in HELLO besides the Noise message, so an on-path change of any of it shows."""
-    return _pack(["endpoint-handshake", MAGIC, version, connect_key, registration_hash, reply, tag, claimed_address])
+    return _pack(
+        ["endpoint-handshake", MAGIC, version, connect_key, registration_hash, reply, tag, claimed_address, sealed]
+    )
 
 
 def _key_hint(public_key: bytes) -> bytes:
@@ -481,6 +522,7 @@ class _Pending:
     send: CipherState | None = None
     receive: CipherState | None = None
     done_packet: bytes | None = None
+    keys: SealingKeys | None = None
 
 
 @attrs.define
@@ -642,6 +684,7 @@ class ServerHandshake:
                 message.reply,
                 message.tag,
                 message.claimed_address,
+                message.sealed,
             ),
             static=self._private_key,
         )
@@ -669,6 +712,7 @@ class ServerHandshake:
             source=source,
             protocol_version=message.protocol_version,
             pattern=message.pattern,
+            sealed=message.sealed,
         )
 
     def _make_room(self, source: str) -> bool:
@@ -731,10 +775,11 @@ class ServerHandshake:
         if _single_int(payload) != entry.connection_id:
             raise HandshakeError("DONE names another connection id than the one granted")
         assert entry.connection_id is not None
+        assert entry.keys is not None
         entry.state = "done"
         entry.done_packet = message.blob
         entry.updated_ns = now_ns
-        return Done(connect_key=key, connection_id=entry.connection_id)
+        return Done(connect_key=key, connection_id=entry.connection_id, keys=entry.keys)
 
     def _prune_seen(self, now_ns: int) -> None:
         # A connect key is remembered while a cookie naming it could still be good (two periods).
@@ -750,6 +795,7 @@ class ServerHandshake:
     def _answer(self, connect_key: int, entry: _Pending, payload: list[object]) -> bytes:
         message = entry.noise.write_message(_pack(payload))
         entry.send, entry.receive = entry.noise.split()
+        entry.keys = _sealing_keys(entry.noise)
         return _checked_length(_pack([MAGIC, Kind.ANSWER, connect_key, message]), "ANSWER")
 
     def accept(self, connect_key: int, grant: Grant, now_ns: int) -> bytes:
@@ -871,6 +917,7 @@ class ClientHandshake:
         expected_server_key: bytes | None = None,
         claimed_address: str = "",
         force_nx: bool = False,
+        sealed: bool = False,
     ) -> None:
         if type(registration_hash) is not bytes or len(registration_hash) != 32:
             raise ConfigurationError("registration_hash must be 32 bytes")
@@ -896,6 +943,8 @@ class ClientHandshake:
         self.tag = tag
         self.protocol_version = protocol_version
         self.claimed_address = claimed_address
+        self.sealed = bool(sealed)
+        """Ask the server for a sealed connection (the grant's ``sealed`` says what it decided)."""
         self.expected_server_key = expected_server_key
         self.pattern: Pattern = "NK" if expected_server_key is not None and not force_nx else "NX"
         self.stats = HandshakeStats()
@@ -908,7 +957,9 @@ class ClientHandshake:
         self._noise = HandshakeState(
             self.pattern,
             initiator=True,
-            prologue=_prologue(protocol_version, connect_key, registration_hash, self.reply, tag, claimed_address),
+            prologue=_prologue(
+                protocol_version, connect_key, registration_hash, self.reply, tag, claimed_address, self.sealed
+            ),
             remote_static=expected_server_key if self.pattern == "NK" else None,
             ephemeral=private_key,
         )
@@ -916,6 +967,7 @@ class ClientHandshake:
         self.public_key: bytes = self._first[:KEY_LENGTH]
         self._send: CipherState | None = None
         self._receive: CipherState | None = None
+        self._keys: SealingKeys | None = None
         self._done: bytes | None = None
         self._state: _ClientState = "new"
         self._cookie_resends = 0
@@ -929,6 +981,11 @@ class ClientHandshake:
     @property
     def handshake_hash(self) -> bytes:
         return self._noise.handshake_hash
+
+    @property
+    def sealing_keys(self) -> SealingKeys | None:
+        """The connection's sealing keys once the handshake completed (DONE_ACK opened), else None."""
+        return self._keys if self._state == "completed" else None
 
     @property
     def connection_id(self) -> int | None:
@@ -966,6 +1023,7 @@ class ClientHandshake:
                 self.cookie,
                 self.claimed_address,
                 hint,
+                self.sealed,
             ]
         )
 
@@ -1037,6 +1095,7 @@ class ClientHandshake:
             self.stats.spoofed += 1
             return None
         self._send, self._receive = self._noise.split()
+        self._keys = _sealing_keys(self._noise)
         server_public = self._noise.remote_static
         assert server_public is not None
         self.server_public = server_public
@@ -1089,4 +1148,5 @@ class ClientHandshake:
         if connection_id != self.connection_id:
             raise HandshakeError("DONE_ACK names another connection id than the one granted")
         self._state = "completed"
-        return Completed(connection_id)
+        assert self._keys is not None
+        return Completed(connection_id, self._keys)

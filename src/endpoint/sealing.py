@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from endpoint.errors import EndpointError
+from endpoint.errors import SealError
 
 __all__ = [
     "KEY_LENGTH",
@@ -55,10 +55,6 @@ MAX_COUNTER = (1 << 64) - 1
 _COUNTER = struct.Struct("<Q")
 _AAD = struct.Struct("<4sqiB")
 _AAD_MAGIC = b"EPsl"
-
-
-class SealError(EndpointError):
-    """A sealed message did not open: forged, replayed, truncated or under the wrong key."""
 
 
 def _next_key(key: bytes) -> bytes:
