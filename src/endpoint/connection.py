@@ -156,6 +156,8 @@ class Connection:
         """Every whole message of the peer's goes through here: read as is, or opened first."""
         self._sealer: Sealer | None = None
         self._opener: Opener | None = None
+        self._refused: Buffer | None = None
+        self._refused_sealed: bytes | None = None
         self._paused = 0
         self._held_calls = 0
         self._backlog: collections.deque[tuple[Buffer, asyncio.Future[None], float]] = collections.deque()
@@ -235,11 +237,20 @@ class Connection:
         self.sealed = True
 
     def _offer_sealed(self, data: Buffer) -> int:
-        """Seal under the next counter and offer. A refused offer used up its counter; the retry takes the next
-        one (the peer sees a gap, never a repeat), so the counters in the log always increase."""
-        sealer = self._sealer
-        assert sealer is not None
-        return self._pub.offer(sealer.seal(memoryview(data)))
+        """Seal under the next counter and offer. A refused message offered again (the same object: a retry under
+        back pressure) goes with the bytes sealed the first time, so waiting costs no sealing and no counters;
+        whatever else goes out meanwhile only reorders counters within the peer's replay window."""
+        sealed = self._refused_sealed if data is self._refused else None
+        if sealed is None:
+            sealer = self._sealer
+            assert sealer is not None
+            sealed = sealer.seal(data)  # type: ignore[arg-type]  # any buffer: AES-GCM reads it in place
+        result = self._pub.offer(sealed)
+        if result < 0:
+            self._refused, self._refused_sealed = data, sealed
+        elif self._refused is not None:
+            self._refused = self._refused_sealed = None
+        return result
 
     def _open_sealed(self, payload: memoryview) -> None:
         if self.seal_failures:
