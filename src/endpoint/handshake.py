@@ -28,6 +28,10 @@ What each step proves:
   Its payload is the grant or the sealed rejection reason.
 - DONE and DONE_ACK are sealed with Noise's per-direction keys (``split``):
   the client holds its ephemeral key, the server completed the same transcript.
+- A sealed connection (the client asks in HELLO, bound into the prologue;
+  the grant says what the server decided) seals its messages under two keys
+  of their own, derived from the finished handshake (:class:`SealingKeys`,
+  handed out in :class:`Done` and :class:`Completed`).
 
 Whatever arrives from the network is untrusted: ``receive`` never raises, it
 drops malformed, forged, replayed or unexpected packets and counts them by
@@ -444,7 +448,8 @@ def _prologue(
     claimed_address: str,
     sealed: bool,
 ) -> bytes:
-    """Everything the client says in HELLO besides the Noise message, so an on-path change of any of it shows."""
+    """Everything the client says in HELLO besides the Noise message (its wish to seal too), so an on-path change
+    of any of it shows."""
     return _pack(
         ["endpoint-handshake", MAGIC, version, connect_key, registration_hash, reply, tag, claimed_address, sealed]
     )
