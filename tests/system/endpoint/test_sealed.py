@@ -27,9 +27,11 @@ from driver.logbuffer.frame import HEADER_LENGTH
 from endpoint import Client, Connection, SealError, Server
 from endpoint.config import HANDSHAKE_STREAM_ID, REPLY_STREAM_ID
 from endpoint.errors import SEAL_FAILED
+from endpoint.sealing import OVERHEAD
 from endpoint.streaming import IncomingStream
 from support.endpoints import (
     TRANSPORTS,
+    Blob,
     Chat,
     client_config,
     connected_client,
@@ -361,3 +363,34 @@ async def test_a_byte_flipped_on_the_wire_closes_the_connection(aeron_dir: Path,
                 await pair.conn.send(Chat("tampered on the way"))
             await wait_until(lambda: relay.flipped, BOUND, what="a data frame flipped")
             await assert_closed_for_seal_failure(pair)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_sealed_keepalives_pings_large_messages_and_a_graceful_close(
+    transport: str, aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """Liveness runs on sealed keepalives (an idle connection outlives several peer timeouts), a ping is answered,
+    a message larger than one offer arrives whole, and the sealed goodbye carries its reason."""
+    timing = {"ping_interval": 0.2, "peer_timeout": 1.5}
+    blobs: list[bytes] = []
+    async with open_pair(
+        transport, aeron_dir, client_dir, port, server={"sealed": True, **timing}, client=timing
+    ) as pair:
+        pair.server.on_message(Blob, lambda c, m: blobs.append(m.data))
+        assert pair.conn.max_message_length == pair.conn._pub.max_message_length - OVERHEAD
+        await asyncio.sleep(3.5)  # over two peer timeouts of silence but for the keepalives
+        assert not pair.conn.is_closed
+        assert not pair.server_conn.is_closed
+        async with asyncio.timeout(BOUND):
+            assert await pair.conn.ping() > 0
+            big = bytes(range(256)) * (pair.conn.max_message_length // 64)
+            await pair.conn.send(Blob(big))
+        await wait_until(lambda: blobs, BOUND, what="the large message")
+        assert blobs == [big]
+        async with asyncio.timeout(BOUND):
+            await pair.conn.close("bye")
+        await wait_until(lambda: pair.server_conn in pair.at_server.disconnected, BOUND, what="server on_disconnect")
+        assert pair.server_conn.close_reason == "bye"
+        assert pair.server_conn.closed_by_peer
+        assert pair.server.seal_failures == pair.client.seal_failures == 0
+        assert pair.at_server.errors == []
