@@ -20,7 +20,10 @@ While a phase runs, the parent samples the server's driver directory (bytes allo
 count for what they hold), the counters allocated in its ``cnc.dat`` and the server's RSS every 50 ms; the
 table prints their high-water marks. A phase whose server directory passes :data:`DISK_LIMIT` (RAM, under
 /dev/shm) is stopped there and says so. A last table puts one connection's throughput with sealed messages
-beside the plain one (``sealed=True`` on both ends, when the end points offer it).
+beside the plain one: ``--sealed-messages`` small messages one way over one UDP connection and one IPC
+connection, sent with ``send_nowait`` (no attack), plain and with ``sealed=True`` on both ends, measured as
+``benchmarks/endpoint_throughput.py`` measures its rows (whose code it runs), with the ratio and the CPU each
+message costs the sender and the receiver.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fresh_aeron_dir, percentile, print_table
 from _endpoint_common import Probe, free_udp_port, rss_bytes, serialization, serve_until_stopped
+from endpoint_throughput import Result, run_endpoint
 
 from driver.cnc import CncFile
 from driver.concurrent.counters import CountersReader
@@ -326,10 +330,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--connects", type=int, default=20)
     parser.add_argument("--probes", type=int, default=500)
     parser.add_argument("--flood-rate", type=int, default=20_000, help="datagrams (or forged routes) a second")
+    parser.add_argument("--sealed-messages", type=int, default=200_000, help="messages per sealed-vs-plain row")
     parser.add_argument("--quick", action="store_true", help="a few connects and probes, a slower flood")
     args = parser.parse_args(argv)
     if args.quick:
-        args.connects, args.probes, args.flood_rate = 3, 50, 2_000
+        args.connects, args.probes, args.flood_rate, args.sealed_messages = 3, 50, 2_000, 20_000
 
     ctx = mp.get_context("spawn")
     port = free_udp_port()
@@ -375,6 +380,59 @@ def main(argv: Sequence[str] | None = None) -> None:
         ["attack", "connect p50 x", "rtt p50 x"],
         [[row[0], _ratio(row[3], base_connect), _ratio(row[5], base_rtt)] for row in rows[1:]],
     )
+    sealed_table(args.sealed_messages)
+
+
+def sealed_table(messages: int) -> None:
+    """Plain beside sealed, one connection each, over UDP and IPC (the throughput benchmark's own rows)."""
+    rows: list[list[object]] = []
+    for transport in ("UDP", "IPC"):
+        results: dict[bool, Result | None] = {}
+        for sealed in (False, True):
+            try:
+                results[sealed] = run_endpoint(
+                    messages, "send_nowait", transport == "UDP", 64 * 1024, "INVOKER", False, sealed
+                )
+            except Exception as exc:  # one broken row must not hide the other
+                print(f"  {transport} sealed={sealed}: FAILED: {exc}", file=sys.stderr, flush=True)
+                results[sealed] = None
+        plain, sealed_result = results[False], results[True]
+        rows.append(
+            [
+                transport,
+                _rate(plain),
+                _rate(sealed_result),
+                _ratio(_rate(sealed_result), _rate(plain)),
+                _cpu_us(plain, sender=True),
+                _cpu_us(sealed_result, sender=True),
+                _cpu_us(plain, sender=False),
+                _cpu_us(sealed_result, sender=False),
+            ]
+        )
+    print_table(
+        f"Sealed connections: one connection, one way, {messages:,} Move messages with send_nowait, no attack",
+        [
+            "transport",
+            "plain msgs/s",
+            "sealed msgs/s",
+            "sealed / plain",
+            "sender CPU us/msg plain",
+            "sealed",
+            "receiver CPU us/msg plain",
+            "sealed",
+        ],
+        rows,
+    )
+
+
+def _rate(result: Result | None) -> float | str:
+    return result.received / result.seconds if result is not None and result.seconds else "-"
+
+
+def _cpu_us(result: Result | None, *, sender: bool) -> float | str:
+    if result is None or not result.received:
+        return "-"
+    return (result.sender_cpu if sender else result.receiver_cpu) / result.received * 1e6
 
 
 def _ratio(value: object, base: object) -> str:

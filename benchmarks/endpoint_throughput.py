@@ -76,8 +76,9 @@ def endpoint_sink(
     stop: Any,
     out: Any,
     profile: bool,
+    sealed: bool = False,
 ) -> None:
-    """Server process: count ``Move`` messages with a sync listener."""
+    """Server process: count ``Move`` messages with a sync listener (``sealed``: seal every connection)."""
 
     async def serve() -> None:
         from endpoint import Server, ServerConfiguration
@@ -90,6 +91,7 @@ def endpoint_sink(
             term_length=term_length,
             ipc_term_length=term_length,
             threading_mode=threading,
+            sealed=sealed,
         )
         server = Server(config)
         count = 0
@@ -128,20 +130,28 @@ def endpoint_source(
     done: Any,
     out: Any,
     profile: bool,
+    sealed: bool = False,
 ) -> None:
-    """Client process: connect, then send ``messages`` Moves with ``send_nowait`` or ``await send``."""
+    """Client process: connect, then send ``messages`` Moves with ``send_nowait`` or ``await send``
+    (``sealed``: ask for a sealed connection)."""
 
     async def send_all() -> None:
         from endpoint import Client, ClientConfiguration
 
         config = ClientConfiguration(
-            aeron_dir=aeron_dir, serialization=serialization(), prefer_ipc=not udp, threading_mode=threading
+            aeron_dir=aeron_dir,
+            serialization=serialization(),
+            prefer_ipc=not udp,
+            threading_mode=threading,
+            sealed=sealed,
         )
         try:
             async with Client(config) as client:
                 if not ready.wait(60):
                     raise TimeoutError("the server process did not start")
                 conn = await client.connect("127.0.0.1", port)
+                if conn.sealed != sealed:
+                    raise RuntimeError(f"asked for sealed={sealed}, the connection has sealed={conn.sealed}")
                 start, cpu_start = time.perf_counter(), time.process_time()
                 if mode == "send_nowait":
                     send_nowait = conn.send_nowait
@@ -185,7 +195,10 @@ def _collect(out: Any, sent_out: Any) -> Result:
     return Result(received, elapsed, sent_elapsed, receiver_cpu, sender_cpu)
 
 
-def run_endpoint(messages: int, mode: str, udp: bool, term_length: int, threading: str, profile: bool) -> Result:
+def run_endpoint(
+    messages: int, mode: str, udp: bool, term_length: int, threading: str, profile: bool, sealed: bool = False
+) -> Result:
+    """One sender process and one receiver process over one connection (``sealed``: a sealed connection)."""
     with children() as group:
         ctx = group.ctx
         ready, stop, done, out, sent_out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
@@ -194,10 +207,21 @@ def run_endpoint(messages: int, mode: str, udp: bool, term_length: int, threadin
         group.dirs += [server_dir, client_dir]
         port = free_udp_port()
         server = group.start(
-            endpoint_sink, str(server_dir), port, messages, term_length, threading, ready, stop, out, profile
+            endpoint_sink, str(server_dir), port, messages, term_length, threading, ready, stop, out, profile, sealed
         )
         client = group.start(
-            endpoint_source, str(client_dir), port, messages, mode, udp, threading, ready, done, sent_out, profile
+            endpoint_source,
+            str(client_dir),
+            port,
+            messages,
+            mode,
+            udp,
+            threading,
+            ready,
+            done,
+            sent_out,
+            profile,
+            sealed,
         )
         result = _collect(out, sent_out)
         done.set()

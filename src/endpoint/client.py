@@ -201,6 +201,7 @@ class Client(EndPoint[ClientConfiguration]):
                 expected_server_key=pinned,
                 claimed_address="" if route.is_ipc else local_address_towards(route.server[0]),
                 force_nx=force_nx,
+                sealed=cfg.sealed,
             )
             try:
                 answer = await self._exchange(route, handshake, functools.partial(_hello_now, handshake), step)
@@ -226,6 +227,10 @@ class Client(EndPoint[ClientConfiguration]):
         if not isinstance(answer, Accepted):
             raise _Retry()
         grant = answer.grant
+        sealed = grant.get("sealed", False)
+        if type(sealed) is not bool or (cfg.sealed and not sealed):
+            self._add_stats(handshake)
+            raise ClientError(f"the server at {address} did not grant the sealed connection asked for: {sealed!r}")
         connection = await self._open_connection(route, grant)
         try:
             # A server that gave up on us after its answer (its stream found no subscriber in time, say) no longer
@@ -235,6 +240,8 @@ class Client(EndPoint[ClientConfiguration]):
                 raise ClientRejectedError(done.reason, done.text, authenticated=done.authenticated)
             if not isinstance(done, Completed):
                 raise ClientError(f"handshake with {address} ended with {done!r}")
+            if sealed:
+                connection._seal_with(done.keys, client=True, inbound_session_id=int(grant["session_out"]))
             # Pinned only now: the server proved its key and finished the handshake (a pin is never written for
             # a handshake that went nowhere).
             if stored != answer.server_public:

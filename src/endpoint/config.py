@@ -89,6 +89,11 @@ def _one_of(*choices: object) -> Any:
     return check
 
 
+def _bool(inst: object, attribute: attrs.Attribute[bool], value: bool) -> None:
+    if not isinstance(value, bool):
+        raise _fail(attribute.name, value, "True or False")
+
+
 def _app_id(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
     if not isinstance(value, str) or not _APP_ID.fullmatch(value):
         raise _fail(attribute.name, value, "1 to 32 characters of A-Z a-z 0-9 _ . -")
@@ -230,6 +235,11 @@ class Configuration:
     stream_stall_timeout: float = attrs.field(default=30.0, validator=_positive_seconds())
     """A large message or stream arriving that gets no chunk for this long (while this end reads the connection) is
     dropped and counted: a sender that stops half way cannot hold its bytes here for good."""
+
+    sealed: bool = attrs.field(default=False, validator=_bool)
+    """Seal every message after the handshake (AES-GCM per direction, replay window): an on-path attacker can
+    neither read nor inject. A client asks for it in its HELLO; a server seals a connection when either end asks,
+    so a server with ``sealed=True`` seals every connection. Costs a few microseconds per message each way."""
 
     serialization: Serialization = attrs.field(factory=Serialization)
 

@@ -13,6 +13,12 @@ full, which pushes back on the sender through the log). ``on_connect`` and
 Remote calls (:mod:`endpoint.rpc`) and streams (:mod:`endpoint.streaming`) ride the
 same publication; their control messages are handled by the poller directly, never
 queued behind listeners.
+
+A sealed connection (:mod:`endpoint.sealing`) seals every message it offers, whatever
+it is, in the one place every offer goes through (``_offer``), and opens every whole
+message of the peer's before anything reads it (``_on_whole``). An unsealed connection
+binds those two names to the plain publication offer and decoder: its path and cost
+are what they were.
 """
 
 from __future__ import annotations
@@ -26,15 +32,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from driver.client.aio import Backoff, offer_async
+from driver.client.aio import Backoff
 from driver.client.publication import ADMIN_ACTION, BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
 from driver.client.subscription import Image, Subscription
 from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.errors import (
+    SEAL_FAILED,
     ConnectionClosedError,
     EndpointError,
     MalformedMessageError,
     MessageTooLargeError,
+    SealError,
     SerializationError,
     TransmitError,
 )
@@ -55,12 +63,14 @@ from endpoint.messages import (
     internal_problem,
 )
 from endpoint.rpc import ConnectionRpc
+from endpoint.sealing import OVERHEAD, Opener, Sealer
 from endpoint.streaming import CHUNK_EXT, MESSAGE, Progress, StreamManager, StreamSource
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
     from endpoint.endpoint import EndPoint
+    from endpoint.handshake import SealingKeys
 
 __all__ = ["Connection", "UnhandledMessageError"]
 
@@ -72,6 +82,8 @@ _UNFRAGMENTED = BEGIN_FRAG_FLAG | END_FRAG_FLAG
 _INTERNAL_TYPES = frozenset(INTERNAL_TYPE_IDS)
 _QUEUED_CONTROL_ROOM = 1024
 """Internal messages beyond answers to calls one connection may have waiting on back pressure."""
+CLIENT_TO_SERVER, SERVER_TO_CLIENT = 1, 2
+"""Directions of a sealed connection (in each message's nonce and associated data)."""
 
 
 class UnhandledMessageError(EndpointError):
@@ -140,6 +152,18 @@ class Connection:
         """Messages of the peer's dropped as malformed: undecodable, empty, or internal ones with bad fields."""
         self.rtt: float | None = None
         """Round-trip time in seconds of the last answered ping."""
+        self.sealed = False
+        """Every message each way is sealed (see :meth:`_seal_with`)."""
+        self.seal_failures = 0
+        """Messages of the peer's that did not open (the first one closes the connection)."""
+        self._offer: Callable[[Buffer], int] = publication.offer
+        """Every offer of this connection goes through here: the publication's, or sealing then the publication's."""
+        self._on_whole: Callable[[memoryview], None] = self._on_message_bytes
+        """Every whole message of the peer's goes through here: read as is, or opened first."""
+        self._sealer: Sealer | None = None
+        self._opener: Opener | None = None
+        self._refused: Buffer | None = None
+        self._refused_sealed: bytes | None = None
         self._paused = 0
         self._held_calls = 0
         self._backlog: collections.deque[tuple[Buffer, asyncio.Future[None], float]] = collections.deque()
@@ -197,6 +221,66 @@ class Connection:
         state = "closed" if self._closed else "open"
         return f"<Connection {self.id} {transport} {self.remote_address} {state}>"
 
+    # ------------------------------------------------------------------ sealing
+
+    def _seal_with(self, keys: SealingKeys | None, *, client: bool, inbound_session_id: int) -> None:
+        """Seal this connection from now on (before anything is sent or read on it): both ends call it, the
+        server at DONE, the client at DONE_ACK, when the grant says the connection is sealed.
+
+        ``inbound_session_id``: the session of the peer's publication (the image we read), bound into the
+        associated data with our connection id and the direction."""
+        if keys is None:
+            raise SealError("a sealed connection needs the handshake's sealing keys")
+        send_key, receive_key = (
+            (keys.client_to_server, keys.server_to_client) if client else (keys.server_to_client, keys.client_to_server)
+        )
+        out, back = (CLIENT_TO_SERVER, SERVER_TO_CLIENT) if client else (SERVER_TO_CLIENT, CLIENT_TO_SERVER)
+        self._sealer = Sealer(send_key, connection_id=self.id, session_id=self._pub.session_id, direction=out)
+        self._opener = Opener(receive_key, connection_id=self.id, session_id=inbound_session_id, direction=back)
+        self._offer = self._offer_sealed
+        self._on_whole = self._open_sealed
+        self._max_length = self._pub.max_message_length - OVERHEAD
+        self.sealed = True
+
+    def _offer_sealed(self, data: Buffer) -> int:
+        """Seal under the next counter and offer. A refused message offered again (the same object: a retry under
+        back pressure) goes with the bytes sealed the first time, so waiting costs no sealing and no counters;
+        whatever else goes out meanwhile only reorders counters within the peer's replay window."""
+        sealed = self._refused_sealed if data is self._refused else None
+        if sealed is None:
+            sealer = self._sealer
+            assert sealer is not None
+            sealed = sealer.seal(data)  # type: ignore[arg-type]  # any buffer: AES-GCM reads it in place
+        result = self._pub.offer(sealed)
+        if result < 0:
+            self._refused, self._refused_sealed = data, sealed
+        elif self._refused is not None:
+            self._refused = self._refused_sealed = None
+        return result
+
+    def _open_sealed(self, payload: memoryview) -> None:
+        if self.seal_failures:
+            return  # the log is broken from the first failure on: nothing after it is believed
+        opener = self._opener
+        assert opener is not None
+        try:
+            plain = opener.open(payload)
+        except SealError as exc:
+            self._seal_failed(exc)
+            return
+        self._on_message_bytes(memoryview(plain))
+
+    def _seal_failed(self, exc: SealError) -> None:
+        """A forged, replayed or tampered message holds its place in the log, so the connection cannot go on:
+        count it, report it with this connection, tell the peer (sealed, so it believes us) and close."""
+        self.seal_failures += 1
+        self._endpoint.seal_failures += 1
+        reason = f"{SEAL_FAILED}: {exc}"
+        self._endpoint._notify_error(self, SealError(f"{self!r}: {exc}; the connection closes"))
+        if not self._closing:
+            self._send_control(Disconnect(reason))
+            self._lose(reason)
+
     # ------------------------------------------------------------------ sending
 
     def _encoded(self, message: object) -> bytes:
@@ -226,7 +310,7 @@ class Connection:
         """
         if self._backlog and not jump_queue:
             return False
-        offer = self._pub.offer
+        offer = self._offer
         result = offer(data)
         if result == ADMIN_ACTION:
             result = offer(data)
@@ -278,7 +362,7 @@ class Connection:
 
     async def _write_backlog(self) -> None:
         backlog = self._backlog
-        offer = self._pub.offer
+        offer = self._offer
         backoff = Backoff(0.001)
         time_now = asyncio.get_running_loop().time
         try:
@@ -443,7 +527,7 @@ class Connection:
         tell every end point on it without the connection)."""
         try:
             if flags & _UNFRAGMENTED == _UNFRAGMENTED:
-                self._on_message_bytes(payload)
+                self._on_whole(payload)
             elif flags & BEGIN_FRAG_FLAG:
                 self._fragments = bytearray(payload)
             elif self._fragments is not None:
@@ -454,7 +538,7 @@ class Connection:
                 self._fragments += payload
                 if flags & END_FRAG_FLAG:
                     whole, self._fragments = self._fragments, None
-                    self._on_message_bytes(memoryview(whole))
+                    self._on_whole(memoryview(whole))
         except Exception as exc:
             self._endpoint._notify_error(self, exc)
 
@@ -636,12 +720,21 @@ class Connection:
         self.close_reason = reason
         timeout = self._endpoint.config.close_timeout if timeout is None else timeout
         try:
-            await offer_async(self._pub, self._encode(Disconnect(reason)), timeout=timeout)
+            await self._offer_until(self._encode(Disconnect(reason)), timeout)
             await self._wait_peer_gone(timeout)
         except (TimeoutError, Exception):  # the peer may be gone already; closing goes on regardless
             pass
         self._finish(reason, False)
         await self.wait_closed()
+
+    async def _offer_until(self, data: bytes, timeout: float) -> None:
+        """Offer ahead of queued sends, waiting out back pressure for up to ``timeout`` (TimeoutError)."""
+        deadline = time.monotonic() + timeout
+        backoff = Backoff(0.001)
+        while not self._offer_now(data, poke=False, jump_queue=True):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self!r}: the disconnect message was not accepted within {timeout:g} s")
+            await backoff.idle()
 
     async def _wait_peer_gone(self, timeout: float) -> None:
         """Until the peer closes its side after our Disconnect (its stream ends), bounded by ``timeout``."""

@@ -76,6 +76,8 @@ class EndPoint(Generic[ConfigT]):
         self.restarts = 0
         self.malformed_messages = 0
         """Messages dropped as malformed on this end point's connections, over its life (see the connections')."""
+        self.seal_failures = 0
+        """Sealed connections closed because a message of the peer's did not open (forged, replayed, tampered)."""
         """How many times the driver under this end point was restarted after a critical error."""
 
     # ------------------------------------------------------------------ listeners

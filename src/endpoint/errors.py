@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 
 __all__ = [
+    "SEAL_FAILED",
     "AllocationError",
     "BudgetExceededError",
     "ClientError",
@@ -29,6 +30,7 @@ __all__ = [
     "RemoteError",
     "RpcError",
     "RpcTimeoutError",
+    "SealError",
     "SerializationError",
     "ServerError",
     "StreamAbortedError",
@@ -56,6 +58,17 @@ class SerializationError(EndpointError):
 class MalformedMessageError(SerializationError):
     """The peer sent an empty message or a malformed internal one (ping, RPC or stream control): dropped,
     counted in ``connection.malformed_messages`` and reported to ``on_error`` with the connection."""
+
+
+class SealError(EndpointError):
+    """A sealed message did not open: forged, replayed, truncated or under the wrong key.
+
+    On a connection it closes the connection (close reason starting with ``SEAL_FAILED``), is counted in
+    ``connection.seal_failures`` and ``endpoint.seal_failures``, and reaches ``on_error`` with the connection."""
+
+
+SEAL_FAILED = "seal failed"
+"""Start of the close reason of a connection closed because a message of the peer's did not open."""
 
 
 class BudgetExceededError(EndpointError):

@@ -30,6 +30,10 @@ What each step proves:
   Its payload is the grant or the sealed rejection reason.
 - DONE and DONE_ACK are sealed with Noise's per-direction keys (``split``):
   the client holds its ephemeral key, the server completed the same transcript.
+- A sealed connection (the client asks in HELLO, bound into the prologue;
+  the grant says what the server decided) seals its messages under two keys
+  of their own, derived from the finished handshake (:class:`SealingKeys`,
+  handed out in :class:`Done` and :class:`Completed`).
 
 Whatever arrives from the network is untrusted: ``receive`` never raises, it
 drops malformed, forged, replayed or unexpected packets and counts them by
@@ -81,6 +85,7 @@ __all__ = [
     "Kind",
     "Rejected",
     "Reply",
+    "SealingKeys",
     "ServerHandshake",
     "answer_key",
     "unsealed_reject",
@@ -148,6 +153,8 @@ class Hello:
     source: str
     protocol_version: int
     pattern: Pattern = "NX"
+    sealed: bool = False
+    """The client asks for a sealed connection (bound into the transcript: nobody on the path can strip it)."""
 
 
 @attrs.frozen
@@ -161,11 +168,33 @@ class Bounce:
 
 
 @attrs.frozen
+class SealingKeys:
+    """The two keys of a sealed connection (see :mod:`endpoint.sealing`), one per direction.
+
+    Derived from the finished Noise handshake with labels of their own, never ``split``'s keys (those sealed
+    DONE and DONE_ACK): fresh per handshake (the ``ee`` exchange), known only to the two ends.
+    """
+
+    client_to_server: bytes = attrs.field(repr=False)
+    server_to_client: bytes = attrs.field(repr=False)
+
+
+def _sealing_keys(noise: HandshakeState) -> SealingKeys:
+    return SealingKeys(
+        client_to_server=noise.export_key(b"sealing client->server"),
+        server_to_client=noise.export_key(b"sealing server->client"),
+    )
+
+
+@attrs.frozen
 class Done:
-    """The client proved it holds the key and has set up its side; the glue starts the connection and calls complete."""
+    """The client proved it holds the key and has set up its side; the glue starts the connection and calls complete.
+
+    ``keys``: the connection's sealing keys (used when the connection is sealed)."""
 
     connect_key: int
     connection_id: int
+    keys: SealingKeys | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -190,7 +219,11 @@ class CookieReceived:
 
 @attrs.frozen
 class Completed:
+    """``keys``: the connection's sealing keys (used when the grant says the connection is sealed); always set by
+    the state machine (None only in hand-made values)."""
+
     connection_id: int
+    keys: SealingKeys | None = attrs.field(default=None, eq=False)
 
 
 @attrs.define
@@ -231,6 +264,7 @@ class _HelloMsg:
     cookie: bytes | None = None
     claimed_address: str = ""
     key_hint: bytes | None = None
+    sealed: bool = False
 
 
 @attrs.frozen
@@ -374,8 +408,10 @@ def _decode(data: bytes | memoryview) -> _Message:
         _int(fields[8], 0, (1 << 63) - 1, "timestamp")
         if version != PROTOCOL_VERSION:
             return _HelloMsg(**common)  # type: ignore[arg-type]
-        if n != 14:
+        if n != 15:
             raise HandshakeError("HELLO has the wrong number of fields")
+        if type(fields[14]) is not bool:
+            raise HandshakeError("HELLO's sealed flag must be a bool")
         pattern = _int(fields[9], 0, len(_PATTERNS) - 1, "pattern")
         noise = _blob(fields[10], "noise message")
         if noise[:KEY_LENGTH] != common["client_public"]:
@@ -387,6 +423,7 @@ def _decode(data: bytes | memoryview) -> _Message:
             cookie=_optional_bytes(fields[11], COOKIE_LENGTH, "cookie"),
             claimed_address=_str(fields[12], MAX_ADDRESS_LENGTH, "claimed address"),
             key_hint=_optional_bytes(fields[13], _KEY_HINT_LENGTH, "key hint"),
+            sealed=fields[14],
         )
     if kind == Kind.REJECT and n == 8:
         # fields 3..5 held version 1's seal; version 2 never seals this kind, so they are not read.
@@ -405,10 +442,19 @@ def _aad(kind: Kind, connect_key: int) -> bytes:
 
 
 def _prologue(
-    version: int, connect_key: int, registration_hash: bytes, reply: Reply, tag: str, claimed_address: str
+    version: int,
+    connect_key: int,
+    registration_hash: bytes,
+    reply: Reply,
+    tag: str,
+    claimed_address: str,
+    sealed: bool,
 ) -> bytes:
-    """Everything the client says in HELLO besides the Noise message, so an on-path change of any of it shows."""
-    return _pack(["endpoint-handshake", MAGIC, version, connect_key, registration_hash, reply, tag, claimed_address])
+    """Everything the client says in HELLO besides the Noise message (its wish to seal too), so an on-path change
+    of any of it shows."""
+    return _pack(
+        ["endpoint-handshake", MAGIC, version, connect_key, registration_hash, reply, tag, claimed_address, sealed]
+    )
 
 
 def _key_hint(public_key: bytes) -> bytes:
@@ -493,6 +539,7 @@ class _Pending:
     send: CipherState | None = None
     receive: CipherState | None = None
     done_packet: bytes | None = None
+    keys: SealingKeys | None = None
 
 
 @attrs.define
@@ -655,6 +702,7 @@ class ServerHandshake:
                 message.reply,
                 message.tag,
                 message.claimed_address,
+                message.sealed,
             ),
             static=self._private_key,
         )
@@ -682,6 +730,7 @@ class ServerHandshake:
             source=source,
             protocol_version=message.protocol_version,
             pattern=message.pattern,
+            sealed=message.sealed,
         )
 
     def _make_room(self, source: str) -> bool:
@@ -744,10 +793,11 @@ class ServerHandshake:
         if _single_int(payload) != entry.connection_id:
             raise HandshakeError("DONE names another connection id than the one granted")
         assert entry.connection_id is not None
+        assert entry.keys is not None
         entry.state = "done"
         entry.done_packet = message.blob
         entry.updated_ns = now_ns
-        return Done(connect_key=key, connection_id=entry.connection_id)
+        return Done(connect_key=key, connection_id=entry.connection_id, keys=entry.keys)
 
     def _prune_seen(self, now_ns: int) -> None:
         # A connect key is remembered while a cookie naming it could still be good (two periods).
@@ -763,6 +813,7 @@ class ServerHandshake:
     def _answer(self, connect_key: int, entry: _Pending, payload: list[object]) -> bytes:
         message = entry.noise.write_message(_pack(payload))
         entry.send, entry.receive = entry.noise.split()
+        entry.keys = _sealing_keys(entry.noise)
         return _checked_length(_pack([MAGIC, Kind.ANSWER, connect_key, message]), "ANSWER")
 
     def accept(self, connect_key: int, grant: Grant, now_ns: int) -> bytes:
@@ -888,6 +939,7 @@ class ClientHandshake:
         expected_server_key: bytes | None = None,
         claimed_address: str = "",
         force_nx: bool = False,
+        sealed: bool = False,
     ) -> None:
         if type(registration_hash) is not bytes or len(registration_hash) != 32:
             raise ConfigurationError("registration_hash must be 32 bytes")
@@ -913,6 +965,8 @@ class ClientHandshake:
         self.tag = tag
         self.protocol_version = protocol_version
         self.claimed_address = claimed_address
+        self.sealed = bool(sealed)
+        """Ask the server for a sealed connection (the grant's ``sealed`` says what it decided)."""
         self.expected_server_key = expected_server_key
         self.pattern: Pattern = "NK" if expected_server_key is not None and not force_nx else "NX"
         self.stats = HandshakeStats()
@@ -927,6 +981,7 @@ class ClientHandshake:
         self.public_key: bytes = self._first[:KEY_LENGTH]
         self._send: CipherState | None = None
         self._receive: CipherState | None = None
+        self._keys: SealingKeys | None = None
         self._done: bytes | None = None
         self._state: _ClientState = "new"
         self._cookie_resends = 0
@@ -946,6 +1001,7 @@ class ClientHandshake:
                 self.reply,
                 self.tag,
                 self.claimed_address,
+                self.sealed,
             ),
             remote_static=self.expected_server_key if self.pattern == "NK" else None,
             ephemeral=self._ephemeral,
@@ -959,6 +1015,11 @@ class ClientHandshake:
     @property
     def handshake_hash(self) -> bytes:
         return self._noise.handshake_hash
+
+    @property
+    def sealing_keys(self) -> SealingKeys | None:
+        """The connection's sealing keys once the handshake completed (DONE_ACK opened), else None."""
+        return self._keys if self._state == "completed" else None
 
     @property
     def connection_id(self) -> int | None:
@@ -996,6 +1057,7 @@ class ClientHandshake:
                 self.cookie,
                 self.claimed_address,
                 hint,
+                self.sealed,
             ]
         )
 
@@ -1074,6 +1136,7 @@ class ClientHandshake:
             self.stats.spoofed += 1
             return None
         self._send, self._receive = self._noise.split()
+        self._keys = _sealing_keys(self._noise)
         server_public = self._noise.remote_static
         assert server_public is not None
         self.server_public = server_public
@@ -1126,4 +1189,5 @@ class ClientHandshake:
         if connection_id != self.connection_id:
             raise HandshakeError("DONE_ACK names another connection id than the one granted")
         self._state = "completed"
-        return Completed(connection_id)
+        assert self._keys is not None
+        return Completed(connection_id, self._keys)

@@ -23,8 +23,10 @@ import hmac
 from typing import Literal, TypeAlias
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 __all__ = [
     "DH_LENGTH",
@@ -327,6 +329,18 @@ class HandshakeState:
         payload = self.symmetric.decrypt_and_hash(rest)
         self._advance()
         return payload
+
+    def export_key(self, label: bytes, length: int = 32) -> bytes:
+        """A key of its own for ``label`` once the handshake is over: HKDF-SHA256 of the final chaining key
+        (secret, shared by both sides only) salted with the handshake hash (the whole transcript).
+
+        Why: keys for another use (sealed connections) must not be ``split``'s keys, and distinct labels give
+        independent keys; the Noise specification leaves such derivations to the application (section 11)."""
+        if self._split is None:
+            raise NoiseError("the handshake is not finished")
+        return HKDF(
+            algorithm=hashes.SHA256(), length=length, salt=self.symmetric.h, info=b"endpoint export " + label
+        ).derive(self.symmetric.ck)
 
     def split(self) -> tuple[CipherState, CipherState]:
         """(send, receive) cipher states for this side once the last message went by."""

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from endpoint.errors import EndpointError
+from endpoint.errors import SealError
 
 __all__ = [
     "KEY_LENGTH",
@@ -51,14 +51,13 @@ REKEY_INTERVAL = 1 << 24
 REPLAY_WINDOW = 64
 """How far behind the highest counter seen a message may still arrive (once)."""
 MAX_COUNTER = (1 << 64) - 1
+_EPOCH_BITS = 24
+assert REKEY_INTERVAL == 1 << _EPOCH_BITS
+_WINDOW_MASK = (1 << REPLAY_WINDOW) - 1
 
 _COUNTER = struct.Struct("<Q")
 _AAD = struct.Struct("<4sqiB")
 _AAD_MAGIC = b"EPsl"
-
-
-class SealError(EndpointError):
-    """A sealed message did not open: forged, replayed, truncated or under the wrong key."""
 
 
 def _next_key(key: bytes) -> bytes:
@@ -75,20 +74,18 @@ def _aad(connection_id: int, session_id: int, direction: int) -> bytes:
     return _AAD.pack(_AAD_MAGIC, connection_id, session_id, direction)
 
 
-def _nonce(direction: int, counter: int) -> bytes:
-    return direction.to_bytes(4, "little") + _COUNTER.pack(counter)
-
-
 class Sealer:
     """Seals one direction's messages; counters start at 0 and never repeat."""
 
-    __slots__ = ("_aad", "_aead", "_direction", "_epoch", "_key", "counter")
+    __slots__ = ("_aad", "_aead", "_direction", "_epoch", "_key", "_prefix", "counter")
 
     def __init__(self, key: bytes, *, connection_id: int, session_id: int, direction: int) -> None:
         self._key = _check_key(key)
         self._aead = AESGCM(self._key)
         self._epoch = 0
         self._direction = direction
+        self._prefix = direction.to_bytes(4, "little")
+        """The nonce is this and the 8 counter bytes the message starts with."""
         self._aad = _aad(connection_id, session_id, direction)
         self.counter = 0
         """The counter the next message is sealed under."""
@@ -96,27 +93,36 @@ class Sealer:
     def seal(self, plaintext: bytes | bytearray | memoryview) -> bytes:
         """``plaintext`` sealed, with its counter in front; raises :class:`SealError` once counters run out."""
         counter = self.counter
+        if counter >> _EPOCH_BITS != self._epoch or counter >= MAX_COUNTER:
+            self._rekey(counter)
+        self.counter = counter + 1
+        head = _COUNTER.pack(counter)
+        return head + self._aead.encrypt(self._prefix + head, plaintext, self._aad)
+
+    def _rekey(self, counter: int) -> None:
         if counter >= MAX_COUNTER:
             raise SealError("the connection has sealed as many messages as its counter allows; reconnect")
-        epoch = counter // REKEY_INTERVAL
+        epoch = counter >> _EPOCH_BITS
         while self._epoch < epoch:
             self._key = _next_key(self._key)
             self._epoch += 1
-            self._aead = AESGCM(self._key)
-        self.counter = counter + 1
-        head = _COUNTER.pack(counter)
-        return head + self._aead.encrypt(_nonce(self._direction, counter), bytes(plaintext), self._aad)
+        self._aead = AESGCM(self._key)
 
 
 class Opener:
     """Opens the peer's sealed messages for one direction, refusing replays and forgeries."""
 
-    __slots__ = ("_aad", "_direction", "_keys", "_seen", "highest")
+    __slots__ = ("_aad", "_aead_now", "_direction", "_epoch_now", "_keys", "_prefix", "_seen", "highest")
 
     def __init__(self, key: bytes, *, connection_id: int, session_id: int, direction: int) -> None:
         self._direction = direction
+        self._prefix = direction.to_bytes(4, "little")
         self._aad = _aad(connection_id, session_id, direction)
-        self._keys: dict[int, tuple[bytes, AESGCM]] = {0: (_check_key(key), AESGCM(bytes(key)))}
+        aead = AESGCM(_check_key(key))
+        self._keys: dict[int, tuple[bytes, AESGCM]] = {0: (bytes(key), aead)}
+        self._epoch_now = 0
+        """The newest epoch a message opened under (its key is ``_aead_now``)."""
+        self._aead_now = aead
         self.highest = -1
         """The highest counter opened so far."""
         self._seen = 0
@@ -124,27 +130,35 @@ class Opener:
 
     def open(self, sealed: bytes | bytearray | memoryview) -> bytes:
         """The plaintext of ``sealed``; raises :class:`SealError` for anything not sealed by the peer once."""
-        view = memoryview(sealed)
-        if len(view) < OVERHEAD:
-            raise SealError(f"a sealed message is at least {OVERHEAD} bytes, got {len(view)}")
-        (counter,) = _COUNTER.unpack_from(view)
+        if len(sealed) < OVERHEAD:
+            raise SealError(f"a sealed message is at least {OVERHEAD} bytes, got {len(sealed)}")
+        (counter,) = _COUNTER.unpack_from(sealed)
         behind = self.highest - counter
-        if behind >= REPLAY_WINDOW:
-            raise SealError(f"message {counter} is older than the replay window")
-        if behind >= 0 and self._seen >> behind & 1:
-            raise SealError(f"message {counter} was already received")
-        epoch = counter // REKEY_INTERVAL
-        key, aead = self._key_for(epoch)
+        if behind >= 0:
+            if behind >= REPLAY_WINDOW:
+                raise SealError(f"message {counter} is older than the replay window")
+            if self._seen >> behind & 1:
+                raise SealError(f"message {counter} was already received")
+        epoch = counter >> _EPOCH_BITS
+        if epoch == self._epoch_now:
+            key, aead = None, self._aead_now
+        else:
+            key, aead = self._key_for(epoch)
+        view = sealed if type(sealed) is memoryview else memoryview(sealed)
         try:
-            plaintext = aead.decrypt(_nonce(self._direction, counter), view[COUNTER_LENGTH:], self._aad)
+            plaintext = aead.decrypt(self._prefix + view[:COUNTER_LENGTH], view[COUNTER_LENGTH:], self._aad)
         except InvalidTag:
             raise SealError(f"message {counter} failed authentication") from None
-        self._keys[epoch] = (key, aead)  # a new epoch's key is kept only once a message under it opened
+        if key is not None:  # a new epoch's key is kept only once a message under it opened
+            self._keys[epoch] = (key, aead)
+            if epoch > self._epoch_now:
+                self._epoch_now, self._aead_now = epoch, aead
         if behind < 0:
             shift = -behind
-            self._seen = ((self._seen << shift) | 1) & ((1 << REPLAY_WINDOW) - 1) if shift < REPLAY_WINDOW else 1
+            self._seen = ((self._seen << shift) | 1) & _WINDOW_MASK if shift < REPLAY_WINDOW else 1
             self.highest = counter
-            self._forget_old_keys()
+            if len(self._keys) > 1:
+                self._forget_old_keys()
         else:
             self._seen |= 1 << behind
         return plaintext
@@ -162,6 +176,6 @@ class Opener:
         return key, AESGCM(key)
 
     def _forget_old_keys(self) -> None:
-        oldest_needed = max(self.highest - REPLAY_WINDOW + 1, 0) // REKEY_INTERVAL
+        oldest_needed = max(self.highest - REPLAY_WINDOW + 1, 0) >> _EPOCH_BITS
         for epoch in [e for e in self._keys if e < oldest_needed]:
             del self._keys[epoch]

@@ -460,6 +460,8 @@ class Server(EndPoint[ServerConfiguration]):
                 "term_length": cfg.ipc_term_length if is_ipc else cfg.term_length,
                 "mtu": cfg.mtu,
                 "ipc": is_ipc,
+                # Sealed when either end asks: the grant is sealed under the handshake, so both ends agree.
+                "sealed": cfg.sealed or hello.sealed,
             }
             await self._send_reply(reply, handshake.accept(hello.connect_key, grant, time.time_ns()), timeout)
         except Exception as exc:
@@ -609,6 +611,8 @@ class Server(EndPoint[ServerConfiguration]):
                 remote_address="ipc" if pending.is_ipc else f"{pending.address}:{pending.hello.reply['port']}",
                 on_released=self._connection_released,
             )
+            if self.config.sealed or pending.hello.sealed:
+                connection._seal_with(done.keys, client=False, inbound_session_id=pending.ids[0])
             await self._send_reply(pending.reply, handshake.complete(done.connect_key), timeout)
         except Exception as exc:
             handshake.abandon(done.connect_key)

@@ -66,7 +66,7 @@ def _hello(payload: bytes) -> list[Any] | None:
         fields = msgpack.unpackb(payload)
     except Exception:
         return None
-    if type(fields) is list and len(fields) == 14 and fields[0] == MAGIC and fields[1] == Kind.HELLO:
+    if type(fields) is list and len(fields) == 15 and fields[0] == MAGIC and fields[1] == Kind.HELLO:
         return fields
     return None
 
