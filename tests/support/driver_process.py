@@ -31,9 +31,7 @@ class DriverProcess(LoggedProcess):
         args = [sys.executable, "-m", "driver", "--threading-mode", threading_mode]
         for name, value in properties.items():
             args += ["-D", f"{name}={value}"]
-        with log_path.open("ab") as sink:
-            proc = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-        driver = cls(proc, aeron_dir, log_path)
+        driver = cls(cls.popen(args, log_path), aeron_dir, log_path)
         try:
             execute_until(driver._ready, timeout_s=30, interval_s=0.02, description="our driver's cnc.dat")
         except BaseException:

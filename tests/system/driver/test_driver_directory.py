@@ -224,8 +224,8 @@ def test_driver_process_stopped_by_a_signal_removes_its_directory(aeron_dir: Pat
     process = DriverProcess.start(aeron_dir, tmp_path / "driver.log", SETTINGS)
     try:
         round_trip(aeron_dir, 81)
-        os.kill(process.pid, signum)
-        assert process.process.wait(15) == 0, process.output()
+        process.signal(signum)
+        assert process.wait(15) == 0, process.output()
     finally:
         process.stop()
     assert not aeron_dir.exists(), process.output()

@@ -1,11 +1,13 @@
-"""Fixtures of the end point system tests: a free port, a second Aeron directory, no driver left behind."""
+"""Fixtures of the end point system tests: a free port, a second Aeron directory, server processes, no driver left
+behind."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,9 @@ import pytest
 from endpoint.listeners import _global_error_listeners
 from endpoint.registry import registry
 from support.endpoints import free_udp_port
+from support.logged_process import LoggedProcess
+
+SERVER_PROCESS = Path(__file__).with_name("server_process.py")
 
 
 @pytest.fixture
@@ -37,3 +42,22 @@ def _no_driver_left_behind() -> Iterator[None]:
     leaked = registry.active()
     assert not leaked, f"drivers still leased after the test: {[d.aeron_dir for d in leaked]}"
     assert _global_error_listeners == before, "a global error listener was left registered"
+
+
+@pytest.fixture
+def start_server(tmp_path: Path, aeron_dir: Path) -> Iterator[Callable[..., LoggedProcess]]:
+    """``start(port, directory, *options)`` starts ``server_process.py`` on them (wait for ``has("serving ")``
+    before connecting). Every one still running at the end is SIGKILLed by pid (before
+    ``aeron_dir`` is removed)."""
+    started: list[LoggedProcess] = []
+
+    def start(port: int, directory: Path, *options: str) -> LoggedProcess:
+        args = [sys.executable, str(SERVER_PROCESS), "--port", str(port), "--aeron-dir", str(directory), *options]
+        started.append(LoggedProcess.spawn(args, tmp_path / f"server-{len(started)}.log"))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.kill()

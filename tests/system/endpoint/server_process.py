@@ -1,15 +1,18 @@
-"""A server end point in its own process, for the restart and stall tests: answers every Num with an Ack.
+"""A server end point in its own process, for the process, restart and stall tests: answers every Num with an Ack.
 
 Prints one line per event (``serving <port> <pid>``, ``connected <id>``, ``disconnected <id> <lost|closed>``,
 ``stopped``). By default it runs under :func:`endpoint.run` (SIGTERM and SIGINT stop it gracefully);
 ``--plain`` runs it under :func:`asyncio.run` with no signal handler, as a program that never thought about
-signals does (SIGTERM then kills it on the spot).
+signals does (SIGTERM then kills it on the spot). It launches an embedded driver on ``--aeron-dir``, or with
+``--attach`` uses the driver already running there. ``--linger`` bounds its life (a graceful stop, as
+on SIGTERM), so a test that dies without stopping it leaves nothing running for long.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -36,6 +39,7 @@ async def serve(args: argparse.Namespace) -> int:
             ping_interval=args.ping_interval,
             peer_timeout=args.peer_timeout,
             driver_timeout=args.driver_timeout,
+            launch_driver=not args.attach,
             close_timeout=0.5,
         )
     )
@@ -51,7 +55,9 @@ async def serve(args: argparse.Namespace) -> int:
         async with server:
             await server.bind()
             say("serving", args.port, os.getpid())
-            await server.serve_forever()
+            with contextlib.suppress(TimeoutError):  # --linger: its time is up, a graceful stop
+                async with asyncio.timeout(args.linger):
+                    await server.serve_forever()
     finally:
         say("stopped")
     return 0
@@ -65,6 +71,8 @@ if __name__ == "__main__":
     parser.add_argument("--ping-interval", type=float, default=1.0)
     parser.add_argument("--peer-timeout", type=float, default=5.0)
     parser.add_argument("--driver-timeout", type=float, default=10.0)
+    parser.add_argument("--attach", action="store_true", help="attach to a running driver, start none")
+    parser.add_argument("--linger", type=float, default=None, help="seconds to serve at most (default: no bound)")
     parser.add_argument("--plain", action="store_true", help="no signal handling: SIGTERM kills on the spot")
     arguments = parser.parse_args()
     if arguments.plain:

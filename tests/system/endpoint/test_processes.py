@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,47 +33,17 @@ from support.endpoints import (
     server_config,
     wait_until,
 )
+from support.logged_process import LoggedProcess
 
 pytestmark = pytest.mark.process
 
 PEER = Path(__file__).with_name("peer_client.py")
+StartServer = Callable[..., LoggedProcess]
 
 
-class Peer:
-    """A peer process and its log of printed lines."""
-
-    def __init__(self, process: subprocess.Popen[bytes], log: Path) -> None:
-        self.process = process
-        self.log = log
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def has(self, text: str) -> bool:
-        if self.process.poll() is not None and text not in self.output():
-            raise AssertionError(f"peer process exited with {self.process.returncode}:\n{self.output()}")
-        return text in self.output()
-
-
-@contextmanager
-def peer_client(tmp_path: Path, *args: str) -> Iterator[Peer]:
-    with peer_process(PEER, tmp_path, *args) as peer:
-        yield peer
-
-
-@contextmanager
-def peer_process(script: Path, tmp_path: Path, *args: str) -> Iterator[Peer]:
-    log = tmp_path / f"{script.stem}-{time.monotonic_ns()}.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, str(script), *args], stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield Peer(process, log)
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-        process.wait(15)
+def peer_client(tmp_path: Path, *args: str) -> LoggedProcess:
+    """``peer_client.py`` with ``args``; use it in a ``with`` block, which SIGKILLs it by pid on the way out."""
+    return LoggedProcess.spawn([sys.executable, str(PEER), *args], tmp_path / f"peer-{time.monotonic_ns()}.log")
 
 
 def _client_args(transport: str, port: int, aeron_dir: Path, client_dir: Path) -> list[str]:
@@ -105,7 +72,7 @@ async def test_client_process_exchanges_messages_and_closes_with_a_reason(
         with peer_client(tmp_path, *args, "--count", "2000", "--close-reason", "done here") as peer:
             await wait_until(lambda: peer.has("acked 2000"), 60)
             await wait_until(lambda: len(disconnected) == 1, 30)
-            assert peer.process.wait(30) == 0
+            assert peer.wait(30) == 0
         assert received == list(range(2000))
         (connection,) = connected
         assert disconnected == [connection]
@@ -128,7 +95,7 @@ async def test_killed_client_process_is_detected_within_the_peer_timeout(
         with peer_client(tmp_path, *_client_args(transport, port, aeron_dir, client_dir), "--count", "10") as peer:
             await wait_until(lambda: peer.has("acked 10"), 60)
             assert len(server.connections) == 1
-            os.kill(peer.process.pid, signal.SIGKILL)
+            peer.signal(signal.SIGKILL)
             killed_at = time.monotonic()
             await wait_until(lambda: len(disconnected) == 1, 15)
             detected_after = time.monotonic() - killed_at
@@ -144,7 +111,6 @@ async def test_killed_client_process_is_detected_within_the_peer_timeout(
 
 FAST = {"ping_interval": 0.2, "peer_timeout": 1.0}
 ROUNDS = 4
-SERVER = Path(__file__).with_name("peer_server.py")
 
 
 def _fast_args() -> list[str]:
@@ -185,7 +151,7 @@ async def _kill_client_mid_stream(
         await wait_until(lambda: peer.has("streaming"), 60)
         await asyncio.sleep(0.3)  # well into the stream
         assert len(server.connections) == 1
-        os.kill(peer.process.pid, signal.SIGKILL)
+        peer.signal(signal.SIGKILL)
         killed_at = time.monotonic()
         await wait_until(lambda: len(disconnected) > before, 15)
         return time.monotonic() - killed_at
@@ -193,7 +159,7 @@ async def _kill_client_mid_stream(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_killed_server_is_lost_to_the_peer_timeout_every_time(
-    transport: str, aeron_dir: Path, client_dir: Path, tmp_path: Path
+    transport: str, aeron_dir: Path, client_dir: Path, tmp_path: Path, start_server: StartServer
 ) -> None:
     """The other direction: the server process is SIGKILLed while a client streams to it. Over IPC both attach
     to a standalone driver (which outlives the server); over UDP each process has its own."""
@@ -203,7 +169,7 @@ async def test_a_killed_server_is_lost_to_the_peer_timeout_every_time(
         for round_ in range(ROUNDS):
             server_dir = aeron_dir if driver else client_dir.with_name(f"{client_dir.name}-s{round_}")
             try:
-                conn, after = await _kill_server_mid_stream(transport, server_dir, aeron_dir, client_dir, tmp_path)
+                conn, after = await _kill_server_mid_stream(transport, server_dir, aeron_dir, client_dir, start_server)
             finally:
                 if server_dir != aeron_dir:
                     shutil.rmtree(server_dir, ignore_errors=True)
@@ -217,16 +183,15 @@ async def test_a_killed_server_is_lost_to_the_peer_timeout_every_time(
 
 
 async def _kill_server_mid_stream(
-    transport: str, server_dir: Path, aeron_dir: Path, client_dir: Path, tmp_path: Path
+    transport: str, server_dir: Path, aeron_dir: Path, client_dir: Path, start_server: StartServer
 ) -> tuple[Connection, float]:
     """Start a server process, stream Nums to it, SIGKILL it; the lost connection and seconds until on_disconnect."""
     attach = server_dir == aeron_dir
     port = free_udp_port()
-    args = ["--port", str(port), "--aeron-dir", str(server_dir), *_fast_args(), *(["--attach"] if attach else [])]
     lost: list[Connection] = []
     acked: list[int] = []
-    with peer_process(SERVER, tmp_path, *args) as peer:
-        await wait_until(lambda: peer.has("listening"), 60)
+    with start_server(port, server_dir, *_fast_args(), "--linger", "60", *(["--attach"] if attach else [])) as server:
+        await wait_until(lambda: server.has("serving "), 60)
         config = client_config(transport, aeron_dir, client_dir, launch_driver=not attach, **FAST)
         async with connected_client(config, port) as (client, conn):
             client.on_disconnect(lost.append)
@@ -234,7 +199,7 @@ async def _kill_server_mid_stream(
             for i in range(50):
                 await conn.send(Num(i), timeout=5)
             await wait_until(lambda: len(acked) == 50, 15)
-            os.kill(peer.process.pid, signal.SIGKILL)
+            server.signal(signal.SIGKILL)
             killed_at = time.monotonic()
             i = 50
             while not conn.is_closed and time.monotonic() - killed_at < 15:

@@ -8,17 +8,16 @@ last one's directory, not one per kill.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from driver.ownership import OwnerState, owner_state
 from support.endpoints import running_server, server_config, wait_until
+from support.logged_process import LoggedProcess
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -43,31 +42,16 @@ async def test_killed_clients_with_their_own_directories_leave_no_pile(
     sizes: list[int] = []
     async with running_server(server_config(aeron_dir, port)):
         for round_no in range(ROUNDS):
-            log = tmp_path / f"client-{round_no}.log"
-            with log.open("wb") as sink:
-                process = subprocess.Popen(
-                    [sys.executable, str(CLIENT), "--port", str(port), "--aeron-dir", str(base)],
-                    stdout=sink,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
+            args = [sys.executable, str(CLIENT), "--port", str(port), "--aeron-dir", str(base)]
+            with LoggedProcess.spawn(args, tmp_path / f"client-{round_no}.log") as client:
+                await wait_until(
+                    partial(client.has, "connected "), 60, 0.02, f"round {round_no}: the client to connect"
                 )
-            try:
-
-                def connected(process: subprocess.Popen[bytes] = process, log: Path = log) -> bool:
-                    if process.poll() is not None:
-                        raise AssertionError(f"client exited with {process.returncode}:\n{log.read_text()}")
-                    return "connected " in log.read_text()
-
-                await wait_until(connected, 60, 0.02, f"round {round_no}: the client to connect")
-                own = Path(log.read_text().split("connected ", 1)[1].split()[0])
+                own = Path(client.output().split("connected ", 1)[1].split()[0])
                 # The dead clients' directories were reclaimed when this one launched its driver.
                 assert _their_dirs(base) == [own], _their_dirs(base)
                 assert owner_state(own) is OwnerState.ALIVE
                 sizes.append(_size(own))
-            finally:
-                if process.poll() is None:
-                    os.kill(process.pid, signal.SIGKILL)
-                process.wait(15)
             # The kill left it behind, dead: what the next launch must reclaim.
             assert _their_dirs(base) == [own]
             assert owner_state(own) is OwnerState.DEAD

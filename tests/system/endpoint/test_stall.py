@@ -14,21 +14,20 @@ A stall longer than ``peer_timeout`` ends the connection on both sides, each tol
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from endpoint import Client, ClientConfiguration, Connection
-from support.endpoints import TRANSPORTS, Ack, Num, make_serialization, wait_until
+from endpoint import Client, Connection
+from support.endpoints import TRANSPORTS, Ack, Num, client_config, wait_until
+from support.logged_process import LoggedProcess
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
-SERVER = Path(__file__).with_name("server_process.py")
 PEER_TIMEOUT = 12.0
 DRIVER_TIMEOUT = 15.0
 STALL_S = 6.0
@@ -38,138 +37,120 @@ STALL_S = 6.0
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_stall_shorter_than_the_timeouts_costs_nothing(
-    transport: str, aeron_dir: Path, client_dir: Path, port: int, tmp_path: Path
+    transport: str,
+    aeron_dir: Path,
+    client_dir: Path,
+    port: int,
+    start_server: Callable[..., LoggedProcess],
 ) -> None:
-    log = tmp_path / "server.log"
-    args = [sys.executable, str(SERVER), "--port", str(port), "--aeron-dir", str(aeron_dir)]
-    args += ["--peer-timeout", str(PEER_TIMEOUT), "--driver-timeout", str(DRIVER_TIMEOUT), "--ping-interval", "0.5"]
-    with log.open("wb") as sink:
-        process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def output() -> str:
-        return log.read_text(errors="replace")
-
-    def serving() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"server exited with {process.returncode}:\n{output()}")
-        return "serving " in output()
-
+    server = start_server(
+        port,
+        aeron_dir,
+        "--peer-timeout",
+        str(PEER_TIMEOUT),
+        "--driver-timeout",
+        str(DRIVER_TIMEOUT),
+        "--ping-interval",
+        "0.5",
+    )
     acks: list[int] = []
     lost: list[Connection] = []
     errors: list[BaseException] = []
     client = Client(
-        ClientConfiguration(
-            aeron_dir=aeron_dir if transport == "ipc" else client_dir,
-            prefer_ipc=transport == "ipc",
+        client_config(
+            transport,
+            aeron_dir,
+            client_dir,
             launch_driver=transport != "ipc",
             ping_interval=0.5,
             peer_timeout=PEER_TIMEOUT,
             driver_timeout=DRIVER_TIMEOUT,
-            close_timeout=0.25,
-            serialization=make_serialization(),
         )
     )
     client.on_message(Ack, lambda conn, ack: acks.append(ack.seq))
     client.on_disconnect(lost.append)
     client.on_error(lambda conn, exc: errors.append(exc))
     try:
-        await wait_until(serving, 30, 0.02, "the server to serve")
+        await wait_until(partial(server.has, "serving "), 30, 0.02, "the server to serve")
         async with asyncio.timeout(120), client:
             conn = await client.connect("127.0.0.1", port)
             assert conn.is_ipc == (transport == "ipc")
             await conn.send(Num(1))
             await wait_until(lambda: 1 in acks, 10, what="the first echo")
 
-            os.kill(process.pid, signal.SIGSTOP)
+            server.signal(signal.SIGSTOP)
             try:
                 await asyncio.sleep(STALL_S)
             finally:
-                os.kill(process.pid, signal.SIGCONT)
+                server.signal(signal.SIGCONT)
 
             await conn.send(Num(2))
             try:
                 await wait_until(lambda: 2 in acks, 10, what="the echo after the stall")
             except AssertionError as exc:
-                raise AssertionError(f"{exc}; lost={lost} errors={errors}; server:\n{output()}") from None
+                raise AssertionError(f"{exc}; lost={lost} errors={errors}; server:\n{server.output()}") from None
             # Let every timer that looks back over the stall fire (driver timers, pings, liveness checks).
             settle_until = time.monotonic() + 3.0
             while time.monotonic() < settle_until:
-                assert not lost, f"the connection dropped: {lost[0].close_reason}; server:\n{output()}"
+                assert not lost, f"the connection dropped: {lost[0].close_reason}; server:\n{server.output()}"
                 await asyncio.sleep(0.05)
             await conn.send(Num(3))
             await wait_until(lambda: 3 in acks, 10, what="the echo after the settling")
-            assert not errors, f"{errors}; server:\n{output()}"
+            assert not errors, f"{errors}; server:\n{server.output()}"
             assert client.connection is conn
             assert not conn.is_closed
             assert not lost
             assert not errors, errors
             assert client.restarts == 0
-            server_out = output()
+            server_out = server.output()
             assert "disconnected" not in server_out, server_out
             assert "error" not in server_out, server_out  # no CriticalDriverError: the driver did not restart
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- server:\n{output()}") from None
+        raise AssertionError(f"{exc}\n--- server:\n{server.output()}") from None
     finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGCONT)
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait(15)
+        server.stop(15)  # SIGCONT, then SIGTERM: a graceful stop
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_stall_longer_than_the_peer_timeout_ends_in_a_clean_reconnect(
-    transport: str, aeron_dir: Path, client_dir: Path, port: int, tmp_path: Path
+    transport: str,
+    aeron_dir: Path,
+    client_dir: Path,
+    port: int,
+    start_server: Callable[..., LoggedProcess],
 ) -> None:
     peer_timeout = 2.0
-    log = tmp_path / "server.log"
-    args = [sys.executable, str(SERVER), "--port", str(port), "--aeron-dir", str(aeron_dir)]
-    args += ["--peer-timeout", str(peer_timeout), "--ping-interval", "0.5"]
-    with log.open("wb") as sink:
-        process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def output() -> str:
-        return log.read_text(errors="replace")
-
-    def serving() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"server exited with {process.returncode}:\n{output()}")
-        return "serving " in output()
-
+    server = start_server(port, aeron_dir, "--peer-timeout", str(peer_timeout), "--ping-interval", "0.5")
     acks: list[int] = []
     lost: list[Connection] = []
     connects: list[Connection] = []
     client = Client(
-        ClientConfiguration(
-            aeron_dir=aeron_dir if transport == "ipc" else client_dir,
-            prefer_ipc=transport == "ipc",
+        client_config(
+            transport,
+            aeron_dir,
+            client_dir,
             launch_driver=transport != "ipc",
             auto_reconnect=True,
             ping_interval=0.5,
             peer_timeout=peer_timeout,
             handshake_timeout=0.5,
-            close_timeout=0.25,
-            serialization=make_serialization(),
         )
     )
     client.on_message(Ack, lambda conn, ack: acks.append(ack.seq))
     client.on_disconnect(lost.append)
     client.on_connect(connects.append)
     try:
-        await wait_until(serving, 30, 0.02, "the server to serve")
+        await wait_until(partial(server.has, "serving "), 30, 0.02, "the server to serve")
         async with asyncio.timeout(120), client:
             first = await client.connect("127.0.0.1", port)
             await first.send(Num(1))
             await wait_until(lambda: 1 in acks, 10, what="the first echo")
 
-            os.kill(process.pid, signal.SIGSTOP)
+            server.signal(signal.SIGSTOP)
             try:
                 await wait_until(lambda: lost, 3 * peer_timeout + 5, 0.02, "the client to give the server up")
             finally:
-                os.kill(process.pid, signal.SIGCONT)
+                server.signal(signal.SIGCONT)
             assert lost == [first]
             assert first.lost  # told, as lost: no goodbye came
 
@@ -181,17 +162,12 @@ async def test_a_stall_longer_than_the_peer_timeout_ends_in_a_clean_reconnect(
             await second.send(Num(2))
             await wait_until(lambda: 2 in acks, 10, what="the echo on the new connection")
             # The server told its listeners too: the old connection lost, the new one connected.
-            await wait_until(lambda: f"disconnected {first.id} lost" in output(), 10, 0.02, "the server's listener")
-            assert f"connected {second.id}" in output()
-            assert "error" not in output(), output()  # a clean reconnect: no driver restart
+            await wait_until(
+                lambda: f"disconnected {first.id} lost" in server.output(), 10, 0.02, "the server's listener"
+            )
+            assert f"connected {second.id}" in server.output()
+            assert "error" not in server.output(), server.output()  # a clean reconnect: no driver restart
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- server:\n{output()}") from None
+        raise AssertionError(f"{exc}\n--- server:\n{server.output()}") from None
     finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGCONT)
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait(15)
+        server.stop(15)  # SIGCONT, then SIGTERM: a graceful stop

@@ -13,53 +13,22 @@ on the server's driver.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
-import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from driver.ownership import OwnerState, owner_state
-from endpoint import Client, ClientConfiguration, Connection
-from support.endpoints import TRANSPORTS, Ack, Num, make_serialization, wait_until
+from endpoint import Client, Connection
+from support.endpoints import TRANSPORTS, Ack, Num, client_config, wait_until
+from support.logged_process import LoggedProcess
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
-SERVER = Path(__file__).with_name("server_process.py")
 SERVE_WITHIN_S = 8.0
 """Bound on a restarted server's start (process start and imports included): below the old 10 s wait alone."""
-
-
-class ServerProcess:
-    """One run of server_process.py, logging to a file; stopped by pid."""
-
-    def __init__(self, tmp_path: Path, port: int, aeron_dir: Path, key_path: Path, *, plain: bool = False) -> None:
-        self.log = tmp_path / f"server-{time.monotonic_ns()}.log"
-        args = [sys.executable, str(SERVER), "--port", str(port), "--aeron-dir", str(aeron_dir)]
-        args += ["--key-path", str(key_path), *(["--plain"] if plain else [])]
-        with self.log.open("wb") as sink:
-            self.process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def serving(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"server exited with {self.process.returncode}:\n{self.output()}")
-        return "serving " in self.output()
-
-    def signal(self, signum: int) -> int:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signum)
-        return self.process.wait(15)
-
-    def ensure_stopped(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(15)
 
 
 async def _echo(conn: Connection, acks: list[int], seq: int) -> None:
@@ -79,7 +48,12 @@ ROUNDS = [
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_killed_server_restarted_at_once_serves_again(
-    transport: str, aeron_dir: Path, client_dir: Path, port: int, tmp_path: Path
+    transport: str,
+    aeron_dir: Path,
+    client_dir: Path,
+    port: int,
+    tmp_path: Path,
+    start_server: Callable[..., LoggedProcess],
 ) -> None:
     """UDP: the client has a driver of its own. IPC: it uses the server's driver (never launching one), so each
     kill takes its driver away too: it notices the dead process at once and attaches to the successor."""
@@ -87,57 +61,52 @@ async def test_killed_server_restarted_at_once_serves_again(
     acks: list[int] = []
     connects: list[Connection] = []
     client = Client(
-        ClientConfiguration(
-            aeron_dir=aeron_dir if transport == "ipc" else client_dir,
-            prefer_ipc=transport == "ipc",
+        client_config(
+            transport,
+            aeron_dir,
+            client_dir,
             launch_driver=transport != "ipc",
             auto_reconnect=True,
             ping_interval=0.2,
             peer_timeout=2.0,
             handshake_timeout=0.5,
-            close_timeout=0.25,
-            serialization=make_serialization(),
         )
     )
     client.on_message(Ack, lambda conn, ack: acks.append(ack.seq))
     client.on_connect(connects.append)
-    servers: list[ServerProcess] = []
 
-    def start(plain: bool) -> ServerProcess:
-        server = ServerProcess(tmp_path, port, aeron_dir, key_path, plain=plain)
-        servers.append(server)
-        return server
+    def start(plain: bool) -> LoggedProcess:
+        return start_server(port, aeron_dir, "--key-path", str(key_path), *(["--plain"] if plain else []))
 
-    try:
-        async with asyncio.timeout(240), client:
-            server = start(plain=not ROUNDS[0][1])
-            await wait_until(server.serving, 30, 0.02, "the first server to serve")
-            conn = await client.connect("127.0.0.1", port)
-            await _echo(conn, acks, 0)
-            for round_no, (signum, supervised) in enumerate(ROUNDS, start=1):
-                status = server.signal(signum)
-                if signum == signal.SIGTERM and supervised:
-                    assert status == 0, server.output()  # endpoint.run: a graceful stop
-                    assert "stopped" in server.output()
-                    assert not aeron_dir.exists(), "a graceful stop removes the driver directory"
-                else:
-                    assert status == -signum, server.output()
-                    assert owner_state(aeron_dir) is OwnerState.DEAD  # left behind, its lock free
-                server = start(plain=round_no < len(ROUNDS) and not ROUNDS[round_no][1])
-                await wait_until(server.serving, SERVE_WITHIN_S, 0.02, f"round {round_no}: the restarted server")
-                await wait_until(
-                    lambda n=round_no: len(connects) > n and client.connection is not None,
-                    30,
-                    0.02,
-                    f"round {round_no}: the client to reconnect",
-                )
-                conn = client.connection
-                assert conn is not None
-                assert conn is connects[-1]
-                assert conn.is_ipc == (transport == "ipc")
-                await _echo(conn, acks, round_no)
-                assert "Error" not in server.output(), server.output()
-    finally:
-        for server in servers:
-            server.ensure_stopped()
+    async with asyncio.timeout(240), client:
+        server = start(plain=not ROUNDS[0][1])
+        await wait_until(partial(server.has, "serving "), 30, 0.02, "the first server to serve")
+        conn = await client.connect("127.0.0.1", port)
+        await _echo(conn, acks, 0)
+        for round_no, (signum, supervised) in enumerate(ROUNDS, start=1):
+            server.signal(signum)
+            status = server.wait()
+            if signum == signal.SIGTERM and supervised:
+                assert status == 0, server.output()  # endpoint.run: a graceful stop
+                assert "stopped" in server.output()
+                assert not aeron_dir.exists(), "a graceful stop removes the driver directory"
+            else:
+                assert status == -signum, server.output()
+                assert owner_state(aeron_dir) is OwnerState.DEAD  # left behind, its lock free
+            server = start(plain=round_no < len(ROUNDS) and not ROUNDS[round_no][1])
+            await wait_until(
+                partial(server.has, "serving "), SERVE_WITHIN_S, 0.02, f"round {round_no}: the restarted server"
+            )
+            await wait_until(
+                lambda n=round_no: len(connects) > n and client.connection is not None,
+                30,
+                0.02,
+                f"round {round_no}: the client to reconnect",
+            )
+            conn = client.connection
+            assert conn is not None
+            assert conn is connects[-1]
+            assert conn.is_ipc == (transport == "ipc")
+            await _echo(conn, acks, round_no)
+            assert "Error" not in server.output(), server.output()
     assert len(connects) == len(ROUNDS) + 1

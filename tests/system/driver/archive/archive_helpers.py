@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import struct
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -369,11 +368,7 @@ class ArchiveProcess(LoggedProcess):
             *args,
         ]
         environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        with log_path.open("ab") as sink:
-            process = subprocess.Popen(
-                command, stdout=sink, stderr=subprocess.STDOUT, env=environment, start_new_session=True
-            )
-        archive = cls(process, log_path)
+        archive = cls.spawn(command, log_path, environment)
         try:
             execute_until(
                 archive._ready, archive._check_alive, timeout_s=30, interval_s=0.02, description="archive ready"
