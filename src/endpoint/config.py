@@ -302,7 +302,7 @@ class ServerConfiguration(Configuration):
     max_answer_routes: int = attrs.field(default=512, validator=_int_range(1, 1 << 16))
     """UDP publications to clients' answer ports the server keeps at once (cookies and handshake answers go out on
     them); when full, the oldest not serving a handshake in flight is closed."""
-    max_answer_routes_per_source: int = attrs.field(default=64, validator=_int_range(1, 1 << 16))
+    max_answer_routes_per_source: int = attrs.field(default=256, validator=_int_range(1, 1 << 16))
     """Of those, to one remote address (one NAT may hide many clients); beyond it that address's oldest idle one is
     closed, or the answer dropped (the client asks again)."""
 
