@@ -135,6 +135,9 @@ class NetworkResources:
         self.publications: list[NetworkPublication] = []
         self.images: list[PublicationImage] = []
         self._images_by_stream: dict[tuple[ReceiveChannelEndpoint, int], list[PublicationImage]] = {}
+        # What each subscription's limits count (active images, and per source host), worked out once until an
+        # image comes, goes or stops being active: a flood of refused SETUPs would otherwise scan them each time.
+        self._held_cache: dict[tuple[ReceiveChannelEndpoint, int, int | None], _Held] = {}
         # Publisher limits follow sender positions: after a change of publications or receivers all of them
         # are recomputed, otherwise only those whose sender position moved (one native scan per cycle).
         self._publications_changes = 0
@@ -344,7 +347,7 @@ class NetworkResources:
         for image in self.images:
             if image.state is ImageState.ACTIVE and self._matches(link, image):
                 linked = [p.publication for p in link.positions.values() if isinstance(p.publication, PublicationImage)]
-                cause = self._refusal(link, image.term_length, image.source_address, linked)
+                cause = self._refusal(link, image.term_length, image.source_address, _Held(linked))
                 if cause is None:
                     self._link_image(link, image)
                 else:
@@ -352,20 +355,30 @@ class NetworkResources:
         return endpoint
 
     def _refusal(
-        self, link: SubscriptionLink, term_length: int, source: Address, held: list[PublicationImage]
+        self, link: SubscriptionLink, term_length: int, source: Address, held: _Held
     ) -> DriverSystemCounterId | None:
         """Why ``link``, holding ``held``, may not take an image of ``term_length`` from ``source`` (None: it may)."""
         if term_length > link.max_term_length:
             return DriverSystemCounterId.IMAGES_REFUSED_TERM_LENGTH
-        if len(held) >= link.max_images:
+        if len(held.images) >= link.max_images:
             return DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT
-        if len(held) >= link.max_images_per_source:
-            host = source[0]
-            if sum(1 for image in held if image.source_address[0] == host) >= link.max_images_per_source:
-                return DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT
+        if len(held.images) >= link.max_images_per_source and held.from_host(source[0]) >= link.max_images_per_source:
+            return DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT
         return None
 
-    def _held(self, link: SubscriptionLink) -> list[PublicationImage]:
+    def _images_changed(self) -> None:
+        """An image came, went or stopped being active: what the subscriptions hold is worked out again."""
+        self._held_cache.clear()
+
+    def _held(self, link: SubscriptionLink) -> _Held:
+        assert link.endpoint is not None
+        key = (link.endpoint, link.stream_id, link.session_id)
+        held = self._held_cache.get(key)
+        if held is None:
+            held = self._held_cache[key] = _Held(self._held_images(link))
+        return held
+
+    def _held_images(self, link: SubscriptionLink) -> list[PublicationImage]:
         """The active images of ``link``'s stream (and session) on its endpoint: what its limits count.
 
         An image that ended (end of stream, or silent for the image liveness timeout) keeps its log and
@@ -469,6 +482,7 @@ class NetworkResources:
                 ):
                     image.state = ImageState.INACTIVE
                     image.time_of_last_state_change_ns = now_ns
+            self._images_changed()
         endpoint.ref_count -= 1
         self._maybe_close_receive_endpoint(endpoint)
 
@@ -615,6 +629,7 @@ class NetworkResources:
         )
         self.images.append(image)
         self._images_by_stream.setdefault((endpoint, stream_id), []).append(image)
+        self._images_changed()
         for link in links:
             counter = conductor.subscriber_position(link, session_id, image.join_position)
             link.positions[correlation_id] = SubscriberPosition(link, image, counter)
@@ -677,7 +692,11 @@ class NetworkResources:
                     functools.partial(conductor.sender.on_remove_publication, publication, endpoint, done)
                 )
         for image in list(self.images):
-            if image.on_time_event(now_ns):
+            was_active = image.state is ImageState.ACTIVE
+            ended = image.on_time_event(now_ns)
+            if was_active and image.state is not ImageState.ACTIVE:
+                self._images_changed()
+            if ended:
                 self._on_image_inactive(image)
             elif image.state is ImageState.DONE and image in self.images:
                 self.images.remove(image)
@@ -689,6 +708,7 @@ class NetworkResources:
                 )
 
     def _forget_image(self, image: PublicationImage) -> None:
+        self._images_changed()
         key = (image.endpoint, image.stream_id)
         images = self._images_by_stream.get(key)
         if images is not None and image in images:
@@ -768,5 +788,25 @@ class NetworkResources:
         self._publications_changes += 1
         self.images.clear()
         self._images_by_stream.clear()
+        self._held_cache.clear()
         self.send_endpoints.clear()
         self.receive_endpoints.clear()
+
+
+class _Held:
+    """The active images a subscription's limits count, and how many of them come from each host (counted once,
+    when first asked)."""
+
+    __slots__ = ("_per_host", "images")
+
+    def __init__(self, images: list[PublicationImage]) -> None:
+        self.images = images
+        self._per_host: dict[str, int] | None = None
+
+    def from_host(self, host: str) -> int:
+        per_host = self._per_host
+        if per_host is None:
+            per_host = self._per_host = {}
+            for image in self.images:
+                per_host[image.source_address[0]] = per_host.get(image.source_address[0], 0) + 1
+        return per_host.get(host, 0)
