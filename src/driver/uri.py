@@ -39,6 +39,7 @@ __all__ = [
     "CONTROL_MODE_RESPONSE",
     "ENDPOINT_PARAM_NAME",
     "EOS_PARAM_NAME",
+    "EVICT_SILENT_PARAM_NAME",
     "FLOW_CONTROL_PARAM_NAME",
     "FRAME_ALIGNMENT",
     "GROUP_PARAM_NAME",
@@ -150,6 +151,8 @@ STREAM_ID_PARAM_NAME = "stream-id"
 MAX_TERM_LENGTH_PARAM_NAME = "max-term-length"
 MAX_IMAGES_PARAM_NAME = "max-images"
 MAX_IMAGES_PER_SOURCE_PARAM_NAME = "max-images-per-source"
+EVICT_SILENT_PARAM_NAME = "evict-silent"
+"""``true``: when the subscription is at an image limit, its longest-silent image gives way to a new one."""
 
 CONTROL_MODE_MANUAL = "manual"
 CONTROL_MODE_DYNAMIC = "dynamic"
@@ -416,6 +419,7 @@ _VALIDATORS: dict[str, _Validator] = {
     MAX_TERM_LENGTH_PARAM_NAME: _check_term_length,
     MAX_IMAGES_PARAM_NAME: _check_count,
     MAX_IMAGES_PER_SOURCE_PARAM_NAME: _check_count,
+    EVICT_SILENT_PARAM_NAME: _check_bool,
 }
 
 KNOWN_PARAMS: frozenset[str] = frozenset(_VALIDATORS)

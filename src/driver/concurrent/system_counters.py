@@ -256,6 +256,7 @@ class DriverSystemCounterId(enum.IntEnum):
     IMAGES_REFUSED_SOURCE_LIMIT = 3
     AGENT_COMMANDS_DEFERRED = 4
     SETUPS_NOT_ELICITED = 5
+    IMAGES_EVICTED_SILENT = 6
 
     @property
     def label(self) -> str:
@@ -269,6 +270,7 @@ _DRIVER_SYSTEM_COUNTER_LABELS: dict[DriverSystemCounterId, str] = {
     DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT: "Images refused: images per source address limit",
     DriverSystemCounterId.AGENT_COMMANDS_DEFERRED: "Agent commands deferred: queue full",
     DriverSystemCounterId.SETUPS_NOT_ELICITED: "Unknown sessions dropped: too many awaiting SETUP",
+    DriverSystemCounterId.IMAGES_EVICTED_SILENT: "Images evicted: silent, to make room for a new one",
 }
 
 CONTROL_PROTOCOL_VERSION = (1 << 16) | (0 << 8) | 0

@@ -785,6 +785,7 @@ class DriverConductor:
                 ctx.receiver_max_images_per_source,
             ),
             sparse=uri.get("sparse") == "true",
+            evict_silent=uri.get("evict-silent") == "true",
         )
         if udp is not None:
             self.subscription_links.append(sub)

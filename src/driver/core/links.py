@@ -69,6 +69,7 @@ class SubscriptionLink:
         "channel",
         "client",
         "endpoint",
+        "evict_silent",
         "max_images",
         "max_images_per_source",
         "max_term_length",
@@ -91,6 +92,7 @@ class SubscriptionLink:
         max_images: int = 1 << 31,
         max_images_per_source: int = 1 << 31,
         sparse: bool = False,
+        evict_silent: bool = False,
     ) -> None:
         self.registration_id = registration_id
         self.client = client
@@ -105,6 +107,9 @@ class SubscriptionLink:
         self.max_images_per_source = max_images_per_source
         self.sparse = sparse
         """``sparse=true`` on the channel: its images' logs are sparse whatever their length."""
+        self.evict_silent = evict_silent
+        """``evict-silent=true``: at an image limit, an image silent for a while gives way to a new one (a flood
+        of SETUPs that never send evicts itself instead of locking live publishers out)."""
 
     def matches(self, publication: IpcPublication) -> bool:
         return (

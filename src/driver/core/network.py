@@ -366,6 +366,31 @@ class NetworkResources:
             return DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT
         return None
 
+    def _evict_silent(self, link: SubscriptionLink, cause: DriverSystemCounterId, source: Address) -> bool:
+        """End the image of ``link`` that has been silent longest (for :data:`SILENT_NS` at least; from
+        ``source``'s host when that host is at its limit), so a new one fits; False when none is that silent."""
+        held = self._held(link)
+        if held.lingering >= link.max_images:
+            return False  # evicted images linger with their files: at most the limit of them, as ended ones
+        host = source[0] if cause is DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT else None
+        now_ns = self._conductor.now_ns()
+        if now_ns < held.no_eviction_before_ns.get(host, 0):
+            return False  # a flood of SETUPs asks again and again: the images are scanned once per silence
+        candidates = (
+            held.images if host is None else [image for image in held.images if image.source_address[0] == host]
+        )
+        victim = min(candidates, key=lambda image: image.time_of_last_packet_ns, default=None)
+        if victim is None:
+            return False
+        if now_ns - victim.time_of_last_packet_ns < SILENT_NS:
+            held.no_eviction_before_ns[host] = victim.time_of_last_packet_ns + SILENT_NS
+            return False
+        victim.state = ImageState.INACTIVE  # lingers as an image that ended, then goes; holds no place now
+        victim.time_of_last_state_change_ns = now_ns
+        self._conductor.system_counters.get(DriverSystemCounterId.IMAGES_EVICTED_SILENT).increment()
+        self._images_changed()
+        return True
+
     def _images_changed(self) -> None:
         """An image came, went or stopped being active: what the subscriptions hold is worked out again."""
         self._held_cache.clear()
@@ -375,7 +400,8 @@ class NetworkResources:
         key = (link.endpoint, link.stream_id, link.session_id)
         held = self._held_cache.get(key)
         if held is None:
-            held = self._held_cache[key] = _Held(self._held_images(link))
+            everything = self._images_by_stream.get(key[:2], ())
+            held = self._held_cache[key] = _Held(self._held_images(link), len(everything))
         return held
 
     def _held_images(self, link: SubscriptionLink) -> list[PublicationImage]:
@@ -514,6 +540,8 @@ class NetworkResources:
             cause: DriverSystemCounterId | None = None
             for link in links:
                 refusal = self._refusal(link, term_length, source, self._held(link))
+                if refusal in _EVICTABLE and link.evict_silent and self._evict_silent(link, refusal, source):
+                    refusal = self._refusal(link, term_length, source, self._held(link))
                 if refusal is None:
                     accepted.append(link)
                 elif cause is None:
@@ -793,15 +821,29 @@ class NetworkResources:
         self.receive_endpoints.clear()
 
 
+SILENT_NS = 1_000_000_000
+"""How long an image must have had no packet (not even a heartbeat, which a live publisher sends every 100 ms)
+before ``evict-silent`` lets a new image take its place."""
+
+_EVICTABLE = frozenset(
+    (DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT, DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT)
+)
+
+
 class _Held:
     """The active images a subscription's limits count, and how many of them come from each host (counted once,
     when first asked)."""
 
-    __slots__ = ("_per_host", "images")
+    __slots__ = ("_per_host", "images", "lingering", "no_eviction_before_ns")
 
-    def __init__(self, images: list[PublicationImage]) -> None:
+    def __init__(self, images: list[PublicationImage], of_stream: int = 0) -> None:
         self.images = images
+        self.lingering = max(0, of_stream - len(images))
+        """Images of the stream that ended but keep their files for a while (of every session)."""
         self._per_host: dict[str, int] | None = None
+        self.no_eviction_before_ns: dict[str | None, int] = {}
+        """For ``evict-silent``, per host at its limit (None: the whole subscription): no image is silent enough
+        before then (packets only make images fresher; a new image makes a new record)."""
 
     def from_host(self, host: str) -> int:
         per_host = self._per_host

@@ -311,3 +311,44 @@ def test_ended_images_give_their_place_and_files_stay_within_twice_the_limit(udp
         execute_until(lambda: view.value(refused) == 2, timeout_s=10, description="the sixth refused")
         assert len(view.image_files()) <= 4
         execute_until(lambda: view.image_files() == [], timeout_s=30, description="every image's file gone")
+
+
+def test_evict_silent_lets_live_publishers_in_past_a_subscription_full_of_forged_images(udp: UdpDrivers) -> None:
+    driver = udp.embedded("sub", image_liveness_timeout_ns=60 * 10**9)  # forged images would hold on for a minute
+    pub_driver = udp.embedded("pub")
+    client = udp.client(driver.aeron_dir)
+    port = free_udp_port()
+    subscription = _subscribe(client, port, "|max-images=3|evict-silent=true")
+    evicted = DriverSystemCounterId.IMAGES_EVICTED_SILENT
+    with _driver_view(driver.aeron_dir) as view, _sender("127.0.0.7") as sock:
+        for session_id in (0x7001, 0x7002, 0x7003):
+            sock.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        wait_for_image(subscription, 3)  # type: ignore[arg-type]
+        # Full of images that never send: once they have been silent a while, a live publisher takes a place.
+        publisher = udp.client(pub_driver.aeron_dir)
+        legit = publisher.add_exclusive_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM_ID)
+        execute_until(
+            lambda: any(i.session_id == legit.session_id for i in subscription.images),  # type: ignore[attr-defined]
+            timeout_s=20,
+            description="the live publisher's image, in place of a silent forged one",
+        )
+        assert view.value(evicted) >= 1
+        # More forged SETUPs evict only silent images: never the live publisher's, which sends heartbeats.
+        session_id = 0x7100
+        for _round in range(6):
+            for _ in range(5):
+                sock.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+                session_id += 1
+            execute_until(
+                lambda expected=session_id - 0x7100: (
+                    view.value(DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT) + view.value(evicted)
+                    >= expected
+                ),
+                timeout_s=10,
+                description="forged SETUPs refused or taking a silent image's place",
+            )
+            assert any(i.session_id == legit.session_id for i in subscription.images)  # type: ignore[attr-defined]
+        # Evicted images linger as ended ones do (the subscriber may still list them), at most the limit of them.
+        assert len(view.image_files()) <= 2 * 3
+        collector = Collector(session_id=legit.session_id)
+        publish_checked(legit, [(subscription, collector)], 20, 64)
