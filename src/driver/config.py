@@ -339,7 +339,7 @@ class DriverContext:
     )
     """Images one subscription holds at most (a subscription can ask for fewer with ``max-images``)."""
     receiver_max_images_per_source: int = attrs.field(
-        default=256, metadata=_meta("aeron.receiver.max.images.per.source", _Kind.INT)
+        default=64, metadata=_meta("aeron.receiver.max.images.per.source", _Kind.INT)
     )
     """Images one subscription holds at most from one source address (``max-images-per-source``)."""
     receiver_sparse_image_threshold: int = attrs.field(
