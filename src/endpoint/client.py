@@ -167,7 +167,7 @@ class Client(EndPoint[ClientConfiguration]):
                     reply, publication = await add_pair(
                         aeron,
                         (
-                            udp_channel(f"{bracket(local_ip)}:{local_port}", max_term_length=65536) + "|sparse=true|evict-silent=true",
+                            udp_channel(f"{bracket(local_ip)}:{local_port}", max_term_length=65536, handshake=True),
                             REPLY_STREAM_ID,
                         ),
                         (udp_channel(f"{bracket(ip)}:{port}", term_length=65536), HANDSHAKE_STREAM_ID),

@@ -179,7 +179,7 @@ class Server(EndPoint[ServerConfiguration]):
             # the images it makes are sparse (a forged SETUP costs the log's metadata page, not its terms). At
             # the image limits the longest-silent image gives way: forged SETUPs that never send evict each
             # other, while live clients' publications (heartbeats every 100 ms) keep their places.
-            channel = udp_channel(f"{bracket(cfg.listen_address)}:{cfg.port}", max_term_length=65536) + "|sparse=true|evict-silent=true"
+            channel = udp_channel(f"{bracket(cfg.listen_address)}:{cfg.port}", max_term_length=65536, handshake=True)
             try:
                 self._udp_handshake = await aeron.add_subscription_async(channel, HANDSHAKE_STREAM_ID)
             except Exception as exc:

@@ -37,10 +37,17 @@ def bracket(host: str) -> str:
 
 
 def udp_channel(
-    endpoint: str, *, term_length: int | None = None, mtu: int | None = None, max_term_length: int | None = None
+    endpoint: str,
+    *,
+    term_length: int | None = None,
+    mtu: int | None = None,
+    max_term_length: int | None = None,
+    handshake: bool = False,
 ) -> str:
     """``max_term_length`` (subscriptions): the longest term a publisher may make the driver hold an image of;
-    a subscription asks only for what its peers use, so a forged SETUP cannot make it map more."""
+    a subscription asks only for what its peers use, so a forged SETUP cannot make it map more. ``handshake``
+    (subscriptions of handshake streams, which anyone may send to): sparse images, and at the image limits the
+    longest-silent image gives way, so forged SETUPs that never send cost a page each and evict each other."""
     params = [f"endpoint={endpoint}"]
     if term_length is not None:
         params.append(f"term-length={term_length}")
@@ -48,6 +55,8 @@ def udp_channel(
         params.append(f"mtu={mtu}")
     if max_term_length is not None:
         params.append(f"max-term-length={max_term_length}")
+    if handshake:
+        params += ["sparse=true", "evict-silent=true"]
     return "aeron:udp?" + "|".join(params)
 
 
