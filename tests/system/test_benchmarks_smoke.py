@@ -23,6 +23,16 @@ RUN_TIMEOUT_S = 240
         ("endpoint_throughput.py", ["End point throughput, one way"]),
         ("endpoint_latency.py", ["End point round trip"]),
         (
+            "endpoint_hostile.py",
+            [
+                "Under attack: a legitimate UDP client",
+                "forged SETUPs",
+                "never-completing HELLOs",
+                "Ratios to no attack",
+                "Sealed connections",
+            ],
+        ),
+        (
             "endpoint_connections.py",
             ["(a) Handshakes per second", "concurrent IPC clients on one server", "(c) Idle CPU", "idle UDP clients"],
         ),
