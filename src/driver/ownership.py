@@ -90,10 +90,9 @@ def process_is_alive(pid: int, start_time: int | None = None) -> bool | None:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        pass  # exists, under another user
-    except OSError:
-        return None
+    except OSError as exc:
+        if not isinstance(exc, PermissionError):  # EPERM: it exists, under another user
+            return None
     if start_time is None:
         return True
     now = process_start_time(pid)
