@@ -102,9 +102,10 @@ class IncomingStream:
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
         self._consumed = False
-        self._seen = 0
+        self._seen = -1
         self._since_ns = 0
-        """Bytes received at the last check, and since when (the stall timer)."""
+        """Bytes received at the last check, and since when (the stall timer); -1: not checked yet, so the first
+        check starts the timer (a stream whose first chunk had not come by then was dropped as stalled at once)."""
 
     def __repr__(self) -> str:
         return f"<IncomingStream {self.stream_id} {self.name!r} {self.received}/{self.size} on {self.connection!r}>"

@@ -674,3 +674,25 @@ async def test_a_large_message_whose_end_does_not_match_is_reported_not_dispatch
     assert log == [Num(5)]
     await wait_until(lambda: pair.errors, BOUND, what="the server's on_error")
     assert isinstance(pair.errors[0], StreamChecksumError), pair.errors
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_stream_whose_first_chunk_comes_after_a_few_ticks_is_not_taken_for_stalled(
+    transport: str, aeron_dir: Path, client_dir: Path, port: int, tmp_path: Path
+) -> None:
+    """The stall timer starts at the first check after the stream opened (it once started at time zero, so a stream
+    whose first chunk had not arrived by the next tick was dropped as stalled at once, whatever the timeout)."""
+    async with open_pair(transport, aeron_dir, client_dir, port, server={"ping_interval": 0.05}) as pair:
+        listen(pair, pair.server, by_iterating, tmp_path)
+        data = data_of(300_000, seed=9)
+
+        async def late_pieces() -> AsyncIterator[bytes]:
+            await asyncio.sleep(0.5)  # ten ticks of the server's poller (every half ping interval) before any chunk
+            yield data
+
+        async with asyncio.timeout(BOUND):
+            assert await pair.conn.send_stream(late_pieces(), name="late", size=len(data)) == len(data)
+        entry = await pair.wait_received("late")
+        assert entry.error is None
+        assert sha(entry.data) == sha(data)
+        assert pair.server_conn.streams.stalled == 0
