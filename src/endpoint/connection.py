@@ -14,9 +14,11 @@ Remote calls (:mod:`endpoint.rpc`) and streams (:mod:`endpoint.streaming`) ride 
 same publication; their control messages are handled by the poller directly, never
 queued behind listeners.
 
-A sealed connection (:mod:`endpoint.sealing`) seals every message it offers, whatever
-it is, in the one place every offer goes through (``_offer``), and opens every whole
-message of the peer's before anything reads it (``_on_whole``). An unsealed connection
+Every send goes through the connection's :class:`~endpoint.outbox.Outbox` (one guard, one
+offer, one queue behind back pressure). A sealed connection (:mod:`endpoint.sealing`) seals
+every message it offers, whatever it is, in the one place every offer goes through (the
+outbox's ``offer``), and opens every whole message of the peer's before anything reads it
+(``_on_whole``). An unsealed connection
 binds those two names to the plain publication offer and decoder: its path and cost
 are what they were.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import inspect
 import itertools
 import os
@@ -32,8 +35,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from driver.client.aio import Backoff
-from driver.client.publication import ADMIN_ACTION, BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
+from driver.client.publication import Publication
 from driver.client.subscription import Image, Subscription
 from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.errors import (
@@ -44,7 +46,6 @@ from endpoint.errors import (
     MessageTooLargeError,
     SealError,
     SerializationError,
-    TransmitError,
 )
 from endpoint.liveness import PEER_TIMED_OUT, Liveness, Verdict
 from endpoint.messages import (
@@ -62,6 +63,7 @@ from endpoint.messages import (
     StreamOpen,
     internal_problem,
 )
+from endpoint.outbox import Outbox
 from endpoint.rpc import ConnectionRpc
 from endpoint.sealing import OVERHEAD, Opener, Sealer
 from endpoint.streaming import CHUNK_EXT, MESSAGE, Progress, StreamManager, StreamSource
@@ -120,7 +122,6 @@ class Connection:
         self._decode = config.serialization.decode
         self._listeners = endpoint.listeners
         self._max_length = publication.max_message_length
-        self._send_timeout = config.send_timeout
         self._fragments: bytearray | None = None
         poller = endpoint._loop_poller
         self._poke: Callable[[], None] = poller.poke if poller is not None else endpoint._poke_poller
@@ -131,12 +132,10 @@ class Connection:
         self._worker: asyncio.Task[None] | None = None
         self._pings: dict[int, asyncio.Future[float]] = {}
         self._ping_seq = itertools.count(1)
-        self._sent = 0
         self._heard = 0
         self._control = 0
         self._seen_sent = 0
         self._liveness = Liveness(time.monotonic_ns(), int(config.ping_interval * 1e9), int(config.peer_timeout * 1e9))
-        self._closing = False
         self._closed = False
         self._closed_event = asyncio.Event()
         self.close_reason = ""
@@ -144,10 +143,6 @@ class Connection:
         self.closed_by_peer = False
         self.lost = False
         """True when the connection ended without a graceful close (peer timed out or vanished, driver failed)."""
-        self._queued_later = 0
-        self._queued_later_limit = config.max_pending_calls + _QUEUED_CONTROL_ROOM
-        self.dropped_answers = 0
-        """Internal messages (RPC answers, stream cancels) dropped because too many already waited on back pressure."""
         self.malformed_messages = 0
         """Messages of the peer's dropped as malformed: undecodable, empty, or internal ones with bad fields."""
         self.rtt: float | None = None
@@ -156,8 +151,17 @@ class Connection:
         """Every message each way is sealed (see :meth:`_seal_with`)."""
         self.seal_failures = 0
         """Messages of the peer's that did not open (the first one closes the connection)."""
-        self._offer: Callable[[Buffer], int] = publication.offer
-        """Every offer of this connection goes through here: the publication's, or sealing then the publication's."""
+        self.outbox = Outbox(
+            offer=publication.offer,
+            encode=self._encode,
+            poke=self._poke,
+            send_timeout=config.send_timeout,
+            later_limit=config.max_pending_calls + _QUEUED_CONTROL_ROOM,
+            closed_error=self._closed_error,
+            report=functools.partial(endpoint._notify_error, self),
+            name=self.__repr__,
+        )
+        """Every send of this connection, its calls and its streams goes through here (see :mod:`endpoint.outbox`)."""
         self._on_whole: Callable[[memoryview], None] = self._on_message_bytes
         """Every whole message of the peer's goes through here: read as is, or opened first."""
         self._sealer: Sealer | None = None
@@ -166,8 +170,6 @@ class Connection:
         self._refused_sealed: bytes | None = None
         self._paused = 0
         self._held_calls = 0
-        self._backlog: collections.deque[tuple[Buffer, asyncio.Future[None], float]] = collections.deque()
-        self._writer: asyncio.Task[None] | None = None
         self.rpc = ConnectionRpc(self, endpoint.rpc)
         """Objects exposed to this peer only, and proxies of the peer's objects."""
         self.streams = StreamManager(self)
@@ -209,7 +211,16 @@ class Connection:
 
     @property
     def messages_sent(self) -> int:
-        return self._sent
+        return self.outbox.sent
+
+    @property
+    def dropped_answers(self) -> int:
+        """Internal messages (RPC answers, stream cancels) dropped because too many already waited on back pressure."""
+        return self.outbox.dropped_answers
+
+    @property
+    def _closing(self) -> bool:
+        return self.outbox.closing
 
     @property
     def messages_received(self) -> int:
@@ -237,7 +248,7 @@ class Connection:
         out, back = (CLIENT_TO_SERVER, SERVER_TO_CLIENT) if client else (SERVER_TO_CLIENT, CLIENT_TO_SERVER)
         self._sealer = Sealer(send_key, connection_id=self.id, session_id=self._pub.session_id, direction=out)
         self._opener = Opener(receive_key, connection_id=self.id, session_id=inbound_session_id, direction=back)
-        self._offer = self._offer_sealed
+        self.outbox.offer = self._offer_sealed
         self._on_whole = self._open_sealed
         self._max_length = self._pub.max_message_length - OVERHEAD
         self.sealed = True
@@ -278,7 +289,7 @@ class Connection:
         reason = f"{SEAL_FAILED}: {exc}"
         self._endpoint._notify_error(self, SealError(f"{self!r}: {exc}; the connection closes"))
         if not self._closing:
-            self._send_control(Disconnect(reason))
+            self.outbox.send_control(Disconnect(reason))
             self._lose(reason)
 
     # ------------------------------------------------------------------ sending
@@ -298,30 +309,8 @@ class Connection:
         Raises ConnectionClosedError when closed, MessageTooLargeError or
         SerializationError for a message that can never be sent.
         """
-        if self._closing:
-            raise self._closed_error()
-        return self._offer_now(self._encoded(message))
-
-    def _offer_now(self, data: Buffer, poke: bool = True, *, jump_queue: bool = False) -> bool:
-        """Offer once, and once more straight away after ADMIN_ACTION (the log rotated: the retry succeeds).
-
-        False while sends are queued behind back pressure (they go first) unless ``jump_queue``.
-        A message the user sent pokes the poller (an answer may follow); a keepalive does not.
-        """
-        if self._backlog and not jump_queue:
-            return False
-        offer = self._offer
-        result = offer(data)
-        if result == ADMIN_ACTION:
-            result = offer(data)
-        if result >= 0:
-            self._sent += 1
-            if poke:
-                self._poke()
-            return True
-        if result == CLOSED:
-            raise self._closed_error()
-        return False
+        self.outbox.ensure_open()
+        return self.outbox.offer_now(self._encoded(message))
 
     async def send(self, message: object, *, timeout: float | None = None) -> None:
         """Send ``message``, waiting out back pressure for up to ``timeout`` (default: ``send_timeout``) seconds.
@@ -329,8 +318,7 @@ class Connection:
         A message longer than the connection's max message length (up to ``max_message_size``) goes as a
         stream of chunks and reaches the peer's listeners whole; ``timeout`` then bounds each chunk's wait.
         """
-        if self._closing:
-            raise self._closed_error()
+        self.outbox.ensure_open()
         data = self._encode(message)
         if len(data) > self._max_length:
             limit = self._endpoint.config.max_message_size
@@ -340,76 +328,7 @@ class Connection:
                 )
             await self.streams.send(data, name=type(message).__name__, timeout=timeout, kind=MESSAGE)
             return
-        await self._send_bytes(data, timeout)
-
-    async def _send_bytes(self, data: Buffer, timeout: float | None) -> None:
-        """Offer one encoded message, waiting out back pressure (the shared path of every awaited send).
-
-        Under back pressure, senders queue in order behind one writer task that offers as the log frees up:
-        thousands of waiting calls cost one poll each time, not one each, and none starves.
-        """
-        if self._offer_now(data):
-            return
-        if self._closing:
-            raise self._closed_error()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        wait = self._send_timeout if timeout is None else timeout
-        self._backlog.append((data, future, loop.time() + wait))
-        if self._writer is None:
-            self._writer = loop.create_task(self._write_backlog(), name=f"{self!r} writer")
-        await future
-
-    async def _write_backlog(self) -> None:
-        backlog = self._backlog
-        offer = self._offer
-        backoff = Backoff(0.001)
-        time_now = asyncio.get_running_loop().time
-        try:
-            while backlog:
-                data, future, deadline = backlog[0]
-                if future.done():  # its sender was cancelled
-                    backlog.popleft()
-                    continue
-                result = offer(data)
-                if result == ADMIN_ACTION:
-                    result = offer(data)
-                if result >= 0:
-                    backlog.popleft()
-                    self._sent += 1
-                    future.set_result(None)
-                    backoff.reset()
-                    self._poke()
-                elif result in (BACK_PRESSURED, NOT_CONNECTED):
-                    if time_now() > deadline:  # the head waits longest; equal timeouts expire in order
-                        backlog.popleft()
-                        future.set_exception(TransmitError(f"{self!r}: back pressure outlasted the send timeout"))
-                        continue
-                    await backoff.idle()
-                else:
-                    backlog.popleft()
-                    future.set_exception(
-                        self._closed_error()
-                        if result == CLOSED
-                        else TransmitError(f"{self!r}: offer failed with {result}")
-                    )
-        finally:
-            self._writer = None
-
-    def _fail_backlog(self) -> None:
-        error = self._closed_error()
-        while self._backlog:
-            _, future, _ = self._backlog.popleft()
-            if not future.done():
-                future.set_exception(error)
-        if self._writer is not None:
-            self._writer.cancel()
-
-    async def _send_message(self, message: object, timeout: float | None) -> None:
-        """An internal message that must arrive (unlike a keepalive): waits out back pressure."""
-        if self._closing:
-            raise self._closed_error()
-        await self._send_bytes(self._encode(message), timeout)
+        await self.outbox.send_bytes(data, timeout)
 
     async def send_stream(
         self,
@@ -438,46 +357,9 @@ class Connection:
         """Stream the file at ``path``, named by its file name."""
         return await self.send_stream(path, name=os.path.basename(path), metadata=metadata, progress=progress)
 
-    def _send_control(self, message: object, *, must_arrive: bool = False) -> bool:
-        """Offer an internal message at once, ahead of queued sends; one that ``must_arrive`` queues if refused."""
-        try:
-            data = self._encode(message)
-            if self._offer_now(data, poke=False, jump_queue=True):
-                return True
-        except Exception:  # a control message must never take the poller down
-            return False
-        if must_arrive and not self._closing:
-            self._send_later(data)
-        return False
-
-    def _send_later(self, data: bytes) -> None:
-        """Queue an internal message back pressure refused (an answer, a cancel) behind the writer, without a task.
-
-        A peer that sends requests but never reads the answers cannot make them pile up past a bound (its calls
-        in flight, ``max_pending_calls``, and room for as many control messages); beyond it they are dropped
-        and counted.
-        """
-        if self._queued_later >= self._queued_later_limit:
-            self.dropped_answers += 1
-            return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        future.add_done_callback(self._sent_later)
-        self._queued_later += 1
-        self._backlog.append((data, future, loop.time() + self._send_timeout))
-        if self._writer is None:
-            self._writer = loop.create_task(self._write_backlog(), name=f"{self!r} writer")
-
-    def _sent_later(self, future: asyncio.Future[None]) -> None:
-        self._queued_later -= 1
-        error = None if future.cancelled() else future.exception()
-        if error is not None and not isinstance(error, ConnectionClosedError):
-            self._endpoint._notify_error(self, error)
-
     async def ping(self, timeout: float | None = None) -> float:
         """Round-trip time to the peer in seconds (also kept in :attr:`rtt`)."""
-        if self._closing:
-            raise self._closed_error()
+        self.outbox.ensure_open()
         seq = next(self._ping_seq)
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._pings[seq] = future
@@ -553,7 +435,7 @@ class Connection:
         self._endpoint._notify_error(self, MalformedMessageError(f"{self!r}: {problem}; dropped"))
 
     def _on_message_bytes(self, payload: memoryview) -> None:
-        if self._closing and self.closed_by_peer:
+        if self.closed_by_peer and self._closing:
             return  # nothing after the peer's Disconnect
         if not len(payload):
             self._malformed("an empty message")
@@ -581,7 +463,7 @@ class Connection:
             if message.seq == 0:  # a keepalive: heard, which is all it is for; not work for the poller
                 self._control += 1
                 return
-            self._send_control(Pong(message.seq, message.sent_ns))
+            self.outbox.send_control(Pong(message.seq, message.sent_ns))
             return
         if cls is Pong:
             if message.seq == 0:
@@ -591,7 +473,7 @@ class Connection:
         if cls is Disconnect:
             self.close_reason = message.reason
             self.closed_by_peer = True
-            self._closing = True
+            self.outbox.closing = True
             self._endpoint._loop_call_soon(self._finish, message.reason, True)
             return
         internal = self._internal.get(cls)
@@ -687,8 +569,9 @@ class Connection:
         if self._closing:
             return
         liveness = self._liveness
-        if self._sent != self._seen_sent:
-            self._seen_sent = self._sent
+        sent = self.outbox.sent
+        if sent != self._seen_sent:
+            self._seen_sent = sent
             liveness.sent(now_ns)
         reading = not self._not_reading()
         if not reading:  # we are the ones not reading: not the peer's fault
@@ -705,8 +588,8 @@ class Connection:
         if image is not None and (image.is_closed or image.is_end_of_stream):
             self._lose("the peer's stream ended without a disconnect")  # may come sooner, never later
             return
-        if verdict is Verdict.KEEPALIVE and self._send_control(Ping(0, time.perf_counter_ns())):
-            self._seen_sent = self._sent
+        if verdict is Verdict.KEEPALIVE and self.outbox.send_control(Ping(0, time.perf_counter_ns())):
+            self._seen_sent = self.outbox.sent
             liveness.sent(now_ns)
 
     # ------------------------------------------------------------------ closing
@@ -716,25 +599,16 @@ class Connection:
         if self._closing:
             await self.wait_closed()
             return
-        self._closing = True
+        self.outbox.closing = True
         self.close_reason = reason
         timeout = self._endpoint.config.close_timeout if timeout is None else timeout
         try:
-            await self._offer_until(self._encode(Disconnect(reason)), timeout)
+            await self.outbox.offer_until(self._encode(Disconnect(reason)), timeout)
             await self._wait_peer_gone(timeout)
         except (TimeoutError, Exception):  # the peer may be gone already; closing goes on regardless
             pass
         self._finish(reason, False)
         await self.wait_closed()
-
-    async def _offer_until(self, data: bytes, timeout: float) -> None:
-        """Offer ahead of queued sends, waiting out back pressure for up to ``timeout`` (TimeoutError)."""
-        deadline = time.monotonic() + timeout
-        backoff = Backoff(0.001)
-        while not self._offer_now(data, poke=False, jump_queue=True):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self!r}: the disconnect message was not accepted within {timeout:g} s")
-            await backoff.idle()
 
     async def _wait_peer_gone(self, timeout: float) -> None:
         """Until the peer closes its side after our Disconnect (its stream ends), bounded by ``timeout``."""
@@ -752,7 +626,7 @@ class Connection:
         """Loop thread: stop reading, fail pending pings, fire on_disconnect after queued messages, free resources."""
         if self._closed:
             return
-        self._closing = True
+        self.outbox.closing = True
         self._closed = True
         if by_peer:
             self.closed_by_peer = True
@@ -762,7 +636,7 @@ class Connection:
             if not future.done():
                 future.set_exception(self._closed_error())
         self._pings.clear()
-        self._fail_backlog()
+        self.outbox.fail_backlog()
         self.rpc._close()
         self.streams.close()
         if self._listeners.disconnect:
@@ -775,7 +649,7 @@ class Connection:
         """Drop the connection without a disconnect message (dead peer, failed driver)."""
         if self._closing:
             return
-        self._closing = True
+        self.outbox.closing = True
         self.lost = True
         self.close_reason = reason
         self._endpoint._loop_call_soon(self._finish, reason, False)

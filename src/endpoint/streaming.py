@@ -181,7 +181,7 @@ class IncomingStream:
             return
         self._fail(StreamCancelledError(f"{self!r} cancelled by the receiver", reason))
         self._manager._forget_incoming(self.stream_id)
-        self.connection._send_control(StreamCancel(self.stream_id, reason), must_arrive=True)
+        self.connection.outbox.send_control(StreamCancel(self.stream_id, reason), must_arrive=True)
 
     # ------------------------------------------------------------------ feeding (poller)
 
@@ -303,9 +303,8 @@ class StreamManager:
         timeout: float | None = None,
         kind: int = BYTES,
     ) -> int:
-        connection = self.connection
-        if connection._closing:
-            raise connection._closed_error()
+        outbox = self.connection.outbox
+        outbox.ensure_open()
         stream_id = next(self._ids) & 0xFFFF_FFFF
         if size is None:
             size = _known_size(source)
@@ -317,10 +316,9 @@ class StreamManager:
         crc = 0
         finished = False
         try:
-            await connection._send_message(StreamOpen(stream_id, kind, name, size, metadata), timeout)
+            await outbox.send_message(StreamOpen(stream_id, kind, name, size, metadata), timeout)
             async for length in _fill(source, payload):
-                if connection._closing:
-                    raise connection._closed_error()
+                outbox.ensure_open()
                 if state.cancel_reason is not None:
                     raise StreamCancelledError(
                         f"stream {stream_id} ({name!r}) cancelled by the receiver: {state.cancel_reason}",
@@ -328,8 +326,8 @@ class StreamManager:
                     )
                 _write_header(frame, stream_id, length)
                 data = memoryview(frame)[: CHUNK_HEADER_LENGTH + length]
-                if not connection._offer_now(data, poke=False):
-                    await connection._send_bytes(data, timeout)
+                if not outbox.offer_now(data, poke=False):
+                    await outbox.send_bytes(data, timeout)
                 crc = zlib.crc32(payload[:length], crc)
                 sent += length
                 if progress is not None:
@@ -339,13 +337,13 @@ class StreamManager:
                     f"stream {stream_id} ({name!r}) cancelled by the receiver: {state.cancel_reason}",
                     state.cancel_reason,
                 )
-            await connection._send_message(StreamEnd(stream_id, sent, crc), timeout)
+            await outbox.send_message(StreamEnd(stream_id, sent, crc), timeout)
             finished = True
             return sent
         finally:
             del self._outgoing[stream_id]
-            if not finished and state.cancel_reason is None and not connection._closing:
-                connection._send_control(StreamAbort(stream_id, "the sender stopped"), must_arrive=True)
+            if not finished and state.cancel_reason is None and not outbox.closing:
+                outbox.send_control(StreamAbort(stream_id, "the sender stopped"), must_arrive=True)
 
     # ------------------------------------------------------------------ receiving (poller)
 
@@ -379,13 +377,13 @@ class StreamManager:
         """Decline (or drop part way) one incoming stream or large message for the connection's budget."""
         self.over_budget += 1
         reason = f"over {budget} ({detail})"
-        self.connection._send_control(StreamCancel(stream_id, reason), must_arrive=True)
+        self.connection.outbox.send_control(StreamCancel(stream_id, reason), must_arrive=True)
         self.connection.endpoint._notify_error(
             self.connection, BudgetExceededError(f"{self.connection!r}: dropped stream {stream_id}: {reason}", budget)
         )
 
     def _decline(self, open_: StreamOpen, reason: str) -> None:
-        self.connection._send_control(StreamCancel(open_.stream_id, reason), must_arrive=True)
+        self.connection.outbox.send_control(StreamCancel(open_.stream_id, reason), must_arrive=True)
         self.connection.endpoint._notify_error(
             self.connection, StreamError(f"declined stream {open_.stream_id} ({open_.name!r}): {reason}")
         )
@@ -462,7 +460,7 @@ class StreamManager:
     def _stalled(self, stream_id: int, what: str, received: int, stream: IncomingStream | None = None) -> None:
         self.stalled += 1
         reason = f"stalled: no chunk for {self._stall_ns / 1e9:g} s (stream_stall_timeout) after {received} bytes"
-        self.connection._send_control(StreamCancel(stream_id, reason), must_arrive=True)
+        self.connection.outbox.send_control(StreamCancel(stream_id, reason), must_arrive=True)
         error = BudgetExceededError(f"{self.connection!r}: dropped {what}: {reason}", "stream_stall_timeout")
         if stream is not None:
             stream._fail(error)  # its consumer raises it (and on_error hears of it if the consumer lets it out)
@@ -501,7 +499,7 @@ class StreamManager:
 
     def close(self) -> None:
         """The connection closed: streams in flight fail on both sides."""
-        error = self.connection._closed_error()
+        error = self.connection.outbox.closed_error()
         for stream in self._incoming.values():
             stream._fail(error)
         self._incoming.clear()
