@@ -1,26 +1,22 @@
-"""A connection between two end points: one publication each way, ping, liveness and ordered dispatch.
+"""A connection between two end points: the asyncio shell over the connection's protocol core.
 
-Theory of operation: the end point's poller calls :meth:`Connection._poll`,
-which reads whole messages from the peer's image, decodes them and hands them
-to listeners. Sync listeners run right there; a message whose listeners are
-async goes to the connection's inbox, drained in order by one worker task that
-exists only while the inbox is non-empty — so later messages (and
-``on_disconnect``) never overtake an earlier one, and a slow listener holds
-back only its own connection (the poller stops reading it while the inbox is
-full, which pushes back on the sender through the log). ``on_connect`` and
-``on_disconnect`` go through the same inbox.
+Theory of operation. The protocol itself is pure (:class:`~endpoint.connection_core.ConnectionCore`:
+reassembly, opening sealed messages, decoding, dropping what breaks the protocol, routing, liveness from a
+time passed in); every send goes through the connection's :class:`~endpoint.outbox.Outbox` (one guard, one
+offer, one queue behind back pressure). What is left here is what needs the loop: the end point's poller
+calls :meth:`Connection._poll`, which feeds the peer's fragments to the core, and the core hands user
+messages back to :meth:`Connection._dispatch`. Sync listeners run right there; a message whose listeners are
+async goes to the connection's inbox, drained in order by one worker task that exists only while the inbox
+is non-empty — so later messages (and ``on_disconnect``) never overtake an earlier one, and a slow listener
+holds back only its own connection (the poller stops reading it while the inbox is full, which pushes back
+on the sender through the log). ``on_connect`` and ``on_disconnect`` go through the same inbox.
 
-Remote calls (:mod:`endpoint.rpc`) and streams (:mod:`endpoint.streaming`) ride the
-same publication; their control messages are handled by the poller directly, never
-queued behind listeners.
+Remote calls (:mod:`endpoint.rpc`) and streams (:mod:`endpoint.streaming`) ride the same publication; their
+control messages are routed by the core at once, never queued behind listeners.
 
-Every send goes through the connection's :class:`~endpoint.outbox.Outbox` (one guard, one
-offer, one queue behind back pressure). A sealed connection (:mod:`endpoint.sealing`) seals
-every message it offers, whatever it is, in the one place every offer goes through (the
-outbox's ``offer``), and opens every whole message of the peer's before anything reads it
-(``_on_whole``). An unsealed connection
-binds those two names to the plain publication offer and decoder: its path and cost
-are what they were.
+A sealed connection (:mod:`endpoint.sealing`) seals every message in the outbox's one ``offer`` and opens
+every whole message of the peer's in the core before anything reads it; an unsealed one binds those to the
+plain publication offer and decoder, so its path and cost are what they were.
 """
 
 from __future__ import annotations
@@ -37,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from driver.client.publication import Publication
 from driver.client.subscription import Image, Subscription
-from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
+from endpoint.connection_core import ConnectionCore
 from endpoint.errors import (
     SEAL_FAILED,
     ConnectionClosedError,
@@ -47,9 +43,8 @@ from endpoint.errors import (
     SealError,
     SerializationError,
 )
-from endpoint.liveness import PEER_TIMED_OUT, Liveness, Verdict
+from endpoint.liveness import Verdict
 from endpoint.messages import (
-    INTERNAL_TYPE_IDS,
     Disconnect,
     Ping,
     Pong,
@@ -61,12 +56,11 @@ from endpoint.messages import (
     StreamCancel,
     StreamEnd,
     StreamOpen,
-    internal_problem,
 )
 from endpoint.outbox import Outbox
 from endpoint.rpc import ConnectionRpc
 from endpoint.sealing import OVERHEAD, Opener, Sealer
-from endpoint.streaming import CHUNK_EXT, MESSAGE, Progress, StreamManager, StreamSource
+from endpoint.streaming import MESSAGE, Progress, StreamManager, StreamSource
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -80,8 +74,6 @@ _INBOX_LIMIT = 4096
 """Messages waiting for async listeners before the poller stops reading this connection."""
 _POLL_LIMIT = 64
 _MESSAGE, _CONNECT, _DISCONNECT = 0, 1, 2
-_UNFRAGMENTED = BEGIN_FRAG_FLAG | END_FRAG_FLAG
-_INTERNAL_TYPES = frozenset(INTERNAL_TYPE_IDS)
 _QUEUED_CONTROL_ROOM = 1024
 """Internal messages beyond answers to calls one connection may have waiting on back pressure."""
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = 1, 2
@@ -122,7 +114,6 @@ class Connection:
         self._decode = config.serialization.decode
         self._listeners = endpoint.listeners
         self._max_length = publication.max_message_length
-        self._fragments: bytearray | None = None
         poller = endpoint._loop_poller
         self._poke: Callable[[], None] = poller.poke if poller is not None else endpoint._poke_poller
         self._inbox: collections.deque[tuple[tuple[Callable[..., Any], ...], Any, int, int]] = collections.deque()
@@ -132,10 +123,6 @@ class Connection:
         self._worker: asyncio.Task[None] | None = None
         self._pings: dict[int, asyncio.Future[float]] = {}
         self._ping_seq = itertools.count(1)
-        self._heard = 0
-        self._control = 0
-        self._seen_sent = 0
-        self._liveness = Liveness(time.monotonic_ns(), int(config.ping_interval * 1e9), int(config.peer_timeout * 1e9))
         self._closed = False
         self._closed_event = asyncio.Event()
         self.close_reason = ""
@@ -149,8 +136,6 @@ class Connection:
         """Round-trip time in seconds of the last answered ping."""
         self.sealed = False
         """Every message each way is sealed (see :meth:`_seal_with`)."""
-        self.seal_failures = 0
-        """Messages of the peer's that did not open (the first one closes the connection)."""
         self.outbox = Outbox(
             offer=publication.offer,
             encode=self._encode,
@@ -162,10 +147,7 @@ class Connection:
             name=self.__repr__,
         )
         """Every send of this connection, its calls and its streams goes through here (see :mod:`endpoint.outbox`)."""
-        self._on_whole: Callable[[memoryview], None] = self._on_message_bytes
-        """Every whole message of the peer's goes through here: read as is, or opened first."""
         self._sealer: Sealer | None = None
-        self._opener: Opener | None = None
         self._refused: Buffer | None = None
         self._refused_sealed: bytes | None = None
         self._paused = 0
@@ -184,6 +166,26 @@ class Connection:
             StreamAbort: streams.on_abort,
             StreamCancel: streams.on_cancel,
         }
+        self._core = ConnectionCore(
+            decode=self._decode,
+            now_ns=time.monotonic_ns(),
+            ping_interval_ns=int(config.ping_interval * 1e9),
+            peer_timeout_ns=int(config.peer_timeout * 1e9),
+            max_inbound_length=self._max_length,
+            deliver=self._dispatch,
+            route=self._route,
+            chunk=streams.on_chunk,
+            send_control=self.outbox.send_control,
+            pong=self._on_pong,
+            peer_closed=self._on_peer_closed,
+            malformed=self._malformed,
+            undecodable=self._on_undecodable,
+            malformed_call=rpc.on_malformed_call,
+            seal_failed=self._seal_failed,
+            report=functools.partial(endpoint._notify_error, self),
+        )
+        """The protocol without I/O (:mod:`endpoint.connection_core`): reassembly, opening, decoding, liveness."""
+        streams.deliver_whole = self._core.on_message
 
     # ------------------------------------------------------------------ state
 
@@ -225,7 +227,12 @@ class Connection:
     @property
     def messages_received(self) -> int:
         """Messages (fragments) read from the peer, keepalives included."""
-        return self._heard
+        return self._core.heard
+
+    @property
+    def seal_failures(self) -> int:
+        """Messages of the peer's that did not open (the first one closes the connection)."""
+        return self._core.seal_failures
 
     def __repr__(self) -> str:
         transport = "ipc" if self.is_ipc else "udp"
@@ -247,9 +254,8 @@ class Connection:
         )
         out, back = (CLIENT_TO_SERVER, SERVER_TO_CLIENT) if client else (SERVER_TO_CLIENT, CLIENT_TO_SERVER)
         self._sealer = Sealer(send_key, connection_id=self.id, session_id=self._pub.session_id, direction=out)
-        self._opener = Opener(receive_key, connection_id=self.id, session_id=inbound_session_id, direction=back)
+        self._core.open_with(Opener(receive_key, connection_id=self.id, session_id=inbound_session_id, direction=back))
         self.outbox.offer = self._offer_sealed
-        self._on_whole = self._open_sealed
         self._max_length = self._pub.max_message_length - OVERHEAD
         self.sealed = True
 
@@ -269,22 +275,9 @@ class Connection:
             self._refused = self._refused_sealed = None
         return result
 
-    def _open_sealed(self, payload: memoryview) -> None:
-        if self.seal_failures:
-            return  # the log is broken from the first failure on: nothing after it is believed
-        opener = self._opener
-        assert opener is not None
-        try:
-            plain = opener.open(payload)
-        except SealError as exc:
-            self._seal_failed(exc)
-            return
-        self._on_message_bytes(memoryview(plain))
-
     def _seal_failed(self, exc: SealError) -> None:
         """A forged, replayed or tampered message holds its place in the log, so the connection cannot go on:
         count it, report it with this connection, tell the peer (sealed, so it believes us) and close."""
-        self.seal_failures += 1
         self._endpoint.seal_failures += 1
         reason = f"{SEAL_FAILED}: {exc}"
         self._endpoint._notify_error(self, SealError(f"{self!r}: {exc}; the connection closes"))
@@ -382,17 +375,13 @@ class Connection:
             if not images:
                 return 0
             image = self._image = images[0]
+            # The longest message the peer's publication can send (a longer reassembly is malformed).
+            self._core.max_inbound_length = max(self._max_length, image.term_buffer_length // 8)
             self._endpoint._rebuild_poll_set()
         if self._closed or self._not_reading():
             return 0
-        count = image.poll_payloads(self._on_fragment, _POLL_LIMIT)
-        if count:
-            self._heard += count
-            self._liveness.heard(time.monotonic_ns())  # only what the peer sends proves it alive
-            if self._control:
-                count -= self._control  # keepalives are not work: they must not keep an idle poller spinning
-                self._control = 0
-        return count
+        count = image.poll_payloads(self._core.on_fragment, _POLL_LIMIT)
+        return self._core.polled(count, time.monotonic_ns()) if count else 0
 
     def _not_reading(self) -> bool:
         """We hold off reading the peer: a stream's consumer is behind, or listeners are (in count or bytes)."""
@@ -401,32 +390,7 @@ class Connection:
     @property
     def held_bytes(self) -> int:
         """Bytes of the peer's this connection holds here: large messages and streams arriving, queued messages."""
-        fragments = self._fragments
-        return self.streams.held_bytes + (len(fragments) if fragments is not None else 0)
-
-    def _on_fragment(self, payload: memoryview, flags: int) -> None:
-        """Whatever the peer sent, an error handling it is this connection's (never the driver's, which would
-        tell every end point on it without the connection)."""
-        try:
-            if flags & _UNFRAGMENTED == _UNFRAGMENTED:
-                self._on_whole(payload)
-            elif flags & BEGIN_FRAG_FLAG:
-                self._fragments = bytearray(payload)
-            elif self._fragments is not None:
-                if len(self._fragments) + len(payload) > self._max_inbound_length():
-                    self._fragments = None  # longer than any publication of the peer's can send
-                    self._malformed("a fragmented message longer than the peer's max message length")
-                    return
-                self._fragments += payload
-                if flags & END_FRAG_FLAG:
-                    whole, self._fragments = self._fragments, None
-                    self._on_whole(memoryview(whole))
-        except Exception as exc:
-            self._endpoint._notify_error(self, exc)
-
-    def _max_inbound_length(self) -> int:
-        image = self._image
-        return max(self._max_length, image.term_buffer_length // 8 if image is not None else 0)
+        return self.streams.held_bytes + self._core.held_bytes
 
     def _malformed(self, problem: str) -> None:
         """Drop, count and report a message of the peer's that breaks the protocol."""
@@ -434,58 +398,31 @@ class Connection:
         self._endpoint.malformed_messages += 1
         self._endpoint._notify_error(self, MalformedMessageError(f"{self!r}: {problem}; dropped"))
 
-    def _on_message_bytes(self, payload: memoryview) -> None:
-        if self.closed_by_peer and self._closing:
-            return  # nothing after the peer's Disconnect
-        if not len(payload):
-            self._malformed("an empty message")
-            return
-        if payload[0] == 0xC9 and len(payload) > 9 and payload[5] == CHUNK_EXT:
-            self.streams.on_chunk(payload)
-            return
-        try:
-            message = self._decode(payload)
-        except SerializationError as exc:
-            self.rpc.on_undecodable(payload, exc)
-            self.malformed_messages += 1
-            self._endpoint.malformed_messages += 1
-            self._endpoint._notify_error(self, exc)
-            return
+    def _on_undecodable(self, payload: memoryview, exc: SerializationError) -> None:
+        self.rpc.on_undecodable(payload, exc)
+        self.malformed_messages += 1
+        self._endpoint.malformed_messages += 1
+        self._endpoint._notify_error(self, exc)
+
+    def _on_peer_closed(self, reason: str) -> None:
+        self.close_reason = reason
+        self.closed_by_peer = True
+        self.outbox.closing = True
+        self._endpoint._loop_call_soon(self._finish, reason, True)
+
+    def _route(self, message: Any) -> None:
+        """A remote-call or stream message: to the part that handles it."""
+        self._internal[type(message)](message)
+
+    def _dispatch(self, message: Any, size: int) -> None:
+        """A user message, in the order it came: to its sync listeners now, or behind the inbox."""
         cls = type(message)
-        if cls in _INTERNAL_TYPES:
-            problem = internal_problem(message)
-            if problem is not None:
-                if cls is RpcCall and type(message.call_id) is int and message.call_id > 0:
-                    self.rpc.on_malformed_call(message.call_id, problem)  # the caller hears of it at once
-                self._malformed(problem)
-                return
-        if cls is Ping:
-            if message.seq == 0:  # a keepalive: heard, which is all it is for; not work for the poller
-                self._control += 1
-                return
-            self.outbox.send_control(Pong(message.seq, message.sent_ns))
-            return
-        if cls is Pong:
-            if message.seq == 0:
-                self._control += 1
-            self._on_pong(message)
-            return
-        if cls is Disconnect:
-            self.close_reason = message.reason
-            self.closed_by_peer = True
-            self.outbox.closing = True
-            self._endpoint._loop_call_soon(self._finish, message.reason, True)
-            return
-        internal = self._internal.get(cls)
-        if internal is not None:
-            internal(message)
-            return
         listeners, any_async = self._listeners.message_listeners(cls)
         if not listeners:
             self._endpoint._notify_error(self, UnhandledMessageError(f"no listener for {cls.__name__} on {self!r}"))
             return
         if any_async or self._inbox:
-            self._enqueue(listeners, message, _MESSAGE, len(payload))
+            self._enqueue(listeners, message, _MESSAGE, size)
             return
         for listener in listeners:
             try:
@@ -565,32 +502,22 @@ class Connection:
     # ------------------------------------------------------------------ liveness (poller, every tick)
 
     def _tick(self, now_ns: int) -> None:
-        """Keepalive and dead-peer check; only messages read from the peer count as signs of its life."""
+        """Keepalive and dead-peer check (see :meth:`ConnectionCore.tick`), and streams that stalled."""
         if self._closing:
             return
-        liveness = self._liveness
-        sent = self.outbox.sent
-        if sent != self._seen_sent:
-            self._seen_sent = sent
-            liveness.sent(now_ns)
         reading = not self._not_reading()
-        if not reading:  # we are the ones not reading: not the peer's fault
-            liveness.not_reading(now_ns)
         self.streams.tick(now_ns, reading)
-        verdict = liveness.check(now_ns)
+        core = self._core
+        verdict = core.tick(now_ns, self.outbox.sent, reading)
         if verdict is Verdict.DEAD:
-            self._lose(
-                f"{PEER_TIMED_OUT}: nothing heard for {liveness.silent_for_ns(now_ns) / 1e9:.2f} s "
-                f"(peer_timeout {liveness.peer_timeout_ns / 1e9:g} s)"
-            )
+            self._lose(core.dead_reason(now_ns))
             return
         image = self._image
         if image is not None and (image.is_closed or image.is_end_of_stream):
             self._lose("the peer's stream ended without a disconnect")  # may come sooner, never later
             return
         if verdict is Verdict.KEEPALIVE and self.outbox.send_control(Ping(0, time.perf_counter_ns())):
-            self._seen_sent = self.outbox.sent
-            liveness.sent(now_ns)
+            core.kept_alive(now_ns, self.outbox.sent)
 
     # ------------------------------------------------------------------ closing
 

@@ -32,7 +32,15 @@ from endpoint.errors import (
     StreamChecksumError,
     StreamError,
 )
-from endpoint.messages import StreamAbort, StreamCancel, StreamEnd, StreamOpen
+from endpoint.messages import (
+    CHUNK_EXT,
+    CHUNK_HEADER_LENGTH,
+    StreamAbort,
+    StreamCancel,
+    StreamEnd,
+    StreamOpen,
+    is_chunk,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -49,21 +57,12 @@ __all__ = [
     "is_chunk",
 ]
 
-CHUNK_EXT: Final = 2
-"""msgpack ext code of a stream chunk (registered objects use 1)."""
-CHUNK_HEADER_LENGTH: Final = 10
-"""0xC9, the 4-byte big-endian ext length, the ext code, then the 4-byte little-endian stream id."""
 BYTES: Final = 0
 MESSAGE: Final = 1
 
 Progress = Callable[[int, int], Any]
 """``progress(bytes_so_far, total_or_-1)``."""
 StreamSource = Union["Buffer", str, os.PathLike[str], IO[bytes], Iterable[bytes], AsyncIterable[bytes]]
-
-
-def is_chunk(data: Buffer) -> bool:
-    view = memoryview(data)
-    return len(view) >= CHUNK_HEADER_LENGTH and view[0] == 0xC9 and view[5] == CHUNK_EXT
 
 
 def _write_header(frame: bytearray, stream_id: int, length: int) -> None:
@@ -275,6 +274,8 @@ class StreamManager:
         """Streams and large messages declined or dropped for ``max_incoming_streams`` or ``max_incoming_bytes``."""
         self.stalled = 0
         """Streams and large messages dropped after ``stream_stall_timeout`` without a chunk."""
+        self.deliver_whole: Callable[[memoryview], None] = lambda message: None
+        """Where a large message goes once whole and checked (the connection's reader, as if it came in one)."""
 
     @property
     def held_bytes(self) -> int:
@@ -481,7 +482,7 @@ class StreamManager:
                 StreamChecksumError(f"large message {end.stream_id}: length or CRC-32 differs from the sender's"),
             )
             return
-        self.connection._on_message_bytes(memoryview(assembly.buffer))
+        self.deliver_whole(memoryview(assembly.buffer))
 
     def on_abort(self, abort: StreamAbort) -> None:
         self._drop_assembly(abort.stream_id)
