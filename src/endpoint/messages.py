@@ -14,6 +14,8 @@ import attrs
 from endpoint.serialization import Serialization
 
 __all__ = [
+    "CHUNK_EXT",
+    "CHUNK_HEADER_LENGTH",
     "INTERNAL_TYPE_IDS",
     "Disconnect",
     "Ping",
@@ -27,6 +29,7 @@ __all__ = [
     "StreamEnd",
     "StreamOpen",
     "internal_problem",
+    "is_chunk",
     "register_internal_messages",
 ]
 
@@ -138,6 +141,18 @@ _INTERNAL: tuple[tuple[type, int], ...] = (
 )
 
 INTERNAL_TYPE_IDS: dict[type, int] = dict(_INTERNAL)
+
+CHUNK_EXT = 2
+"""msgpack ext code of a stream chunk (registered objects use 1): a chunk is not encoded by the codec, but
+framed by hand as a msgpack ext value, so a reader knows it from its first six bytes."""
+CHUNK_HEADER_LENGTH = 10
+"""0xC9, the 4-byte big-endian ext length, the ext code, then the 4-byte little-endian stream id."""
+
+
+def is_chunk(data: bytes | bytearray | memoryview) -> bool:
+    view = memoryview(data)
+    return len(view) >= CHUNK_HEADER_LENGTH and view[0] == 0xC9 and view[5] == CHUNK_EXT
+
 
 _U32 = 1 << 32
 _U64 = 1 << 64

@@ -33,7 +33,6 @@ from endpoint.correlation import CorrelationPool
 from endpoint.errors import (
     BudgetExceededError,
     ConfigurationError,
-    ConnectionClosedError,
     RemoteError,
     RpcError,
     RpcTimeoutError,
@@ -325,6 +324,7 @@ class ConnectionRpc(RpcRegistry):
     def __init__(self, connection: Connection, shared: RpcRegistry) -> None:
         super().__init__()
         self.connection = connection
+        self._outbox = connection.outbox
         self._shared = shared
         config = connection.endpoint.config
         self._default_timeout: float = config.rpc_timeout
@@ -376,9 +376,8 @@ class ConnectionRpc(RpcRegistry):
     async def _call(
         self, object_id: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
     ) -> Any:
-        connection = self.connection
-        if connection._closing:
-            raise connection._closed_error()
+        outbox = self._outbox
+        outbox.ensure_open()
         if timeout is None:
             timeout = self._default_timeout
         loop = asyncio.get_running_loop()
@@ -390,9 +389,7 @@ class ConnectionRpc(RpcRegistry):
         call_id = pool.acquire((future, object_id, method))
         self._track_deadline(loop, window, call_id)
         try:
-            data = self._encode(RpcCall(call_id, object_id, method, list(args), kwargs or None))
-            if not connection._offer_now(data):
-                await connection._send_bytes(data, None)
+            await outbox.send_bytes(self._encode(RpcCall(call_id, object_id, method, list(args), kwargs or None)), None)
             self.calls_made += 1
             return await future
         except BaseException:
@@ -402,12 +399,8 @@ class ConnectionRpc(RpcRegistry):
             raise
 
     async def _send_oneway(self, object_id: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        connection = self.connection
-        if connection._closing:
-            raise connection._closed_error()
-        data = self._encode(RpcCall(0, object_id, method, list(args), kwargs or None))
-        if not connection._offer_now(data):
-            await connection._send_bytes(data, None)
+        self._outbox.ensure_open()
+        await self._outbox.send_bytes(self._encode(RpcCall(0, object_id, method, list(args), kwargs or None)), None)
         self.calls_made += 1
 
     async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop, timeout: float) -> float:
@@ -430,17 +423,16 @@ class ConnectionRpc(RpcRegistry):
             finally:
                 if waiter in self._slot_waiters:
                     self._slot_waiters.remove(waiter)
-            if self.connection._closing:
-                raise self.connection._closed_error()
+            self._outbox.ensure_open()
         return deadline
 
     def _cancel_remote(self, call_id: int) -> None:
         """Tell the peer to stop a call, never ahead of the call itself (it may still wait in the send queue)."""
-        connection = self.connection
-        if connection._backlog:
-            connection._send_later(self._encode(RpcCancel(call_id)))
+        outbox = self._outbox
+        if outbox.backlogged:
+            outbox.send_later(self._encode(RpcCancel(call_id)))
         else:
-            connection._send_control(RpcCancel(call_id), must_arrive=True)
+            outbox.send_control(RpcCancel(call_id), must_arrive=True)
 
     def _wake_slot_waiter(self) -> None:
         while self._slot_waiters:
@@ -649,21 +641,13 @@ class ConnectionRpc(RpcRegistry):
         self._send(self._encode(RpcFailure(call_id, kind, type_name, message, trace)))
 
     def _send(self, data: bytes) -> None:
-        connection = self.connection
-        if connection._closing:
-            return
-        try:
-            if connection._offer_now(data):
-                return
-        except ConnectionClosedError:
-            return
-        connection._send_later(data)
+        self._outbox.send_answer(data)
 
     # ------------------------------------------------------------------ closing
 
     def _close(self) -> None:
         """The connection closed: fail our pending calls and cancel the peer's running ones."""
-        error = self.connection._closed_error()
+        error = self._outbox.closed_error()
         for future, _, _ in self._pool.drain():
             if not future.done():
                 future.set_exception(error)

@@ -209,7 +209,7 @@ class Server(EndPoint[ServerConfiguration]):
             if len(data) > connection.max_message_length:
                 connection.send_nowait(message)  # raises MessageTooLargeError with the details
             try:
-                sent += connection._offer_now(data)
+                sent += connection.outbox.offer_now(data)
             except ConnectionClosedError:
                 continue
         return sent

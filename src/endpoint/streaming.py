@@ -32,7 +32,15 @@ from endpoint.errors import (
     StreamChecksumError,
     StreamError,
 )
-from endpoint.messages import StreamAbort, StreamCancel, StreamEnd, StreamOpen
+from endpoint.messages import (
+    CHUNK_EXT,
+    CHUNK_HEADER_LENGTH,
+    StreamAbort,
+    StreamCancel,
+    StreamEnd,
+    StreamOpen,
+    is_chunk,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -49,21 +57,12 @@ __all__ = [
     "is_chunk",
 ]
 
-CHUNK_EXT: Final = 2
-"""msgpack ext code of a stream chunk (registered objects use 1)."""
-CHUNK_HEADER_LENGTH: Final = 10
-"""0xC9, the 4-byte big-endian ext length, the ext code, then the 4-byte little-endian stream id."""
 BYTES: Final = 0
 MESSAGE: Final = 1
 
 Progress = Callable[[int, int], Any]
 """``progress(bytes_so_far, total_or_-1)``."""
 StreamSource = Union["Buffer", str, os.PathLike[str], IO[bytes], Iterable[bytes], AsyncIterable[bytes]]
-
-
-def is_chunk(data: Buffer) -> bool:
-    view = memoryview(data)
-    return len(view) >= CHUNK_HEADER_LENGTH and view[0] == 0xC9 and view[5] == CHUNK_EXT
 
 
 def _write_header(frame: bytearray, stream_id: int, length: int) -> None:
@@ -181,7 +180,7 @@ class IncomingStream:
             return
         self._fail(StreamCancelledError(f"{self!r} cancelled by the receiver", reason))
         self._manager._forget_incoming(self.stream_id)
-        self.connection._send_control(StreamCancel(self.stream_id, reason), must_arrive=True)
+        self.connection.outbox.send_control(StreamCancel(self.stream_id, reason), must_arrive=True)
 
     # ------------------------------------------------------------------ feeding (poller)
 
@@ -275,6 +274,8 @@ class StreamManager:
         """Streams and large messages declined or dropped for ``max_incoming_streams`` or ``max_incoming_bytes``."""
         self.stalled = 0
         """Streams and large messages dropped after ``stream_stall_timeout`` without a chunk."""
+        self.deliver_whole: Callable[[memoryview], None] = lambda message: None
+        """Where a large message goes once whole and checked (the connection's reader, as if it came in one)."""
 
     @property
     def held_bytes(self) -> int:
@@ -303,9 +304,8 @@ class StreamManager:
         timeout: float | None = None,
         kind: int = BYTES,
     ) -> int:
-        connection = self.connection
-        if connection._closing:
-            raise connection._closed_error()
+        outbox = self.connection.outbox
+        outbox.ensure_open()
         stream_id = next(self._ids) & 0xFFFF_FFFF
         if size is None:
             size = _known_size(source)
@@ -317,10 +317,9 @@ class StreamManager:
         crc = 0
         finished = False
         try:
-            await connection._send_message(StreamOpen(stream_id, kind, name, size, metadata), timeout)
+            await outbox.send_message(StreamOpen(stream_id, kind, name, size, metadata), timeout)
             async for length in _fill(source, payload):
-                if connection._closing:
-                    raise connection._closed_error()
+                outbox.ensure_open()
                 if state.cancel_reason is not None:
                     raise StreamCancelledError(
                         f"stream {stream_id} ({name!r}) cancelled by the receiver: {state.cancel_reason}",
@@ -328,8 +327,8 @@ class StreamManager:
                     )
                 _write_header(frame, stream_id, length)
                 data = memoryview(frame)[: CHUNK_HEADER_LENGTH + length]
-                if not connection._offer_now(data, poke=False):
-                    await connection._send_bytes(data, timeout)
+                if not outbox.offer_now(data, poke=False):
+                    await outbox.send_bytes(data, timeout)
                 crc = zlib.crc32(payload[:length], crc)
                 sent += length
                 if progress is not None:
@@ -339,13 +338,13 @@ class StreamManager:
                     f"stream {stream_id} ({name!r}) cancelled by the receiver: {state.cancel_reason}",
                     state.cancel_reason,
                 )
-            await connection._send_message(StreamEnd(stream_id, sent, crc), timeout)
+            await outbox.send_message(StreamEnd(stream_id, sent, crc), timeout)
             finished = True
             return sent
         finally:
             del self._outgoing[stream_id]
-            if not finished and state.cancel_reason is None and not connection._closing:
-                connection._send_control(StreamAbort(stream_id, "the sender stopped"), must_arrive=True)
+            if not finished and state.cancel_reason is None and not outbox.closing:
+                outbox.send_control(StreamAbort(stream_id, "the sender stopped"), must_arrive=True)
 
     # ------------------------------------------------------------------ receiving (poller)
 
@@ -379,13 +378,13 @@ class StreamManager:
         """Decline (or drop part way) one incoming stream or large message for the connection's budget."""
         self.over_budget += 1
         reason = f"over {budget} ({detail})"
-        self.connection._send_control(StreamCancel(stream_id, reason), must_arrive=True)
+        self.connection.outbox.send_control(StreamCancel(stream_id, reason), must_arrive=True)
         self.connection.endpoint._notify_error(
             self.connection, BudgetExceededError(f"{self.connection!r}: dropped stream {stream_id}: {reason}", budget)
         )
 
     def _decline(self, open_: StreamOpen, reason: str) -> None:
-        self.connection._send_control(StreamCancel(open_.stream_id, reason), must_arrive=True)
+        self.connection.outbox.send_control(StreamCancel(open_.stream_id, reason), must_arrive=True)
         self.connection.endpoint._notify_error(
             self.connection, StreamError(f"declined stream {open_.stream_id} ({open_.name!r}): {reason}")
         )
@@ -462,7 +461,7 @@ class StreamManager:
     def _stalled(self, stream_id: int, what: str, received: int, stream: IncomingStream | None = None) -> None:
         self.stalled += 1
         reason = f"stalled: no chunk for {self._stall_ns / 1e9:g} s (stream_stall_timeout) after {received} bytes"
-        self.connection._send_control(StreamCancel(stream_id, reason), must_arrive=True)
+        self.connection.outbox.send_control(StreamCancel(stream_id, reason), must_arrive=True)
         error = BudgetExceededError(f"{self.connection!r}: dropped {what}: {reason}", "stream_stall_timeout")
         if stream is not None:
             stream._fail(error)  # its consumer raises it (and on_error hears of it if the consumer lets it out)
@@ -483,7 +482,7 @@ class StreamManager:
                 StreamChecksumError(f"large message {end.stream_id}: length or CRC-32 differs from the sender's"),
             )
             return
-        self.connection._on_message_bytes(memoryview(assembly.buffer))
+        self.deliver_whole(memoryview(assembly.buffer))
 
     def on_abort(self, abort: StreamAbort) -> None:
         self._drop_assembly(abort.stream_id)
@@ -501,7 +500,7 @@ class StreamManager:
 
     def close(self) -> None:
         """The connection closed: streams in flight fail on both sides."""
-        error = self.connection._closed_error()
+        error = self.connection.outbox.closed_error()
         for stream in self._incoming.values():
             stream._fail(error)
         self._incoming.clear()

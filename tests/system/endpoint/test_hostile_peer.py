@@ -307,12 +307,12 @@ async def test_answers_to_a_peer_that_never_reads_them_are_bounded(
         async with asyncio.timeout(60):
             for call_id in range(1, 4001):
                 await offer_raw(conn, encode(RpcCall(call_id, 999, "nothing", [], None)))  # no such object
-                queued_high = max(queued_high, s_conn._queued_later)
+                queued_high = max(queued_high, s_conn.outbox.queued_later)
             await wait_until(lambda: s_conn.dropped_answers > 0, 10)
             conn._resume_reading()
             await conn.send(Chat("still here"))
             await wait_until(lambda: chats == ["still here"], 10)
-            await wait_until(lambda: s_conn._queued_later == 0, 10, what="the queued answers sent or timed out")
+            await wait_until(lambda: s_conn.outbox.queued_later == 0, 10, what="the queued answers sent or timed out")
         print(f"{transport}: at most {queued_high} answers queued, {s_conn.dropped_answers} dropped")
         assert queued_high <= 512 + 1024  # max_pending_calls, and room for as many control messages
         assert s_conn.dropped_answers > 0

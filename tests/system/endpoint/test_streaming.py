@@ -628,14 +628,14 @@ async def test_concurrent_streams_messages_and_calls_share_the_connection(pair: 
 async def send_raw_stream(conn: Connection, stream_id: int, data: bytes, *, length: int, crc: int, kind: int) -> None:
     """A stream written by hand (as StreamManager.send would) with the end message's length and CRC given."""
     chunk = conn.streams.chunk_size
-    await conn._send_message(StreamOpen(stream_id, kind, "raw", len(data), None), None)
+    await conn.outbox.send_message(StreamOpen(stream_id, kind, "raw", len(data), None), None)
     for start in range(0, len(data), chunk):
         piece = data[start : start + chunk]
         frame = bytearray(CHUNK_HEADER_LENGTH + len(piece))
         frame[CHUNK_HEADER_LENGTH:] = piece
         _write_header(frame, stream_id, len(piece))
-        await conn._send_bytes(bytes(frame), None)
-    await conn._send_message(StreamEnd(stream_id, length, crc), None)
+        await conn.outbox.send_bytes(bytes(frame), None)
+    await conn.outbox.send_message(StreamEnd(stream_id, length, crc), None)
 
 
 @pytest.mark.parametrize("wrong", ["crc", "length"])

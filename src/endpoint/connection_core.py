@@ -1,0 +1,204 @@
+"""A connection's protocol without I/O: fragments and time in, what to deliver and what to answer out.
+
+Theory of operation. The shell (:class:`endpoint.connection.Connection`) polls the peer's image and hands
+each fragment to :meth:`ConnectionCore.on_fragment`, then tells :meth:`ConnectionCore.polled` how many it
+read and when. The core reassembles fragmented messages (bounded by what the peer's publication can send),
+opens sealed ones, decodes, drops and counts what breaks the protocol, and routes the rest through the
+callables it was built with: user messages to ``deliver`` (in the order they arrived), remote-call and
+stream messages to ``route``, stream chunks to ``chunk``, pings answered through ``send_control``, pongs to
+``pong``, the peer's Disconnect to ``peer_closed`` (nothing after it is read). :meth:`ConnectionCore.tick`
+says, from what was heard and sent when, whether the peer is alive, owed a keepalive, or dead
+(:mod:`endpoint.liveness`). Nothing here reads a clock, touches a socket or needs an event loop, so every
+rule is unit-tested with bytes and numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
+from endpoint.errors import SealError, SerializationError
+from endpoint.liveness import PEER_TIMED_OUT, Liveness, Verdict
+from endpoint.messages import CHUNK_EXT, INTERNAL_TYPE_IDS, Disconnect, Ping, Pong, RpcCall, internal_problem
+from endpoint.sealing import Opener
+
+__all__ = ["ConnectionCore"]
+
+_UNFRAGMENTED = BEGIN_FRAG_FLAG | END_FRAG_FLAG
+_INTERNAL_TYPES = frozenset(INTERNAL_TYPE_IDS)
+
+
+class ConnectionCore:
+    """One connection's reading side and liveness (see the module's docstring)."""
+
+    def __init__(
+        self,
+        *,
+        decode: Callable[[memoryview], Any],
+        now_ns: int,
+        ping_interval_ns: int,
+        peer_timeout_ns: int,
+        max_inbound_length: int,
+        deliver: Callable[[Any, int], None],
+        route: Callable[[Any], None],
+        chunk: Callable[[memoryview], None],
+        send_control: Callable[[object], object],
+        pong: Callable[[Pong], None],
+        peer_closed: Callable[[str], None],
+        malformed: Callable[[str], None],
+        undecodable: Callable[[memoryview, SerializationError], None],
+        malformed_call: Callable[[int, str], None],
+        seal_failed: Callable[[SealError], None],
+        report: Callable[[BaseException], None],
+    ) -> None:
+        self._decode = decode
+        self.liveness = Liveness(now_ns, ping_interval_ns, peer_timeout_ns)
+        self.max_inbound_length = max_inbound_length
+        """The longest message the peer's publication can send (a longer reassembly is malformed)."""
+        self._deliver = deliver
+        self._route = route
+        self._chunk = chunk
+        self._send_control = send_control
+        self._pong = pong
+        self._peer_closed = peer_closed
+        self._malformed = malformed
+        self._undecodable = undecodable
+        self._malformed_call = malformed_call
+        self._seal_failed = seal_failed
+        self._report = report
+        self.heard = 0
+        """Messages (fragments) read from the peer, keepalives included."""
+        self.closed_by_peer = False
+        """The peer's Disconnect was read: nothing after it is."""
+        self.seal_failures = 0
+        """Messages of the peer's that did not open (the first one ends the connection)."""
+        self._control = 0
+        self._seen_sent = 0
+        self._fragments: bytearray | None = None
+        self._opener: Opener | None = None
+        self.on_whole: Callable[[memoryview], None] = self.on_message
+        """Every whole message of the peer's goes through here: read as is, or opened first."""
+
+    # ------------------------------------------------------------------ reading
+
+    def open_with(self, opener: Opener) -> None:
+        """Every message of the peer's is sealed from now on (before anything is read)."""
+        self._opener = opener
+        self.on_whole = self._open_sealed
+
+    def on_fragment(self, payload: memoryview, flags: int) -> None:
+        """One fragment of the peer's. Whatever it is, an error handling it goes to ``report`` (the shell tells
+        this connection's listeners, never the driver's, which would tell every end point on it)."""
+        try:
+            if flags & _UNFRAGMENTED == _UNFRAGMENTED:
+                self.on_whole(payload)
+            elif flags & BEGIN_FRAG_FLAG:
+                self._fragments = bytearray(payload)
+            elif self._fragments is not None:
+                if len(self._fragments) + len(payload) > self.max_inbound_length:
+                    self._fragments = None
+                    self._malformed("a fragmented message longer than the peer's max message length")
+                    return
+                self._fragments += payload
+                if flags & END_FRAG_FLAG:
+                    whole, self._fragments = self._fragments, None
+                    self.on_whole(memoryview(whole))
+        except Exception as exc:
+            self._report(exc)
+
+    def polled(self, count: int, now_ns: int) -> int:
+        """``count`` fragments were read at ``now_ns``: the peer is alive. Returns the work among them (keepalives
+        are not work: they must not keep an idle poller spinning)."""
+        self.heard += count
+        self.liveness.heard(now_ns)
+        if self._control:
+            count -= self._control
+            self._control = 0
+        return count
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of a fragmented message being reassembled."""
+        fragments = self._fragments
+        return len(fragments) if fragments is not None else 0
+
+    def _open_sealed(self, payload: memoryview) -> None:
+        if self.seal_failures:
+            return  # the log is broken from the first failure on: nothing after it is believed
+        opener = self._opener
+        assert opener is not None
+        try:
+            plain = opener.open(payload)
+        except SealError as exc:
+            self.seal_failures += 1
+            self._seal_failed(exc)
+            return
+        self.on_message(memoryview(plain))
+
+    def on_message(self, payload: memoryview) -> None:
+        """One whole (opened) message of the peer's: classify, check and route it."""
+        if self.closed_by_peer:
+            return
+        if not len(payload):
+            self._malformed("an empty message")
+            return
+        if payload[0] == 0xC9 and len(payload) > 9 and payload[5] == CHUNK_EXT:
+            self._chunk(payload)
+            return
+        try:
+            message = self._decode(payload)
+        except SerializationError as exc:
+            self._undecodable(payload, exc)
+            return
+        cls = type(message)
+        if cls in _INTERNAL_TYPES:
+            problem = internal_problem(message)
+            if problem is not None:
+                if cls is RpcCall and type(message.call_id) is int and message.call_id > 0:
+                    self._malformed_call(message.call_id, problem)  # the caller hears of it at once
+                self._malformed(problem)
+                return
+            if cls is Ping:
+                if message.seq == 0:  # a keepalive: heard, which is all it is for
+                    self._control += 1
+                    return
+                self._send_control(Pong(message.seq, message.sent_ns))
+                return
+            if cls is Pong:
+                if message.seq == 0:
+                    self._control += 1
+                self._pong(message)
+                return
+            if cls is Disconnect:
+                self.closed_by_peer = True
+                self._peer_closed(message.reason)
+                return
+            self._route(message)
+            return
+        self._deliver(message, len(payload))
+
+    # ------------------------------------------------------------------ liveness
+
+    def tick(self, now_ns: int, sent: int, reading: bool) -> Verdict:
+        """Whether the peer is alive, owed a keepalive or dead, given ``sent`` (messages of ours the driver took,
+        ever) and whether we read the peer now (if not, its silence is ours)."""
+        liveness = self.liveness
+        if sent != self._seen_sent:
+            self._seen_sent = sent
+            liveness.sent(now_ns)
+        if not reading:
+            liveness.not_reading(now_ns)
+        return liveness.check(now_ns)
+
+    def kept_alive(self, now_ns: int, sent: int) -> None:
+        """The keepalive :meth:`tick` asked for went out."""
+        self._seen_sent = sent
+        self.liveness.sent(now_ns)
+
+    def dead_reason(self, now_ns: int) -> str:
+        liveness = self.liveness
+        return (
+            f"{PEER_TIMED_OUT}: nothing heard for {liveness.silent_for_ns(now_ns) / 1e9:.2f} s "
+            f"(peer_timeout {liveness.peer_timeout_ns / 1e9:g} s)"
+        )

@@ -1,0 +1,202 @@
+"""The connection's protocol core with bytes and a fake clock: reassembly, routing, ordering, sealing, liveness.
+
+No loop, no driver: fragments go in as a log would hand them over (payload and frame flags), and what the
+core asks of its shell is recorded in order.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import attrs
+
+from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
+from endpoint.connection_core import ConnectionCore
+from endpoint.errors import SealError, SerializationError
+from endpoint.liveness import PEER_TIMED_OUT, Verdict
+from endpoint.messages import (
+    CHUNK_EXT,
+    Disconnect,
+    Ping,
+    Pong,
+    RpcCall,
+    StreamCancel,
+    register_internal_messages,
+)
+from endpoint.sealing import Opener, Sealer
+from endpoint.serialization import Serialization
+
+WHOLE = BEGIN_FRAG_FLAG | END_FRAG_FLAG
+MS = 1_000_000
+PING = 200 * MS
+TIMEOUT = 1_000 * MS
+
+
+@attrs.frozen
+class Move:
+    seq: int
+
+
+class Shell:
+    """Records what the core asks for, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: self.events.append((name, args[0] if len(args) == 1 else args))
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.events]
+
+
+def serialization() -> Serialization:
+    ser = Serialization()
+    ser.register(Move)
+    register_internal_messages(ser)
+    return ser
+
+
+def make(max_inbound: int = 1 << 16) -> tuple[ConnectionCore, Shell, Serialization]:
+    ser = serialization()
+    shell = Shell()
+    core = ConnectionCore(
+        decode=ser.decode,
+        now_ns=0,
+        ping_interval_ns=PING,
+        peer_timeout_ns=TIMEOUT,
+        max_inbound_length=max_inbound,
+        deliver=shell.deliver,
+        route=shell.route,
+        chunk=shell.chunk,
+        send_control=shell.send_control,
+        pong=shell.pong,
+        peer_closed=shell.peer_closed,
+        malformed=shell.malformed,
+        undecodable=shell.undecodable,
+        malformed_call=shell.malformed_call,
+        seal_failed=shell.seal_failed,
+        report=shell.report,
+    )
+    return core, shell, ser
+
+
+def feed(core: ConnectionCore, data: bytes, flags: int = WHOLE) -> None:
+    core.on_fragment(memoryview(data), flags)
+
+
+def test_user_messages_are_delivered_in_order_with_their_encoded_size() -> None:
+    core, shell, ser = make()
+    encoded = [ser.encode(Move(i)) for i in range(3)]
+    for data in encoded:
+        feed(core, data)
+    assert shell.events == [("deliver", (Move(i), len(encoded[i]))) for i in range(3)]
+
+
+def test_fragments_are_reassembled_and_a_reassembly_past_the_bound_is_malformed() -> None:
+    core, shell, ser = make(max_inbound=64)
+    data = ser.encode(Move(7))
+    feed(core, data[:2], BEGIN_FRAG_FLAG)
+    assert core.held_bytes == 2
+    feed(core, data[2:4], 0)
+    feed(core, data[4:], END_FRAG_FLAG)
+    assert shell.events == [("deliver", (Move(7), len(data)))]
+    assert core.held_bytes == 0
+
+    feed(core, bytes(40), BEGIN_FRAG_FLAG)
+    feed(core, bytes(40), 0)  # 80 > 64: longer than any publication of the peer's can send
+    feed(core, bytes(4), END_FRAG_FLAG)  # the rest of it: no BEGIN held, dropped
+    assert shell.kinds() == ["deliver", "malformed"]
+    assert core.held_bytes == 0
+
+
+def test_a_middle_fragment_without_a_beginning_is_dropped() -> None:
+    core, shell, ser = make()
+    feed(core, ser.encode(Move(1)), END_FRAG_FLAG)
+    assert shell.events == []
+
+
+def test_pings_are_answered_keepalives_are_not_work_and_pongs_go_to_the_shell() -> None:
+    core, shell, ser = make()
+    feed(core, ser.encode(Ping(0, 5)))  # a keepalive
+    feed(core, ser.encode(Ping(3, 99)))
+    feed(core, ser.encode(Pong(0, 1)))
+    feed(core, ser.encode(Move(1)))
+    assert shell.events[0] == ("send_control", Pong(3, 99))
+    assert shell.events[1] == ("pong", Pong(0, 1))
+    assert shell.kinds()[2] == "deliver"
+    assert core.polled(4, 10 * MS) == 2  # the keepalive ping and pong are not work for the poller
+    assert core.heard == 4
+    assert core.polled(1, 20 * MS) == 1
+
+
+def test_remote_call_and_stream_messages_are_routed_and_chunks_go_to_the_streams() -> None:
+    core, shell, ser = make()
+    call = RpcCall(1, 2, "m", [], None)
+    feed(core, ser.encode(call))
+    feed(core, ser.encode(StreamCancel(4, "no")))
+    chunk = bytearray(12)
+    chunk[0], chunk[5] = 0xC9, CHUNK_EXT
+    feed(core, bytes(chunk))
+    assert shell.kinds() == ["route", "route", "chunk"]
+    assert shell.events[0][1] == call
+
+
+def test_what_breaks_the_protocol_is_dropped_and_a_malformed_call_is_answered() -> None:
+    core, shell, ser = make()
+    feed(core, b"")
+    feed(core, b"\xc1")  # never valid msgpack
+    feed(core, ser.encode(Ping("x", None)))  # type: ignore[arg-type]
+    feed(core, ser.encode(RpcCall(9, "obj", "m", [], None)))  # type: ignore[arg-type]
+    kinds = shell.kinds()
+    assert kinds == ["malformed", "undecodable", "malformed", "malformed_call", "malformed"]
+    assert isinstance(shell.events[1][1][1], SerializationError)
+    assert shell.events[3][1][0] == 9
+
+
+def test_nothing_after_the_peers_disconnect_is_read() -> None:
+    core, shell, ser = make()
+    feed(core, ser.encode(Disconnect("bye")))
+    feed(core, ser.encode(Move(1)))
+    assert shell.events == [("peer_closed", "bye")]
+    assert core.closed_by_peer
+
+
+def test_an_error_in_the_shell_is_reported_never_raised_to_the_log_reader() -> None:
+    core, shell, ser = make()
+
+    def boom(*args: object) -> None:
+        raise RuntimeError("listener blew up")
+
+    core._deliver = boom  # type: ignore[method-assign]
+    feed(core, ser.encode(Move(1)))
+    assert shell.kinds() == ["report"]
+    assert isinstance(shell.events[0][1], RuntimeError)
+
+
+def test_sealed_messages_are_opened_and_the_first_failure_stops_reading() -> None:
+    core, shell, ser = make()
+    key = os.urandom(32)
+    sealer = Sealer(key, connection_id=5, session_id=6, direction=1)
+    core.open_with(Opener(key, connection_id=5, session_id=6, direction=1))
+    feed(core, sealer.seal(ser.encode(Move(1))))
+    feed(core, ser.encode(Move(2)))  # plain: does not open
+    feed(core, sealer.seal(ser.encode(Move(3))))  # after a failure nothing is believed
+    assert shell.kinds() == ["deliver", "seal_failed"]
+    assert isinstance(shell.events[1][1], SealError)
+    assert core.seal_failures == 1
+
+
+def test_liveness_keepalive_when_quiet_dead_after_the_timeout_and_not_reading_is_ours() -> None:
+    core, _, _ = make()
+    assert core.tick(100 * MS, sent=0, reading=True) is Verdict.ALIVE
+    assert core.tick(PING, sent=0, reading=True) is Verdict.KEEPALIVE
+    core.kept_alive(PING, sent=1)
+    assert core.tick(PING + 1, sent=1, reading=True) is Verdict.ALIVE
+    assert core.tick(2 * PING, sent=5, reading=True) is Verdict.ALIVE  # we sent meanwhile: no keepalive due
+    core.polled(1, 300 * MS)
+    assert core.tick(1_300 * MS, sent=5, reading=False) is not Verdict.DEAD  # not reading: the silence is ours
+    assert core.tick(2_300 * MS, sent=6, reading=True) is not Verdict.DEAD
+    assert core.tick(2_300 * MS + 1, sent=7, reading=True) is Verdict.DEAD
+    assert core.dead_reason(2_300 * MS + 1).startswith(PEER_TIMED_OUT)
