@@ -1,5 +1,7 @@
 """High-level asyncio Server/Client end points over the driver (dorkbox Network style)."""
 
+import logging as _logging
+
 from endpoint.client import Client
 from endpoint.config import ClientConfiguration, Configuration, ServerConfiguration
 from endpoint.connection import Connection, UnhandledMessageError
@@ -59,3 +61,8 @@ __all__ = [
     "remove_global_error_listener",
     "run",
 ]
+
+if not any(isinstance(h, _logging.NullHandler) for h in _logging.getLogger("endpoint").handlers):
+    # A library logs, the application decides where to: without a handler of its own configured, nothing
+    # falls through to logging's last-resort stderr handler.
+    _logging.getLogger("endpoint").addHandler(_logging.NullHandler())

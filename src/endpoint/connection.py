@@ -39,12 +39,12 @@ from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.errors import (
     SEAL_FAILED,
     ConnectionClosedError,
-    EndpointError,
     MalformedMessageError,
     MessageTooLargeError,
     SealError,
     SerializationError,
     TransmitError,
+    UnhandledMessageError,
 )
 from endpoint.liveness import PEER_TIMED_OUT, Liveness, Verdict
 from endpoint.messages import (
@@ -84,10 +84,6 @@ _QUEUED_CONTROL_ROOM = 1024
 """Internal messages beyond answers to calls one connection may have waiting on back pressure."""
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = 1, 2
 """Directions of a sealed connection (in each message's nonce and associated data)."""
-
-
-class UnhandledMessageError(EndpointError):
-    """A message arrived for which no listener (not even a catch-all ``on_message()``) is registered."""
 
 
 class Connection:
@@ -150,6 +146,8 @@ class Connection:
         """Internal messages (RPC answers, stream cancels) dropped because too many already waited on back pressure."""
         self.malformed_messages = 0
         """Messages of the peer's dropped as malformed: undecodable, empty, or internal ones with bad fields."""
+        self.unhandled_messages = 0
+        """Messages of the peer's dropped because no listener takes their type (see ``on_unhandled``)."""
         self.rtt: float | None = None
         """Round-trip time in seconds of the last answered ping."""
         self.sealed = False
@@ -600,7 +598,8 @@ class Connection:
             return
         listeners, any_async = self._listeners.message_listeners(cls)
         if not listeners:
-            self._endpoint._notify_error(self, UnhandledMessageError(f"no listener for {cls.__name__} on {self!r}"))
+            self.unhandled_messages += 1
+            self._endpoint._on_unhandled(self, cls)
             return
         if any_async or self._inbox:
             self._enqueue(listeners, message, _MESSAGE, len(payload))

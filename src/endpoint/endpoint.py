@@ -23,7 +23,12 @@ from driver.agent import AgentInvoker, tighten_timer_slack
 from driver.concurrent._atomic import FrameWatch
 from endpoint.config import Configuration
 from endpoint.connection import Connection
-from endpoint.errors import CriticalDriverError, DriverUnavailableError, EndpointClosedError
+from endpoint.errors import (
+    CriticalDriverError,
+    DriverUnavailableError,
+    EndpointClosedError,
+    UnhandledMessageError,
+)
 from endpoint.listeners import ListenerManager
 from endpoint.liveness import tick_interval_ns
 from endpoint.messages import register_internal_messages
@@ -78,6 +83,10 @@ class EndPoint(Generic[ConfigT]):
         """Messages dropped as malformed on this end point's connections, over its life (see the connections')."""
         self.seal_failures = 0
         """Sealed connections closed because a message of the peer's did not open (forged, replayed, tampered)."""
+        self.unhandled_messages = 0
+        """Messages dropped on this end point's connections because no listener takes their class."""
+        self._unhandled_logged: set[type] = set()
+        """Classes already logged under ``on_unhandled="log_once"`` (bounded by the registered classes)."""
         """How many times the driver under this end point was restarted after a critical error."""
 
     # ------------------------------------------------------------------ listeners
@@ -126,6 +135,24 @@ class EndPoint(Generic[ConfigT]):
 
     def _notify_error(self, connection: Connection | None, error: BaseException) -> None:
         self.listeners.notify_error(connection, error)
+
+    def _on_unhandled(self, connection: Connection, message_type: type) -> None:
+        """A message no listener takes was dropped: count it, then follow ``config.on_unhandled``."""
+        self.unhandled_messages += 1
+        policy = self.config.on_unhandled
+        if policy == "error":
+            text = f"no listener for {message_type.__name__} on {connection!r}"
+            self._notify_error(connection, UnhandledMessageError(text, message_type))
+        elif policy == "log_once" and message_type not in self._unhandled_logged:
+            self._unhandled_logged.add(message_type)
+            _log.warning(
+                "%s: no listener for %s (first on %r); dropping every %s without one, counted in "
+                "unhandled_messages (on_unhandled='error' reports each to on_error)",
+                type(self).__name__,
+                message_type.__qualname__,
+                connection,
+                message_type.__qualname__,
+            )
 
     # ------------------------------------------------------------------ connections
 

@@ -38,6 +38,7 @@ __all__ = [
     "StreamChecksumError",
     "StreamError",
     "TransmitError",
+    "UnhandledMessageError",
     "UnknownMethodError",
     "UnknownObjectError",
 ]
@@ -151,6 +152,17 @@ class ConnectionClosedError(EndpointError):
     def __init__(self, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class UnhandledMessageError(EndpointError):
+    """A message arrived for which no listener (not even a catch-all ``on_message()``) is registered.
+
+    Reported to ``on_error`` (with the connection) only under ``on_unhandled="error"``; ``message_type`` is the
+    class of the dropped message."""
+
+    def __init__(self, message: str, message_type: type | None = None) -> None:
+        super().__init__(message)
+        self.message_type = message_type
 
 
 class TransmitError(EndpointError):
