@@ -4,8 +4,9 @@ import logging as _logging
 
 from endpoint.client import Client
 from endpoint.config import ClientConfiguration, Configuration, ServerConfiguration
-from endpoint.connection import Connection, UnhandledMessageError
+from endpoint.connection import Connection
 from endpoint.errors import (
+    SEAL_FAILED,
     AllocationError,
     BudgetExceededError,
     ClientError,
@@ -17,13 +18,24 @@ from endpoint.errors import (
     DriverUnavailableError,
     EndpointClosedError,
     EndpointError,
+    HandshakeError,
     MalformedMessageError,
     MessageTooLargeError,
     RejectReason,
+    RemoteError,
+    RpcError,
+    RpcTimeoutError,
     SealError,
     SerializationError,
     ServerError,
+    StreamAbortedError,
+    StreamCancelledError,
+    StreamChecksumError,
+    StreamError,
     TransmitError,
+    UnhandledMessageError,
+    UnknownMethodError,
+    UnknownObjectError,
 )
 from endpoint.listeners import add_global_error_listener, remove_global_error_listener
 from endpoint.running import run
@@ -31,6 +43,7 @@ from endpoint.serialization import Serialization
 from endpoint.server import Server
 
 __all__ = [
+    "SEAL_FAILED",
     "AllocationError",
     "BudgetExceededError",
     "Client",
@@ -46,17 +59,27 @@ __all__ = [
     "DriverUnavailableError",
     "EndpointClosedError",
     "EndpointError",
+    "HandshakeError",
     "MalformedMessageError",
     "MessageTooLargeError",
     "RejectReason",
+    "RemoteError",
+    "RpcError",
+    "RpcTimeoutError",
     "SealError",
     "Serialization",
     "SerializationError",
     "Server",
     "ServerConfiguration",
     "ServerError",
+    "StreamAbortedError",
+    "StreamCancelledError",
+    "StreamChecksumError",
+    "StreamError",
     "TransmitError",
     "UnhandledMessageError",
+    "UnknownMethodError",
+    "UnknownObjectError",
     "add_global_error_listener",
     "remove_global_error_listener",
     "run",

@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from driver.agent import AgentInvoker, tighten_timer_slack
 from driver.concurrent._atomic import FrameWatch
@@ -36,7 +36,10 @@ from endpoint.registry import SharedDriver, registry
 from endpoint.routes import HandshakeRoutes
 from endpoint.rpc import RpcRegistry
 
-__all__ = ["EndPoint"]
+if TYPE_CHECKING:
+    from endpoint.streaming import IncomingStream
+
+__all__ = ["EndPoint", "MessageListenerDecorator"]
 
 _LEASE_RETRY_S = 0.1
 END_POINT_CLOSED = "end point closed"
@@ -45,6 +48,27 @@ _log = logging.getLogger("endpoint")
 
 ConfigT = TypeVar("ConfigT", bound=Configuration)
 F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M")
+R = TypeVar("R")
+ConnectListener = TypeVar("ConnectListener", bound=Callable[[Connection], Any])
+ErrorListenerT = TypeVar("ErrorListenerT", bound=Callable[[Connection | None, BaseException], Any])
+StreamListener = TypeVar("StreamListener", bound="Callable[[Connection, IncomingStream], Any]")
+
+
+class MessageListenerDecorator(Generic[M]):
+    """What ``@end_point.on_message(Move)`` returns: it registers a listener whose message parameter accepts
+    ``Move`` (a type checker rejects one annotated for another class) and hands the listener back."""
+
+    __slots__ = ("_add", "_message_type")
+
+    def __init__(self, add: Callable[[type, Callable[..., Any]], Any], message_type: type[M]) -> None:
+        self._add = add
+        self._message_type = message_type
+
+    def __call__(self, listener: Callable[[Connection, M], R]) -> Callable[[Connection, M], R]:
+        self._add(self._message_type, listener)
+        return listener
+
 
 _TICK_NS = 100_000_000
 _MIN_TICK_NS = 10_000_000
@@ -91,19 +115,19 @@ class EndPoint(Generic[ConfigT]):
 
     # ------------------------------------------------------------------ listeners
 
-    def on_connect(self, listener: F) -> F:
+    def on_connect(self, listener: ConnectListener) -> ConnectListener:
         """``listener(connection)``, sync or async; runs before the connection's first message is dispatched."""
         return self.listeners.add_connect(listener)
 
-    def on_disconnect(self, listener: F) -> F:
+    def on_disconnect(self, listener: ConnectListener) -> ConnectListener:
         """``listener(connection)``; runs after the connection's last message; ``connection.close_reason`` says why."""
         return self.listeners.add_disconnect(listener)
 
-    def on_error(self, listener: F) -> F:
+    def on_error(self, listener: ErrorListenerT) -> ErrorListenerT:
         """``listener(connection_or_None, error)`` for this end point's errors (listener failures included)."""
         return self.listeners.add_error(listener)
 
-    def on_stream(self, listener: F) -> F:
+    def on_stream(self, listener: StreamListener) -> StreamListener:
         """``listener(connection, stream)`` for each incoming :class:`~endpoint.streaming.IncomingStream`.
 
         It runs as a task of its own (a long transfer holds back nothing else) and should consume the
@@ -112,23 +136,28 @@ class EndPoint(Generic[ConfigT]):
         return self.listeners.add_stream(listener)
 
     @overload
-    def on_message(self, message_type: type, listener: F) -> F: ...
+    def on_message(
+        self, message_type: type[M], listener: Callable[[Connection, M], R]
+    ) -> Callable[[Connection, M], R]: ...
 
     @overload
-    def on_message(self, message_type: type = ..., listener: None = None) -> Callable[[F], F]: ...
+    def on_message(self, message_type: type[M]) -> MessageListenerDecorator[M]: ...
 
-    def on_message(self, message_type: type = object, listener: F | None = None) -> F | Callable[[F], F]:
+    @overload
+    def on_message(self) -> MessageListenerDecorator[object]: ...
+
+    def on_message(
+        self, message_type: type[Any] = object, listener: Callable[[Connection, Any], Any] | None = None
+    ) -> Callable[[Connection, Any], Any] | MessageListenerDecorator[Any]:
         """``listener(connection, message)`` for ``message_type`` and its subclasses; no type = catch-all.
 
-        ``@ep.on_message(Move)`` decorates; ``ep.on_message(Move, fn)`` registers directly.
+        ``@ep.on_message(Move)`` decorates; ``ep.on_message(Move, fn)`` registers directly. Typed: the
+        listener's message parameter must accept ``message_type`` (``Move`` or a base of it; the catch-all's
+        must accept ``object``), or a type checker rejects the registration.
         """
         if listener is not None:
             return self.listeners.add_message(message_type, listener)
-
-        def decorate(fn: F) -> F:
-            return self.listeners.add_message(message_type, fn)
-
-        return decorate
+        return MessageListenerDecorator(self.listeners.add_message, message_type)
 
     def remove_listener(self, listener: Callable[..., Any]) -> bool:
         return self.listeners.remove(listener)
