@@ -36,6 +36,7 @@ from endpoint.errors import (
     UnhandledMessageError,
     UnknownMethodError,
     UnknownObjectError,
+    UnsupportedEventLoopError,
 )
 from endpoint.listeners import add_global_error_listener, remove_global_error_listener
 from endpoint.running import run
@@ -80,6 +81,7 @@ __all__ = [
     "UnhandledMessageError",
     "UnknownMethodError",
     "UnknownObjectError",
+    "UnsupportedEventLoopError",
     "add_global_error_listener",
     "remove_global_error_listener",
     "run",

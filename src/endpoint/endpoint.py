@@ -29,6 +29,7 @@ from endpoint.errors import (
     EndpointClosedError,
     UnhandledMessageError,
 )
+from endpoint.eventloop import check_construction, require_asyncio
 from endpoint.listeners import ListenerManager
 from endpoint.liveness import tick_interval_ns
 from endpoint.messages import register_internal_messages
@@ -86,6 +87,7 @@ class EndPoint(Generic[ConfigT]):
     """Base of :class:`~endpoint.Server` and :class:`~endpoint.Client`."""
 
     def __init__(self, config: ConfigT) -> None:
+        check_construction(f"a {type(self).__name__}")
         self.config = config
         self.listeners: ListenerManager[Connection] = ListenerManager(type(self).__name__)
         register_internal_messages(config.serialization)
@@ -215,7 +217,7 @@ class EndPoint(Generic[ConfigT]):
     # ------------------------------------------------------------------ life cycle
 
     async def _lease_driver(self) -> SharedDriver:
-        self._loop = asyncio.get_running_loop()
+        self._loop = require_asyncio(f"starting a {type(self).__name__}")
         self.config.serialization.freeze()
         shared = await registry.acquire(self.config, self)
         self._shared = shared

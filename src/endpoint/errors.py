@@ -41,6 +41,7 @@ __all__ = [
     "UnhandledMessageError",
     "UnknownMethodError",
     "UnknownObjectError",
+    "UnsupportedEventLoopError",
 ]
 
 
@@ -171,6 +172,15 @@ class TransmitError(EndpointError):
 
 class MessageTooLargeError(TransmitError, ValueError):
     """The encoded message is longer than the connection's maximum message length."""
+
+
+class UnsupportedEventLoopError(EndpointError, RuntimeError):
+    """An end point was built or started where no asyncio event loop runs (under trio, say): end points need
+    asyncio (anyio's asyncio backend is fine). ``library`` names what was running, None when nothing was."""
+
+    def __init__(self, message: str, library: str | None = None) -> None:
+        super().__init__(message)
+        self.library = library
 
 
 class DriverUnavailableError(EndpointError):
