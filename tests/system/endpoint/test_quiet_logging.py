@@ -129,3 +129,10 @@ async def test_a_driver_error_the_end_point_raises_as_a_typed_error_is_not_also_
     told = [r for r in caplog.records if r.name == "driver" and "told to the client" in r.getMessage()]
     assert told, "the driver keeps a DEBUG line of the error"
     assert told[0].levelno == logging.DEBUG
+
+
+def test_on_unhandled_takes_one_of_three_policies() -> None:
+    for policy in ("ignore", "log_once", "error"):
+        assert endpoint.ClientConfiguration(on_unhandled=policy).on_unhandled == policy  # type: ignore[arg-type]
+    with pytest.raises(endpoint.ConfigurationError, match="on_unhandled='loud'"):
+        endpoint.ServerConfiguration(on_unhandled="loud")  # type: ignore[arg-type]
