@@ -109,11 +109,11 @@ class EndPoint(Generic[ConfigT]):
         """Messages dropped as malformed on this end point's connections, over its life (see the connections')."""
         self.seal_failures = 0
         """Sealed connections closed because a message of the peer's did not open (forged, replayed, tampered)."""
+        """How many times the driver under this end point was restarted after a critical error."""
         self.unhandled_messages = 0
         """Messages dropped on this end point's connections because no listener takes their class."""
         self._unhandled_logged: set[type] = set()
         """Classes already logged under ``on_unhandled="log_once"`` (bounded by the registered classes)."""
-        """How many times the driver under this end point was restarted after a critical error."""
 
     # ------------------------------------------------------------------ listeners
 
