@@ -8,6 +8,7 @@ SIGTERM and SIGINT stop it and remove its directory (``--keep-dir`` keeps it).
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -76,6 +77,8 @@ def build_context(argv: Sequence[str] | None = None) -> DriverContext:
 
 def main(argv: Sequence[str] | None = None) -> int:
     keep_dir = _parser().parse_args(argv).keep_dir
+    # The library's loggers only carry a NullHandler: the program shows warnings and errors on stderr.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         context = build_context(argv).conclude()
         driver = MediaDriver.launch(context)

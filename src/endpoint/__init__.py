@@ -1,9 +1,12 @@
 """High-level asyncio Server/Client end points over the driver (dorkbox Network style)."""
 
+import logging as _logging
+
 from endpoint.client import Client
 from endpoint.config import ClientConfiguration, Configuration, ServerConfiguration
-from endpoint.connection import Connection, UnhandledMessageError
+from endpoint.connection import Connection
 from endpoint.errors import (
+    SEAL_FAILED,
     AllocationError,
     BudgetExceededError,
     ClientError,
@@ -15,13 +18,25 @@ from endpoint.errors import (
     DriverUnavailableError,
     EndpointClosedError,
     EndpointError,
+    HandshakeError,
     MalformedMessageError,
     MessageTooLargeError,
     RejectReason,
+    RemoteError,
+    RpcError,
+    RpcTimeoutError,
     SealError,
     SerializationError,
     ServerError,
+    StreamAbortedError,
+    StreamCancelledError,
+    StreamChecksumError,
+    StreamError,
     TransmitError,
+    UnhandledMessageError,
+    UnknownMethodError,
+    UnknownObjectError,
+    UnsupportedEventLoopError,
 )
 from endpoint.listeners import add_global_error_listener, remove_global_error_listener
 from endpoint.running import run
@@ -29,6 +44,7 @@ from endpoint.serialization import Serialization
 from endpoint.server import Server
 
 __all__ = [
+    "SEAL_FAILED",
     "AllocationError",
     "BudgetExceededError",
     "Client",
@@ -44,18 +60,34 @@ __all__ = [
     "DriverUnavailableError",
     "EndpointClosedError",
     "EndpointError",
+    "HandshakeError",
     "MalformedMessageError",
     "MessageTooLargeError",
     "RejectReason",
+    "RemoteError",
+    "RpcError",
+    "RpcTimeoutError",
     "SealError",
     "Serialization",
     "SerializationError",
     "Server",
     "ServerConfiguration",
     "ServerError",
+    "StreamAbortedError",
+    "StreamCancelledError",
+    "StreamChecksumError",
+    "StreamError",
     "TransmitError",
     "UnhandledMessageError",
+    "UnknownMethodError",
+    "UnknownObjectError",
+    "UnsupportedEventLoopError",
     "add_global_error_listener",
     "remove_global_error_listener",
     "run",
 ]
+
+if not any(isinstance(h, _logging.NullHandler) for h in _logging.getLogger("endpoint").handlers):
+    # A library logs, the application decides where to: without a handler of its own configured, nothing
+    # falls through to logging's last-resort stderr handler.
+    _logging.getLogger("endpoint").addHandler(_logging.NullHandler())

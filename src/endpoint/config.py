@@ -31,6 +31,7 @@ __all__ = [
     "ClientConfiguration",
     "Configuration",
     "ServerConfiguration",
+    "UnhandledPolicy",
     "default_aeron_dir",
 ]
 
@@ -46,6 +47,7 @@ REPLY_STREAM_ID = 0x1337C0DE
 _MIB = 1024 * 1024
 _APP_ID = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 IdleMode = Literal["backoff", "busy_spin"]
+UnhandledPolicy = Literal["ignore", "log_once", "error"]
 
 
 def _fail(field: str, value: object, allowed: str) -> ConfigurationError:
@@ -240,6 +242,12 @@ class Configuration:
     """Seal every message after the handshake (AES-GCM per direction, replay window): an on-path attacker can
     neither read nor inject. A client asks for it in its HELLO; a server seals a connection when either end asks,
     so a server with ``sealed=True`` seals every connection. Costs a few microseconds per message each way."""
+
+    on_unhandled: UnhandledPolicy = attrs.field(default="log_once", validator=_one_of("ignore", "log_once", "error"))
+    """What becomes of a message no listener takes (none for its class, no catch-all): it is always dropped and
+    counted (``connection.unhandled_messages``, the end point's ``unhandled_messages``); ``log_once`` also logs one
+    warning per message class on the ``endpoint`` logger, ``error`` reports each to ``on_error`` as an
+    :class:`~endpoint.errors.UnhandledMessageError` with its connection, ``ignore`` does nothing more."""
 
     serialization: Serialization = attrs.field(factory=Serialization)
 

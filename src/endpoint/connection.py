@@ -37,11 +37,11 @@ from endpoint.connection_core import ConnectionCore
 from endpoint.errors import (
     SEAL_FAILED,
     ConnectionClosedError,
-    EndpointError,
     MalformedMessageError,
     MessageTooLargeError,
     SealError,
     SerializationError,
+    UnhandledMessageError,
 )
 from endpoint.liveness import Verdict
 from endpoint.messages import (
@@ -78,10 +78,6 @@ _QUEUED_CONTROL_ROOM = 1024
 """Internal messages beyond answers to calls one connection may have waiting on back pressure."""
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = 1, 2
 """Directions of a sealed connection (in each message's nonce and associated data)."""
-
-
-class UnhandledMessageError(EndpointError):
-    """A message arrived for which no listener (not even a catch-all ``on_message()``) is registered."""
 
 
 class Connection:
@@ -132,6 +128,8 @@ class Connection:
         """True when the connection ended without a graceful close (peer timed out or vanished, driver failed)."""
         self.malformed_messages = 0
         """Messages of the peer's dropped as malformed: undecodable, empty, or internal ones with bad fields."""
+        self.unhandled_messages = 0
+        """Messages of the peer's dropped because no listener takes their type (see ``on_unhandled``)."""
         self.rtt: float | None = None
         """Round-trip time in seconds of the last answered ping."""
         self.sealed = False
@@ -419,7 +417,8 @@ class Connection:
         cls = type(message)
         listeners, any_async = self._listeners.message_listeners(cls)
         if not listeners:
-            self._endpoint._notify_error(self, UnhandledMessageError(f"no listener for {cls.__name__} on {self!r}"))
+            self.unhandled_messages += 1
+            self._endpoint._on_unhandled(self, cls)
             return
         if any_async or self._inbox:
             self._enqueue(listeners, message, _MESSAGE, size)

@@ -17,13 +17,19 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from driver.agent import AgentInvoker, tighten_timer_slack
 from driver.concurrent._atomic import FrameWatch
 from endpoint.config import Configuration
 from endpoint.connection import Connection
-from endpoint.errors import CriticalDriverError, DriverUnavailableError, EndpointClosedError
+from endpoint.errors import (
+    CriticalDriverError,
+    DriverUnavailableError,
+    EndpointClosedError,
+    UnhandledMessageError,
+)
+from endpoint.eventloop import check_construction, require_asyncio
 from endpoint.listeners import ListenerManager
 from endpoint.liveness import tick_interval_ns
 from endpoint.messages import register_internal_messages
@@ -31,7 +37,10 @@ from endpoint.registry import SharedDriver, registry
 from endpoint.routes import HandshakeRoutes
 from endpoint.rpc import RpcRegistry
 
-__all__ = ["EndPoint"]
+if TYPE_CHECKING:
+    from endpoint.streaming import IncomingStream
+
+__all__ = ["EndPoint", "MessageListenerDecorator"]
 
 _LEASE_RETRY_S = 0.1
 END_POINT_CLOSED = "end point closed"
@@ -40,6 +49,27 @@ _log = logging.getLogger("endpoint")
 
 ConfigT = TypeVar("ConfigT", bound=Configuration)
 F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M")
+R = TypeVar("R")
+ConnectListener = TypeVar("ConnectListener", bound=Callable[[Connection], Any])
+ErrorListenerT = TypeVar("ErrorListenerT", bound=Callable[[Connection | None, BaseException], Any])
+StreamListener = TypeVar("StreamListener", bound="Callable[[Connection, IncomingStream], Any]")
+
+
+class MessageListenerDecorator(Generic[M]):
+    """What ``@end_point.on_message(Move)`` returns: it registers a listener whose message parameter accepts
+    ``Move`` (a type checker rejects one annotated for another class) and hands the listener back."""
+
+    __slots__ = ("_add", "_message_type")
+
+    def __init__(self, add: Callable[[type, Callable[..., Any]], Any], message_type: type[M]) -> None:
+        self._add = add
+        self._message_type = message_type
+
+    def __call__(self, listener: Callable[[Connection, M], R]) -> Callable[[Connection, M], R]:
+        self._add(self._message_type, listener)
+        return listener
+
 
 _TICK_NS = 100_000_000
 _MIN_TICK_NS = 10_000_000
@@ -57,6 +87,7 @@ class EndPoint(Generic[ConfigT]):
     """Base of :class:`~endpoint.Server` and :class:`~endpoint.Client`."""
 
     def __init__(self, config: ConfigT) -> None:
+        check_construction(f"a {type(self).__name__}")
         self.config = config
         self.listeners: ListenerManager[Connection] = ListenerManager(type(self).__name__)
         register_internal_messages(config.serialization)
@@ -79,22 +110,26 @@ class EndPoint(Generic[ConfigT]):
         self.seal_failures = 0
         """Sealed connections closed because a message of the peer's did not open (forged, replayed, tampered)."""
         """How many times the driver under this end point was restarted after a critical error."""
+        self.unhandled_messages = 0
+        """Messages dropped on this end point's connections because no listener takes their class."""
+        self._unhandled_logged: set[type] = set()
+        """Classes already logged under ``on_unhandled="log_once"`` (bounded by the registered classes)."""
 
     # ------------------------------------------------------------------ listeners
 
-    def on_connect(self, listener: F) -> F:
+    def on_connect(self, listener: ConnectListener) -> ConnectListener:
         """``listener(connection)``, sync or async; runs before the connection's first message is dispatched."""
         return self.listeners.add_connect(listener)
 
-    def on_disconnect(self, listener: F) -> F:
+    def on_disconnect(self, listener: ConnectListener) -> ConnectListener:
         """``listener(connection)``; runs after the connection's last message; ``connection.close_reason`` says why."""
         return self.listeners.add_disconnect(listener)
 
-    def on_error(self, listener: F) -> F:
+    def on_error(self, listener: ErrorListenerT) -> ErrorListenerT:
         """``listener(connection_or_None, error)`` for this end point's errors (listener failures included)."""
         return self.listeners.add_error(listener)
 
-    def on_stream(self, listener: F) -> F:
+    def on_stream(self, listener: StreamListener) -> StreamListener:
         """``listener(connection, stream)`` for each incoming :class:`~endpoint.streaming.IncomingStream`.
 
         It runs as a task of its own (a long transfer holds back nothing else) and should consume the
@@ -103,29 +138,52 @@ class EndPoint(Generic[ConfigT]):
         return self.listeners.add_stream(listener)
 
     @overload
-    def on_message(self, message_type: type, listener: F) -> F: ...
+    def on_message(
+        self, message_type: type[M], listener: Callable[[Connection, M], R]
+    ) -> Callable[[Connection, M], R]: ...
 
     @overload
-    def on_message(self, message_type: type = ..., listener: None = None) -> Callable[[F], F]: ...
+    def on_message(self, message_type: type[M]) -> MessageListenerDecorator[M]: ...
 
-    def on_message(self, message_type: type = object, listener: F | None = None) -> F | Callable[[F], F]:
+    @overload
+    def on_message(self) -> MessageListenerDecorator[object]: ...
+
+    def on_message(
+        self, message_type: type[Any] = object, listener: Callable[[Connection, Any], Any] | None = None
+    ) -> Callable[[Connection, Any], Any] | MessageListenerDecorator[Any]:
         """``listener(connection, message)`` for ``message_type`` and its subclasses; no type = catch-all.
 
-        ``@ep.on_message(Move)`` decorates; ``ep.on_message(Move, fn)`` registers directly.
+        ``@ep.on_message(Move)`` decorates; ``ep.on_message(Move, fn)`` registers directly. Typed: the
+        listener's message parameter must accept ``message_type`` (``Move`` or a base of it; the catch-all's
+        must accept ``object``), or a type checker rejects the registration.
         """
         if listener is not None:
             return self.listeners.add_message(message_type, listener)
-
-        def decorate(fn: F) -> F:
-            return self.listeners.add_message(message_type, fn)
-
-        return decorate
+        return MessageListenerDecorator(self.listeners.add_message, message_type)
 
     def remove_listener(self, listener: Callable[..., Any]) -> bool:
         return self.listeners.remove(listener)
 
     def _notify_error(self, connection: Connection | None, error: BaseException) -> None:
         self.listeners.notify_error(connection, error)
+
+    def _on_unhandled(self, connection: Connection, message_type: type) -> None:
+        """A message no listener takes was dropped: count it, then follow ``config.on_unhandled``."""
+        self.unhandled_messages += 1
+        policy = self.config.on_unhandled
+        if policy == "error":
+            text = f"no listener for {message_type.__name__} on {connection!r}"
+            self._notify_error(connection, UnhandledMessageError(text, message_type))
+        elif policy == "log_once" and message_type not in self._unhandled_logged:
+            self._unhandled_logged.add(message_type)
+            _log.warning(
+                "%s: no listener for %s (first on %r); dropping every %s without one, counted in "
+                "unhandled_messages (on_unhandled='error' reports each to on_error)",
+                type(self).__name__,
+                message_type.__qualname__,
+                connection,
+                message_type.__qualname__,
+            )
 
     # ------------------------------------------------------------------ connections
 
@@ -159,7 +217,7 @@ class EndPoint(Generic[ConfigT]):
     # ------------------------------------------------------------------ life cycle
 
     async def _lease_driver(self) -> SharedDriver:
-        self._loop = asyncio.get_running_loop()
+        self._loop = require_asyncio(f"starting a {type(self).__name__}")
         self.config.serialization.freeze()
         shared = await registry.acquire(self.config, self)
         self._shared = shared

@@ -38,8 +38,10 @@ __all__ = [
     "StreamChecksumError",
     "StreamError",
     "TransmitError",
+    "UnhandledMessageError",
     "UnknownMethodError",
     "UnknownObjectError",
+    "UnsupportedEventLoopError",
 ]
 
 
@@ -153,12 +155,32 @@ class ConnectionClosedError(EndpointError):
         self.reason = reason
 
 
+class UnhandledMessageError(EndpointError):
+    """A message arrived for which no listener (not even a catch-all ``on_message()``) is registered.
+
+    Reported to ``on_error`` (with the connection) only under ``on_unhandled="error"``; ``message_type`` is the
+    class of the dropped message."""
+
+    def __init__(self, message: str, message_type: type | None = None) -> None:
+        super().__init__(message)
+        self.message_type = message_type
+
+
 class TransmitError(EndpointError):
     """A message could not be handed to the driver (back pressure outlasted the send timeout)."""
 
 
 class MessageTooLargeError(TransmitError, ValueError):
     """The encoded message is longer than the connection's maximum message length."""
+
+
+class UnsupportedEventLoopError(EndpointError, RuntimeError):
+    """An end point was built or started where no asyncio event loop runs (under trio, say): end points need
+    asyncio (anyio's asyncio backend is fine). ``library`` names what was running, None when nothing was."""
+
+    def __init__(self, message: str, library: str | None = None) -> None:
+        super().__init__(message)
+        self.library = library
 
 
 class DriverUnavailableError(EndpointError):

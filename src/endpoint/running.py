@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
+import traceback
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
@@ -95,13 +97,26 @@ async def _supervise(
             raise  # cancelled from outside (the loop is shutting down): not ours to swallow
         return 0 if result is None else int(result)
     except Exception:
-        _log.exception("main raised")
+        if _has_handler(_log):
+            _log.exception("main raised")
+        else:  # nothing configured logging (the library's loggers only carry a NullHandler): do not hide it
+            traceback.print_exc(file=sys.stderr)
         return 1
     finally:
         for handle in overdue:
             handle.cancel()
         for signum in installed:
             loop.remove_signal_handler(signum)
+
+
+def _has_handler(logger: logging.Logger) -> bool:
+    """Whether a record of ``logger``'s would reach a handler other than a NullHandler."""
+    current: logging.Logger | None = logger
+    while current is not None:
+        if any(not isinstance(h, logging.NullHandler) for h in current.handlers):
+            return True
+        current = current.parent if current.propagate else None
+    return False
 
 
 def _hurry(task: asyncio.Task[Any], shutdown_timeout: float) -> None:

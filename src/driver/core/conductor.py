@@ -183,6 +183,8 @@ class DriverConductor:
         self._unblocked_publications = self.system_counters.get(SystemCounterId.UNBLOCKED_PUBLICATIONS)
         self._unblocked_commands = self.system_counters.get(SystemCounterId.UNBLOCKED_COMMANDS)
         self._external_error_handler = error_handler
+        self.answered_error_handler: Callable[[BaseException], None] | None = None
+        """Takes errors that were also told to a client (see :meth:`record_error`); None: the error handler."""
         sc = self.system_counters
         capacity = ctx.command_queue_capacity
         self._conductor_queue = CommandQueue(sc.get(SystemCounterId.CONDUCTOR_PROXY_FAILS), capacity)
@@ -459,12 +461,19 @@ class DriverConductor:
             spies_simulate_connection=self._ctx.spies_simulate_connection,
         )
 
-    def record_error(self, error: BaseException) -> None:
-        """Errors of the driver's own agents: counted, logged distinctly, and passed on."""
+    def record_error(self, error: BaseException, *, answered: bool = False) -> None:
+        """Errors of the driver's own agents: counted, logged distinctly, and passed on.
+
+        ``answered``: the error was also sent to the client concerned (a command it made failed), which raises
+        it as its own typed error; ``answered_error_handler`` (when set) takes it instead of the error handler.
+        """
         self._errors.increment()
         self.error_log.record(error)
-        if self._external_error_handler is not None:
-            self._external_error_handler(error)
+        handler = self.answered_error_handler if answered else None
+        if handler is None:
+            handler = self._external_error_handler
+        if handler is not None:
+            handler(error)
 
     # -- commands ------------------------------------------------------------------------------
 
@@ -499,7 +508,7 @@ class DriverConductor:
     def _reply_error(
         self, correlation_id: int, code: ErrorCode | CurrentErrorCode, message: str, exc: BaseException
     ) -> None:
-        self.record_error(exc)
+        self.record_error(exc, answered=True)
         self.client_proxy.on_error(correlation_id, code, message)
 
     def _client(self, client_id: int) -> ClientSession:

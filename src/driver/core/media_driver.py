@@ -93,6 +93,7 @@ class MediaDriver:
         self.loss_report_file = LossReportFile.create(self.aeron_dir, context.loss_report_buffer_length)
         self.loss_report = LossReport(self.loss_report_file.buffer)
         self.conductor = DriverConductor(context, self.cnc, error_handler=self._log_error)
+        self.conductor.answered_error_handler = self._log_answered
         self.conductor.loss_observer = LossObserver(self.loss_report, SystemEpochClock())
         self.termination_requested = threading.Event()
         """Set when a client's TERMINATE_DRIVER passed ``termination_validator``; the owner then closes the driver."""
@@ -184,10 +185,12 @@ class MediaDriver:
         return self.conductor.has_pending_work()
 
     def _on_agent_error(self, error: BaseException) -> None:
-        self.conductor.record_error(error)
-        if isinstance(error, ChannelEndpointError) and error.status_indicator_id is not None:
-            # Raised on the sender or receiver thread; the conductor owns counters and the clients' channel.
-            self.conductor.conductor_command(functools.partial(self.conductor.on_channel_endpoint_error, error))
+        if not isinstance(error, ChannelEndpointError) or error.status_indicator_id is None:
+            self.conductor.record_error(error)
+            return
+        self.conductor.record_error(error, answered=True)  # the clients are told next: they raise it as theirs
+        # Raised on the sender or receiver thread; the conductor owns counters and the clients' channel.
+        self.conductor.conductor_command(functools.partial(self.conductor.on_channel_endpoint_error, error))
 
     def _log_error(self, error: BaseException) -> None:
         """Log an error, but the same one (type and text) at most once every 10 s: a dead network repeats it."""
@@ -202,6 +205,14 @@ class MediaDriver:
         self._logged[key] = (now, 0)
         suffix = f" (and {repeats} times more in the last {now - last:.0f} s)" if repeats else ""
         _log.error("driver error: %s%s", error, suffix, exc_info=error if not repeats else None)
+
+    @staticmethod
+    def _log_answered(error: BaseException) -> None:
+        """An error the clients concerned were told of (they raise it as theirs): a line at DEBUG, no traceback.
+
+        Like every driver error it is counted (system counter ERRORS) and kept in the distinct error log of
+        cnc.dat, where ``aeron-tools errors`` shows it."""
+        _log.debug("driver error, told to the client: %s: %s", type(error).__name__, error)
 
     def close(self, timeout_s: float = 5.0, *, delete_dir: bool | None = None) -> None:
         """Stop the agents and unmap; remove the directory if ``delete_dir`` (default: ``dir_delete_on_shutdown``)."""

@@ -158,12 +158,16 @@ async def test_a_failing_listener_reaches_local_and_global_error_listeners_and_t
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_a_message_nobody_listens_for_is_an_unhandled_message_error(
+async def test_under_the_error_policy_a_message_nobody_listens_for_is_an_unhandled_message_error(
     transport: str, aeron_dir: Path, client_dir: Path, port: int
 ) -> None:
     errors: list[tuple[Connection | None, BaseException]] = []
     got: list[object] = []
-    async with pair(transport, aeron_dir, client_dir, port) as (server, conn):
+    async with (
+        running_server(server_config(aeron_dir, port, on_unhandled="error")) as server,
+        connected_client(client_config(transport, aeron_dir, client_dir), port) as (_, conn),
+    ):
+        await wait_until(lambda: server.connections, 5)
         server.on_error(lambda c, e: errors.append((c, e)))
         server.on_message(Ack, lambda c, m: got.append(m))
         await deliver(conn, Unlisted("nobody"), errors, 1)
@@ -172,6 +176,8 @@ async def test_a_message_nobody_listens_for_is_an_unhandled_message_error(
         assert where is server_conn
         assert isinstance(error, UnhandledMessageError)
         assert "Unlisted" in str(error)
+        assert error.message_type is Unlisted
+        assert server_conn.unhandled_messages == server.unhandled_messages == 1
         # It is dropped, and later messages still arrive.
         await deliver(conn, Ack(1), got, 1)
         assert got == [Ack(1)]
@@ -185,7 +191,10 @@ async def test_client_side_dispatch_and_errors(transport: str, aeron_dir: Path, 
     errors: list[BaseException] = []
     async with (
         running_server(server_config(aeron_dir, port)) as server,
-        connected_client(client_config(transport, aeron_dir, client_dir), port) as (client, _conn),
+        connected_client(client_config(transport, aeron_dir, client_dir, on_unhandled="error"), port) as (
+            client,
+            _conn,
+        ),
     ):
         client.on_error(lambda c, e: errors.append(e))
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -68,3 +70,28 @@ def test_a_stuck_clean_up_is_cut_short_after_the_shutdown_timeout() -> None:
 
     assert endpoint.run(main, shutdown_timeout=0.2) == 0
     assert stages == ["stopping", "cut short"]
+
+
+_RAISING_MAIN = """
+import sys
+import endpoint
+
+async def main() -> None:
+    raise RuntimeError("broken on purpose")
+
+sys.exit(endpoint.run(main))
+"""
+
+
+@pytest.mark.parametrize("configured", [False, True], ids=["no logging configured", "logging configured"])
+def test_an_exception_out_of_main_is_shown_whether_or_not_logging_is_configured(configured: bool) -> None:
+    """The library's loggers carry only a NullHandler: with nothing configured, run prints main's traceback itself."""
+    code = ("import logging; logging.basicConfig(format='LOGGED %(message)s')\n" if configured else "") + _RAISING_MAIN
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+    assert done.returncode == 1
+    assert "RuntimeError: broken on purpose" in done.stderr
+    assert "Traceback" in done.stderr
+    assert ("LOGGED main raised" in done.stderr) is configured
