@@ -58,8 +58,8 @@ from driver.concurrent.system_counters import (
     allocate_stream_counter,
 )
 from driver.core.client_proxy import ClientProxy
-from driver.core.ipc_publication import IpcPublication, PublicationState, SubscriberPosition
-from driver.core.links import ClientSession, CounterLink, PublicationLink, SubscriptionLink
+from driver.core.ipc_publication import IpcPublication, PublicationState
+from driver.core.links import ClientSession, CounterLink, PublicationLink, SubscriberPosition, SubscriptionLink
 from driver.core.network import NetworkResources
 from driver.core.network_publication import NetworkPublication
 from driver.core.proxies import Backlog, CommandQueue

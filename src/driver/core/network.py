@@ -43,8 +43,7 @@ from driver.concurrent.system_counters import (
 )
 from driver.core.congestion import new_congestion_control
 from driver.core.flow_control import new_flow_control
-from driver.core.ipc_publication import SubscriberPosition
-from driver.core.links import SubscriptionLink
+from driver.core.links import SubscriberPosition, SubscriptionLink
 from driver.core.loss_detector import (
     NAK_GROUPSIZE_DEFAULT,
     NAK_MAX_BACKOFF_DEFAULT_NS,
@@ -59,7 +58,7 @@ from driver.errors import ChannelEndpointError, ControlProtocolError, ErrorCode,
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.current_metadata import LOG_TYPE_PUBLICATION_IMAGE, CurrentLogMetadata, write_current_metadata
 from driver.logbuffer.log_buffers import LogBuffers
-from driver.media.endpoints import EndpointCounters, ReceiveChannelEndpoint, SendChannelEndpoint
+from driver.media.endpoints import EndpointCounters, FeedbackHandler, ReceiveChannelEndpoint, SendChannelEndpoint
 from driver.media.os_buffers import os_socket_buffer_lengths
 from driver.media.transport import Address
 from driver.media.udp_channel import UdpChannel, destination_address
@@ -191,13 +190,13 @@ class NetworkResources:
             self.send_endpoints[channel.canonical_form] = endpoint
         return endpoint
 
-    def _on_publication_error(self, publication: NetworkPublication, frame: ErrorFrame, address: Address) -> None:
+    def _on_publication_error(self, publication: FeedbackHandler, frame: ErrorFrame, address: Address) -> None:
         """Sender thread: a receiver rejected ``publication``; the conductor tells its owners."""
         self._conductor.conductor_command(
             functools.partial(self._notify_publication_error, publication, frame, address)
         )
 
-    def _notify_publication_error(self, publication: NetworkPublication, frame: ErrorFrame, address: Address) -> None:
+    def _notify_publication_error(self, publication: FeedbackHandler, frame: ErrorFrame, address: Address) -> None:
         host, port = address[0], address[1]
         ip = ipaddress.ip_address(host)
         for link in self._conductor.publication_links:
@@ -205,7 +204,7 @@ class NetworkResources:
                 continue
             self._conductor.client_proxy.on_publication_error(
                 PublicationErrorResponse(
-                    registration_id=publication.registration_id,
+                    registration_id=link.publication.registration_id,
                     destination_registration_id=NULL_VALUE,
                     session_id=frame.session_id,
                     stream_id=frame.stream_id,
