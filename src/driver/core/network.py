@@ -8,6 +8,10 @@ UDP channel (shared by the publications or subscriptions of that channel), a
 (the receiver fills it). Teardown is two-phase: the conductor asks the sender or
 receiver to drop a resource and frees it only when they answer, so no agent ever
 touches a closed log or socket.
+
+It sits below the conductor and does not import it: what it asks of the
+conductor (the clients' links, the hand-offs to the agents, ids, the clock) is
+the :class:`ConductorServices` protocol, and it is given the rest when made.
 """
 
 from __future__ import annotations
