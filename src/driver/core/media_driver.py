@@ -93,7 +93,7 @@ class MediaDriver:
         self.loss_report_file = LossReportFile.create(self.aeron_dir, context.loss_report_buffer_length)
         self.loss_report = LossReport(self.loss_report_file.buffer)
         self.conductor = DriverConductor(context, self.cnc, error_handler=self._log_error)
-        self.conductor.network.loss_observer = LossObserver(self.loss_report, SystemEpochClock())
+        self.conductor.loss_observer = LossObserver(self.loss_report, SystemEpochClock())
         self.termination_requested = threading.Event()
         """Set when a client's TERMINATE_DRIVER passed ``termination_validator``; the owner then closes the driver."""
         self.conductor.termination_hook = self.termination_requested.set
