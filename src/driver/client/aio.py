@@ -12,26 +12,52 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import anyio
 
-from driver.client.publication import (
-    ADMIN_ACTION,
-    BACK_PRESSURED,
-    NOT_CONNECTED,
-    Publication,
-)
+from driver.client.offer_result import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
+from driver.client.requests import PendingRequest, RequestService
 from driver.logbuffer.header import Header
-from driver.logbuffer.reader import ControlledAction
+from driver.logbuffer.reader import ControlledAction, ControlledFragmentHandler
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-    from driver.client.conductor import ClientConductor, PendingRequest
-    from driver.client.subscription import Subscription
+__all__ = [
+    "Backoff",
+    "FragmentSource",
+    "Offerer",
+    "await_request",
+    "offer_async",
+    "offer_batch_async",
+    "subscription_fragments",
+]
 
-__all__ = ["Backoff", "await_request", "offer_async", "offer_batch_async", "subscription_fragments"]
+
+class Offerer(Protocol):
+    """What :func:`offer_async` retries: a publication's offers (the publications import this module)."""
+
+    def offer(self, buffer: Buffer, offset: int = 0, length: int | None = None) -> int: ...
+
+    def offer_batch(self, messages: Sequence[Buffer]) -> int: ...
+
+
+class _PeekableImage(Protocol):
+    def controlled_poll(self, handler: ControlledFragmentHandler, fragment_limit: int = 10) -> int: ...
+
+    def _consume_to(self, position: int) -> None: ...
+
+
+class FragmentSource(Protocol):
+    """What :func:`subscription_fragments` reads: a subscription's images, until it closes."""
+
+    @property
+    def is_closed(self) -> bool: ...
+
+    @property
+    def images(self) -> Sequence[_PeekableImage]: ...
+
 
 T = TypeVar("T")
 
@@ -81,7 +107,7 @@ class Backoff:
         await anyio.sleep(self._sleep)
 
 
-async def await_request(conductor: ClientConductor, request: PendingRequest) -> object:
+async def await_request(conductor: RequestService, request: PendingRequest) -> object:
     """Wait for the driver's answer to ``request`` without blocking the loop (bounded by the driver timeout)."""
     backoff = Backoff(yield_window=_DRIVER_ANSWER_WINDOW_S)
     try:
@@ -95,7 +121,7 @@ async def await_request(conductor: ClientConductor, request: PendingRequest) -> 
 
 
 async def offer_async(
-    publication: Publication,
+    publication: Offerer,
     buffer: Buffer,
     offset: int = 0,
     length: int | None = None,
@@ -123,7 +149,7 @@ async def offer_async(
 
 
 async def offer_batch_async(
-    publication: Publication,
+    publication: Offerer,
     messages: Sequence[Buffer],
     *,
     timeout: float | None = 10.0,
@@ -145,7 +171,7 @@ async def offer_batch_async(
 
 
 async def subscription_fragments(
-    subscription: Subscription,
+    subscription: FragmentSource,
     *,
     idle_timeout: float | None = None,
     max_idle_sleep: float = 0.001,

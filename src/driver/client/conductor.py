@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 from driver.client.counter import Counter
 from driver.client.driver_proxy import DriverProxy
 from driver.client.publication import ConcurrentPublication, ExclusivePublication, Publication
+from driver.client.requests import PendingRequest
 from driver.client.subscription import AvailableImageHandler, Image, Subscription, UnavailableImageHandler
 from driver.cnc import CncFile, CncGeneration
 from driver.command import (
@@ -114,35 +115,6 @@ class ClientError(DriverError):
 
 def _epoch_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class PendingRequest:
-    """A command sent to the driver whose answer is awaited (by a thread or a task)."""
-
-    __slots__ = ("abandoned", "correlation_id", "deadline_ns", "done", "error", "kind", "resource", "result")
-
-    def __init__(self, correlation_id: int, kind: str, deadline_ns: int, resource: object = None) -> None:
-        self.correlation_id = correlation_id
-        self.kind = kind
-        self.deadline_ns = deadline_ns
-        self.resource = resource
-        self.done = False
-        self.abandoned = False
-        self.result: object = None
-        self.error: BaseException | None = None
-
-    def complete(self, result: object) -> None:
-        self.result = result
-        self.done = True
-
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.done = True
-
-    def outcome(self) -> object:
-        if self.error is not None:
-            raise self.error
-        return self.result
 
 
 class _MappedLog:

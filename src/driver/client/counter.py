@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Self
+from typing import Protocol, Self
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.concurrent.counters import CountersReader
 
-if TYPE_CHECKING:
-    from driver.client.conductor import ClientConductor
+__all__ = ["Counter", "CounterOwner"]
 
-__all__ = ["Counter"]
+
+class CounterOwner(Protocol):
+    """What a counter needs from the client conductor that made it (which implements it)."""
+
+    @property
+    def counters_reader(self) -> CountersReader: ...
+
+    def release_counter(self, counter: Counter) -> None: ...
 
 
 class Counter:
@@ -21,7 +28,7 @@ class Counter:
 
     __slots__ = ("_conductor", "_is_closed", "_value", "id", "registration_id")
 
-    def __init__(self, conductor: ClientConductor, registration_id: int, counter_id: int, value: AtomicBuffer) -> None:
+    def __init__(self, conductor: CounterOwner, registration_id: int, counter_id: int, value: AtomicBuffer) -> None:
         self._conductor = conductor
         self.registration_id = registration_id
         self.id = counter_id

@@ -39,10 +39,20 @@ Bad source ranges raise ``ValueError`` before anything is claimed on either path
 from __future__ import annotations
 
 import abc
-import enum
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar, Self
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, ClassVar, Protocol, Self
 
+from driver.client.aio import await_request, offer_async, offer_batch_async
+from driver.client.offer_result import (
+    ADMIN_ACTION,
+    BACK_PRESSURED,
+    CLOSED,
+    MAX_POSITION_EXCEEDED,
+    NOT_CONNECTED,
+    OfferResult,
+)
+from driver.client.requests import PendingRequest, RequestService
 from driver.concurrent._atomic import PublicationWriter
 from driver.concurrent.atomic_buffer import AtomicBuffer, frames_length
 from driver.errors import DriverError
@@ -70,8 +80,6 @@ from driver.logbuffer.log_buffers import LogBuffers
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-    from driver.client.conductor import ClientConductor
-
 __all__ = [
     "ADMIN_ACTION",
     "BACK_PRESSURED",
@@ -82,29 +90,26 @@ __all__ = [
     "ExclusivePublication",
     "OfferResult",
     "Publication",
+    "PublicationOwner",
 ]
 
 
-class OfferResult(enum.IntEnum):
-    """Aeron's negative results of ``offer``/``try_claim`` (any result >= 0 is the new position)."""
+class PublicationOwner(RequestService, Protocol):
+    """What a publication needs from the client conductor that made it (which implements it)."""
 
-    NOT_CONNECTED = -1
-    """No subscriber is connected to the publication."""
-    BACK_PRESSURED = -2
-    """The slowest subscriber is a full window behind; retry later."""
-    ADMIN_ACTION = -3
-    """The log rotated (or was rotating); retry at once."""
-    CLOSED = -4
-    """The publication (or the client) is closed."""
-    MAX_POSITION_EXCEEDED = -5
-    """The stream has reached the largest position its term length allows."""
+    @property
+    def lock(self) -> AbstractContextManager[object]: ...
 
+    def channel_status(self, channel_status_id: int) -> int: ...
 
-NOT_CONNECTED = OfferResult.NOT_CONNECTED
-BACK_PRESSURED = OfferResult.BACK_PRESSURED
-ADMIN_ACTION = OfferResult.ADMIN_ACTION
-CLOSED = OfferResult.CLOSED
-MAX_POSITION_EXCEEDED = OfferResult.MAX_POSITION_EXCEEDED
+    def begin_destination(self, registration_id: int, channel: str, *, add: bool, receive: bool) -> PendingRequest: ...
+
+    def await_response(self, request: PendingRequest) -> object: ...
+
+    def release_publication(self, publication: Publication) -> None: ...
+
+    def begin_release(self, resource: Publication) -> PendingRequest | None: ...
+
 
 _U32 = 0xFFFF_FFFF
 _TERM_COUNT = LOG_ACTIVE_TERM_COUNT_OFFSET
@@ -169,7 +174,7 @@ class Publication(abc.ABC):
 
     def __init__(
         self,
-        conductor: ClientConductor,
+        conductor: PublicationOwner,
         channel: str,
         stream_id: int,
         session_id: int,
@@ -364,22 +369,16 @@ class Publication(abc.ABC):
         Returns the new position, or CLOSED / MAX_POSITION_EXCEEDED; raises
         TimeoutError when not accepted within ``timeout`` seconds.
         """
-        from driver.client.aio import offer_async
-
         return await offer_async(self, buffer, offset, length, timeout=timeout)
 
     async def offer_batch_async(self, messages: Sequence[Buffer], *, timeout: float | None = 10.0) -> int:
         """:meth:`offer_batch`, awaiting flow control like :meth:`offer_async`."""
-        from driver.client.aio import offer_batch_async
-
         return await offer_batch_async(self, messages, timeout=timeout)
 
     async def close_async(self) -> None:
         """:meth:`close` without blocking the event loop while the driver answers."""
         request = self._conductor.begin_release(self)
         if request is not None:
-            from driver.client.aio import await_request
-
             await await_request(self._conductor, request)
 
     # ------------------------------------------------------------------ data path (subclasses)

@@ -23,8 +23,10 @@ Payload memoryviews are valid during the handler call; copy what you keep.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Self
+from typing import Protocol, Self
 
+from driver.client.aio import await_request, subscription_fragments
+from driver.client.requests import PendingRequest, RequestService
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.logbuffer.descriptor import (
     LOG_END_OF_STREAM_POSITION_OFFSET,
@@ -43,9 +45,6 @@ from driver.logbuffer.reader import (
     read,
 )
 
-if TYPE_CHECKING:
-    from driver.client.conductor import ClientConductor
-
 __all__ = [
     "AvailableImageHandler",
     "ControlledAction",
@@ -53,6 +52,7 @@ __all__ = [
     "FragmentHandler",
     "Image",
     "Subscription",
+    "SubscriptionOwner",
     "UnavailableImageHandler",
 ]
 
@@ -294,6 +294,16 @@ class Image:
         )
 
 
+class SubscriptionOwner(RequestService, Protocol):
+    """What a subscription needs from the client conductor that made it (which implements it)."""
+
+    def channel_status(self, channel_status_id: int) -> int: ...
+
+    def release_subscription(self, subscription: Subscription) -> None: ...
+
+    def begin_release(self, resource: Subscription) -> PendingRequest | None: ...
+
+
 class Subscription:
     """Interest in a (channel, stream): polls every matching image round robin."""
 
@@ -312,7 +322,7 @@ class Subscription:
 
     def __init__(
         self,
-        conductor: ClientConductor,
+        conductor: SubscriptionOwner,
         channel: str,
         stream_id: int,
         registration_id: int,
@@ -436,8 +446,6 @@ class Subscription:
         seconds); cancellable; ends when the subscription closes. With
         ``idle_timeout`` it raises TimeoutError after that long without a fragment.
         """
-        from driver.client.aio import subscription_fragments
-
         return subscription_fragments(self, idle_timeout=idle_timeout, max_idle_sleep=max_idle_sleep)
 
     def __aiter__(self) -> AsyncIterator[tuple[memoryview, Header]]:
@@ -447,8 +455,6 @@ class Subscription:
         """:meth:`close` without blocking the event loop while the driver answers."""
         request = self._conductor.begin_release(self)
         if request is not None:
-            from driver.client.aio import await_request
-
             await await_request(self._conductor, request)
 
     # ------------------------------------------------------------------ conductor side

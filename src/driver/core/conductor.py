@@ -49,17 +49,15 @@ from driver.concurrent.system_counters import (
     PUBLISHER_LIMIT_TYPE_ID,
     PUBLISHER_POS_NAME,
     PUBLISHER_POS_TYPE_ID,
-    SUBSCRIBER_POSITION_NAME,
-    SUBSCRIBER_POSITION_TYPE_ID,
     DriverSystemCounterId,
     SystemCounterId,
     SystemCounters,
     allocate_client_heartbeat,
-    allocate_stream_counter,
 )
+from driver.core.allocator import PublicationParams, StreamAllocator, int_param
 from driver.core.client_proxy import ClientProxy
-from driver.core.ipc_publication import IpcPublication, PublicationState, SubscriberPosition
-from driver.core.links import ClientSession, CounterLink, PublicationLink, SubscriptionLink
+from driver.core.ipc_publication import IpcPublication, PublicationState
+from driver.core.links import ClientSession, CounterLink, PublicationLink, SubscriberPosition, SubscriptionLink
 from driver.core.network import NetworkResources
 from driver.core.network_publication import NetworkPublication
 from driver.core.proxies import Backlog, CommandQueue
@@ -75,17 +73,11 @@ from driver.errors import (
     MalformedCommandError,
 )
 from driver.logbuffer import descriptor as lbd
-from driver.logbuffer.current_metadata import (
-    LOG_TYPE_CONCURRENT_PUBLICATION,
-    LOG_TYPE_EXCLUSIVE_PUBLICATION,
-    CurrentLogMetadata,
-    write_current_metadata,
-)
+from driver.logbuffer.current_metadata import CurrentLogMetadata
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.media.endpoints import SendChannelEndpoint
-from driver.media.os_buffers import os_socket_buffer_lengths
 from driver.media.udp_channel import UdpChannel
-from driver.uri import ChannelUri, parse_duration_ns, parse_size
+from driver.uri import ChannelUri
 
 if TYPE_CHECKING:
     from driver.cnc import CncFile
@@ -104,47 +96,6 @@ NULL_OWNER_ID = -1  # Aeron's NULL_VALUE: a static counter belongs to no client
 _ENDPOINT_ERROR_REPORT_INTERVAL_NS = 1_000_000_000
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
-
-
-class PublicationParams:
-    """A publication's settings: its channel's parameters over the driver's defaults for that media."""
-
-    __slots__ = ("initial_term_id", "linger_ns", "mtu", "session_id", "sparse", "start", "term_length")
-
-    def __init__(self, uri: ChannelUri, ctx: DriverContext, is_exclusive: bool) -> None:
-        is_ipc = uri.media == "ipc"
-        self.term_length = _int_param(
-            uri, "term-length", ctx.effective_ipc_term_buffer_length if is_ipc else ctx.term_buffer_length
-        )
-        self.mtu = _int_param(uri, "mtu", ctx.ipc_mtu_length if is_ipc else ctx.mtu_length)
-        session = uri.get("session-id")
-        self.session_id: int | None = int(session.removeprefix("tag:")) if session is not None else None
-        linger = uri.get("linger")
-        self.linger_ns = parse_duration_ns(linger) if linger is not None else ctx.publication_linger_timeout_ns
-        sparse = uri.get("sparse")
-        self.sparse = sparse == "true" if sparse is not None else ctx.term_buffer_sparse_file
-        self.initial_term_id: int | None = None
-        self.start: tuple[int, int] | None = None
-        if uri.get("init-term-id") is not None:
-            if not is_exclusive:
-                raise ControlProtocolError(
-                    ErrorCode.INVALID_CHANNEL, "init-term-id, term-id and term-offset need an exclusive publication"
-                )
-            self.initial_term_id = _int_param(uri, "init-term-id", 0)
-            self.start = (_int_param(uri, "term-id", 0), _int_param(uri, "term-offset", 0))
-        lbd.check_term_length(self.term_length)
-        max_message = lbd.compute_max_message_length(self.term_length)
-        if self.mtu > max_message:
-            raise InvalidChannelError(
-                "mtu", self.mtu, f"must be <= max message length {max_message} for the term length"
-            )
-
-
-def _int_param(uri: ChannelUri, name: str, default: int) -> int:
-    value = uri.get(name)
-    if value is None:
-        return default
-    return parse_size(value) if name in ("term-length", "mtu", "max-term-length") else int(value)
 
 
 class DriverConductor:
@@ -177,6 +128,7 @@ class DriverConductor:
         self.system_counters = SystemCounters(self.counters, current=cnc.generation is CncGeneration.CURRENT)
         # Today's generation: extra log metadata fields and counter owner ids are written.
         self.is_current = cnc.generation is CncGeneration.CURRENT
+        self.allocator = StreamAllocator(ctx, self.counters, is_current=self.is_current)
         self.error_log = DistinctErrorLog(cnc.error_log_buffer, self._epoch_clock.time_ms)
         self._errors = self.system_counters.get(SystemCounterId.ERRORS)
         self._client_timeouts = self.system_counters.get(SystemCounterId.CLIENT_TIMEOUTS)
@@ -197,7 +149,6 @@ class DriverConductor:
         deferred = sc.get(DriverSystemCounterId.AGENT_COMMANDS_DEFERRED)
         self._to_sender = Backlog(self.sender.commands, deferred)
         self._to_receiver = Backlog(self.receiver.commands, deferred)
-        self.loss_observer: Callable[[PublicationImage, int, int], None] | None = None
         self.clients: dict[int, ClientSession] = {}
         self.ipc_publications: list[IpcPublication] = []
         self.publication_links: list[PublicationLink] = []
@@ -222,7 +173,16 @@ class DriverConductor:
         self._last_command_consumer_position = 0
         self._time_of_last_command_position_change_ns = 0
         (self._aeron_dir / "publications").mkdir(parents=True, exist_ok=True)
-        self.network = NetworkResources(self)
+        self.network = NetworkResources(
+            self,
+            ctx=ctx,
+            allocator=self.allocator,
+            system_counters=self.system_counters,
+            client_proxy=self.client_proxy,
+            error_log=self.error_log,
+            sender=self.sender,
+            receiver=self.receiver,
+        )
         self._dispatch: dict[CommandType, Callable[[object], None]] = {
             CommandType.ADD_PUBLICATION: lambda m: self._on_add_publication(_cast(m, PublicationMessage), False),
             CommandType.ADD_EXCLUSIVE_PUBLICATION: lambda m: self._on_add_publication(
@@ -253,6 +213,15 @@ class DriverConductor:
                 _cast(m, NextSessionIdMessage)
             ),
         }
+
+    @property
+    def loss_observer(self) -> Callable[[PublicationImage, int, int], None] | None:
+        """Told of every gap an image fills with padding (the driver's loss report); held by the network half."""
+        return self.network.loss_observer
+
+    @loss_observer.setter
+    def loss_observer(self, observer: Callable[[PublicationImage, int, int], None] | None) -> None:
+        self.network.loss_observer = observer
 
     # -- agent ---------------------------------------------------------------------------------
 
@@ -338,7 +307,7 @@ class DriverConductor:
         self.ipc_publications.clear()
         self.network.close()
 
-    # -- services for the network half and the agents ---------------------------------------------
+    # -- services for the network half (ConductorServices) and the agents --------------------------
 
     def now_ns(self) -> int:
         return self._nano_clock.nano_time()
@@ -387,19 +356,10 @@ class DriverConductor:
         except OSError as exc:
             self.record_error(exc)
 
+    # The IPC path's shorthands for the allocator (the network half uses the allocator itself).
+
     def subscriber_position(self, sub: SubscriptionLink, session_id: int, join_position: int) -> AtomicCounter:
-        counter = self.stream_counter(
-            SUBSCRIBER_POSITION_NAME,
-            SUBSCRIBER_POSITION_TYPE_ID,
-            sub.registration_id,
-            session_id,
-            sub.stream_id,
-            sub.channel,
-            f" @{join_position}",
-            owner_id=sub.client.client_id,
-        )
-        counter.set_ordered(join_position)
-        return counter
+        return self.allocator.subscriber_position(sub, session_id, join_position)
 
     def create_publication_log(
         self,
@@ -410,56 +370,15 @@ class DriverConductor:
         params: PublicationParams,
         current: CurrentLogMetadata | None = None,
     ) -> LogBuffers:
-        """``current``: today's extra metadata, written only when the driver speaks the current generation."""
-        log = LogBuffers.create(path, params.term_length, self._ctx.file_page_size, sparse=params.sparse)
-        try:
-            if current is not None and self.is_current:
-                write_current_metadata(log.metadata, current)
-            lbd.initialize_publication_metadata(
-                log.metadata,
-                session_id=session_id,
-                stream_id=stream_id,
-                initial_term_id=initial_term_id,
-                mtu_length=params.mtu,
-                term_length=params.term_length,
-                page_size=self._ctx.file_page_size,
-                correlation_id=int(path.stem),
-                term_id=params.start[0] if params.start else None,
-                term_offset=params.start[1] if params.start else 0,
-            )
-        except BaseException:
-            log.close()
-            path.unlink(missing_ok=True)
-            raise
-        return log
+        return self.allocator.create_publication_log(path, session_id, stream_id, initial_term_id, params, current)
 
     def publication_metadata(
         self,
         params: PublicationParams,
         is_exclusive: bool,
         window_length: int,
-        *,
-        group: bool = False,
-        socket_sndbuf_length: int = 0,
-        socket_rcvbuf_length: int = 0,
     ) -> CurrentLogMetadata:
-        """Today's extra metadata for a publication's log, as the C driver fills it."""
-        os_lengths = os_socket_buffer_lengths()
-        return CurrentLogMetadata(
-            log_type=LOG_TYPE_EXCLUSIVE_PUBLICATION if is_exclusive else LOG_TYPE_CONCURRENT_PUBLICATION,
-            publication_window_length=window_length,
-            socket_sndbuf_length=socket_sndbuf_length,
-            os_default_socket_sndbuf_length=os_lengths[0],
-            os_max_socket_sndbuf_length=os_lengths[1],
-            socket_rcvbuf_length=socket_rcvbuf_length,
-            os_default_socket_rcvbuf_length=os_lengths[2],
-            os_max_socket_rcvbuf_length=os_lengths[3],
-            linger_timeout_ns=params.linger_ns,
-            group=group,
-            sparse=params.sparse,
-            signal_eos=True,
-            spies_simulate_connection=self._ctx.spies_simulate_connection,
-        )
+        return self.allocator.publication_metadata(params, is_exclusive, window_length)
 
     def record_error(self, error: BaseException, *, answered: bool = False) -> None:
         """Errors of the driver's own agents: counted, logged distinctly, and passed on.
@@ -731,19 +650,9 @@ class DriverConductor:
         suffix: str = "",
         owner_id: int = 0,
     ) -> AtomicCounter:
-        """``owner_id``: the client the counter belongs to, recorded in the current generation only."""
-        counter_id = allocate_stream_counter(
-            self.counters,
-            name,
-            type_id,
-            registration_id,
-            session_id,
-            stream_id,
-            channel,
-            suffix,
-            owner_id=owner_id if self.is_current else 0,
+        return self.allocator.stream_counter(
+            name, type_id, registration_id, session_id, stream_id, channel, suffix, owner_id=owner_id
         )
-        return AtomicCounter(self.counters.values_buffer, counter_id, self.counters)
 
     def _link_ipc_subscription(self, publication: IpcPublication, sub: SubscriptionLink) -> SubscriberPosition:
         counter = self.subscriber_position(sub, publication.session_id, publication.join_position())
@@ -783,14 +692,14 @@ class DriverConductor:
             msg.stream_id,
             int(session.removeprefix("tag:")) if session else None,
             max_term_length=min(
-                _int_param(uri, "max-term-length", ctx.receiver_max_term_length), ctx.receiver_max_term_length
+                int_param(uri, "max-term-length", ctx.receiver_max_term_length), ctx.receiver_max_term_length
             ),
             max_images=min(
-                _int_param(uri, "max-images", ctx.receiver_max_images_per_subscription),
+                int_param(uri, "max-images", ctx.receiver_max_images_per_subscription),
                 ctx.receiver_max_images_per_subscription,
             ),
             max_images_per_source=min(
-                _int_param(uri, "max-images-per-source", ctx.receiver_max_images_per_source),
+                int_param(uri, "max-images-per-source", ctx.receiver_max_images_per_source),
                 ctx.receiver_max_images_per_source,
             ),
             sparse=uri.get("sparse") == "true",
@@ -900,14 +809,11 @@ class DriverConductor:
         self.client_proxy.on_static_counter(msg.correlation_id, counter_id)
 
     def _on_reject_image(self, msg: RejectImageMessage) -> None:
-        known = any(p.registration_id == msg.image_correlation_id for p in self.ipc_publications) or any(
-            i.correlation_id == msg.image_correlation_id for i in self.network.images
-        )
-        if not known:
+        image = self.network.find_image(msg.image_correlation_id)
+        if image is None and not any(p.registration_id == msg.image_correlation_id for p in self.ipc_publications):
             raise ControlProtocolError(
                 CurrentErrorCode.GENERIC_ERROR, f"Unable to resolve image for correlationId={msg.image_correlation_id}"
             )
-        image = next((i for i in self.network.images if i.correlation_id == msg.image_correlation_id), None)
         if image is None:
             raise ControlProtocolError(
                 CurrentErrorCode.NOT_SUPPORTED,
@@ -930,7 +836,7 @@ class DriverConductor:
 
     def _on_next_session_id(self, msg: NextSessionIdMessage) -> None:
         in_use = {p.session_id for p in self.ipc_publications if p.stream_id == msg.stream_id}
-        in_use.update(p.session_id for p in self.network.publications if p.stream_id == msg.stream_id)
+        in_use.update(self.network.session_ids(msg.stream_id))
         for _ in range(1 << 16):
             session_id = self._next_available_session_id()
             if session_id not in in_use:

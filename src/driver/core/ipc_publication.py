@@ -11,31 +11,21 @@ drains (the end-of-stream position is set) and lingers before its file goes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from driver.concurrent.counters import AtomicCounter
 from driver.core.driver_publication import DriverPublication, PublicationState
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.log_buffers import LogBuffers
 
-if TYPE_CHECKING:
-    from driver.core.links import SubscriptionLink
-    from driver.core.publication_image import PublicationImage
-
-__all__ = ["IpcPublication", "PublicationState", "SubscriberPosition"]
+__all__ = ["IpcPublication", "PublicationState", "Subscriber"]
 
 
-class SubscriberPosition:
-    """One subscription's read position in one publication's log."""
+class Subscriber(Protocol):
+    """A subscriber's read position in the log, as the publication sees it (the conductor's links hold more)."""
 
-    __slots__ = ("counter", "publication", "subscription")
-
-    def __init__(
-        self, subscription: SubscriptionLink, publication: IpcPublication | PublicationImage, counter: AtomicCounter
-    ) -> None:
-        self.subscription = subscription
-        self.publication = publication
-        self.counter = counter
+    @property
+    def counter(self) -> AtomicCounter: ...
 
 
 class IpcPublication(DriverPublication):
@@ -69,7 +59,7 @@ class IpcPublication(DriverPublication):
         self._unblock_timeout_ns = unblock_timeout_ns
         self.linger_timeout_ns = linger_timeout_ns
         self._unblocked_publications = unblocked_publications
-        self.subscribers: list[SubscriberPosition] = []
+        self.subscribers: list[Subscriber] = []
         self.consumer_position = self.producer_position()
         self._last_consumer_position = self.consumer_position
         self._clean_position = self.consumer_position
@@ -82,12 +72,12 @@ class IpcPublication(DriverPublication):
     topology_version = 0
     """Bumped whenever any IPC publication gains or loses a subscriber (the conductor re-reads who watches what)."""
 
-    def add_subscriber(self, position: SubscriberPosition) -> None:
+    def add_subscriber(self, position: Subscriber) -> None:
         lbd.set_is_connected(self.log.metadata, True)
         self.subscribers.append(position)
         IpcPublication.topology_version += 1
 
-    def remove_subscriber(self, position: SubscriberPosition) -> None:
+    def remove_subscriber(self, position: Subscriber) -> None:
         self.consumer_position = max(self.consumer_position, position.counter.get_volatile())
         self.subscribers.remove(position)
         IpcPublication.topology_version += 1

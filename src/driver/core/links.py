@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 from driver.concurrent.counters import AtomicCounter
 
 if TYPE_CHECKING:
-    from driver.core.ipc_publication import IpcPublication, SubscriberPosition
+    from driver.core.ipc_publication import IpcPublication
     from driver.core.network_publication import NetworkPublication
+    from driver.core.publication_image import PublicationImage
     from driver.media.endpoints import ReceiveChannelEndpoint
 
-__all__ = ["ClientSession", "CounterLink", "PublicationLink", "SubscriptionLink"]
+__all__ = ["ClientSession", "CounterLink", "PublicationLink", "SubscriberPosition", "SubscriptionLink"]
 
 
 class ClientSession:
@@ -120,6 +121,19 @@ class SubscriptionLink:
 
     def is_linked(self, publication: IpcPublication) -> bool:
         return publication.registration_id in self.positions
+
+
+class SubscriberPosition:
+    """One subscription's read position in one publication's log (an IPC publication's or an image's)."""
+
+    __slots__ = ("counter", "publication", "subscription")
+
+    def __init__(
+        self, subscription: SubscriptionLink, publication: IpcPublication | PublicationImage, counter: AtomicCounter
+    ) -> None:
+        self.subscription = subscription
+        self.publication = publication
+        self.counter = counter
 
 
 class CounterLink:

@@ -8,6 +8,10 @@ UDP channel (shared by the publications or subscriptions of that channel), a
 (the receiver fills it). Teardown is two-phase: the conductor asks the sender or
 receiver to drop a resource and frees it only when they answer, so no agent ever
 touches a closed log or socket.
+
+It sits below the conductor and does not import it: what it asks of the
+conductor (the clients' links, the hand-offs to the agents, ids, the clock) is
+the :class:`ConductorServices` protocol, and it is given the rest when made.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from __future__ import annotations
 import functools
 import ipaddress
 import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from driver.command.current import ADDRESS_TYPE_IPV4, ADDRESS_TYPE_IPV6, PublicationErrorResponse
 from driver.concurrent._atomic import PositionWatch
 from driver.concurrent.counters import AtomicCounter
+from driver.concurrent.error_log import DistinctErrorLog
 from driver.concurrent.system_counters import (
     CHANNEL_STATUS_ACTIVE,
     PUBLISHER_LIMIT_NAME,
@@ -39,12 +45,14 @@ from driver.concurrent.system_counters import (
     SENDER_POSITION_TYPE_ID,
     DriverSystemCounterId,
     SystemCounterId,
+    SystemCounters,
     allocate_channel_status,
 )
+from driver.core.allocator import PublicationParams, StreamAllocator
+from driver.core.client_proxy import ClientProxy
 from driver.core.congestion import new_congestion_control
 from driver.core.flow_control import new_flow_control
-from driver.core.ipc_publication import SubscriberPosition
-from driver.core.links import SubscriptionLink
+from driver.core.links import PublicationLink, SubscriberPosition, SubscriptionLink
 from driver.core.loss_detector import (
     NAK_GROUPSIZE_DEFAULT,
     NAK_MAX_BACKOFF_DEFAULT_NS,
@@ -54,12 +62,14 @@ from driver.core.loss_detector import (
 )
 from driver.core.network_publication import NetworkPublication, NetworkPublicationState, SenderCounters
 from driver.core.publication_image import ImageCounters, ImageState, PublicationImage
+from driver.core.receiver import Receiver
 from driver.core.retransmit import RETRANSMIT_UNICAST_DELAY_NS, RetransmitHandler
+from driver.core.sender import Sender
 from driver.errors import ChannelEndpointError, ControlProtocolError, ErrorCode, MalformedFrameError
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.current_metadata import LOG_TYPE_PUBLICATION_IMAGE, CurrentLogMetadata, write_current_metadata
 from driver.logbuffer.log_buffers import LogBuffers
-from driver.media.endpoints import EndpointCounters, ReceiveChannelEndpoint, SendChannelEndpoint
+from driver.media.endpoints import EndpointCounters, FeedbackHandler, ReceiveChannelEndpoint, SendChannelEndpoint
 from driver.media.os_buffers import os_socket_buffer_lengths
 from driver.media.transport import Address
 from driver.media.udp_channel import UdpChannel, destination_address
@@ -68,9 +78,9 @@ from driver.wire.error import ErrorFrame
 from driver.wire.setup import check_setup
 
 if TYPE_CHECKING:
-    from driver.core.conductor import DriverConductor, PublicationParams
+    from driver.config import DriverContext
 
-__all__ = ["NetworkResources"]
+__all__ = ["ConductorServices", "NetworkResources"]
 
 NULL_VALUE = -1
 
@@ -91,11 +101,69 @@ def _size_param(value: str | None, default: int) -> int:
     return parse_size(value) if value is not None else default
 
 
+class ConductorServices(Protocol):
+    """What the network half asks of the conductor, which owns the clients' links, the hand-offs to the
+    agents, the correlation and session ids and the clock. The conductor implements it; this module does not
+    import the conductor."""
+
+    @property
+    def publication_links(self) -> Sequence[PublicationLink]: ...
+
+    @property
+    def subscription_links(self) -> Sequence[SubscriptionLink]: ...
+
+    def now_ns(self) -> int: ...
+
+    def next_correlation_id(self) -> int: ...
+
+    def sender_command(self, command: Callable[[], object]) -> None:
+        """Hand the sender work, in order (a full queue holds it back, never drops it)."""
+        ...
+
+    def receiver_command(self, command: Callable[[], object]) -> None:
+        """Hand the receiver work, in order (a full queue holds it back, never drops it)."""
+        ...
+
+    def conductor_command(self, command: Callable[[], object]) -> bool:
+        """From the sender or receiver thread: run ``command`` on the conductor's; False if its queue is full."""
+        ...
+
+    def after_teardown(self, command: Callable[[], object]) -> None:
+        """From the sender or receiver thread: finish a teardown on the conductor's (never refused)."""
+        ...
+
+    def release_session_id(self, session_id: int) -> None: ...
+
+    def delete_file(self, path: Path) -> None: ...
+
+
 class NetworkResources:
-    def __init__(self, conductor: DriverConductor) -> None:
+    """UDP publications, subscriptions, endpoints and images: created, linked, timed and torn down here."""
+
+    def __init__(
+        self,
+        conductor: ConductorServices,
+        *,
+        ctx: DriverContext,
+        allocator: StreamAllocator,
+        system_counters: SystemCounters,
+        client_proxy: ClientProxy,
+        error_log: DistinctErrorLog,
+        sender: Sender,
+        receiver: Receiver,
+    ) -> None:
         self._conductor = conductor
-        self._ctx = conductor.ctx
-        sc = conductor.system_counters
+        self._ctx = ctx
+        self._allocator = allocator
+        self._counters = allocator.counters
+        self._system_counters = system_counters
+        self._client_proxy = client_proxy
+        self._error_log = error_log
+        self._sender = sender
+        self._receiver = receiver
+        self.loss_observer: Callable[[PublicationImage, int, int], None] | None = None
+        """Told of every gap an image fills with padding (the driver's loss report)."""
+        sc = system_counters
         self.endpoint_counters = EndpointCounters(
             bytes_received=sc.get(SystemCounterId.BYTES_RECEIVED),
             invalid_packets=sc.get(SystemCounterId.INVALID_PACKETS),
@@ -169,11 +237,10 @@ class NetworkResources:
     def _send_endpoint(self, channel: UdpChannel) -> SendChannelEndpoint:
         endpoint = self.send_endpoints.get(channel.canonical_form)
         if endpoint is None:
-            conductor = self._conductor
             status_id = allocate_channel_status(
-                conductor.counters, SEND_CHANNEL_STATUS_TYPE_ID, channel.original_uri_string
+                self._counters, SEND_CHANNEL_STATUS_TYPE_ID, channel.original_uri_string
             )
-            status = AtomicCounter(conductor.counters.values_buffer, status_id, conductor.counters)
+            status = AtomicCounter(self._counters.values_buffer, status_id, self._counters)
             try:
                 endpoint = SendChannelEndpoint(
                     channel,
@@ -191,21 +258,21 @@ class NetworkResources:
             self.send_endpoints[channel.canonical_form] = endpoint
         return endpoint
 
-    def _on_publication_error(self, publication: NetworkPublication, frame: ErrorFrame, address: Address) -> None:
+    def _on_publication_error(self, publication: FeedbackHandler, frame: ErrorFrame, address: Address) -> None:
         """Sender thread: a receiver rejected ``publication``; the conductor tells its owners."""
         self._conductor.conductor_command(
             functools.partial(self._notify_publication_error, publication, frame, address)
         )
 
-    def _notify_publication_error(self, publication: NetworkPublication, frame: ErrorFrame, address: Address) -> None:
+    def _notify_publication_error(self, publication: FeedbackHandler, frame: ErrorFrame, address: Address) -> None:
         host, port = address[0], address[1]
         ip = ipaddress.ip_address(host)
         for link in self._conductor.publication_links:
             if link.publication is not publication:
                 continue
-            self._conductor.client_proxy.on_publication_error(
+            self._client_proxy.on_publication_error(
                 PublicationErrorResponse(
-                    registration_id=publication.registration_id,
+                    registration_id=link.publication.registration_id,
                     destination_registration_id=NULL_VALUE,
                     session_id=frame.session_id,
                     stream_id=frame.stream_id,
@@ -241,7 +308,7 @@ class NetworkResources:
         path = Path(self._ctx.aeron_dir) / "publications" / f"{registration_id}.logbuffer"
         counters: list[AtomicCounter] = []
         try:
-            current = conductor.publication_metadata(
+            current = self._allocator.publication_metadata(
                 params,
                 is_exclusive,
                 self._ctx.publication_term_window_length_for(params.term_length),
@@ -249,7 +316,7 @@ class NetworkResources:
                 socket_sndbuf_length=_size_param(uri.get("so-sndbuf"), self._ctx.socket_sndbuf_length),
                 socket_rcvbuf_length=_size_param(uri.get("so-rcvbuf"), self._ctx.socket_rcvbuf_length),
             )
-            log = conductor.create_publication_log(path, session_id, stream_id, initial_term_id, params, current)
+            log = self._allocator.create_publication_log(path, session_id, stream_id, initial_term_id, params, current)
             for name, type_id in (
                 (PUBLISHER_POS_NAME, PUBLISHER_POS_TYPE_ID),
                 (PUBLISHER_LIMIT_NAME, PUBLISHER_LIMIT_TYPE_ID),
@@ -257,7 +324,7 @@ class NetworkResources:
                 (SENDER_LIMIT_NAME, SENDER_LIMIT_TYPE_ID),
             ):
                 counters.append(
-                    conductor.stream_counter(
+                    self._allocator.stream_counter(
                         name, type_id, registration_id, session_id, stream_id, channel_text, owner_id=client_id
                     )
                 )
@@ -297,7 +364,7 @@ class NetworkResources:
         endpoint.ref_count += 1
         self.publications.append(publication)
         self._publications_changes += 1
-        conductor.sender_command(functools.partial(conductor.sender.on_new_publication, publication, endpoint))
+        conductor.sender_command(functools.partial(self._sender.on_new_publication, publication, endpoint))
         return publication
 
     def on_destination(self, registration_id: int, channel: str, add: bool) -> None:
@@ -322,9 +389,9 @@ class NetworkResources:
         conductor = self._conductor
         if endpoint is None:
             status_id = allocate_channel_status(
-                conductor.counters, RECEIVE_CHANNEL_STATUS_TYPE_ID, channel.original_uri_string
+                self._counters, RECEIVE_CHANNEL_STATUS_TYPE_ID, channel.original_uri_string
             )
-            status = AtomicCounter(conductor.counters.values_buffer, status_id, conductor.counters)
+            status = AtomicCounter(self._counters.values_buffer, status_id, self._counters)
             try:
                 endpoint = ReceiveChannelEndpoint(
                     channel,
@@ -343,7 +410,7 @@ class NetworkResources:
             self.receive_endpoints[channel.canonical_form] = endpoint
         endpoint.ref_count += 1
         link.endpoint = endpoint
-        conductor.receiver_command(functools.partial(conductor.receiver.on_add_subscription, endpoint, link.stream_id))
+        conductor.receiver_command(functools.partial(self._receiver.on_add_subscription, endpoint, link.stream_id))
         for image in self.images:
             if image.state is ImageState.ACTIVE and self._matches(link, image):
                 linked = [p.publication for p in link.positions.values() if isinstance(p.publication, PublicationImage)]
@@ -387,7 +454,7 @@ class NetworkResources:
             return False
         victim.state = ImageState.INACTIVE  # lingers as an image that ended, then goes; holds no place now
         victim.time_of_last_state_change_ns = now_ns
-        self._conductor.system_counters.get(DriverSystemCounterId.IMAGES_EVICTED_SILENT).increment()
+        self._system_counters.get(DriverSystemCounterId.IMAGES_EVICTED_SILENT).increment()
         self._images_changed()
         return True
 
@@ -422,7 +489,7 @@ class NetworkResources:
     def _refuse(self, link: SubscriptionLink | None, cause: DriverSystemCounterId, channel: str = "") -> None:
         """Count a refused image by its cause; its reason goes to the distinct error log in words that stay the
         same whatever the packet (no session id, address or offered value), so a flood is one entry."""
-        self._conductor.system_counters.get(cause).increment()
+        self._system_counters.get(cause).increment()
         if link is not None:
             channel = link.channel
             limit = {
@@ -433,7 +500,7 @@ class NetworkResources:
             text = f"image refused on {channel} stream {link.stream_id}: {_REASONS[cause]} (limit {limit})"
         else:
             text = f"image refused on {channel}: {_REASONS[cause]}"
-        self._conductor.error_log.record(text)
+        self._error_log.record(text)
 
     def _matches(self, link: SubscriptionLink, image: PublicationImage) -> bool:
         return (
@@ -443,12 +510,11 @@ class NetworkResources:
         )
 
     def _link_image(self, link: SubscriptionLink, image: PublicationImage) -> None:
-        conductor = self._conductor
         join = image.rebuild_position.get_volatile()
-        counter = conductor.subscriber_position(link, image.session_id, join)
+        counter = self._allocator.subscriber_position(link, image.session_id, join)
         link.positions[image.correlation_id] = SubscriberPosition(link, image, counter)
         self._push_subscribers(image)
-        conductor.client_proxy.on_available_image(
+        self._client_proxy.on_available_image(
             correlation_id=image.correlation_id,
             session_id=image.session_id,
             stream_id=image.stream_id,
@@ -477,7 +543,7 @@ class NetworkResources:
         def done() -> None:
             conductor.after_teardown(close_released)
 
-        conductor.receiver_command(functools.partial(conductor.receiver.on_update_subscribers, image, positions, done))
+        conductor.receiver_command(functools.partial(self._receiver.on_update_subscribers, image, positions, done))
 
     def remove_subscription(self, link: SubscriptionLink) -> None:
         endpoint = link.endpoint
@@ -490,9 +556,7 @@ class NetworkResources:
         for image in self.images:
             if image.correlation_id in released:
                 self._push_subscribers(image, tuple(released[image.correlation_id]))
-        conductor.receiver_command(
-            functools.partial(conductor.receiver.on_remove_subscription, endpoint, link.stream_id)
-        )
+        conductor.receiver_command(functools.partial(self._receiver.on_remove_subscription, endpoint, link.stream_id))
         still_subscribed = any(
             other.endpoint is endpoint and other.stream_id == link.stream_id
             for other in conductor.subscription_links
@@ -553,7 +617,7 @@ class NetworkResources:
             links = accepted
         if not links or endpoint.channel.canonical_form not in self.receive_endpoints:
             conductor.receiver_command(
-                functools.partial(conductor.receiver.on_image_creation_failed, endpoint, session_id, stream_id)
+                functools.partial(self._receiver.on_image_creation_failed, endpoint, session_id, stream_id)
             )
             return
         correlation_id = conductor.next_correlation_id()
@@ -579,7 +643,7 @@ class NetworkResources:
             correlation_id=correlation_id,
         )
         owner_id = links[0].client.client_id
-        hwm = conductor.stream_counter(
+        hwm = self._allocator.stream_counter(
             RECEIVER_HWM_NAME,
             RECEIVER_HWM_TYPE_ID,
             correlation_id,
@@ -588,7 +652,7 @@ class NetworkResources:
             channel_text,
             owner_id=owner_id,
         )
-        rebuild = conductor.stream_counter(
+        rebuild = self._allocator.stream_counter(
             RECEIVER_POS_NAME,
             RECEIVER_POS_TYPE_ID,
             correlation_id,
@@ -600,7 +664,7 @@ class NetworkResources:
         uri = endpoint.channel.channel_uri
         multicast = endpoint.channel.is_multicast
         is_reliable = uri.get("reliable", "true") != "false"
-        if conductor.is_current:
+        if self._allocator.is_current:
             os_lengths = os_socket_buffer_lengths()
             write_current_metadata(
                 log.metadata,
@@ -652,20 +716,20 @@ class NetworkResources:
             status_message_timeout_ns=self._ctx.status_message_timeout_ns,
             image_liveness_timeout_ns=self._ctx.image_liveness_timeout_ns,
             is_reliable=is_reliable,
-            on_loss=conductor.loss_observer,
+            on_loss=self.loss_observer,
             now_ns=conductor.now_ns(),
         )
         self.images.append(image)
         self._images_by_stream.setdefault((endpoint, stream_id), []).append(image)
         self._images_changed()
         for link in links:
-            counter = conductor.subscriber_position(link, session_id, image.join_position)
+            counter = self._allocator.subscriber_position(link, session_id, image.join_position)
             link.positions[correlation_id] = SubscriberPosition(link, image, counter)
         image.subscriber_positions = tuple(p.counter for p in self._subscribers_of(image))
-        conductor.receiver_command(functools.partial(conductor.receiver.on_new_image, endpoint, image))
+        conductor.receiver_command(functools.partial(self._receiver.on_new_image, endpoint, image))
         for link in links:
             position = link.positions[correlation_id]
-            conductor.client_proxy.on_available_image(
+            self._client_proxy.on_available_image(
                 correlation_id=correlation_id,
                 session_id=session_id,
                 stream_id=stream_id,
@@ -674,6 +738,13 @@ class NetworkResources:
                 log_file_name=image.log_file_name,
                 source_identity=image.source_identity,
             )
+
+    def find_image(self, correlation_id: int) -> PublicationImage | None:
+        return next((i for i in self.images if i.correlation_id == correlation_id), None)
+
+    def session_ids(self, stream_id: int) -> set[int]:
+        """The session ids of this stream's network publications (in use, whatever their state)."""
+        return {p.session_id for p in self.publications if p.stream_id == stream_id}
 
     # -- conductor duty cycle and timers ---------------------------------------------------------
 
@@ -706,7 +777,7 @@ class NetworkResources:
             state = publication.state
             publication.on_time_event(now_ns)
             if publication.state is not state:  # e.g. end of stream to signal: the sender should look now
-                conductor.sender_command(functools.partial(conductor.sender.wake, publication))
+                conductor.sender_command(functools.partial(self._sender.wake, publication))
             if publication.state is NetworkPublicationState.DONE and publication in self.publications:
                 self.publications.remove(publication)
                 self._tearing_down.add(publication)
@@ -717,7 +788,7 @@ class NetworkResources:
                     conductor.after_teardown, functools.partial(self._close_publication, publication)
                 )
                 conductor.sender_command(
-                    functools.partial(conductor.sender.on_remove_publication, publication, endpoint, done)
+                    functools.partial(self._sender.on_remove_publication, publication, endpoint, done)
                 )
         for image in list(self.images):
             was_active = image.state is ImageState.ACTIVE
@@ -732,7 +803,7 @@ class NetworkResources:
                 self._tearing_down.add(image)
                 done = functools.partial(conductor.after_teardown, functools.partial(self._close_image, image))
                 conductor.receiver_command(
-                    functools.partial(conductor.receiver.on_remove_image, image.endpoint, image, done)
+                    functools.partial(self._receiver.on_remove_image, image.endpoint, image, done)
                 )
 
     def _forget_image(self, image: PublicationImage) -> None:
@@ -750,7 +821,7 @@ class NetworkResources:
             position = link.positions.pop(image.correlation_id, None)
             if position is not None:
                 released.append(position.counter)
-                self._conductor.client_proxy.on_unavailable_image(
+                self._client_proxy.on_unavailable_image(
                     image.correlation_id, link.registration_id, image.stream_id, link.channel
                 )
         self._push_subscribers(image, tuple(released))
@@ -772,7 +843,7 @@ class NetworkResources:
         self.send_endpoints.pop(endpoint.channel.canonical_form, None)
         self._closing.add(endpoint)
         done = functools.partial(conductor.after_teardown, functools.partial(self._closed, endpoint))
-        conductor.sender_command(functools.partial(conductor.sender.on_close_endpoint, endpoint, done))
+        conductor.sender_command(functools.partial(self._sender.on_close_endpoint, endpoint, done))
 
     def _close_image(self, image: PublicationImage) -> None:
         self._tearing_down.discard(image)
@@ -789,7 +860,7 @@ class NetworkResources:
         del self.receive_endpoints[endpoint.channel.canonical_form]
         self._closing.add(endpoint)
         done = functools.partial(conductor.after_teardown, functools.partial(self._closed, endpoint))
-        conductor.receiver_command(functools.partial(conductor.receiver.on_close_endpoint, endpoint, done))
+        conductor.receiver_command(functools.partial(self._receiver.on_close_endpoint, endpoint, done))
 
     def _closed(self, endpoint: SendChannelEndpoint | ReceiveChannelEndpoint) -> None:
         """Conductor: the sender or receiver has let go of ``endpoint``."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from driver.concurrent.counters import AtomicCounter
 from driver.errors import MalformedFrameError
@@ -46,11 +46,15 @@ from driver.wire.rttm import REPLY_FLAG, RTTM, write_rttm
 from driver.wire.setup import SETUP
 from driver.wire.status import SEND_SETUP_FLAG, SM, write_sm
 
-if TYPE_CHECKING:
-    from driver.core.network_publication import NetworkPublication
-    from driver.core.publication_image import PublicationImage
-
-__all__ = ["EndpointCounters", "ReceiveChannelEndpoint", "SendChannelEndpoint", "SetupHandler"]
+__all__ = [
+    "EndpointCounters",
+    "FeedbackHandler",
+    "ImageHandler",
+    "PublicationErrorHandler",
+    "ReceiveChannelEndpoint",
+    "SendChannelEndpoint",
+    "SetupHandler",
+]
 
 RECEIVE_BUFFER_LENGTH = 65536
 DESTINATION_TIMEOUT_NS = 5_000_000_000
@@ -65,6 +69,40 @@ _unpack_sm = SM.unpack_from
 _unpack_nak = NAK.unpack_from
 _unpack_rttm = RTTM.unpack_from
 _unpack_setup = SETUP.unpack_from
+
+
+class FeedbackHandler(Protocol):
+    """Where a send endpoint routes a receiver's feedback for one (session, stream): a network publication.
+
+    Declared here, implemented above (the driver core registers its publications): the endpoint routes by
+    session and stream without knowing what a publication is, and this layer imports nothing above it."""
+
+    def on_status_message(
+        self, flags: int, term_id: int, term_offset: int, window: int, receiver_id: int, now_ns: int
+    ) -> None: ...
+
+    def on_nak(self, term_id: int, term_offset: int, length: int, now_ns: int) -> None: ...
+
+    def on_error(self, receiver_id: int) -> bool:
+        """A receiver rejected the stream (ERR); True the first time, when its owner should be told."""
+        ...
+
+
+class ImageHandler(Protocol):
+    """Where a receive endpoint routes the data and RTT replies of one (session, stream): an image.
+
+    Declared here, implemented above (the driver core registers its images), as :class:`FeedbackHandler`."""
+
+    @property
+    def term_length(self) -> int: ...
+
+    def insert_packet(self, term_id: int, term_offset: int, packet: memoryview, length: int, now_ns: int) -> int: ...
+
+    def on_rttm(self, echo_timestamp_ns: int, reception_delta_ns: int, now_ns: int) -> None: ...
+
+
+PublicationErrorHandler = Callable[[FeedbackHandler, ErrorFrame, Address], None]
+"""Sender thread: a receiver rejected the stream of this publication (its first ERR)."""
 
 
 class EndpointCounters:
@@ -138,12 +176,12 @@ class SendChannelEndpoint:
         self._last_seen_ns: dict[Address, int] = {}  # dynamic destinations: last status message
         self._next_expiry_check_ns = 0
         # Set by the driver: called on the sender thread when a receiver first rejects a publication.
-        self.on_publication_error: Callable[[NetworkPublication, ErrorFrame, Address], None] | None = None
+        self.on_publication_error: PublicationErrorHandler | None = None
         self.is_manual = channel.control_mode == "manual"
         self.is_dynamic = channel.control_mode == "dynamic"
         if not (self.is_manual or self.is_dynamic):
             self.destinations.append((channel.remote_data[0], channel.remote_data[1]))
-        self.publications: dict[tuple[int, int], NetworkPublication] = {}
+        self.publications: dict[tuple[int, int], FeedbackHandler] = {}
         self.ref_count = 0
         self._buffer, self._view = _receive_buffer()
         self._send = self.transport.send
@@ -288,7 +326,7 @@ class ReceiveChannelEndpoint:
         self.transport.status_indicator_id = status_indicator.id
         self._on_setup = on_setup
         self.stream_ref_counts: dict[int, int] = {}
-        self.images: dict[tuple[int, int], PublicationImage] = {}
+        self.images: dict[tuple[int, int], ImageHandler] = {}
         self.pending_setups: dict[tuple[int, int], int] = {}  # (session, stream) -> time of elicit
         self.cooldowns: dict[tuple[int, int], int] = {}  # (session, stream) -> until
         # SETUPs of streams nobody here subscribes to yet: a subscription that comes just after connects at once.
