@@ -53,6 +53,7 @@ SANS_IO = (
     "endpoint.handshake",
     "endpoint.noise",
     "endpoint.liveness",
+    "endpoint.connection_core",
     "endpoint.sealing",
     "endpoint.messages",
     "endpoint.serialization",
