@@ -8,7 +8,6 @@ SIGTERM and SIGINT stop it and remove its directory (``--keep-dir`` keeps it).
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 import threading
@@ -18,6 +17,7 @@ from driver.config import DriverContext
 from driver.core.media_driver import MediaDriver
 from driver.errors import DriverError
 from driver.idle import BackoffIdleStrategy
+from driver.logs import log_warnings_to_stderr
 
 __all__ = ["main"]
 
@@ -77,8 +77,7 @@ def build_context(argv: Sequence[str] | None = None) -> DriverContext:
 
 def main(argv: Sequence[str] | None = None) -> int:
     keep_dir = _parser().parse_args(argv).keep_dir
-    # The library's loggers only carry a NullHandler: the program shows warnings and errors on stderr.
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_warnings_to_stderr()
     try:
         context = build_context(argv).conclude()
         driver = MediaDriver.launch(context)

@@ -39,7 +39,7 @@ DRIVER_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"driver.cnc", "driver.command", "driver.wire"}),
     frozenset({"driver.logbuffer"}),
     frozenset({"driver.concurrent"}),
-    frozenset({"driver.clock", "driver.idle", "driver.uri"}),
+    frozenset({"driver.clock", "driver.idle", "driver.logs", "driver.uri"}),
     frozenset({"driver.errors"}),
 )
 """Top to bottom. Each entry is a module or a package (with everything in it); every driver module must fall in one

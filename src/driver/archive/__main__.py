@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from driver.archive.archive import Archive, ArchivingMediaDriver
 from driver.archive.context import ArchiveContext
 from driver.config import DriverContext
+from driver.logs import log_warnings_to_stderr
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    log_warnings_to_stderr()
     overrides = {
         name: value
         for name, value in (
