@@ -134,6 +134,8 @@ class Connection:
         """Round-trip time in seconds of the last answered ping."""
         self.sealed = False
         """Every message each way is sealed (see :meth:`_seal_with`)."""
+        report = functools.partial(endpoint._notify_error, self)
+        """Errors while handling this connection's messages reach ``on_error`` with it (and no other end point)."""
         self.outbox = Outbox(
             offer=publication.offer,
             encode=self._encode,
@@ -141,7 +143,7 @@ class Connection:
             send_timeout=config.send_timeout,
             later_limit=config.max_pending_calls + _QUEUED_CONTROL_ROOM,
             closed_error=self._closed_error,
-            report=functools.partial(endpoint._notify_error, self),
+            report=report,
             name=self.__repr__,
         )
         """Every send of this connection, its calls and its streams goes through here (see :mod:`endpoint.outbox`)."""
@@ -150,9 +152,16 @@ class Connection:
         self._refused_sealed: bytes | None = None
         self._paused = 0
         self._held_calls = 0
-        self.rpc = ConnectionRpc(self, endpoint.rpc)
+        self.rpc = ConnectionRpc(self, endpoint.rpc, report=report)
         """Objects exposed to this peer only, and proxies of the peer's objects."""
-        self.streams = StreamManager(self)
+        self.streams = StreamManager(
+            self,
+            pause_reading=self._pause_reading,
+            resume_reading=self._resume_reading,
+            listener_bytes=lambda: self._inbox_bytes,
+            report=report,
+            spawn=functools.partial(endpoint._spawn, connection=self),
+        )
         rpc, streams = self.rpc, self.streams
         self._internal: dict[type, Callable[[Any], None]] = {
             RpcCall: self._on_rpc_call,
@@ -180,7 +189,7 @@ class Connection:
             undecodable=self._on_undecodable,
             malformed_call=rpc.on_malformed_call,
             seal_failed=self._seal_failed,
-            report=functools.partial(endpoint._notify_error, self),
+            report=report,
         )
         """The protocol without I/O (:mod:`endpoint.connection_core`): reassembly, opening, decoding, liveness."""
         streams.deliver_whole = self._core.on_message

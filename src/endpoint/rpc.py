@@ -321,9 +321,11 @@ async def _awaited(awaitable: Any) -> Any:
 class ConnectionRpc(RpcRegistry):
     """One connection's remote objects (``connection.rpc.expose``) and calls (``connection.rpc.proxy``)."""
 
-    def __init__(self, connection: Connection, shared: RpcRegistry) -> None:
+    def __init__(self, connection: Connection, shared: RpcRegistry, *, report: Callable[[BaseException], None]) -> None:
+        """``report`` takes errors for the connection's ``on_error``."""
         super().__init__()
         self.connection = connection
+        self._report = report
         self._outbox = connection.outbox
         self._shared = shared
         config = connection.endpoint.config
@@ -586,13 +588,11 @@ class ConnectionRpc(RpcRegistry):
         """One call too many of the peer's running here: refuse it (both sides hear of it); the others go on."""
         self.calls_refused += 1
         detail = f"{self._max_running} calls of this connection's are running (max_pending_calls)"
-        connection = self.connection
-        connection.endpoint._notify_error(
-            connection,
+        self._report(
             BudgetExceededError(
-                f"{connection!r}: refused a call of {call.method!r} on object {call.object_id}: {detail}",
+                f"{self.connection!r}: refused a call of {call.method!r} on object {call.object_id}: {detail}",
                 "max_pending_calls",
-            ),
+            )
         )
         if call.call_id:
             self._send(self._encode(RpcFailure(call.call_id, OVER_BUDGET, "", detail, "")))
@@ -628,7 +628,7 @@ class ConnectionRpc(RpcRegistry):
 
     def _raised(self, call_id: int, exc: BaseException) -> None:
         if not call_id:
-            self.connection.endpoint._notify_error(self.connection, exc)
+            self._report(exc)
             return
         text = "".join(traceback.format_exception(exc))
         self._fail(call_id, FAILED, _type_name(type(exc)), str(exc)[:_TEXT_LIMIT], text[-_TEXT_LIMIT:])
@@ -636,7 +636,7 @@ class ConnectionRpc(RpcRegistry):
     def _fail(self, call_id: int, kind: int, type_name: str, message: str, trace: str) -> None:
         if not call_id:
             error = UnknownObjectError(message) if kind == UNKNOWN_OBJECT else UnknownMethodError(message)
-            self.connection.endpoint._notify_error(self.connection, error)
+            self._report(error)
             return
         self._send(self._encode(RpcFailure(call_id, kind, type_name, message, trace)))
 

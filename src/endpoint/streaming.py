@@ -20,7 +20,7 @@ import collections
 import itertools
 import os
 import zlib
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Union
 
@@ -131,7 +131,7 @@ class IncomingStream:
                 self._manager._stream_bytes -= len(chunk)
                 if self._pausing and self._buffered <= self._window // 2:
                     self._pausing = False
-                    self.connection._resume_reading()
+                    self._manager.resume_reading()
                 yield chunk
             elif self._error is not None:
                 raise self._error
@@ -140,7 +140,7 @@ class IncomingStream:
             else:
                 if self._pausing:  # paused for the connection's budget, not our own window: we hold nothing now
                     self._pausing = False
-                    self.connection._resume_reading()
+                    self._manager.resume_reading()
                 self._waiter = asyncio.get_running_loop().create_future()
                 try:
                     await self._waiter
@@ -195,7 +195,7 @@ class IncomingStream:
         if not self._pausing and (self._buffered > self._window or manager.held_bytes > manager.max_bytes):
             # Past our window, or the connection's bytes budget: stop reading until the consumer catches up.
             self._pausing = True
-            self.connection._pause_reading()
+            self._manager.pause_reading()
         self._wake()
 
     def _end(self, end: StreamEnd) -> None:
@@ -219,7 +219,7 @@ class IncomingStream:
         self._buffered = 0
         if self._pausing:
             self._pausing = False
-            self.connection._resume_reading()
+            self._manager.resume_reading()
         self._wake()
 
     def _release(self) -> None:
@@ -229,7 +229,7 @@ class IncomingStream:
         self._chunks.clear()
         if self._pausing:
             self._pausing = False
-            self.connection._resume_reading()
+            self._manager.resume_reading()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -252,8 +252,25 @@ class _Assembly:
 class StreamManager:
     """A connection's streams in both directions."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        *,
+        pause_reading: Callable[[], None],
+        resume_reading: Callable[[], None],
+        listener_bytes: Callable[[], int],
+        report: Callable[[BaseException], None],
+        spawn: Callable[[Coroutine[Any, Any, None]], object],
+    ) -> None:
+        """``pause_reading``/``resume_reading`` hold the connection's reading off and on (counted: every pause is
+        resumed once); ``listener_bytes`` is what its queued messages hold; ``report`` takes errors for the
+        connection's ``on_error``; ``spawn`` runs a stream's listener as a task of the end point's."""
         self.connection = connection
+        self.pause_reading = pause_reading
+        self.resume_reading = resume_reading
+        self._listener_bytes = listener_bytes
+        self._report = report
+        self._spawn = spawn
         config = connection.endpoint.config
         self._chunk_limit: int = config.stream_chunk_size
         self._window: int = config.stream_window
@@ -280,7 +297,7 @@ class StreamManager:
     @property
     def held_bytes(self) -> int:
         """Bytes this connection's incoming large messages and streams hold here now."""
-        return self._assembly_bytes + self._stream_bytes + self.connection._inbox_bytes
+        return self._assembly_bytes + self._stream_bytes + self._listener_bytes()
 
     @property
     def incoming(self) -> int:
@@ -372,22 +389,18 @@ class StreamManager:
             return
         stream = IncomingStream(self, open_, self._window)
         self._incoming[open_.stream_id] = stream
-        endpoint._spawn(self._consume(stream, listeners), connection)
+        self._spawn(self._consume(stream, listeners))
 
     def _over_budget(self, stream_id: int, detail: str, budget: str) -> None:
         """Decline (or drop part way) one incoming stream or large message for the connection's budget."""
         self.over_budget += 1
         reason = f"over {budget} ({detail})"
         self.connection.outbox.send_control(StreamCancel(stream_id, reason), must_arrive=True)
-        self.connection.endpoint._notify_error(
-            self.connection, BudgetExceededError(f"{self.connection!r}: dropped stream {stream_id}: {reason}", budget)
-        )
+        self._report(BudgetExceededError(f"{self.connection!r}: dropped stream {stream_id}: {reason}", budget))
 
     def _decline(self, open_: StreamOpen, reason: str) -> None:
         self.connection.outbox.send_control(StreamCancel(open_.stream_id, reason), must_arrive=True)
-        self.connection.endpoint._notify_error(
-            self.connection, StreamError(f"declined stream {open_.stream_id} ({open_.name!r}): {reason}")
-        )
+        self._report(StreamError(f"declined stream {open_.stream_id} ({open_.name!r}): {reason}"))
 
     async def _consume(self, stream: IncomingStream, listeners: tuple[Callable[..., Any], ...]) -> None:
         connection = self.connection
@@ -399,11 +412,11 @@ class StreamManager:
                         await result
                 except StreamError as exc:
                     if not isinstance(exc, StreamCancelledError):
-                        connection.endpoint._notify_error(connection, exc)
+                        self._report(exc)
                 except ConnectionClosedError:
                     pass
                 except Exception as exc:
-                    connection.endpoint._notify_error(connection, exc)
+                    self._report(exc)
         finally:
             if not stream.done:
                 stream.cancel("the stream listener returned without consuming it")
@@ -466,7 +479,7 @@ class StreamManager:
         if stream is not None:
             stream._fail(error)  # its consumer raises it (and on_error hears of it if the consumer lets it out)
         else:
-            self.connection.endpoint._notify_error(self.connection, error)
+            self._report(error)
 
     def on_end(self, end: StreamEnd) -> None:
         stream = self._incoming.get(end.stream_id)
@@ -477,9 +490,8 @@ class StreamManager:
         if assembly is None:
             return
         if end.length != len(assembly.buffer) or end.crc32 != assembly.crc:
-            self.connection.endpoint._notify_error(
-                self.connection,
-                StreamChecksumError(f"large message {end.stream_id}: length or CRC-32 differs from the sender's"),
+            self._report(
+                StreamChecksumError(f"large message {end.stream_id}: length or CRC-32 differs from the sender's")
             )
             return
         self.deliver_whole(memoryview(assembly.buffer))
