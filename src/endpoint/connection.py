@@ -29,10 +29,11 @@ import itertools
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from driver.client.publication import Publication
 from driver.client.subscription import Image, Subscription
+from endpoint.config import Configuration
 from endpoint.connection_core import ConnectionCore
 from endpoint.errors import (
     SEAL_FAILED,
@@ -43,6 +44,7 @@ from endpoint.errors import (
     SerializationError,
     UnhandledMessageError,
 )
+from endpoint.listeners import ListenerManager
 from endpoint.liveness import Verdict
 from endpoint.messages import (
     Disconnect,
@@ -58,17 +60,16 @@ from endpoint.messages import (
     StreamOpen,
 )
 from endpoint.outbox import Outbox
-from endpoint.rpc import ConnectionRpc
+from endpoint.rpc import ConnectionRpc, RpcRegistry
 from endpoint.sealing import OVERHEAD, Opener, Sealer
 from endpoint.streaming import MESSAGE, Progress, StreamManager, StreamSource
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-    from endpoint.endpoint import EndPoint
     from endpoint.handshake import SealingKeys
 
-__all__ = ["Connection", "UnhandledMessageError"]
+__all__ = ["Connection", "ConnectionOwner", "UnhandledMessageError"]
 
 _INBOX_LIMIT = 4096
 """Messages waiting for async listeners before the poller stops reading this connection."""
@@ -80,12 +81,44 @@ CLIENT_TO_SERVER, SERVER_TO_CLIENT = 1, 2
 """Directions of a sealed connection (in each message's nonce and associated data)."""
 
 
+class _Poker(Protocol):
+    def poke(self) -> None: ...
+
+
+class ConnectionOwner(Protocol):
+    """What a connection needs of its end point: :class:`endpoint.endpoint.EndPoint`, seen from below (the end
+    point imports this module, not the other way round)."""
+
+    listeners: ListenerManager[Connection]
+    rpc: RpcRegistry
+    malformed_messages: int
+    seal_failures: int
+
+    @property
+    def config(self) -> Configuration: ...
+
+    @property
+    def _loop_poller(self) -> _Poker | None: ...
+
+    def _poke_poller(self) -> None: ...
+
+    def _notify_error(self, connection: Connection | None, error: BaseException) -> None: ...
+
+    def _on_unhandled(self, connection: Connection, message_type: type) -> None: ...
+
+    def _spawn(self, coro: Any, connection: Connection | None = None) -> asyncio.Task[Any]: ...
+
+    def _loop_call_soon(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+    def _rebuild_poll_set(self) -> None: ...
+
+
 class Connection:
     """One peer. ``id`` is the same number on both ends (the server's inbound session id)."""
 
     def __init__(
         self,
-        endpoint: EndPoint[Any],
+        endpoint: ConnectionOwner,
         *,
         connection_id: int,
         publication: Publication,
@@ -152,10 +185,12 @@ class Connection:
         self._refused_sealed: bytes | None = None
         self._paused = 0
         self._held_calls = 0
-        self.rpc = ConnectionRpc(self, endpoint.rpc, report=report)
+        self.rpc = ConnectionRpc(self, endpoint.rpc, config=config, report=report)
         """Objects exposed to this peer only, and proxies of the peer's objects."""
         self.streams = StreamManager(
             self,
+            config=config,
+            stream_listeners=lambda: endpoint.listeners.stream,
             pause_reading=self._pause_reading,
             resume_reading=self._resume_reading,
             listener_bytes=lambda: self._inbox_bytes,
@@ -197,7 +232,7 @@ class Connection:
     # ------------------------------------------------------------------ state
 
     @property
-    def endpoint(self) -> EndPoint[Any]:
+    def endpoint(self) -> ConnectionOwner:
         return self._endpoint
 
     @property

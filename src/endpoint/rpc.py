@@ -25,10 +25,11 @@ import traceback
 import types
 import weakref
 from collections.abc import Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import msgpack  # type: ignore[import-untyped]
 
+from endpoint.config import Configuration
 from endpoint.correlation import CorrelationPool
 from endpoint.errors import (
     BudgetExceededError,
@@ -41,13 +42,12 @@ from endpoint.errors import (
     UnknownObjectError,
 )
 from endpoint.messages import INTERNAL_TYPE_IDS, RpcCall, RpcCancel, RpcFailure, RpcReply
+from endpoint.peer import Peer
 from endpoint.serialization import ATTRS_EXT
-
-if TYPE_CHECKING:
-    from endpoint.connection import Connection
 
 __all__ = [
     "ConnectionRpc",
+    "RpcPeer",
     "RpcRegistry",
     "current_connection",
     "oneway",
@@ -75,10 +75,19 @@ _TEXT_LIMIT: Final = 8000
 _ONEWAY_ATTR: Final = "__endpoint_oneway__"
 _OBJECT_ID_MAX: Final = 0x7FFF_FFFF
 
-_current: contextvars.ContextVar[Connection] = contextvars.ContextVar("endpoint_rpc_connection")
+
+class RpcPeer(Peer, Protocol):
+    """The connection a remote call runs for (:class:`endpoint.connection.Connection`, seen from here): who
+    called, how to answer, and its own remote objects (``current_connection().rpc.proxy(...)`` calls back)."""
+
+    @property
+    def rpc(self) -> ConnectionRpc: ...
 
 
-def current_connection() -> Connection:
+_current: contextvars.ContextVar[RpcPeer] = contextvars.ContextVar("endpoint_rpc_connection")
+
+
+def current_connection() -> RpcPeer:
     """The connection whose remote call is running here (in a method invoked through RPC)."""
     try:
         return _current.get()
@@ -297,7 +306,7 @@ async def _resume(coro: Coroutine[Any, Any, Any], first: Any) -> Any:
     return await _Resumed(coro, first)
 
 
-def _start(connection: Connection, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any] | None) -> Any:
+def _start(connection: RpcPeer, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any] | None) -> Any:
     """Run in the invocation's own context: call ``fn`` and step a coroutine to its first suspension.
 
     Returns ``(True, result)`` when done, ``(False, (coro, yielded))`` when suspended.
@@ -321,14 +330,20 @@ async def _awaited(awaitable: Any) -> Any:
 class ConnectionRpc(RpcRegistry):
     """One connection's remote objects (``connection.rpc.expose``) and calls (``connection.rpc.proxy``)."""
 
-    def __init__(self, connection: Connection, shared: RpcRegistry, *, report: Callable[[BaseException], None]) -> None:
+    def __init__(
+        self,
+        connection: RpcPeer,
+        shared: RpcRegistry,
+        *,
+        config: Configuration,
+        report: Callable[[BaseException], None],
+    ) -> None:
         """``report`` takes errors for the connection's ``on_error``."""
         super().__init__()
         self.connection = connection
         self._report = report
         self._outbox = connection.outbox
         self._shared = shared
-        config = connection.endpoint.config
         self._default_timeout: float = config.rpc_timeout
         self._pool: CorrelationPool[tuple[asyncio.Future[Any], int, str]] = CorrelationPool(config.max_pending_calls)
         self._slot_waiters: list[asyncio.Future[None]] = []

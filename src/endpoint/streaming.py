@@ -24,6 +24,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine, I
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Union
 
+from endpoint.config import Configuration
 from endpoint.errors import (
     BudgetExceededError,
     ConnectionClosedError,
@@ -41,11 +42,11 @@ from endpoint.messages import (
     StreamOpen,
     is_chunk,
 )
+from endpoint.peer import Peer
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-    from endpoint.connection import Connection
 
 __all__ = [
     "CHUNK_EXT",
@@ -254,8 +255,10 @@ class StreamManager:
 
     def __init__(
         self,
-        connection: Connection,
+        connection: Peer,
         *,
+        config: Configuration,
+        stream_listeners: Callable[[], tuple[Callable[..., Any], ...]],
         pause_reading: Callable[[], None],
         resume_reading: Callable[[], None],
         listener_bytes: Callable[[], int],
@@ -271,7 +274,7 @@ class StreamManager:
         self._listener_bytes = listener_bytes
         self._report = report
         self._spawn = spawn
-        config = connection.endpoint.config
+        self._stream_listeners = stream_listeners
         self._chunk_limit: int = config.stream_chunk_size
         self._window: int = config.stream_window
         self._max_message_size: int = config.max_message_size
@@ -366,8 +369,6 @@ class StreamManager:
     # ------------------------------------------------------------------ receiving (poller)
 
     def on_open(self, open_: StreamOpen) -> None:
-        connection = self.connection
-        endpoint = connection.endpoint
         if open_.stream_id in self._incoming or open_.stream_id in self._assemblies:
             self._decline(open_, "a stream of that id is already arriving")
             return
@@ -383,7 +384,7 @@ class StreamManager:
                 return
             self._assemblies[open_.stream_id] = _Assembly()
             return
-        listeners = endpoint.listeners.stream
+        listeners = self._stream_listeners()
         if not listeners:
             self._decline(open_, "no on_stream listener")
             return
