@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import tomllib
 from pathlib import Path
 
@@ -338,3 +339,17 @@ def test_the_plugin_loads_through_the_entry_point_pyproject_declares(
     dropped = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:endpoint", timeout=120)
     dropped.assert_outcomes(errors=1)
     dropped.stdout.fnmatch_lines(["*fixture 'endpoint_testbed' not found*"])
+
+
+def test_the_examples_in_the_testing_guide_pass(pytester: pytest.Pytester) -> None:
+    """docs/testing.md's files (code blocks starting ``# <name>.py``) as a user would save and run them."""
+    guide = (SOURCE_ROOT.parent / "docs" / "testing.md").read_text()
+    files = {}
+    for block in re.findall(r"```python\n(.*?)```", guide, re.DOTALL):
+        first, _, body = block.partition("\n")
+        if re.fullmatch(r"# \w+\.py", first):
+            files[first[2:-3]] = body
+    assert set(files) == {"chat", "test_chat", "test_chat_ready_made"}
+    pytester.makepyfile(**files)
+    result = _run(pytester)
+    result.assert_outcomes(passed=4)
