@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from endpoint import Connection, Server, ServerError
+from endpoint import Client, Connection, Server, ServerError
+from support.driver_process import DriverProcess
 from support.endpoints import TRANSPORTS, Ack, Move, client_config, connected_client, server_config, wait_until
 
 
@@ -82,3 +83,41 @@ async def test_an_ipc_only_server_with_port_zero_takes_a_number_no_other_server_
         assert all(_taken(port) for port in ports)  # held for as long as the servers are bound
         for server in servers:
             await _echo_round_trip(server, "ipc", aeron_dir, client_dir)
+
+
+@pytest.mark.process
+@pytest.mark.slow
+async def test_the_bound_port_is_kept_when_the_server_rebinds_after_a_driver_restart(
+    aeron_dir: Path, tmp_path: Path
+) -> None:
+    driver = DriverProcess.start(aeron_dir, tmp_path / "driver.log")
+    server = Server(server_config(aeron_dir, 0, driver_timeout=2.0))
+    _echo(server)
+    client = Client(
+        client_config("udp", aeron_dir, aeron_dir, driver_timeout=2.0, auto_reconnect=True)  # UDP on that driver
+    )
+    answers: list[Ack] = []
+    client.on_message(Ack, lambda c, m: answers.append(m))
+    try:
+        async with server, client:
+            port = server.port
+            first = await client.connect("127.0.0.1", port)
+            assert not first.is_ipc
+            driver.kill()  # both lose their driver; the server re-binds on a fresh one, the client reconnects
+            await wait_until(lambda: server.restarts == 1, 20, what="the server's restart")
+            await wait_until(
+                lambda: (
+                    client.connection is not None and client.connection is not first and not client.connection.is_closed
+                ),
+                30,
+                what="the client to reconnect to the same port",
+            )
+            assert server.port == port
+            assert _taken(port)
+            second = client.connection
+            assert second is not None
+            assert second.remote_address == f"127.0.0.1:{port}"
+            await second.send(Move(1, 1))
+            await wait_until(lambda: answers, 10, what="the echo after the restart")
+    finally:
+        driver.stop()
