@@ -156,13 +156,24 @@ class EndpointTestbed:
     # ------------------------------------------------------------------ the end
 
     async def close(self) -> None:
-        """Close every end point made or tracked (clients first, then the rest, newest first)."""
+        """Close every end point made or tracked (clients first, then the rest, newest first); each is closed
+        whatever happens to the others, and the first failure is raised at the end."""
+        failures = await self._close_all()
+        if failures:
+            raise failures[0][1]
+
+    async def _close_all(self) -> list[tuple[EndPoint[Any], Exception]]:
         self._recording = False
         endpoints = sorted(reversed(self._endpoints), key=lambda e: not isinstance(e, Client))
         self._endpoints.clear()
+        failures: list[tuple[EndPoint[Any], Exception]] = []
         for endpoint in endpoints:
-            async with asyncio.timeout(self.timeout):
-                await endpoint.close()
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await endpoint.close()
+            except Exception as exc:
+                failures.append((endpoint, exc))
+        return failures
 
 
 class _Leftovers:
@@ -181,14 +192,16 @@ class _Leftovers:
             f"the test did not check (clear endpoint_testbed.errors after checking them): {e.error!r}"
             for e in testbed.errors
         ]
-        await testbed.close()
+        problems += [f"closing the {_describe(e)} failed: {exc!r}" for e, exc in await testbed._close_all()]
         for shared in self._new_drivers():
             for user in list(shared.users):
                 problems.append(f"the {_describe(user)} on {shared.aeron_dir} was not closed")
-                if isinstance(user, EndPoint):
+                try:
+                    if not isinstance(user, EndPoint):
+                        raise TypeError(f"{user!r} is not an end point")
                     async with asyncio.timeout(testbed.timeout):
                         await user.close()
-                else:
+                except Exception:  # it goes anyway: its driver is stopped under it
                     await asyncio.to_thread(registry.release_blocking, shared, user)
         problems += await self._left_tasks()
         added = [listener for listener in _global_error_listeners if listener not in self.global_listeners]
