@@ -17,8 +17,6 @@ import pytest
 
 import endpoint
 
-pytestmark = pytest.mark.process
-
 SOURCE_ROOT = Path(endpoint.__file__).resolve().parents[1]
 PYPROJECT = SOURCE_ROOT.parent / "pyproject.toml"
 
@@ -300,6 +298,7 @@ def test_without_pytest_asyncio_the_fixtures_say_what_they_need(pytester: pytest
     result.stdout.fnmatch_lines(["*the endpoint fixtures are async and run on pytest-asyncio*"])
 
 
+@pytest.mark.process
 def test_the_plugin_loads_through_the_entry_point_pyproject_declares(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
