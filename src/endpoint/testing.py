@@ -288,7 +288,10 @@ def pytest_runtest_makereport(
 
 def pytest_configure(config: pytest.Config) -> None:
     """The async fixtures when pytest-asyncio is there to run them, else stand-ins that say it is needed."""
-    fixtures = _async_fixtures() if config.pluginmanager.has_plugin("asyncio") else _WithoutAsyncio()
+    plugins = config.pluginmanager
+    # "asyncio" when loaded through its entry point; its module's name when loaded with -p (autoload disabled).
+    active = plugins.has_plugin("asyncio") or plugins.has_plugin("pytest_asyncio.plugin")
+    fixtures = _async_fixtures() if active else _WithoutAsyncio()
     config.pluginmanager.register(fixtures, "endpoint-async-fixtures")
 
 
