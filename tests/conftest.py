@@ -20,6 +20,8 @@ from support.aeron_java import AeronJava, JavaMediaDriver, start_java_media_driv
 from support.any_driver import AnyDriver
 from support.driver_process import DriverProcess
 
+pytest_plugins = ["pytester"]  # the plugin's own tests (tests/system/endpoint/test_testing_plugin.py) run pytest
+
 
 def _shm_base() -> Path:
     shm = Path("/dev/shm")

@@ -282,8 +282,9 @@ class Configuration:
 
 @attrs.define(kw_only=True)
 class ServerConfiguration(Configuration):
-    port: int = attrs.field(default=2000, validator=_int_range(1, 65535))
-    """UDP port of the handshake and of every connection's inbound stream; also names the IPC handshake stream."""
+    port: int = attrs.field(default=2000, validator=_int_range(0, 65535))
+    """UDP port of the handshake and of every connection's inbound stream; also names the IPC handshake stream.
+    0: the driver binds a free port when the server binds, and ``Server.port`` says which (tests, ad hoc servers)."""
     listen_address: str = attrs.field(default="127.0.0.1", validator=_ip_address)
     """Address to bind; ``0.0.0.0`` (or ``::``) for every interface."""
     max_clients: int = attrs.field(default=0, validator=_int_range(0, 1 << 20))

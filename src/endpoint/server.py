@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -93,22 +94,16 @@ class _NoAnswerRoute(Exception):
 
 
 class Server(EndPoint[ServerConfiguration]):
-    """Accepts connections on ``config.port`` (UDP) and, with ``enable_ipc``, over IPC on the same driver."""
+    """Accepts connections on its :attr:`port` (UDP) and, with ``enable_ipc``, over IPC on the same driver."""
 
     def __init__(self, config: ServerConfiguration | None = None) -> None:
         super().__init__(config if config is not None else ServerConfiguration())
         cfg = self.config
-        linger_ns = int((cfg.close_timeout + 5.0) * 1e9)
-        reserved = (
-            HANDSHAKE_STREAM_ID,
-            REPLY_STREAM_ID,
-            IPC_HANDSHAKE_STREAM_BASE + cfg.port,
-            IPC_REPLY_STREAM_BASE + cfg.port,
-        )
-        self._session_ids = IdAllocator(*cfg.session_id_range, reuse_delay_ns=linger_ns, name="session id")
-        self._stream_ids = IdAllocator(
-            *cfg.stream_id_range, reserved=reserved, reuse_delay_ns=linger_ns, name="stream id"
-        )
+        self._port = cfg.port
+        self._port_claim: socket.socket | None = None
+        """With ``port=0`` and no UDP: a loopback UDP socket held while bound, so no other server gets the number."""
+        self._session_ids = IdAllocator(*cfg.session_id_range, reuse_delay_ns=self._id_linger_ns, name="session id")
+        self._stream_ids = self._stream_id_allocator()
         self._filters: list[AddressFilter] = []
         self._allow = tuple(ipaddress.ip_network(n, strict=False) for n in cfg.allow)
         self._deny = tuple(ipaddress.ip_network(n, strict=False) for n in cfg.deny)
@@ -137,10 +132,36 @@ class Server(EndPoint[ServerConfiguration]):
         return rule
 
     @property
+    def port(self) -> int:
+        """The port clients connect to: ``config.port``, or with ``port=0`` the one bound for it (known once
+        bound, and kept across driver restarts). Over UDP it is the server's UDP port; over IPC it names the
+        server's handshake streams on its driver (an IPC-only server with ``port=0`` takes a number no other
+        server on this machine has: a loopback UDP port it holds while bound)."""
+        if self._port == 0:
+            raise ServerError("port=0: the server's port is chosen when it binds, and it is not bound yet")
+        return self._port
+
+    @property
     def public_key(self) -> bytes:
         if self._handshake is None:
             raise ServerError("the server is not bound yet")
         return self._handshake.public_key
+
+    @property
+    def _id_linger_ns(self) -> int:
+        return int((self.config.close_timeout + 5.0) * 1e9)
+
+    def _stream_id_allocator(self) -> IdAllocator:
+        """Stream ids for connections, never those of this server's handshake streams."""
+        reserved = (
+            HANDSHAKE_STREAM_ID,
+            REPLY_STREAM_ID,
+            IPC_HANDSHAKE_STREAM_BASE + self._port,
+            IPC_REPLY_STREAM_BASE + self._port,
+        )
+        return IdAllocator(
+            *self.config.stream_id_range, reserved=reserved, reuse_delay_ns=self._id_linger_ns, name="stream id"
+        )
 
     @property
     def handshake_stats(self) -> Any:
@@ -179,16 +200,48 @@ class Server(EndPoint[ServerConfiguration]):
             # the images it makes are sparse (a forged SETUP costs the log's metadata page, not its terms). At
             # the image limits the longest-silent image gives way: forged SETUPs that never send evict each
             # other, while live clients' publications (heartbeats every 100 ms) keep their places.
-            channel = udp_channel(f"{bracket(cfg.listen_address)}:{cfg.port}", max_term_length=65536, handshake=True)
+            channel = udp_channel(f"{bracket(cfg.listen_address)}:{self._port}", max_term_length=65536, handshake=True)
             try:
                 self._udp_handshake = await aeron.add_subscription_async(channel, HANDSHAKE_STREAM_ID)
             except Exception as exc:
-                raise ServerError(f"cannot listen on UDP {cfg.listen_address}:{cfg.port}: {exc}") from exc
+                raise ServerError(f"cannot listen on UDP {cfg.listen_address}:{self._port}: {exc}") from exc
+            if self._port == 0:
+                self._take_port(self._bound_port(self._udp_handshake))
+        elif self._port == 0:
+            self._take_port(self._claim_ipc_port())
         if cfg.enable_ipc:
-            self._ipc_handshake = await aeron.add_subscription_async("aeron:ipc", IPC_HANDSHAKE_STREAM_BASE + cfg.port)
-            self._ipc_reply = await aeron.add_exclusive_publication_async(
-                "aeron:ipc?term-length=65536", IPC_REPLY_STREAM_BASE + cfg.port
+            self._ipc_handshake = await aeron.add_subscription_async(
+                "aeron:ipc", IPC_HANDSHAKE_STREAM_BASE + self._port
             )
+            self._ipc_reply = await aeron.add_exclusive_publication_async(
+                "aeron:ipc?term-length=65536", IPC_REPLY_STREAM_BASE + self._port
+            )
+
+    def _bound_port(self, subscription: Subscription) -> int:
+        """The port the driver bound for our port-0 handshake subscription (the driver binds it: no race)."""
+        for address in subscription.local_socket_addresses():
+            _, _, port = address.rpartition(":")
+            if port.isdigit() and int(port) > 0:
+                return int(port)
+        raise ServerError(
+            f"port=0: the driver on {self.config.resolved_aeron_dir()} did not say which port it bound (a driver "
+            "without local socket address counters, such as Aeron 1.15.1's): give the server a port"
+        )
+
+    def _claim_ipc_port(self) -> int:
+        """A number for an IPC-only server's handshake streams that no other server on this machine has now."""
+        claim = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            claim.bind(("127.0.0.1", 0))
+        except OSError as exc:
+            claim.close()
+            raise ServerError(f"port=0: cannot claim a loopback UDP port for the IPC handshake streams: {exc}") from exc
+        self._port_claim = claim
+        return int(claim.getsockname()[1])
+
+    def _take_port(self, port: int) -> None:
+        self._port = port
+        self._stream_ids = self._stream_id_allocator()  # nothing allocated yet: the first bind
 
     async def serve_forever(self) -> None:
         """Bind if needed and run until :meth:`close` (or cancellation)."""
@@ -431,7 +484,11 @@ class Server(EndPoint[ServerConfiguration]):
                 pub_channel = data_channel(None, session_out, cfg.ipc_term_length, None)
             else:
                 sub_channel = data_channel(
-                    f"{bracket(cfg.listen_address)}:{cfg.port}", session_in, None, None, max_term_length=cfg.term_length
+                    f"{bracket(cfg.listen_address)}:{self._port}",
+                    session_in,
+                    None,
+                    None,
+                    max_term_length=cfg.term_length,
                 )
                 pub_channel = data_channel(f"{bracket(address)}:{port}", session_out, cfg.term_length, cfg.mtu)
             # The reply route and the connection's two streams at once (three driver round trips in parallel).
@@ -678,6 +735,9 @@ class Server(EndPoint[ServerConfiguration]):
                 await self._close_quietly(resource)
         self._udp_handshake = self._ipc_handshake = None
         self._ipc_reply = None
+        if self._port_claim is not None:
+            self._port_claim.close()
+            self._port_claim = None
         self._handlers.clear()
         self._image_watches.clear()
         self._bound = False

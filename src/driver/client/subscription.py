@@ -28,6 +28,11 @@ from typing import Protocol, Self
 from driver.client.aio import await_request, subscription_fragments
 from driver.client.requests import PendingRequest, RequestService
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.concurrent.system_counters import (
+    CHANNEL_STATUS_ACTIVE,
+    LOCAL_SOCKET_ADDRESS_TYPE_ID,
+    local_socket_address_of,
+)
 from driver.logbuffer.descriptor import (
     LOG_END_OF_STREAM_POSITION_OFFSET,
     initial_term_id,
@@ -365,6 +370,25 @@ class Subscription:
         if self._is_closed:
             return -1
         return self._conductor.channel_status(self.channel_status_id)
+
+    def local_socket_addresses(self) -> list[str]:
+        """The ``ip:port`` its driver bound for it, when its channel asked for port 0 (Aeron's
+        ``localSocketAddresses``); empty otherwise, before it is active, or from a driver that does not say."""
+        status_id = self.channel_status_id
+        if self._is_closed or status_id <= 0 or self.channel_status != CHANNEL_STATUS_ACTIVE:
+            return []
+        reader = self._conductor.counters_reader
+        found: list[str] = []
+
+        def visit(counter_id: int, type_id: int, key: bytes, label: str) -> None:
+            if type_id != LOCAL_SOCKET_ADDRESS_TYPE_ID:
+                return
+            owner, address = local_socket_address_of(key)
+            if owner == status_id and reader.get_counter_value(counter_id) == CHANNEL_STATUS_ACTIVE:
+                found.append(address)
+
+        reader.for_each(visit)
+        return found
 
     def image_by_session_id(self, session_id: int) -> Image | None:
         for image in self._images:

@@ -17,6 +17,16 @@ and one label form, ``"<name>: <regId> <sessionId> <streamId> <channel>"``;
 the subscriber position appends ``" @<joinPosition>"`` when the label leaves
 room for it. Channel-status counters (types 6, 7) key on the channel alone and
 the client heartbeat (type 11) on the int64 client id.
+
+Beyond 1.15.1, as later Aeron versions do: a receive endpoint asked to bind port
+0 publishes the address the kernel gave it in a local socket address counter
+(type 14, value ``CHANNEL_STATUS_ACTIVE``), keyed on its channel status counter::
+
+    0   int32  channel status counter id
+    4   int32  address length
+    8   ...    address, ASCII (``ip:port``)
+
+so a client learns the bound port without racing anyone for it.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ __all__ = [
     "CLIENT_HEARTBEAT_NAME",
     "CLIENT_HEARTBEAT_TYPE_ID",
     "CONTROL_PROTOCOL_VERSION",
+    "LOCAL_SOCKET_ADDRESS_TYPE_ID",
     "MAX_CHANNEL_LENGTH",
     "MAX_CHANNEL_STATUS_CHANNEL_LENGTH",
     "PER_IMAGE_TYPE_ID",
@@ -54,6 +65,7 @@ __all__ = [
     "RECEIVER_POS_TYPE_ID",
     "RECEIVE_CHANNEL_STATUS_NAME",
     "RECEIVE_CHANNEL_STATUS_TYPE_ID",
+    "RECEIVE_LOCAL_SOCKET_ADDRESS_NAME",
     "REGISTRATION_ID_OFFSET",
     "SENDER_LIMIT_NAME",
     "SENDER_LIMIT_TYPE_ID",
@@ -72,8 +84,10 @@ __all__ = [
     "SystemCounters",
     "allocate_channel_status",
     "allocate_client_heartbeat",
+    "allocate_local_socket_address",
     "allocate_stream_counter",
     "allocate_subscriber_position",
+    "local_socket_address_of",
     "stream_counter_name",
 ]
 
@@ -89,6 +103,7 @@ SENDER_LIMIT_TYPE_ID = 9
 PER_IMAGE_TYPE_ID = 10
 CLIENT_HEARTBEAT_TYPE_ID = 11
 PUBLISHER_POS_TYPE_ID = 12
+LOCAL_SOCKET_ADDRESS_TYPE_ID = 14
 
 PUBLISHER_LIMIT_NAME = "pub-lmt"
 SENDER_POSITION_NAME = "snd-pos"
@@ -100,6 +115,7 @@ RECEIVE_CHANNEL_STATUS_NAME = "rcv-channel"
 SENDER_LIMIT_NAME = "snd-lmt"
 CLIENT_HEARTBEAT_NAME = "client-heartbeat"
 PUBLISHER_POS_NAME = "pub-pos (sample)"
+RECEIVE_LOCAL_SOCKET_ADDRESS_NAME = "rcv-local-sockaddr"
 
 CHANNEL_STATUS_INITIALIZING = 0
 CHANNEL_STATUS_ERRORED = -1
@@ -407,3 +423,19 @@ def allocate_channel_status(manager: CountersManager, type_id: int, channel: str
     label = encode_ascii(f"{name}: ", MAX_LABEL_LENGTH)
     label += encode_ascii(channel, MAX_LABEL_LENGTH - len(label))
     return manager.allocate_raw_label(type_id, key, label)
+
+
+def allocate_local_socket_address(manager: CountersManager, channel_status_id: int, address: str) -> int:
+    """The bound ``ip:port`` of the receive endpoint whose channel status counter is ``channel_status_id``."""
+    text = encode_ascii(address, MAX_KEY_LENGTH - 8)
+    key = _INT32.pack(channel_status_id) + _INT32.pack(len(text)) + text
+    label = encode_ascii(f"{RECEIVE_LOCAL_SOCKET_ADDRESS_NAME}: {channel_status_id} {address}", MAX_LABEL_LENGTH)
+    return manager.allocate_raw_label(LOCAL_SOCKET_ADDRESS_TYPE_ID, key, label)
+
+
+def local_socket_address_of(key: bytes) -> tuple[int, str]:
+    """(channel status counter id, ``ip:port``) from a local socket address counter's key."""
+    (channel_status_id,) = _INT32.unpack_from(key, 0)
+    (length,) = _INT32.unpack_from(key, 4)
+    length = max(0, min(length, len(key) - 8))
+    return channel_status_id, key[8 : 8 + length].decode("ascii", "replace")

@@ -47,6 +47,7 @@ from driver.concurrent.system_counters import (
     SystemCounterId,
     SystemCounters,
     allocate_channel_status,
+    allocate_local_socket_address,
 )
 from driver.core.allocator import PublicationParams, StreamAllocator
 from driver.core.client_proxy import ClientProxy
@@ -385,7 +386,8 @@ class NetworkResources:
     # -- subscriptions and images ---------------------------------------------------------------
 
     def add_subscription(self, link: SubscriptionLink, channel: UdpChannel) -> ReceiveChannelEndpoint:
-        endpoint = self.receive_endpoints.get(channel.canonical_form)
+        # Port 0 asks for a port of its own: a fresh endpoint each time, known by its bound port from then on.
+        endpoint = None if channel.binds_any_port else self.receive_endpoints.get(channel.canonical_form)
         conductor = self._conductor
         if endpoint is None:
             status_id = allocate_channel_status(
@@ -406,8 +408,10 @@ class NetworkResources:
             except ChannelEndpointError:
                 status.close()
                 raise
+            if channel.binds_any_port:
+                self._publish_bound_address(endpoint)
             status.set_ordered(CHANNEL_STATUS_ACTIVE)
-            self.receive_endpoints[channel.canonical_form] = endpoint
+            self.receive_endpoints[endpoint.channel.canonical_form] = endpoint
         endpoint.ref_count += 1
         link.endpoint = endpoint
         conductor.receiver_command(functools.partial(self._receiver.on_add_subscription, endpoint, link.stream_id))
@@ -420,6 +424,21 @@ class NetworkResources:
                 else:
                     self._refuse(link, cause)
         return endpoint
+
+    def _publish_bound_address(self, endpoint: ReceiveChannelEndpoint) -> None:
+        """A port-0 endpoint takes the port it was given as its channel's, and says which in a local socket
+        address counter (what a client reads to learn it)."""
+        host, port = endpoint.transport.local_address[:2]
+        endpoint.channel = endpoint.channel.with_bound_port(port)
+        counters = self._conductor.counters
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        indicator = AtomicCounter(
+            counters.values_buffer,
+            allocate_local_socket_address(counters, endpoint.status_indicator.id, address),
+            counters,
+        )
+        indicator.set_ordered(CHANNEL_STATUS_ACTIVE)
+        endpoint.local_address_indicator = indicator
 
     def _refusal(
         self, link: SubscriptionLink, term_length: int, source: Address, held: _Held

@@ -332,6 +332,8 @@ class ReceiveChannelEndpoint:
         # SETUPs of streams nobody here subscribes to yet: a subscription that comes just after connects at once.
         self.unclaimed_setups: OrderedDict[tuple[int, int], tuple[tuple[int, ...], Address, int]] = OrderedDict()
         self.ref_count = 0
+        self.local_address_indicator: AtomicCounter | None = None
+        """The bound address's counter, for an endpoint asked to bind port 0 (see the network conductor)."""
         self._buffer, self._view = _receive_buffer()
         self._control = bytearray(64)
         self._send = self.transport.send
@@ -476,4 +478,6 @@ class ReceiveChannelEndpoint:
 
     def close(self) -> None:
         self.transport.close()
+        if self.local_address_indicator is not None:
+            self.local_address_indicator.close()
         self.status_indicator.close()

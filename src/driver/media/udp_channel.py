@@ -333,6 +333,23 @@ class UdpChannel:
         )
 
     @property
+    def binds_any_port(self) -> bool:
+        """A unicast endpoint on port 0: its receive endpoint binds a port the kernel picks (one per request,
+        never shared until bound; then known by :meth:`with_bound_port`'s canonical form)."""
+        return (
+            ENDPOINT_PARAM_NAME in self.channel_uri
+            and not self.is_multicast
+            and not self.has_explicit_control
+            and self.remote_data[1] == 0
+        )
+
+    def with_bound_port(self, port: int) -> UdpChannel:
+        """This channel with its endpoint's port 0 replaced by the port bound for it."""
+        host = self.remote_data[0]
+        endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return UdpChannel.parse(self.channel_uri.with_param(ENDPOINT_PARAM_NAME, endpoint))
+
+    @property
     def is_manual_control_mode(self) -> bool:
         return self.control_mode == CONTROL_MODE_MANUAL
 

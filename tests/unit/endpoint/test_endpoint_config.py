@@ -103,7 +103,7 @@ INVALID: list[tuple[type[Configuration], str, object, str]] = [
         for name in ("socket_rcvbuf", "socket_sndbuf")
         for v in (-1, (1 << 30) + 1, True, 1.5)
     ],
-    *[(ServerConfiguration, "port", v, "an integer from 1 to 65535") for v in (0, 65536, -1, True, "2000")],
+    *[(ServerConfiguration, "port", v, "an integer from 0 to 65535") for v in (65536, -1, True, "2000")],
     *[
         (ServerConfiguration, "listen_address", v, "an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::")
         for v in ("localhost", "256.0.0.1", "", " 127.0.0.1", "127.0.0.1\n", "10.0.0.0/8", None)
@@ -178,7 +178,7 @@ VALID: list[tuple[type[Configuration], str, object]] = [
     (Configuration, "ipc_term_length", 1 << 30),
     *[(Configuration, "socket_rcvbuf", v) for v in (0, 1 << 30)],
     (Configuration, "socket_sndbuf", 1 << 30),
-    *[(ServerConfiguration, "port", v) for v in (1, 65535)],
+    *[(ServerConfiguration, "port", v) for v in (0, 1, 65535)],
     *[(ServerConfiguration, "listen_address", v) for v in ("0.0.0.0", "::", "::1", "192.168.1.10", "fe80::1%eth0")],
     *[(ServerConfiguration, "max_clients", v) for v in (0, 1 << 20)],
     *[(ServerConfiguration, "session_id_range", v) for v in ((1, 2), (INT31 - 1, INT31))],
@@ -309,8 +309,8 @@ def test_setting_a_field_later_is_validated_too() -> None:
     cfg = ServerConfiguration()
     with raises_for("mtu", "an integer from 64"):
         cfg.mtu = 1
-    with raises_for("port", "an integer from 1 to 65535"):
-        cfg.port = 0
+    with raises_for("port", "an integer from 0 to 65535"):
+        cfg.port = 65536
     assert cfg.mtu == 1408
     assert cfg.port == 2000
 
@@ -329,7 +329,7 @@ def test_evolve_validates() -> None:
 INT_FIELDS: list[tuple[type[Configuration], str, int, int]] = [
     (Configuration, "mtu", 64, 65504),
     (Configuration, "socket_rcvbuf", 0, 1 << 30),
-    (ServerConfiguration, "port", 1, 65535),
+    (ServerConfiguration, "port", 0, 65535),
     (ServerConfiguration, "max_clients", 0, 1 << 20),
     (ServerConfiguration, "max_connections_per_ip", 0, 1 << 20),
     (ServerConfiguration, "max_pending_handshakes", 1, 1 << 20),

@@ -13,6 +13,7 @@ from driver.concurrent.counters import (
 )
 from driver.concurrent.system_counters import (
     CLIENT_HEARTBEAT_TYPE_ID,
+    LOCAL_SOCKET_ADDRESS_TYPE_ID,
     MAX_CHANNEL_LENGTH,
     PUBLISHER_LIMIT_NAME,
     PUBLISHER_LIMIT_TYPE_ID,
@@ -25,8 +26,10 @@ from driver.concurrent.system_counters import (
     SystemCounters,
     allocate_channel_status,
     allocate_client_heartbeat,
+    allocate_local_socket_address,
     allocate_stream_counter,
     allocate_subscriber_position,
+    local_socket_address_of,
     stream_counter_name,
 )
 
@@ -159,3 +162,16 @@ def test_stream_counter_names() -> None:
         "snd-lmt",
     ]
     assert stream_counter_name(99) == "<unknown>"
+
+
+def test_local_socket_address_key_and_label_as_later_aerons_lay_them_out() -> None:
+    manager = make()
+    cid = allocate_local_socket_address(manager, 17, "127.0.0.1:40123")
+    assert manager.get_counter_type_id(cid) == LOCAL_SOCKET_ADDRESS_TYPE_ID == 14
+    assert manager.get_counter_label(cid) == "rcv-local-sockaddr: 17 127.0.0.1:40123"
+    key = manager.get_counter_key(cid)
+    assert key[:8] == struct.pack("<ii", 17, 15)
+    assert key[8:23] == b"127.0.0.1:40123"
+    assert local_socket_address_of(key) == (17, "127.0.0.1:40123")
+    # A forged length never reads past the key.
+    assert local_socket_address_of(struct.pack("<ii", 3, 1 << 20) + b"x" * 104) == (3, "x" * 104)
