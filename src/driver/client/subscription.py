@@ -28,6 +28,7 @@ from typing import Protocol, Self
 from driver.client.aio import await_request, subscription_fragments
 from driver.client.requests import PendingRequest, RequestService
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.concurrent.counters import CountersReader
 from driver.concurrent.system_counters import (
     CHANNEL_STATUS_ACTIVE,
     LOCAL_SOCKET_ADDRESS_TYPE_ID,
@@ -303,6 +304,9 @@ class SubscriptionOwner(RequestService, Protocol):
     """What a subscription needs from the client conductor that made it (which implements it)."""
 
     def channel_status(self, channel_status_id: int) -> int: ...
+
+    @property
+    def counters_reader(self) -> CountersReader: ...
 
     def release_subscription(self, subscription: Subscription) -> None: ...
 

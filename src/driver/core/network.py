@@ -430,7 +430,7 @@ class NetworkResources:
         address counter (what a client reads to learn it)."""
         host, port = endpoint.transport.local_address[:2]
         endpoint.channel = endpoint.channel.with_bound_port(port)
-        counters = self._conductor.counters
+        counters = self._counters
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         indicator = AtomicCounter(
             counters.values_buffer,
