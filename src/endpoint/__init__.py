@@ -17,6 +17,7 @@ from endpoint.errors import (
     EndpointError,
     MalformedMessageError,
     MessageTooLargeError,
+    ReconnectFailedError,
     RejectReason,
     SealError,
     SerializationError,
@@ -24,6 +25,7 @@ from endpoint.errors import (
     TransmitError,
 )
 from endpoint.listeners import add_global_error_listener, remove_global_error_listener
+from endpoint.reconnect import Reconnecting
 from endpoint.running import run
 from endpoint.serialization import Serialization
 from endpoint.server import Server
@@ -46,6 +48,8 @@ __all__ = [
     "EndpointError",
     "MalformedMessageError",
     "MessageTooLargeError",
+    "ReconnectFailedError",
+    "Reconnecting",
     "RejectReason",
     "SealError",
     "Serialization",

@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import attrs
 
@@ -33,9 +35,18 @@ from endpoint.config import (
 )
 from endpoint.connection import Connection
 from endpoint.endpoint import END_POINT_CLOSED, EndPoint
-from endpoint.errors import ClientError, ClientRejectedError, ClientTimeoutError, RejectReason
+from endpoint.errors import (
+    ClientError,
+    ClientRejectedError,
+    ClientTimeoutError,
+    DriverUnavailableError,
+    EndpointClosedError,
+    ReconnectFailedError,
+    RejectReason,
+)
 from endpoint.handshake import Accepted, ClientHandshake, Completed, CookieReceived, HandshakeStats, Rejected
 from endpoint.keystore import KnownServers, default_config_dir
+from endpoint.reconnect import Reconnecting, ReconnectSchedule
 from endpoint.routes import HandshakeRoute
 from endpoint.transport import (
     add_pair,
@@ -61,6 +72,9 @@ _DONE_SENDS = 3
 _PORT_ATTEMPTS = 5
 """A free port picked for the answer route may be taken before the driver binds it: pick again this often."""
 
+ReconnectingListener = TypeVar("ReconnectingListener", bound=Callable[[Reconnecting], Any])
+ReconnectedListener = TypeVar("ReconnectedListener", bound=Callable[[Connection], Any])
+
 
 class Client(EndPoint[ClientConfiguration]):
     """Connects to one server; ``connection`` is the live connection (one at a time)."""
@@ -78,9 +92,25 @@ class Client(EndPoint[ClientConfiguration]):
         (``unsealed``), malformed ones, ..."""
         self._target: tuple[str, int] | None = None
         self._connect_lock = asyncio.Lock()
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._lost_cause: BaseException | None = None
+        """Why the current connection went away (the first ``on_reconnecting`` is told it)."""
 
     async def __aenter__(self) -> Client:
         return self
+
+    # ------------------------------------------------------------------ reconnect listeners
+
+    def on_reconnecting(self, listener: ReconnectingListener) -> ReconnectingListener:
+        """``listener(reconnecting)``, sync or async, before each ``auto_reconnect`` attempt: a
+        :class:`~endpoint.Reconnecting` with the attempt's number, the wait before it and the cause (why the
+        previous attempt failed, or why the connection went away)."""
+        return self.listeners.add_reconnecting(listener)
+
+    def on_reconnected(self, listener: ReconnectedListener) -> ReconnectedListener:
+        """``listener(connection)``, sync or async, with the new connection once ``auto_reconnect`` made one (after
+        its ``on_connect`` listeners)."""
+        return self.listeners.add_reconnected(listener)
 
     async def connect(self, host: str = "127.0.0.1", port: int = 2000, *, timeout: float | None = None) -> Connection:
         """Connect (IPC preferred for a server on this machine); ClientRejectedError or ClientTimeoutError if not.
@@ -135,7 +165,8 @@ class Client(EndPoint[ClientConfiguration]):
         """The loop's route to ``ip:port`` on our driver: IPC if a server there shares the driver, else UDP."""
         cfg = self.config
         shared = self._shared
-        assert shared is not None
+        if shared is None:  # a driver restart began after this connect leased it
+            raise DriverUnavailableError("the driver failed during the connect and is being restarted")
         aeron = shared.client()
         if cfg.enable_ipc and cfg.prefer_ipc and is_local_host(ip):
 
@@ -299,7 +330,8 @@ class Client(EndPoint[ClientConfiguration]):
 
     async def _open_connection(self, route: HandshakeRoute, grant: dict[str, Any]) -> Connection:
         aeron = self._shared.client() if self._shared is not None else None
-        assert aeron is not None
+        if aeron is None:
+            raise DriverUnavailableError("the driver failed during the connect and is being restarted")
         session_in, session_out = int(grant["session_in"]), int(grant["session_out"])
         stream_in, stream_out = int(grant["stream_in"]), int(grant["stream_out"])
         if route.is_ipc:
@@ -361,16 +393,14 @@ class Client(EndPoint[ClientConfiguration]):
 
     def _connection_released(self, connection: Connection) -> None:
         super()._connection_released(connection)
-        if (
-            connection is self.connection
-            and self.config.auto_reconnect
-            and not self._closing
-            and not self._restarting
-            and (connection.lost or (connection.closed_by_peer and connection.close_reason == END_POINT_CLOSED))
-        ):
+        if connection is not self.connection or not self.config.auto_reconnect or self._closing:
+            return
+        if connection.lost or (connection.closed_by_peer and connection.close_reason == END_POINT_CLOSED):
             # Lost, or the server shut down (a supervisor may be restarting it): try to come back. A connection
             # the server closed on purpose (with a reason of its own) stays closed.
-            self._spawn(self._reconnect())
+            self._lost_cause = connection._closed_error()
+            if not self._restarting:  # else the restart reconnects once the driver is back
+                self._start_reconnect()
 
     async def _drop_driver_resources(self) -> None:
         if self._shared is not None:
@@ -381,27 +411,106 @@ class Client(EndPoint[ClientConfiguration]):
         if shared is not None and not any(e._shared is shared for e in self._loop_endpoints()):
             await self._routes.close_unused(shared)
 
+    async def close(self) -> None:
+        task = self._reconnect_task
+        if task is not None and not task.done():
+            task.cancel()  # an attempt in flight ends now (its route and half-made connection are released)
+        await super().close()
+
+    async def _lease_again(self) -> bool:
+        if self.config.auto_reconnect and self._target is not None:
+            # Reconnect attempts lease the driver themselves, under the reconnect backoff and deadline.
+            return True
+        return await super()._lease_again()
+
     async def _after_restart(self) -> None:
         if self.config.auto_reconnect and self._target is not None:
-            self._spawn(self._reconnect())
+            self._start_reconnect()
+
+    def _start_reconnect(self) -> None:
+        """One reconnect episode at a time: a loss during one (a driver restart, say) is its to handle."""
+        if self._closing or self._target is None:
+            return
+        task = self._reconnect_task
+        if task is None or task.done():
+            self._reconnect_task = self._spawn(self._reconnect())
 
     async def _reconnect(self) -> None:
+        """Attempt after attempt, spaced by the configured backoff, until one connects, the server refuses us for
+        good, or ``reconnect_timeout`` runs out (ReconnectFailedError to ``on_error``, logged once)."""
         target = self._target
         if target is None or self._closing:
             return
-        deadline = time.monotonic() + max(self.config.connect_timeout, 30.0)
-        while not self._closing and time.monotonic() < deadline:
+        address = f"{target[0]}:{target[1]}"
+        cfg = self.config
+        schedule = ReconnectSchedule(cfg.reconnect_backoff(), cfg.reconnect_timeout, time.monotonic())
+        cause, self._lost_cause = self._lost_cause, None
+        _log.info("connection to %s went away (%s); reconnecting", address, cause)
+        while not self._closing:
+            now = time.monotonic()
+            delay = schedule.next_delay(now)
+            if delay is None:
+                self._give_up(address, schedule, cause, permanent=False)
+                return
+            self._tell(
+                self.listeners.reconnecting,
+                Reconnecting(attempt=schedule.attempts, delay=delay, cause=cause, elapsed=schedule.elapsed(now)),
+            )
+            await asyncio.sleep(delay)
+            current = self.connection
+            if self._closing or (current is not None and not current.is_closed):
+                return  # closed, or connected by the application meanwhile
+            budget = min(cfg.connect_timeout, schedule.remaining(time.monotonic()))
+            if budget <= 0:
+                self._give_up(address, schedule, cause, permanent=False)
+                return
             try:
-                await self.connect(*target)
+                connection = await self.connect(*target, timeout=budget)
+            except EndpointClosedError:
                 return
             except ClientRejectedError as exc:
+                cause = exc
                 if not exc.retryable:
-                    raise
-                _log.info("reconnect to %s:%s refused for now: %s", target[0], target[1], exc)
-                await asyncio.sleep(0.5)
-            except (ClientError, OSError, TimeoutError) as exc:
-                _log.info("reconnect to %s:%s failed: %s", target[0], target[1], exc)
-                await asyncio.sleep(0.2)
+                    self._give_up(address, schedule, exc, permanent=True)
+                    return
+            except Exception as exc:  # no answer, no driver, a driver restarting under the attempt: try again
+                cause = exc
+            else:
+                _log.info("reconnected to %s after %d attempt(s): %r", address, schedule.attempts, connection)
+                self._tell(self.listeners.reconnected, connection)
+                return
+            _log.debug("reconnect attempt %d to %s failed: %s", schedule.attempts, address, cause, exc_info=cause)
+
+    def _give_up(
+        self, address: str, schedule: ReconnectSchedule, cause: BaseException | None, *, permanent: bool
+    ) -> None:
+        elapsed = schedule.elapsed(time.monotonic())
+        why = "refused for good" if permanent else f"no connection within reconnect_timeout={schedule.deadline:g} s"
+        error = ReconnectFailedError(
+            f"gave up reconnecting to {address} after {schedule.attempts} attempt(s) in {elapsed:.1f} s ({why})"
+            + (f"; last: {cause}" if cause is not None else ""),
+            cause=cause,
+            attempts=schedule.attempts,
+            elapsed=elapsed,
+            permanent=permanent,
+        )
+        _log.warning("%s", error)
+        self._notify_error(None, error)
+
+    def _tell(self, listeners: tuple[Callable[..., Any], ...], *args: Any) -> None:
+        """Call each listener (an async one as a task of ours); a failure reaches ``on_error``, never the caller."""
+        for listener in listeners:
+            try:
+                result = listener(*args)
+            except Exception as exc:
+                self._notify_error(None, exc)
+                continue
+            if inspect.isawaitable(result):
+                self._spawn(_awaited(result))
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 def _hello_now(handshake: ClientHandshake) -> bytes:

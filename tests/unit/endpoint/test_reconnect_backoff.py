@@ -11,8 +11,12 @@ import random
 
 import pytest
 
+from endpoint import ClientError, EndpointError, ReconnectFailedError, Reconnecting
+from endpoint.client import Client
 from endpoint.config import ClientConfiguration
+from endpoint.connection import Connection
 from endpoint.errors import ConfigurationError
+from endpoint.listeners import ListenerManager
 from endpoint.reconnect import Backoff, ReconnectSchedule
 
 
@@ -177,3 +181,54 @@ def test_configuration_fields_reach_the_policy() -> None:
 def test_configuration_refuses_bad_reconnect_settings(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigurationError, match=match):
         ClientConfiguration(**kwargs)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------- listeners
+
+
+def test_reconnect_listeners_are_registered_removed_and_cleared() -> None:
+    listeners: ListenerManager[object] = ListenerManager()
+
+    def reconnecting(event: Reconnecting) -> None:
+        pass
+
+    def reconnected(connection: object) -> None:
+        pass
+
+    assert listeners.reconnecting == listeners.reconnected == ()
+    assert listeners.add_reconnecting(reconnecting) is reconnecting
+    assert listeners.add_reconnected(reconnected) is reconnected
+    assert listeners.reconnecting == (reconnecting,)
+    assert listeners.reconnected == (reconnected,)
+    assert listeners.remove(reconnecting) is True
+    assert listeners.reconnecting == ()
+    assert listeners.reconnected == (reconnected,)
+    listeners.clear()
+    assert listeners.reconnected == ()
+
+
+def test_client_decorators_register_reconnect_listeners() -> None:
+    client = Client(ClientConfiguration(auto_reconnect=True))
+
+    @client.on_reconnecting
+    def reconnecting(event: Reconnecting) -> None:
+        pass
+
+    @client.on_reconnected
+    def reconnected(connection: Connection) -> None:
+        pass
+
+    assert client.listeners.reconnecting == (reconnecting,)
+    assert client.listeners.reconnected == (reconnected,)
+    assert client.remove_listener(reconnected)
+    assert client.listeners.reconnected == ()
+
+
+def test_reconnect_failed_error_carries_its_cause() -> None:
+    cause = TimeoutError("no answer")
+    error = ReconnectFailedError("gave up", cause=cause, attempts=3, elapsed=2.5, permanent=False)
+    assert isinstance(error, ClientError)
+    assert isinstance(error, EndpointError)
+    assert error.cause is cause
+    assert error.__cause__ is cause
+    assert (error.attempts, error.elapsed, error.permanent) == (3, 2.5, False)

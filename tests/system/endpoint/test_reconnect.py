@@ -1,0 +1,195 @@
+"""``auto_reconnect`` as people rely on it: backoff, listeners told, a typed error when it gives up.
+
+A server in its own process is killed (SIGKILL) and started again on the same port: the client's
+``on_reconnecting`` listeners see numbered attempts (the first caused by the lost connection), then
+``on_reconnected`` the new connection, which carries messages. A server that never comes back: after
+``reconnect_timeout`` the client's ``on_error`` gets ReconnectFailedError with the last attempt's cause, logged
+once at WARNING. A server that comes back unable to take the client (its serialization differs) ends the retrying
+at once with a permanent ReconnectFailedError. Over UDP (the client has a driver of its own) and IPC (the client
+uses the server's driver, which the kill takes away too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from endpoint import (
+    Client,
+    ClientRejectedError,
+    Connection,
+    ConnectionClosedError,
+    ReconnectFailedError,
+    Reconnecting,
+    RejectReason,
+)
+from support.endpoints import (
+    TRANSPORTS,
+    Ack,
+    Num,
+    client_config,
+    make_serialization,
+    running_server,
+    server_config,
+    wait_until,
+)
+from support.logged_process import LoggedProcess
+
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+
+
+@attrs.define
+class Extra:
+    """Registered by one server only: its serialization differs from the client's."""
+
+    n: int
+
+
+@attrs.define
+class Seen:
+    """What the client's listeners saw, in order."""
+
+    log: list[tuple[str, Any]] = attrs.field(factory=list)
+    acks: list[int] = attrs.field(factory=list)
+    errors: list[BaseException] = attrs.field(factory=list)
+
+    def kinds(self, kind: str) -> list[Any]:
+        return [value for k, value in self.log if k == kind]
+
+    def failures(self) -> list[ReconnectFailedError]:
+        return [e for e in self.errors if isinstance(e, ReconnectFailedError)]
+
+
+def watched_client(transport: str, aeron_dir: Path, client_dir: Path, **overrides: Any) -> tuple[Client, Seen]:
+    settings: dict[str, Any] = {
+        "launch_driver": transport != "ipc",
+        "auto_reconnect": True,
+        "ping_interval": 0.2,
+        "peer_timeout": 2.0,
+        "handshake_timeout": 0.5,
+        "reconnect_initial_delay": 0.05,
+        "reconnect_max_delay": 0.5,
+    }
+    settings.update(overrides)
+    client = Client(client_config(transport, aeron_dir, client_dir, **settings))
+    seen = Seen()
+    client.on_connect(lambda conn: seen.log.append(("connect", conn)))
+    client.on_reconnecting(lambda event: seen.log.append(("reconnecting", event)))
+
+    async def reconnected(conn: Connection) -> None:  # an async listener, run as a task of the client's
+        seen.log.append(("reconnected", conn))
+
+    client.on_reconnected(reconnected)
+    client.on_message(Ack, lambda conn, ack: seen.acks.append(ack.seq))
+    client.on_error(lambda conn, exc: seen.errors.append(exc))
+    return client, seen
+
+
+async def echo(conn: Connection, seen: Seen, seq: int) -> None:
+    await conn.send(Num(seq))
+    await wait_until(lambda: seq in seen.acks, 10, what=f"the echo of {seq}")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_killed_server_restarted_on_its_port_gets_its_client_back(
+    transport: str,
+    aeron_dir: Path,
+    client_dir: Path,
+    port: int,
+    tmp_path: Path,
+    start_server: Callable[..., LoggedProcess],
+) -> None:
+    key_path = str(tmp_path / "server.key")
+    client, seen = watched_client(transport, aeron_dir, client_dir)
+    async with asyncio.timeout(120), client:
+        server = start_server(port, aeron_dir, "--key-path", key_path)
+        await wait_until(partial(server.has, "serving "), 30, 0.02, "the server to serve")
+        first = await client.connect("127.0.0.1", port)
+        await echo(first, seen, 1)
+        server.kill()
+        await wait_until(lambda: seen.kinds("reconnecting"), 30, 0.02, "the client to start reconnecting")
+        server = start_server(port, aeron_dir, "--key-path", key_path)
+        await wait_until(partial(server.has, "serving "), 30, 0.02, "the restarted server to serve")
+        await wait_until(lambda: seen.kinds("reconnected"), 60, 0.02, "the client to reconnect")
+
+        attempts: list[Reconnecting] = seen.kinds("reconnecting")
+        assert [a.attempt for a in attempts] == list(range(1, len(attempts) + 1))
+        assert all(0 <= a.delay <= 0.5 for a in attempts)
+        assert isinstance(attempts[0].cause, ConnectionClosedError)  # why the connection went away
+        assert first.is_closed
+        kinds = [k for k, _ in seen.log]
+        # connect (first), the attempts, then the new connection's on_connect and on_reconnected.
+        assert kinds == ["connect"] + ["reconnecting"] * len(attempts) + ["connect", "reconnected"]
+        conn = seen.kinds("reconnected")[0]
+        assert conn is client.connection
+        assert conn is seen.kinds("connect")[-1]
+        assert conn.is_ipc == (transport == "ipc")
+        await echo(conn, seen, 2)
+        assert not seen.failures()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_server_that_never_comes_back_ends_in_a_typed_error(
+    transport: str,
+    aeron_dir: Path,
+    client_dir: Path,
+    port: int,
+    tmp_path: Path,
+    start_server: Callable[..., LoggedProcess],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client, seen = watched_client(
+        transport, aeron_dir, client_dir, reconnect_timeout=3.0, connect_timeout=1.0, driver_timeout=2.0
+    )
+    caplog.set_level(logging.DEBUG, logger="endpoint")
+    async with asyncio.timeout(120), client:
+        server = start_server(port, aeron_dir, "--key-path", str(tmp_path / "server.key"))
+        await wait_until(partial(server.has, "serving "), 30, 0.02, "the server to serve")
+        conn = await client.connect("127.0.0.1", port)
+        await echo(conn, seen, 1)
+        server.kill()
+        await wait_until(seen.failures, 60, 0.02, "the client to give up reconnecting")
+        [failure] = seen.failures()
+        assert not failure.permanent
+        assert failure.attempts >= 1
+        assert failure.attempts == len(seen.kinds("reconnecting"))
+        assert failure.cause is not None
+        assert failure.__cause__ is failure.cause
+        assert not seen.kinds("reconnected")
+        assert client.connection is None or client.connection.is_closed
+        warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and "gave up reconnecting" in r.message]
+        assert len(warnings) == 1, caplog.text
+        assert warnings[0].levelno == logging.WARNING
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_server_that_cannot_take_the_client_ends_the_retrying_at_once(
+    transport: str, aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """The first server shuts down (its clients reconnect: a supervisor may restart it); the one that comes up
+    on its port has another serialization, so no number of attempts can succeed: the first rejection ends it."""
+    client, seen = watched_client(transport, aeron_dir, client_dir, launch_driver=True, reconnect_timeout=600.0)
+    async with asyncio.timeout(120), client:
+        async with running_server(server_config(aeron_dir, port)):
+            await client.connect("127.0.0.1", port)
+        await wait_until(lambda: seen.kinds("reconnecting"), 30, 0.02, "the client to start reconnecting")
+        changed = server_config(aeron_dir, port, serialization=make_serialization([Extra]))
+        async with running_server(changed):
+            await wait_until(seen.failures, 60, 0.02, "the client to give up at the rejection")
+            [failure] = seen.failures()
+            assert failure.permanent
+            assert isinstance(failure.cause, ClientRejectedError)
+            assert failure.cause.reason is RejectReason.SERIALIZATION_MISMATCH
+            assert failure.attempts == len(seen.kinds("reconnecting"))
+            reconnect = client._reconnect_task
+            assert reconnect is not None
+            await wait_until(reconnect.done, 10, what="the reconnect task to end")
+            assert not seen.kinds("reconnected")
+            assert len(seen.kinds("connect")) == 1  # the closing first server handed out no new connection
