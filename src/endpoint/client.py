@@ -14,6 +14,7 @@ bounded; the whole connect by ``connect_timeout``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import inspect
@@ -36,9 +37,11 @@ from endpoint.config import (
 from endpoint.connection import Connection
 from endpoint.endpoint import END_POINT_CLOSED, EndPoint
 from endpoint.errors import (
+    BudgetExceededError,
     ClientError,
     ClientRejectedError,
     ClientTimeoutError,
+    ConnectionClosedError,
     DriverUnavailableError,
     EndpointClosedError,
     ReconnectFailedError,
@@ -95,6 +98,15 @@ class Client(EndPoint[ClientConfiguration]):
         self._reconnect_task: asyncio.Task[None] | None = None
         self._lost_cause: BaseException | None = None
         """Why the current connection went away (the first ``on_reconnecting`` is told it)."""
+        self._awaiting_reconnect = False
+        """The connection went away and a reconnect is due or under way (``client.send`` then buffers)."""
+        self._outbox: collections.deque[tuple[object, int]] = collections.deque()
+        """Messages ``client.send`` kept while reconnecting, with their encoded sizes, oldest first."""
+        self._outbox_bytes = 0
+        self.buffered_refused = 0
+        """``client.send`` calls refused while reconnecting because the buffer was full (BudgetExceededError)."""
+        self.buffered_dropped = 0
+        """Kept messages dropped undelivered: reconnecting gave up, or the client closed first."""
 
     async def __aenter__(self) -> Client:
         return self
@@ -373,8 +385,24 @@ class Client(EndPoint[ClientConfiguration]):
     # ------------------------------------------------------------------ convenience
 
     async def send(self, message: object) -> None:
-        """Send on the current connection."""
-        await self._current().send(message)
+        """Send on the current connection.
+
+        With ``buffer_while_reconnecting``, a message sent while the client reconnects is kept (returns at once)
+        and delivered in order on the new connection; BudgetExceededError when the buffer is full.
+        """
+        if self._buffering():
+            self._keep(message)
+            return
+        connection = self._current()
+        try:
+            await connection.send(message)
+        except ConnectionClosedError:
+            if not self.config.buffer_while_reconnecting:
+                raise
+            await asyncio.sleep(0)  # a connection just lost finishes closing (and a reconnect becomes due) first
+            if not self._buffering():
+                raise
+            self._keep(message)
 
     def send_nowait(self, message: object) -> bool:
         return self._current().send_nowait(message)
@@ -399,6 +427,7 @@ class Client(EndPoint[ClientConfiguration]):
             # Lost, or the server shut down (a supervisor may be restarting it): try to come back. A connection
             # the server closed on purpose (with a reason of its own) stays closed.
             self._lost_cause = connection._closed_error()
+            self._awaiting_reconnect = True
             if not self._restarting:  # else the restart reconnects once the driver is back
                 self._start_reconnect()
 
@@ -415,7 +444,9 @@ class Client(EndPoint[ClientConfiguration]):
         task = self._reconnect_task
         if task is not None and not task.done():
             task.cancel()  # an attempt in flight ends now (its route and half-made connection are released)
+        self._awaiting_reconnect = False
         await super().close()
+        self._drop_outbox()
 
     async def _lease_again(self) -> bool:
         if self.config.auto_reconnect and self._target is not None:
@@ -425,6 +456,7 @@ class Client(EndPoint[ClientConfiguration]):
 
     async def _after_restart(self) -> None:
         if self.config.auto_reconnect and self._target is not None:
+            self._awaiting_reconnect = True
             self._start_reconnect()
 
     def _start_reconnect(self) -> None:
@@ -438,6 +470,17 @@ class Client(EndPoint[ClientConfiguration]):
     async def _reconnect(self) -> None:
         """Attempt after attempt, spaced by the configured backoff, until one connects, the server refuses us for
         good, or ``reconnect_timeout`` runs out (ReconnectFailedError to ``on_error``, logged once)."""
+        try:
+            await self._reconnect_until_done()
+        finally:
+            self._awaiting_reconnect = False
+            current = self.connection
+            if self._outbox and current is not None and not current.is_closed:
+                self._spawn(self._flush_outbox(current), current)
+            elif self._outbox:
+                self._drop_outbox()  # given up (told in the error) or closing: nothing will take them
+
+    async def _reconnect_until_done(self) -> None:
         target = self._target
         if target is None or self._closing:
             return
@@ -486,16 +529,82 @@ class Client(EndPoint[ClientConfiguration]):
     ) -> None:
         elapsed = schedule.elapsed(time.monotonic())
         why = "refused for good" if permanent else f"no connection within reconnect_timeout={schedule.deadline:g} s"
+        undelivered = len(self._outbox)
         error = ReconnectFailedError(
             f"gave up reconnecting to {address} after {schedule.attempts} attempt(s) in {elapsed:.1f} s ({why})"
+            + (f", dropping {undelivered} buffered message(s)" if undelivered else "")
             + (f"; last: {cause}" if cause is not None else ""),
             cause=cause,
             attempts=schedule.attempts,
             elapsed=elapsed,
             permanent=permanent,
+            undelivered=undelivered,
         )
         _log.warning("%s", error)
         self._notify_error(None, error)
+
+    # ------------------------------------------------------------------ buffering while reconnecting
+
+    def _buffering(self) -> bool:
+        """Whether ``client.send`` keeps messages now: opted in, and a reconnect is due, or kept ones are still
+        being delivered (a later message must not overtake them)."""
+        cfg = self.config
+        return (
+            cfg.buffer_while_reconnecting
+            and cfg.auto_reconnect
+            and not self._closing
+            and (self._awaiting_reconnect or bool(self._outbox))
+        )
+
+    def _keep(self, message: object) -> None:
+        cfg = self.config
+        size = len(cfg.serialization.encode(message))  # a message that can never be sent fails here, not later
+        if len(self._outbox) >= cfg.max_buffered_messages:
+            self.buffered_refused += 1
+            raise BudgetExceededError(
+                f"{len(self._outbox)} messages are already kept for the reconnect (max_buffered_messages)",
+                "max_buffered_messages",
+            )
+        if self._outbox_bytes + size > cfg.max_buffered_bytes:
+            self.buffered_refused += 1
+            raise BudgetExceededError(
+                f"{self._outbox_bytes} bytes are kept for the reconnect; {type(message).__name__} adds {size} "
+                f"(max_buffered_bytes={cfg.max_buffered_bytes})",
+                "max_buffered_bytes",
+            )
+        self._outbox.append((message, size))
+        self._outbox_bytes += size
+
+    async def _flush_outbox(self, connection: Connection) -> None:
+        """Deliver the kept messages on ``connection``, oldest first, each removed only once sent. Sends made
+        meanwhile join the end of the queue. A connection lost on the way leaves the rest for the next one."""
+        outbox = self._outbox
+        while outbox and connection is self.connection and not self._closing:
+            message, size = outbox[0]
+            try:
+                await connection.send(message)
+            except ConnectionClosedError:
+                await asyncio.sleep(0)  # let the connection finish closing: a reconnect is due, or never comes
+                if not self._awaiting_reconnect:
+                    self._drop_outbox()
+                return
+            except Exception as exc:  # this message cannot go (back pressure outlasted send_timeout, ...): drop it
+                if outbox and outbox[0][0] is message:
+                    outbox.popleft()
+                    self._outbox_bytes -= size
+                    self.buffered_dropped += 1
+                self._notify_error(connection, exc)
+                continue
+            if outbox and outbox[0][0] is message:  # (a close meanwhile dropped them all)
+                outbox.popleft()
+                self._outbox_bytes -= size
+
+    def _drop_outbox(self) -> None:
+        if self._outbox:
+            self.buffered_dropped += len(self._outbox)
+            _log.info("dropped %d message(s) kept for a reconnect that did not happen", len(self._outbox))
+        self._outbox.clear()
+        self._outbox_bytes = 0
 
     def _tell(self, listeners: tuple[Callable[..., Any], ...], *args: Any) -> None:
         """Call each listener (an async one as a task of ours); a failure reaches ``on_error``, never the caller."""

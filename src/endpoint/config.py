@@ -340,6 +340,14 @@ class ClientConfiguration(Configuration):
     reconnect_timeout: float = attrs.field(default=60.0, validator=_positive_seconds())
     """Give up reconnecting (ReconnectFailedError to ``on_error``) this long after the connection was lost; each
     attempt is bounded by ``connect_timeout`` and by what is left of this."""
+    buffer_while_reconnecting: bool = attrs.field(default=False, validator=_bool)
+    """With ``auto_reconnect``: ``client.send`` while the client reconnects keeps the message (bounded by
+    ``max_buffered_messages`` and ``max_buffered_bytes``; BudgetExceededError past them) and the new connection
+    delivers the kept ones once, in order, before later ones; they are dropped if reconnecting gives up."""
+    max_buffered_messages: int = attrs.field(default=1024, validator=_int_range(1, 1 << 20))
+    """Messages ``client.send`` may keep while reconnecting (see ``buffer_while_reconnecting``)."""
+    max_buffered_bytes: int = attrs.field(default=4 << 20, validator=_int_range(1024, 1 << 30))
+    """Encoded bytes of the messages kept while reconnecting."""
     known_servers_path: Path | None = attrs.field(default=None, converter=_optional_path)
     """Trust-on-first-use store of server keys; None: ``known_servers.json`` in the user's configuration directory
     (see ``ServerConfiguration.key_path``)."""

@@ -143,11 +143,19 @@ class ReconnectFailedError(ClientError):
     cannot fix (``permanent``: a serialization or version mismatch, a filter, a changed server key).
 
     Reaches the client's ``on_error`` listeners (with connection None); ``cause`` (also ``__cause__``) is the last
-    attempt's failure, ``attempts`` how many were made, ``elapsed`` the seconds since the connection was lost.
+    attempt's failure, ``attempts`` how many were made, ``elapsed`` the seconds since the connection was lost,
+    ``undelivered`` the messages kept for the new connection (``buffer_while_reconnecting``) and now dropped.
     """
 
     def __init__(
-        self, message: str, *, cause: BaseException | None, attempts: int, elapsed: float, permanent: bool
+        self,
+        message: str,
+        *,
+        cause: BaseException | None,
+        attempts: int,
+        elapsed: float,
+        permanent: bool,
+        undelivered: int = 0,
     ) -> None:
         super().__init__(message)
         self.cause = cause
@@ -155,6 +163,7 @@ class ReconnectFailedError(ClientError):
         self.attempts = attempts
         self.elapsed = elapsed
         self.permanent = permanent
+        self.undelivered = undelivered
 
 
 class ServerError(EndpointError):

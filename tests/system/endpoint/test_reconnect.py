@@ -22,6 +22,7 @@ import attrs
 import pytest
 
 from endpoint import (
+    BudgetExceededError,
     Client,
     ClientRejectedError,
     Connection,
@@ -33,6 +34,7 @@ from endpoint import (
 from support.endpoints import (
     TRANSPORTS,
     Ack,
+    Blob,
     Num,
     client_config,
     make_serialization,
@@ -146,7 +148,13 @@ async def test_a_server_that_never_comes_back_ends_in_a_typed_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     client, seen = watched_client(
-        transport, aeron_dir, client_dir, reconnect_timeout=3.0, connect_timeout=1.0, driver_timeout=2.0
+        transport,
+        aeron_dir,
+        client_dir,
+        reconnect_timeout=3.0,
+        connect_timeout=1.0,
+        driver_timeout=2.0,
+        buffer_while_reconnecting=True,
     )
     caplog.set_level(logging.DEBUG, logger="endpoint")
     async with asyncio.timeout(120), client:
@@ -155,8 +163,13 @@ async def test_a_server_that_never_comes_back_ends_in_a_typed_error(
         conn = await client.connect("127.0.0.1", port)
         await echo(conn, seen, 1)
         server.kill()
+        await wait_until(lambda: seen.kinds("reconnecting"), 30, 0.02, "the client to start reconnecting")
+        await client.send(Num(2))  # kept for a reconnect that will not happen
+        await client.send(Num(3))
         await wait_until(seen.failures, 60, 0.02, "the client to give up reconnecting")
         [failure] = seen.failures()
+        assert failure.undelivered == 2
+        assert client.buffered_dropped == 2
         assert not failure.permanent
         assert failure.attempts >= 1
         assert failure.attempts == len(seen.kinds("reconnecting"))
@@ -167,6 +180,56 @@ async def test_a_server_that_never_comes_back_ends_in_a_typed_error(
         warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and "gave up reconnecting" in r.message]
         assert len(warnings) == 1, caplog.text
         assert warnings[0].levelno == logging.WARNING
+        with pytest.raises(ConnectionClosedError):  # given up: nothing is kept any more
+            await client.send(Num(4))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_messages_sent_while_reconnecting_are_delivered_once_in_order_after_it(
+    transport: str,
+    aeron_dir: Path,
+    client_dir: Path,
+    port: int,
+    tmp_path: Path,
+    start_server: Callable[..., LoggedProcess],
+) -> None:
+    """Kept within both bounds (a send past either is refused with BudgetExceededError naming it), then delivered
+    on the new connection before anything sent later, each once: the server echoes each Num it gets."""
+    key_path = str(tmp_path / "server.key")
+    client, seen = watched_client(
+        transport,
+        aeron_dir,
+        client_dir,
+        buffer_while_reconnecting=True,
+        max_buffered_messages=4,
+        max_buffered_bytes=1024,
+    )
+    async with asyncio.timeout(120), client:
+        server = start_server(port, aeron_dir, "--key-path", key_path)
+        await wait_until(partial(server.has, "serving "), 30, 0.02, "the server to serve")
+        await echo(await client.connect("127.0.0.1", port), seen, 0)
+        server.kill()
+        await wait_until(lambda: seen.kinds("reconnecting"), 30, 0.02, "the client to start reconnecting")
+        for seq in (1, 2, 3):
+            await client.send(Num(seq))
+        with pytest.raises(BudgetExceededError) as too_big:
+            await client.send(Blob(b"x" * 1100))
+        assert too_big.value.budget == "max_buffered_bytes"
+        await client.send(Num(4))
+        with pytest.raises(BudgetExceededError) as too_many:
+            await client.send(Num(5))
+        assert too_many.value.budget == "max_buffered_messages"
+        assert client.buffered_refused == 2
+        assert seen.acks == [0]
+
+        server = start_server(port, aeron_dir, "--key-path", key_path)
+        await wait_until(partial(server.has, "serving "), 30, 0.02, "the restarted server to serve")
+        await wait_until(lambda: seen.kinds("reconnected"), 60, 0.02, "the client to reconnect")
+        await client.send(Num(6))  # after the kept ones, whatever is left of them to send
+        await wait_until(lambda: 6 in seen.acks, 15, what="the echo of the message sent after the reconnect")
+        assert seen.acks == [0, 1, 2, 3, 4, 6]  # each kept one once, in order, before the later one
+        assert client.buffered_dropped == 0
+        assert not seen.failures()
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

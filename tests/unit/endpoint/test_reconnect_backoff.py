@@ -159,6 +159,9 @@ def test_configuration_defaults_describe_a_sensible_policy() -> None:
     backoff = cfg.reconnect_backoff()
     assert backoff == Backoff(initial_delay=0.1, max_delay=10.0, jitter="full")
     assert cfg.reconnect_timeout == 60.0
+    assert cfg.buffer_while_reconnecting is False  # opt-in
+    assert cfg.max_buffered_messages == 1024
+    assert cfg.max_buffered_bytes == 4 << 20
 
 
 def test_configuration_fields_reach_the_policy() -> None:
@@ -176,6 +179,9 @@ def test_configuration_fields_reach_the_policy() -> None:
         ({"reconnect_jitter": "equal"}, "reconnect_jitter='equal'"),
         ({"reconnect_timeout": 0}, "reconnect_timeout=0"),
         ({"reconnect_initial_delay": 5.0, "reconnect_max_delay": 1.0}, "reconnect_initial_delay=5.0 must not exceed"),
+        ({"buffer_while_reconnecting": 1}, "buffer_while_reconnecting=1"),
+        ({"max_buffered_messages": 0}, "max_buffered_messages=0"),
+        ({"max_buffered_bytes": 100}, "max_buffered_bytes=100"),
     ],
 )
 def test_configuration_refuses_bad_reconnect_settings(kwargs: dict[str, object], match: str) -> None:
