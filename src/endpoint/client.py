@@ -540,8 +540,9 @@ class Client(EndPoint[ClientConfiguration]):
             permanent=permanent,
             undelivered=undelivered,
         )
-        _log.warning("%s", error)
-        self._notify_error(None, error)
+        _log.warning("%s", error)  # once: with no on_error listener it is not logged again as an error
+        if self.listeners.has_error_listeners():
+            self._notify_error(None, error)
 
     # ------------------------------------------------------------------ buffering while reconnecting
 

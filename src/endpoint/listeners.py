@@ -172,6 +172,11 @@ class ListenerManager(Generic[C]):
                 task.add_done_callback(_log_listener_failure)
 
 
+    def has_error_listeners(self) -> bool:
+        """Whether an error would reach a listener (local or global) rather than only the log."""
+        return bool(self.error or _global_error_listeners)
+
+
 def _log_listener_failure(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         _log.error("on_error listener failed: %s", task.exception(), exc_info=task.exception())

@@ -4,8 +4,10 @@ A server in its own process is killed (SIGKILL) and started again on the same po
 ``on_reconnecting`` listeners see numbered attempts (the first caused by the lost connection), then
 ``on_reconnected`` the new connection, which carries messages. A server that never comes back: after
 ``reconnect_timeout`` the client's ``on_error`` gets ReconnectFailedError with the last attempt's cause, logged
-once at WARNING. A server that comes back unable to take the client (its serialization differs) ends the retrying
-at once with a permanent ReconnectFailedError. Over UDP (the client has a driver of its own) and IPC (the client
+once at WARNING (and only there when no one listens). A server that comes back unable to take the client (its
+serialization differs, or its key is not the one the client pinned) ends the retrying at once with a permanent
+ReconnectFailedError. Messages sent while reconnecting (opt-in) are kept within bounds and delivered once, in
+order. Over UDP (the client has a driver of its own) and IPC (the client
 uses the server's driver, which the kill takes away too).
 """
 
@@ -232,27 +234,59 @@ async def test_messages_sent_while_reconnecting_are_delivered_once_in_order_afte
         assert not seen.failures()
 
 
+@pytest.mark.parametrize("change", ["serialization", "key"])
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_server_that_cannot_take_the_client_ends_the_retrying_at_once(
-    transport: str, aeron_dir: Path, client_dir: Path, port: int
+    transport: str, change: str, aeron_dir: Path, client_dir: Path, port: int, tmp_path: Path
 ) -> None:
     """The first server shuts down (its clients reconnect: a supervisor may restart it); the one that comes up
-    on its port has another serialization, so no number of attempts can succeed: the first rejection ends it."""
+    on its port has another serialization, or another key than the one the client pinned, so no number of
+    attempts can succeed: the first (authenticated) rejection ends it."""
     client, seen = watched_client(transport, aeron_dir, client_dir, launch_driver=True, reconnect_timeout=600.0)
     async with asyncio.timeout(120), client:
-        async with running_server(server_config(aeron_dir, port)):
+        async with running_server(server_config(aeron_dir, port, key_path=tmp_path / "first.key")):
             await client.connect("127.0.0.1", port)
         await wait_until(lambda: seen.kinds("reconnecting"), 30, 0.02, "the client to start reconnecting")
-        changed = server_config(aeron_dir, port, serialization=make_serialization([Extra]))
+        if change == "serialization":
+            changed = server_config(
+                aeron_dir, port, key_path=tmp_path / "first.key", serialization=make_serialization([Extra])
+            )
+            expected = RejectReason.SERIALIZATION_MISMATCH
+        else:
+            changed = server_config(aeron_dir, port, key_path=tmp_path / "other.key")
+            expected = RejectReason.SERVER_KEY_CHANGED
         async with running_server(changed):
             await wait_until(seen.failures, 60, 0.02, "the client to give up at the rejection")
             [failure] = seen.failures()
             assert failure.permanent
             assert isinstance(failure.cause, ClientRejectedError)
-            assert failure.cause.reason is RejectReason.SERIALIZATION_MISMATCH
+            assert failure.cause.reason is expected
+            assert failure.cause.authenticated
             assert failure.attempts == len(seen.kinds("reconnecting"))
             reconnect = client._reconnect_task
             assert reconnect is not None
             await wait_until(reconnect.done, 10, what="the reconnect task to end")
             assert not seen.kinds("reconnected")
             assert len(seen.kinds("connect")) == 1  # the closing first server handed out no new connection
+
+
+async def test_giving_up_with_no_error_listener_is_logged_once_at_warning(
+    aeron_dir: Path, client_dir: Path, port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="endpoint")
+    client = Client(
+        client_config(
+            "udp", aeron_dir, client_dir, auto_reconnect=True, reconnect_initial_delay=0.05, reconnect_timeout=600.0
+        )
+    )
+    async with asyncio.timeout(120), client:
+        async with running_server(server_config(aeron_dir, port)):
+            await client.connect("127.0.0.1", port)
+        await wait_until(lambda: client._reconnect_task is not None, 30, 0.02, "the client to start reconnecting")
+        async with running_server(server_config(aeron_dir, port, serialization=make_serialization([Extra]))):
+            reconnect = client._reconnect_task
+            assert reconnect is not None
+            await wait_until(reconnect.done, 60, 0.02, "the client to give up at the rejection")
+    told = [r for r in caplog.records if "gave up reconnecting" in r.getMessage()]
+    assert [r.levelno for r in told] == [logging.WARNING], caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR and r.name == "endpoint"], caplog.text
