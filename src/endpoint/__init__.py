@@ -21,6 +21,7 @@ from endpoint.errors import (
     HandshakeError,
     MalformedMessageError,
     MessageTooLargeError,
+    ReconnectFailedError,
     RejectReason,
     RemoteError,
     RpcError,
@@ -39,6 +40,7 @@ from endpoint.errors import (
     UnsupportedEventLoopError,
 )
 from endpoint.listeners import add_global_error_listener, remove_global_error_listener
+from endpoint.reconnect import Reconnecting
 from endpoint.running import run
 from endpoint.serialization import Serialization
 from endpoint.server import Server
@@ -63,6 +65,8 @@ __all__ = [
     "HandshakeError",
     "MalformedMessageError",
     "MessageTooLargeError",
+    "ReconnectFailedError",
+    "Reconnecting",
     "RejectReason",
     "RemoteError",
     "RpcError",

@@ -14,11 +14,14 @@ bounded; the whole connect by ``connect_timeout``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
+import inspect
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import attrs
 
@@ -33,9 +36,20 @@ from endpoint.config import (
 )
 from endpoint.connection import Connection
 from endpoint.endpoint import END_POINT_CLOSED, EndPoint
-from endpoint.errors import ClientError, ClientRejectedError, ClientTimeoutError, RejectReason
+from endpoint.errors import (
+    BudgetExceededError,
+    ClientError,
+    ClientRejectedError,
+    ClientTimeoutError,
+    ConnectionClosedError,
+    DriverUnavailableError,
+    EndpointClosedError,
+    ReconnectFailedError,
+    RejectReason,
+)
 from endpoint.handshake import Accepted, ClientHandshake, Completed, CookieReceived, HandshakeStats, Rejected
 from endpoint.keystore import KnownServers, default_config_dir
+from endpoint.reconnect import Reconnecting, ReconnectSchedule
 from endpoint.routes import HandshakeRoute
 from endpoint.transport import (
     add_pair,
@@ -61,6 +75,9 @@ _DONE_SENDS = 3
 _PORT_ATTEMPTS = 5
 """A free port picked for the answer route may be taken before the driver binds it: pick again this often."""
 
+ReconnectingListener = TypeVar("ReconnectingListener", bound=Callable[[Reconnecting], Any])
+ReconnectedListener = TypeVar("ReconnectedListener", bound=Callable[[Connection], Any])
+
 
 class Client(EndPoint[ClientConfiguration]):
     """Connects to one server; ``connection`` is the live connection (one at a time)."""
@@ -78,9 +95,34 @@ class Client(EndPoint[ClientConfiguration]):
         (``unsealed``), malformed ones, ..."""
         self._target: tuple[str, int] | None = None
         self._connect_lock = asyncio.Lock()
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._lost_cause: BaseException | None = None
+        """Why the current connection went away (the first ``on_reconnecting`` is told it)."""
+        self._awaiting_reconnect = False
+        """The connection went away and a reconnect is due or under way (``client.send`` then buffers)."""
+        self._outbox: collections.deque[tuple[object, int]] = collections.deque()
+        """Messages ``client.send`` kept while reconnecting, with their encoded sizes, oldest first."""
+        self._outbox_bytes = 0
+        self.buffered_refused = 0
+        """``client.send`` calls refused while reconnecting because the buffer was full (BudgetExceededError)."""
+        self.buffered_dropped = 0
+        """Kept messages dropped undelivered: reconnecting gave up, or the client closed first."""
 
     async def __aenter__(self) -> Client:
         return self
+
+    # ------------------------------------------------------------------ reconnect listeners
+
+    def on_reconnecting(self, listener: ReconnectingListener) -> ReconnectingListener:
+        """``listener(reconnecting)``, sync or async, before each ``auto_reconnect`` attempt: a
+        :class:`~endpoint.Reconnecting` with the attempt's number, the wait before it and the cause (why the
+        previous attempt failed, or why the connection went away)."""
+        return self.listeners.add_reconnecting(listener)
+
+    def on_reconnected(self, listener: ReconnectedListener) -> ReconnectedListener:
+        """``listener(connection)``, sync or async, with the new connection once ``auto_reconnect`` made one (after
+        its ``on_connect`` listeners)."""
+        return self.listeners.add_reconnected(listener)
 
     async def connect(self, host: str = "127.0.0.1", port: int = 2000, *, timeout: float | None = None) -> Connection:
         """Connect (IPC preferred for a server on this machine); ClientRejectedError or ClientTimeoutError if not.
@@ -135,7 +177,8 @@ class Client(EndPoint[ClientConfiguration]):
         """The loop's route to ``ip:port`` on our driver: IPC if a server there shares the driver, else UDP."""
         cfg = self.config
         shared = self._shared
-        assert shared is not None
+        if shared is None:  # a driver restart began after this connect leased it
+            raise DriverUnavailableError("the driver failed during the connect and is being restarted")
         aeron = shared.client()
         if cfg.enable_ipc and cfg.prefer_ipc and is_local_host(ip):
 
@@ -299,7 +342,8 @@ class Client(EndPoint[ClientConfiguration]):
 
     async def _open_connection(self, route: HandshakeRoute, grant: dict[str, Any]) -> Connection:
         aeron = self._shared.client() if self._shared is not None else None
-        assert aeron is not None
+        if aeron is None:
+            raise DriverUnavailableError("the driver failed during the connect and is being restarted")
         session_in, session_out = int(grant["session_in"]), int(grant["session_out"])
         stream_in, stream_out = int(grant["stream_in"]), int(grant["stream_out"])
         if route.is_ipc:
@@ -341,8 +385,24 @@ class Client(EndPoint[ClientConfiguration]):
     # ------------------------------------------------------------------ convenience
 
     async def send(self, message: object) -> None:
-        """Send on the current connection."""
-        await self._current().send(message)
+        """Send on the current connection.
+
+        With ``buffer_while_reconnecting``, a message sent while the client reconnects is kept (returns at once)
+        and delivered in order on the new connection; BudgetExceededError when the buffer is full.
+        """
+        if self._buffering():
+            self._keep(message)
+            return
+        connection = self._current()
+        try:
+            await connection.send(message)
+        except ConnectionClosedError:
+            if not self.config.buffer_while_reconnecting:
+                raise
+            await asyncio.sleep(0)  # a connection just lost finishes closing (and a reconnect becomes due) first
+            if not self._buffering():
+                raise
+            self._keep(message)
 
     def send_nowait(self, message: object) -> bool:
         return self._current().send_nowait(message)
@@ -361,16 +421,15 @@ class Client(EndPoint[ClientConfiguration]):
 
     def _connection_released(self, connection: Connection) -> None:
         super()._connection_released(connection)
-        if (
-            connection is self.connection
-            and self.config.auto_reconnect
-            and not self._closing
-            and not self._restarting
-            and (connection.lost or (connection.closed_by_peer and connection.close_reason == END_POINT_CLOSED))
-        ):
+        if connection is not self.connection or not self.config.auto_reconnect or self._closing:
+            return
+        if connection.lost or (connection.closed_by_peer and connection.close_reason == END_POINT_CLOSED):
             # Lost, or the server shut down (a supervisor may be restarting it): try to come back. A connection
             # the server closed on purpose (with a reason of its own) stays closed.
-            self._spawn(self._reconnect())
+            self._lost_cause = connection._closed_error()
+            self._awaiting_reconnect = True
+            if not self._restarting:  # else the restart reconnects once the driver is back
+                self._start_reconnect()
 
     async def _drop_driver_resources(self) -> None:
         if self._shared is not None:
@@ -381,27 +440,187 @@ class Client(EndPoint[ClientConfiguration]):
         if shared is not None and not any(e._shared is shared for e in self._loop_endpoints()):
             await self._routes.close_unused(shared)
 
+    async def close(self) -> None:
+        task = self._reconnect_task
+        if task is not None and not task.done():
+            task.cancel()  # an attempt in flight ends now (its route and half-made connection are released)
+        self._awaiting_reconnect = False
+        await super().close()
+        self._drop_outbox()
+
+    async def _lease_again(self) -> bool:
+        if self.config.auto_reconnect and self._target is not None:
+            # Reconnect attempts lease the driver themselves, under the reconnect backoff and deadline.
+            return True
+        return await super()._lease_again()
+
     async def _after_restart(self) -> None:
         if self.config.auto_reconnect and self._target is not None:
-            self._spawn(self._reconnect())
+            self._awaiting_reconnect = True
+            self._start_reconnect()
+
+    def _start_reconnect(self) -> None:
+        """One reconnect episode at a time: a loss during one (a driver restart, say) is its to handle."""
+        if self._closing or self._target is None:
+            return
+        task = self._reconnect_task
+        if task is None or task.done():
+            self._reconnect_task = self._spawn(self._reconnect())
 
     async def _reconnect(self) -> None:
+        """Attempt after attempt, spaced by the configured backoff, until one connects, the server refuses us for
+        good, or ``reconnect_timeout`` runs out (ReconnectFailedError to ``on_error``, logged once)."""
+        try:
+            await self._reconnect_until_done()
+        finally:
+            self._awaiting_reconnect = False
+            current = self.connection
+            if self._outbox and current is not None and not current.is_closed:
+                self._spawn(self._flush_outbox(current), current)
+            elif self._outbox:
+                self._drop_outbox()  # given up (told in the error) or closing: nothing will take them
+
+    async def _reconnect_until_done(self) -> None:
         target = self._target
         if target is None or self._closing:
             return
-        deadline = time.monotonic() + max(self.config.connect_timeout, 30.0)
-        while not self._closing and time.monotonic() < deadline:
+        address = f"{target[0]}:{target[1]}"
+        cfg = self.config
+        schedule = ReconnectSchedule(cfg.reconnect_backoff(), cfg.reconnect_timeout, time.monotonic())
+        cause, self._lost_cause = self._lost_cause, None
+        _log.info("connection to %s went away (%s); reconnecting", address, cause)
+        while not self._closing:
+            now = time.monotonic()
+            delay = schedule.next_delay(now)
+            if delay is None:
+                self._give_up(address, schedule, cause, permanent=False)
+                return
+            self._tell(
+                self.listeners.reconnecting,
+                Reconnecting(attempt=schedule.attempts, delay=delay, cause=cause, elapsed=schedule.elapsed(now)),
+            )
+            await asyncio.sleep(delay)
+            current = self.connection
+            if self._closing or (current is not None and not current.is_closed):
+                return  # closed, or connected by the application meanwhile
+            budget = min(cfg.connect_timeout, schedule.remaining(time.monotonic()))
+            if budget <= 0:
+                self._give_up(address, schedule, cause, permanent=False)
+                return
             try:
-                await self.connect(*target)
+                connection = await self.connect(*target, timeout=budget)
+            except EndpointClosedError:
                 return
             except ClientRejectedError as exc:
+                cause = exc
                 if not exc.retryable:
-                    raise
-                _log.info("reconnect to %s:%s refused for now: %s", target[0], target[1], exc)
-                await asyncio.sleep(0.5)
-            except (ClientError, OSError, TimeoutError) as exc:
-                _log.info("reconnect to %s:%s failed: %s", target[0], target[1], exc)
-                await asyncio.sleep(0.2)
+                    self._give_up(address, schedule, exc, permanent=True)
+                    return
+            except Exception as exc:  # no answer, no driver, a driver restarting under the attempt: try again
+                cause = exc
+            else:
+                _log.info("reconnected to %s after %d attempt(s): %r", address, schedule.attempts, connection)
+                self._tell(self.listeners.reconnected, connection)
+                return
+            _log.debug("reconnect attempt %d to %s failed: %s", schedule.attempts, address, cause, exc_info=cause)
+
+    def _give_up(
+        self, address: str, schedule: ReconnectSchedule, cause: BaseException | None, *, permanent: bool
+    ) -> None:
+        elapsed = schedule.elapsed(time.monotonic())
+        why = "refused for good" if permanent else f"no connection within reconnect_timeout={schedule.deadline:g} s"
+        undelivered = len(self._outbox)
+        error = ReconnectFailedError(
+            f"gave up reconnecting to {address} after {schedule.attempts} attempt(s) in {elapsed:.1f} s ({why})"
+            + (f", dropping {undelivered} buffered message(s)" if undelivered else "")
+            + (f"; last: {cause}" if cause is not None else ""),
+            cause=cause,
+            attempts=schedule.attempts,
+            elapsed=elapsed,
+            permanent=permanent,
+            undelivered=undelivered,
+        )
+        _log.warning("%s", error)  # once: with no on_error listener it is not logged again as an error
+        if self.listeners.has_error_listeners():
+            self._notify_error(None, error)
+
+    # ------------------------------------------------------------------ buffering while reconnecting
+
+    def _buffering(self) -> bool:
+        """Whether ``client.send`` keeps messages now: opted in, and a reconnect is due, or kept ones are still
+        being delivered (a later message must not overtake them)."""
+        cfg = self.config
+        return (
+            cfg.buffer_while_reconnecting
+            and cfg.auto_reconnect
+            and not self._closing
+            and (self._awaiting_reconnect or bool(self._outbox))
+        )
+
+    def _keep(self, message: object) -> None:
+        cfg = self.config
+        size = len(cfg.serialization.encode(message))  # a message that can never be sent fails here, not later
+        if len(self._outbox) >= cfg.max_buffered_messages:
+            self.buffered_refused += 1
+            raise BudgetExceededError(
+                f"{len(self._outbox)} messages are already kept for the reconnect (max_buffered_messages)",
+                "max_buffered_messages",
+            )
+        if self._outbox_bytes + size > cfg.max_buffered_bytes:
+            self.buffered_refused += 1
+            raise BudgetExceededError(
+                f"{self._outbox_bytes} bytes are kept for the reconnect; {type(message).__name__} adds {size} "
+                f"(max_buffered_bytes={cfg.max_buffered_bytes})",
+                "max_buffered_bytes",
+            )
+        self._outbox.append((message, size))
+        self._outbox_bytes += size
+
+    async def _flush_outbox(self, connection: Connection) -> None:
+        """Deliver the kept messages on ``connection``, oldest first, each removed only once sent. Sends made
+        meanwhile join the end of the queue. A connection lost on the way leaves the rest for the next one."""
+        outbox = self._outbox
+        while outbox and connection is self.connection and not self._closing:
+            message, size = outbox[0]
+            try:
+                await connection.send(message)
+            except ConnectionClosedError:
+                await asyncio.sleep(0)  # let the connection finish closing: a reconnect is due, or never comes
+                if not self._awaiting_reconnect:
+                    self._drop_outbox()
+                return
+            except Exception as exc:  # this message cannot go (back pressure outlasted send_timeout, ...): drop it
+                if outbox and outbox[0][0] is message:
+                    outbox.popleft()
+                    self._outbox_bytes -= size
+                    self.buffered_dropped += 1
+                self._notify_error(connection, exc)
+                continue
+            if outbox and outbox[0][0] is message:  # (a close meanwhile dropped them all)
+                outbox.popleft()
+                self._outbox_bytes -= size
+
+    def _drop_outbox(self) -> None:
+        if self._outbox:
+            self.buffered_dropped += len(self._outbox)
+            _log.info("dropped %d message(s) kept for a reconnect that did not happen", len(self._outbox))
+        self._outbox.clear()
+        self._outbox_bytes = 0
+
+    def _tell(self, listeners: tuple[Callable[..., Any], ...], *args: Any) -> None:
+        """Call each listener (an async one as a task of ours); a failure reaches ``on_error``, never the caller."""
+        for listener in listeners:
+            try:
+                result = listener(*args)
+            except Exception as exc:
+                self._notify_error(None, exc)
+                continue
+            if inspect.isawaitable(result):
+                self._spawn(_awaited(result))
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 def _hello_now(handshake: ClientHandshake) -> bytes:

@@ -21,6 +21,7 @@ import attrs
 
 from driver.config import ThreadingMode
 from endpoint.errors import ConfigurationError
+from endpoint.reconnect import Backoff
 from endpoint.serialization import Serialization
 
 __all__ = [
@@ -334,7 +335,28 @@ class ClientConfiguration(Configuration):
     tag: str = attrs.field(default="", validator=_tag)
     auto_reconnect: bool = False
     """Reconnect (with the saved address) after the driver restarts, the connection drops uncleanly, or the server
-    shut down (a supervisor may be restarting it); not after the server closed the connection with a reason."""
+    shut down (a supervisor may be restarting it); not after the server closed the connection with a reason.
+    Attempts are spaced by exponential backoff with jitter (``reconnect_*``); ``on_reconnecting`` and
+    ``on_reconnected`` listeners are told, and giving up reaches ``on_error`` as ReconnectFailedError."""
+    reconnect_initial_delay: float = attrs.field(default=0.1, validator=_positive_seconds(3600))
+    """Upper bound of the (jittered) wait before the first reconnect attempt; it doubles with each attempt."""
+    reconnect_max_delay: float = attrs.field(default=10.0, validator=_positive_seconds(3600))
+    """The longest wait between two reconnect attempts."""
+    reconnect_jitter: Literal["full", "decorrelated"] = attrs.field(
+        default="full", validator=_one_of("full", "decorrelated")
+    )
+    """``full``: each wait is drawn from [0, the doubled bound]; ``decorrelated``: from [initial, 3 x the last]."""
+    reconnect_timeout: float = attrs.field(default=60.0, validator=_positive_seconds())
+    """Give up reconnecting (ReconnectFailedError to ``on_error``) this long after the connection was lost; each
+    attempt is bounded by ``connect_timeout`` and by what is left of this."""
+    buffer_while_reconnecting: bool = attrs.field(default=False, validator=_bool)
+    """With ``auto_reconnect``: ``client.send`` while the client reconnects keeps the message (bounded by
+    ``max_buffered_messages`` and ``max_buffered_bytes``; BudgetExceededError past them) and the new connection
+    delivers the kept ones once, in order, before later ones; they are dropped if reconnecting gives up."""
+    max_buffered_messages: int = attrs.field(default=1024, validator=_int_range(1, 1 << 20))
+    """Messages ``client.send`` may keep while reconnecting (see ``buffer_while_reconnecting``)."""
+    max_buffered_bytes: int = attrs.field(default=4 << 20, validator=_int_range(1024, 1 << 30))
+    """Encoded bytes of the messages kept while reconnecting."""
     known_servers_path: Path | None = attrs.field(default=None, converter=_optional_path)
     """Trust-on-first-use store of server keys; None: ``known_servers.json`` in the user's configuration directory
     (see ``ServerConfiguration.key_path``)."""
@@ -345,6 +367,11 @@ class ClientConfiguration(Configuration):
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        if self.reconnect_initial_delay > self.reconnect_max_delay:
+            raise ConfigurationError(
+                f"reconnect_initial_delay={self.reconnect_initial_delay!r} must not exceed "
+                f"reconnect_max_delay={self.reconnect_max_delay!r}"
+            )
         if self.local_address is not None:
             try:
                 if not isinstance(self.local_address, str):
@@ -352,3 +379,9 @@ class ClientConfiguration(Configuration):
                 ipaddress.ip_address(self.local_address)
             except ValueError:
                 raise _fail("local_address", self.local_address, "an IPv4 or IPv6 address of this machine") from None
+
+    def reconnect_backoff(self) -> Backoff:
+        """The backoff policy the ``reconnect_*`` fields describe."""
+        return Backoff(
+            initial_delay=self.reconnect_initial_delay, max_delay=self.reconnect_max_delay, jitter=self.reconnect_jitter
+        )

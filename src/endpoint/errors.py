@@ -26,6 +26,7 @@ __all__ = [
     "HandshakeError",
     "MalformedMessageError",
     "MessageTooLargeError",
+    "ReconnectFailedError",
     "RejectReason",
     "RemoteError",
     "RpcError",
@@ -137,6 +138,34 @@ class ClientRejectedError(ClientError):
 
 class ClientTimeoutError(ClientError, TimeoutError):
     """No server answered within the connect timeout (after the configured retries)."""
+
+
+class ReconnectFailedError(ClientError):
+    """``auto_reconnect`` gave up: ``reconnect_timeout`` ran out, or the server refused the client in a way retrying
+    cannot fix (``permanent``: a serialization or version mismatch, a filter, a changed server key).
+
+    Reaches the client's ``on_error`` listeners (with connection None); ``cause`` (also ``__cause__``) is the last
+    attempt's failure, ``attempts`` how many were made, ``elapsed`` the seconds since the connection was lost,
+    ``undelivered`` the messages kept for the new connection (``buffer_while_reconnecting``) and now dropped.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        cause: BaseException | None,
+        attempts: int,
+        elapsed: float,
+        permanent: bool,
+        undelivered: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.__cause__ = cause
+        self.attempts = attempts
+        self.elapsed = elapsed
+        self.permanent = permanent
+        self.undelivered = undelivered
 
 
 class ServerError(EndpointError):

@@ -67,6 +67,10 @@ class ListenerManager(Generic[C]):
         self.disconnect: tuple[Callable[[C], Any], ...] = ()
         self.error: tuple[ErrorListener, ...] = ()
         self.stream: tuple[Callable[[C, Any], Any], ...] = ()
+        self.reconnecting: tuple[Callable[[Any], Any], ...] = ()
+        """A client's ``on_reconnecting`` listeners (told a :class:`~endpoint.reconnect.Reconnecting`)."""
+        self.reconnected: tuple[Callable[[C], Any], ...] = ()
+        """A client's ``on_reconnected`` listeners (told the new connection)."""
         self._by_type: dict[type, tuple[Callable[[C, Any], Any], ...]] = {}
         self._resolved: dict[type, tuple[tuple[Callable[[C, Any], Any], ...], bool]] = {}
 
@@ -88,6 +92,14 @@ class ListenerManager(Generic[C]):
         self.stream = (*self.stream, listener)
         return listener
 
+    def add_reconnecting(self, listener: F) -> F:
+        self.reconnecting = (*self.reconnecting, listener)
+        return listener
+
+    def add_reconnected(self, listener: F) -> F:
+        self.reconnected = (*self.reconnected, listener)
+        return listener
+
     def add_message(self, message_type: type, listener: F) -> F:
         if not isinstance(message_type, type):
             raise TypeError(f"on_message needs a class, got {message_type!r}")
@@ -98,7 +110,7 @@ class ListenerManager(Generic[C]):
     def remove(self, listener: Callable[..., Any]) -> bool:
         """Remove ``listener`` wherever it is registered; True if it was."""
         found = False
-        for name in ("connect", "disconnect", "error", "stream"):
+        for name in ("connect", "disconnect", "error", "stream", "reconnecting", "reconnected"):
             current = getattr(self, name)
             if listener in current:
                 setattr(self, name, tuple(x for x in current if x != listener))
@@ -117,6 +129,7 @@ class ListenerManager(Generic[C]):
 
     def clear(self) -> None:
         self.connect = self.disconnect = self.error = self.stream = ()
+        self.reconnecting = self.reconnected = ()
         self._by_type.clear()
         self._resolved = {}
 
@@ -157,6 +170,11 @@ class ListenerManager(Generic[C]):
                 continue
             if task is not None:
                 task.add_done_callback(_log_listener_failure)
+
+
+    def has_error_listeners(self) -> bool:
+        """Whether an error would reach a listener (local or global) rather than only the log."""
+        return bool(self.error or _global_error_listeners)
 
 
 def _log_listener_failure(task: asyncio.Task[Any]) -> None:

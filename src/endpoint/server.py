@@ -37,7 +37,7 @@ from endpoint.config import (
     ServerConfiguration,
 )
 from endpoint.connection import Connection
-from endpoint.endpoint import EndPoint
+from endpoint.endpoint import END_POINT_CLOSED, EndPoint
 from endpoint.errors import AllocationError, ConnectionClosedError, RejectReason, ServerError
 from endpoint.handshake import PROTOCOL_VERSION, Bounce, Done, Hello, ServerHandshake
 from endpoint.ids import IdAllocator
@@ -114,6 +114,9 @@ class Server(EndPoint[ServerConfiguration]):
         self._handlers: dict[int, Callable[[memoryview, Any], None]] = {}
         self._image_watches: dict[bool, tuple[tuple[Image, ...], FrameWatch]] = {}
         self._pending: dict[int, _Pending] = {}
+        self._shutting_down = False
+        """``close`` began: new handshakes are refused (SHUTTING_DOWN) while the connections close, so a client
+        reconnecting at once does not get a connection that the closing server would then drop."""
         self._finished_reply: dict[int, tuple[Publication, _AnswerRoute | None, int]] = {}
         """connect key -> (answer route, our lease on it, when to let it go): for a client that missed the answer."""
         self._answer_routes: dict[tuple[str, int, int], _AnswerRoute] = {}
@@ -412,7 +415,7 @@ class Server(EndPoint[ServerConfiguration]):
 
     def _check(self, hello: Hello, is_ipc: bool, address: str) -> tuple[RejectReason, str] | None:
         cfg = self.config
-        if self._closing:
+        if self._closing or self._shutting_down:
             return RejectReason.SHUTTING_DOWN, "the server is shutting down"
         if hello.protocol_version != PROTOCOL_VERSION:
             return RejectReason.VERSION_MISMATCH, (
@@ -652,6 +655,10 @@ class Server(EndPoint[ServerConfiguration]):
         pending = self._pending.pop(done.connect_key, None)
         if pending is None:
             return
+        if self._shutting_down:
+            handshake.abandon(done.connect_key)
+            await self._free_pending(pending)
+            return
         timeout = self.config.handshake_timeout
         try:
             assert pending.subscription is not None
@@ -684,6 +691,8 @@ class Server(EndPoint[ServerConfiguration]):
             self._address_of[connection.id] = pending.address
         self._keep_reply(done.connect_key, pending)
         self._add_connection(connection)
+        if self._shutting_down:  # close began while this handshake finished: it goes the way of the others
+            await connection.close(END_POINT_CLOSED)
 
     def _keep_reply(self, connect_key: int, pending: _Pending) -> None:
         """Keep the answer route open a while, so a client that lost the last answer can get it again."""
@@ -724,6 +733,10 @@ class Server(EndPoint[ServerConfiguration]):
             self._leave_address(address)
 
     # ------------------------------------------------------------------ closing and restarting
+
+    async def close(self) -> None:
+        self._shutting_down = True
+        await super().close()
 
     async def _close_extra(self) -> None:
         for pending in list(self._pending.values()):

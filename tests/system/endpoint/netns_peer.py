@@ -1,7 +1,7 @@
 """A server and a client in one process, run inside a network namespace by test_restart.py.
 
 Prints one line per event (flushed) so the test can follow: ``connected``,
-``received <n>``, ``critical <side>``, ``lost``, ``rebound``. Exits after
+``received <n>``, ``critical <side>``, ``lost``, ``rebound``, ``reconnecting <attempt>``, ``reconnected``. Exits after
 ``--duration`` seconds; every wait is bounded.
 """
 
@@ -72,6 +72,8 @@ async def main(args: argparse.Namespace) -> None:
     server.on_error(lambda conn, err: isinstance(err, CriticalDriverError) and say("critical server", err))
     client.on_error(lambda conn, err: isinstance(err, CriticalDriverError) and say("critical client", err))
     client.on_connect(lambda conn: say("connected", conn.id))
+    client.on_reconnecting(lambda event: say("reconnecting", event.attempt))
+    client.on_reconnected(lambda conn: say("reconnected", conn.id))
     client.on_disconnect(lambda conn: say("lost" if conn.lost else "closed", conn.close_reason))
     deadline = time.monotonic() + args.duration
     async with server, client:

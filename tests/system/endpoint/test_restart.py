@@ -186,6 +186,10 @@ def test_network_removed_under_a_running_server_restarts_drivers_and_reconnects(
         _add_interface(namespace)  # and comes back: the server re-binds, the client reconnects
         wait_for("rebound")
         wait_for("connected", count=2)
+        wait_for("reconnected")  # the client's listeners were told: attempts first, then the new connection
+        text = output()
+        assert "reconnecting 1" in text, text
+        assert text.index("reconnecting 1") < text.index("reconnected"), text
         received_before = output().count("received")
         execute_until(
             lambda: output().count("received") > received_before + 2,
