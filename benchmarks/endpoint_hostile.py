@@ -137,7 +137,7 @@ def forged_hello_route(rng: random.Random) -> list[bytes]:
 
 def forged_hello(rng: random.Random) -> bytes:
     """A well-formed HELLO of a client that will never answer (reply to a port nobody holds)."""
-    from endpoint.handshake import ClientHandshake
+    from endpoint.handshake.protocol import ClientHandshake
 
     handshake = ClientHandshake(
         registration_hash=serialization().registration_hash,

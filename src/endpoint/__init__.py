@@ -4,7 +4,7 @@ import logging as _logging
 
 from endpoint.client import Client
 from endpoint.config import ClientConfiguration, Configuration, ServerConfiguration
-from endpoint.connection import Connection
+from endpoint.connection.shell import Connection
 from endpoint.errors import (
     SEAL_FAILED,
     AllocationError,

@@ -27,31 +27,8 @@ import attrs
 
 from driver.client.aio import offer_async
 from driver.errors import RegistrationError
-from endpoint.config import (
-    HANDSHAKE_STREAM_ID,
-    IPC_HANDSHAKE_STREAM_BASE,
-    IPC_REPLY_STREAM_BASE,
-    REPLY_STREAM_ID,
-    ClientConfiguration,
-)
-from endpoint.connection import Connection
-from endpoint.endpoint import END_POINT_CLOSED, EndPoint
-from endpoint.errors import (
-    BudgetExceededError,
-    ClientError,
-    ClientRejectedError,
-    ClientTimeoutError,
-    ConnectionClosedError,
-    DriverUnavailableError,
-    EndpointClosedError,
-    ReconnectFailedError,
-    RejectReason,
-)
-from endpoint.handshake import Accepted, ClientHandshake, Completed, CookieReceived, HandshakeStats, Rejected
-from endpoint.keystore import KnownServers, default_config_dir
-from endpoint.reconnect import Reconnecting, ReconnectSchedule
-from endpoint.routes import HandshakeRoute
-from endpoint.transport import (
+from endpoint.base import END_POINT_CLOSED, EndPoint
+from endpoint.channels import (
     add_pair,
     bracket,
     data_channel,
@@ -63,6 +40,29 @@ from endpoint.transport import (
     wait_connected,
     wait_image,
 )
+from endpoint.config import (
+    HANDSHAKE_STREAM_ID,
+    IPC_HANDSHAKE_STREAM_BASE,
+    IPC_REPLY_STREAM_BASE,
+    REPLY_STREAM_ID,
+    ClientConfiguration,
+)
+from endpoint.connection.shell import Connection
+from endpoint.errors import (
+    BudgetExceededError,
+    ClientError,
+    ClientRejectedError,
+    ClientTimeoutError,
+    ConnectionClosedError,
+    DriverUnavailableError,
+    EndpointClosedError,
+    ReconnectFailedError,
+    RejectReason,
+)
+from endpoint.handshake.keystore import KnownServers, default_config_dir
+from endpoint.handshake.protocol import Accepted, ClientHandshake, Completed, CookieReceived, HandshakeStats, Rejected
+from endpoint.handshake.routes import HandshakeRoute
+from endpoint.reconnect import Reconnecting, ReconnectSchedule
 
 __all__ = ["Client"]
 

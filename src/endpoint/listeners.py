@@ -4,7 +4,7 @@
 listeners of the most specific registered class in its MRO (``object`` is the
 catch-all). Sync and async listeners mix freely: a connection calls sync listeners inline
 from its poller and hands messages with async listeners to its own worker task,
-in order (see :mod:`endpoint.connection`).
+in order (see :mod:`endpoint.connection.shell`).
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class RpcReply:
 
 @attrs.define(slots=True)
 class RpcFailure:
-    """A call failed remotely; ``kind`` is one of :mod:`endpoint.rpc`'s failure kinds."""
+    """A call failed remotely; ``kind`` is one of :mod:`endpoint.rpc.calls`'s failure kinds."""
 
     call_id: int
     kind: int

@@ -9,7 +9,7 @@ publication and subscription and answers (Noise message 2, sealing the grant).
 The connection exists for the server once the client's DONE proves it holds the
 key and both streams are connected; then ``on_connect`` fires and DONE_ACK
 tells the client. When too many handshakes are half open, the oldest gives way
-and its client is told SERVER_BUSY (see :mod:`endpoint.handshake`).
+and its client is told SERVER_BUSY (see :mod:`endpoint.handshake.protocol`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from driver.client.aio import offer_async
 from driver.client.publication import ExclusivePublication, Publication
 from driver.client.subscription import Image, Subscription
 from driver.concurrent._atomic import FrameWatch
+from endpoint.base import END_POINT_CLOSED, EndPoint
+from endpoint.channels import bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
 from endpoint.config import (
     HANDSHAKE_STREAM_ID,
     IPC_HANDSHAKE_STREAM_BASE,
@@ -36,13 +38,11 @@ from endpoint.config import (
     REPLY_STREAM_ID,
     ServerConfiguration,
 )
-from endpoint.connection import Connection
-from endpoint.endpoint import END_POINT_CLOSED, EndPoint
+from endpoint.connection.shell import Connection
 from endpoint.errors import AllocationError, ConnectionClosedError, RejectReason, ServerError
-from endpoint.handshake import PROTOCOL_VERSION, Bounce, Done, Hello, ServerHandshake
+from endpoint.handshake.keystore import default_config_dir, load_or_create_private_key
+from endpoint.handshake.protocol import PROTOCOL_VERSION, Bounce, Done, Hello, ServerHandshake
 from endpoint.ids import IdAllocator
-from endpoint.keystore import default_config_dir, load_or_create_private_key
-from endpoint.transport import bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
 
 __all__ = ["Server"]
 
@@ -275,6 +275,8 @@ class Server(EndPoint[ServerConfiguration]):
         return self._shared.client()
 
     # ------------------------------------------------------------------ handshake polling
+
+    polls_handshakes = True
 
     def _poll_extra(self) -> int:
         work = 0

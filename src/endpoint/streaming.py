@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Union
 
 from endpoint.config import Configuration
+from endpoint.connection.peer import Peer
 from endpoint.errors import (
     BudgetExceededError,
     ConnectionClosedError,
@@ -42,7 +43,6 @@ from endpoint.messages import (
     StreamOpen,
     is_chunk,
 )
-from endpoint.peer import Peer
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer

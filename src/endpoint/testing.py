@@ -27,11 +27,11 @@ from typing import Any, Literal, TypeVar
 import attrs
 import pytest
 
+from endpoint.base import EndPoint
 from endpoint.client import Client
 from endpoint.config import ClientConfiguration, ServerConfiguration
-from endpoint.connection import Connection
-from endpoint.endpoint import EndPoint
-from endpoint.keystore import CONFIG_DIR_ENV
+from endpoint.connection.shell import Connection
+from endpoint.handshake.keystore import CONFIG_DIR_ENV
 from endpoint.listeners import _global_error_listeners
 from endpoint.registry import SharedDriver, registry
 from endpoint.server import Server

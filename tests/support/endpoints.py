@@ -36,7 +36,7 @@ from endpoint.config import (
     IPC_REPLY_STREAM_BASE,
     REPLY_STREAM_ID,
 )
-from endpoint.handshake import ClientHandshake, CookieReceived
+from endpoint.handshake.protocol import ClientHandshake, CookieReceived
 from endpoint.messages import register_internal_messages
 
 __all__ = [

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for supp
 
 from endpoint import Client, ClientConfiguration, Connection
 from endpoint.errors import RemoteError, RpcTimeoutError
-from endpoint.rpc import current_connection
+from endpoint.rpc.calls import current_connection
 from endpoint.streaming import IncomingStream
 from support.endpoints import make_serialization
 

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from endpoint import Client, ClientRejectedError, ClientTimeoutError, RejectReason
 from endpoint.config import HANDSHAKE_STREAM_ID, REPLY_STREAM_ID
-from endpoint.handshake import COOKIE_LENGTH, MAGIC, Kind, ServerHandshake, unsealed_reject
+from endpoint.handshake.protocol import COOKIE_LENGTH, MAGIC, Kind, ServerHandshake, unsealed_reject
 from support.endpoints import (
     Ack,
     Move,

@@ -25,8 +25,8 @@ from endpoint import (
     RejectReason,
     Server,
 )
-from endpoint.handshake import MAGIC, PROTOCOL_VERSION, Accepted, ClientHandshake, Kind, Rejected
-from endpoint.keystore import default_config_dir
+from endpoint.handshake.keystore import default_config_dir
+from endpoint.handshake.protocol import MAGIC, PROTOCOL_VERSION, Accepted, ClientHandshake, Kind, Rejected
 from support.endpoints import (
     TRANSPORTS,
     Ack,

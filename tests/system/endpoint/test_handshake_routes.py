@@ -15,8 +15,8 @@ import pytest
 
 import endpoint.client as client_module
 from endpoint import Client, Connection
-from endpoint.endpoint import _LoopPoller
-from endpoint.routes import LINGER_NS, HandshakeRoutes
+from endpoint.handshake.routes import LINGER_NS, HandshakeRoutes
+from endpoint.poller import LoopPoller
 from support.endpoints import (
     client_config,
     connected_client,
@@ -28,7 +28,7 @@ from support.endpoints import (
 
 
 def _routes() -> HandshakeRoutes:
-    return _LoopPoller.for_running_loop().routes
+    return LoopPoller.for_running_loop().routes
 
 
 async def test_udp_clients_on_one_loop_share_one_route_and_the_server_one_answer_route(

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from endpoint import Connection, EndpointError, Server
-from endpoint.liveness import PEER_TIMED_OUT
+from endpoint.connection.liveness import PEER_TIMED_OUT
 from support.driver_process import DriverProcess
 from support.endpoints import (
     TRANSPORTS,

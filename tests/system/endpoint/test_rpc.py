@@ -30,7 +30,7 @@ from endpoint.errors import (
     UnknownMethodError,
     UnknownObjectError,
 )
-from endpoint.rpc import current_connection, oneway, with_timeout
+from endpoint.rpc.calls import current_connection, oneway, with_timeout
 from support.endpoints import (
     TRANSPORTS,
     client_config,

@@ -32,7 +32,7 @@ from driver.cnc import CncFile
 from driver.concurrent.counters import CountersReader
 from driver.concurrent.system_counters import SystemCounterId
 from endpoint import Connection, ConnectionClosedError, Server
-from endpoint.rpc import current_connection
+from endpoint.rpc.calls import current_connection
 from support.driver_process import DriverProcess
 from support.endpoints import TRANSPORTS, make_serialization, running_server, server_config, wait_until
 

@@ -26,8 +26,8 @@ import pytest
 from driver.logbuffer.frame import HEADER_LENGTH
 from endpoint import Client, Connection, SealError, Server
 from endpoint.config import HANDSHAKE_STREAM_ID, REPLY_STREAM_ID
+from endpoint.connection.sealing import OVERHEAD
 from endpoint.errors import SEAL_FAILED
-from endpoint.sealing import OVERHEAD
 from endpoint.streaming import IncomingStream
 from support.endpoints import (
     TRANSPORTS,

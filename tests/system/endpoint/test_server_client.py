@@ -555,14 +555,14 @@ async def test_the_poller_survives_a_failing_round_and_reports_it(
     aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bug in one poller round (here: a poll set that fails to build) is reported, and polling goes on."""
-    from endpoint.endpoint import _LoopPoller
+    from endpoint.poller import LoopPoller
 
     errors: list[BaseException] = []
     received: list[object] = []
-    collect = _LoopPoller._collect
+    collect = LoopPoller._collect
     failures = [RuntimeError("a poll set that cannot be built")]
 
-    def failing_once(self: _LoopPoller) -> None:
+    def failing_once(self: LoopPoller) -> None:
         if failures:
             raise failures.pop()
         collect(self)
@@ -571,8 +571,8 @@ async def test_the_poller_survives_a_failing_round_and_reports_it(
         server.on_error(lambda conn, exc: errors.append(exc))
         server.on_message(Move, lambda conn, msg: received.append(msg))
         async with connected_client(client_config("ipc", aeron_dir, client_dir), port) as (_, conn):
-            monkeypatch.setattr(_LoopPoller, "_collect", failing_once)
-            _LoopPoller.for_running_loop().changed = True
+            monkeypatch.setattr(LoopPoller, "_collect", failing_once)
+            LoopPoller.for_running_loop().changed = True
             await wait_until(lambda: errors, 5, what="the failed round reported")
             assert isinstance(errors[0], RuntimeError)
             await conn.send(Move(1, 2))

@@ -12,9 +12,10 @@ from typing import Any
 import attrs
 
 from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
-from endpoint.connection_core import ConnectionCore
+from endpoint.connection.core import ConnectionCore
+from endpoint.connection.liveness import PEER_TIMED_OUT, Verdict
+from endpoint.connection.sealing import Opener, Sealer
 from endpoint.errors import SealError, SerializationError
-from endpoint.liveness import PEER_TIMED_OUT, Verdict
 from endpoint.messages import (
     CHUNK_EXT,
     Disconnect,
@@ -24,7 +25,6 @@ from endpoint.messages import (
     StreamCancel,
     register_internal_messages,
 )
-from endpoint.sealing import Opener, Sealer
 from endpoint.serialization import Serialization
 
 WHOLE = BEGIN_FRAG_FLAG | END_FRAG_FLAG

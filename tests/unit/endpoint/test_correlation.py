@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from endpoint.correlation import SLOT_BITS, CorrelationPool
+from endpoint.rpc.correlation import SLOT_BITS, CorrelationPool
 
 SLOT_MASK = (1 << SLOT_BITS) - 1
 

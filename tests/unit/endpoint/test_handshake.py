@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from endpoint.errors import ClientRejectedError, ConfigurationError, RejectReason
-from endpoint.handshake import (
+from endpoint.handshake.protocol import (
     COOKIE_LENGTH,
     MAGIC,
     MAX_PACKET_LENGTH,

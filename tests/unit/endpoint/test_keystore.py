@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from endpoint.errors import ConfigurationError
-from endpoint.keystore import CONFIG_DIR_ENV, KnownServers, default_config_dir, load_or_create_private_key
+from endpoint.handshake.keystore import CONFIG_DIR_ENV, KnownServers, default_config_dir, load_or_create_private_key
 
 
 def raw(key: X25519PrivateKey) -> bytes:

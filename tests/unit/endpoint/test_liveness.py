@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from endpoint.liveness import Liveness, Verdict, tick_interval_ns
+from endpoint.connection.liveness import Liveness, Verdict, tick_interval_ns
 
 MS = 1_000_000
 PING = 200 * MS

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from endpoint.noise import CipherState, HandshakeState, NoiseError
+from endpoint.handshake.noise import CipherState, HandshakeState, NoiseError
 
 _VECTORS = json.loads((Path(__file__).parent / "noise_vectors.json").read_text())["vectors"]
 

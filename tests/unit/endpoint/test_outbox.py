@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from driver.client.publication import ADMIN_ACTION, BACK_PRESSURED, CLOSED
+from endpoint.connection.outbox import Outbox
 from endpoint.errors import ConnectionClosedError, TransmitError
-from endpoint.outbox import Outbox
 
 
 class Log:

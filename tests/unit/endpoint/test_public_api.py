@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SNIPPETS = Path(__file__).with_name("typing_snippets")
 OPTIONAL_SUBPACKAGES = ("endpoint.pipeline",)
 """The Spark pipeline is an optional extra with its own namespace (``endpoint.pipeline``) and its own errors."""
-INTERNAL_ERRORS = {"endpoint.noise.NoiseError"}
+INTERNAL_ERRORS = {"endpoint.handshake.noise.NoiseError"}
 """Raised and caught inside the handshake; a user never sees one."""
 
 

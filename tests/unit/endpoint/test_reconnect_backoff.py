@@ -14,7 +14,7 @@ import pytest
 from endpoint import ClientError, EndpointError, ReconnectFailedError, Reconnecting
 from endpoint.client import Client
 from endpoint.config import ClientConfiguration
-from endpoint.connection import Connection
+from endpoint.connection.shell import Connection
 from endpoint.errors import ConfigurationError
 from endpoint.listeners import ListenerManager
 from endpoint.reconnect import Backoff, ReconnectSchedule

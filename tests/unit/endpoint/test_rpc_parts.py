@@ -1,4 +1,4 @@
-"""The pure parts of endpoint.rpc: remote errors, proxy classes, with_timeout, exposing objects, current_connection.
+"""The pure parts of remote calls: remote errors, proxy classes, with_timeout, exposing objects, current_connection.
 
 No connection, driver or event loop is involved except where a proxy's call is checked against a recording stand-in
 for a connection's RPC half.
@@ -13,7 +13,7 @@ from typing import Any, Protocol, cast
 import pytest
 
 from endpoint.errors import ConfigurationError, EndpointError, RemoteError, RpcError
-from endpoint.rpc import (
+from endpoint.rpc.calls import (
     ConnectionRpc,
     RpcRegistry,
     _Proxy,
@@ -49,7 +49,7 @@ def test_builtin_remote_types_subclass_the_builtin(type_name: str, builtin: type
     assert isinstance(error, EndpointError)
     assert isinstance(error, builtin)
     assert type(error).__name__ == f"Remote{type_name}"
-    assert type(error).__module__ == "endpoint.rpc"
+    assert type(error).__module__ == "endpoint.rpc.calls"
     assert error.remote_type == type_name
     assert error.remote_message == "the message"
     assert error.remote_traceback == TRACE

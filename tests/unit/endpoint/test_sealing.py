@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given
 from hypothesis import strategies as st
 
-from endpoint.sealing import OVERHEAD, REKEY_INTERVAL, REPLAY_WINDOW, Opener, Sealer, SealError, _aad
+from endpoint.connection.sealing import OVERHEAD, REKEY_INTERVAL, REPLAY_WINDOW, Opener, Sealer, SealError, _aad
 
 KEY = bytes(range(32))
 

@@ -12,7 +12,9 @@ from test_handshake import SRC, T0, accepted, grant_for, hello_with_cookie, make
 
 from endpoint import ConfigurationError, SealError
 from endpoint.config import ClientConfiguration, ServerConfiguration
-from endpoint.handshake import (
+from endpoint.connection.sealing import Opener, Sealer
+from endpoint.handshake.noise import CipherState, HandshakeState, NoiseError
+from endpoint.handshake.protocol import (
     Bounce,
     ClientHandshake,
     Completed,
@@ -23,8 +25,6 @@ from endpoint.handshake import (
     ServerHandshake,
     _aad,
 )
-from endpoint.noise import CipherState, HandshakeState, NoiseError
-from endpoint.sealing import Opener, Sealer
 
 
 def finish(server: ServerHandshake, client: ClientHandshake, connection_id: int = 9) -> tuple[Done, Completed]:

@@ -8,7 +8,7 @@ cost one offer attempt each time, not one each, and none starves. Internal
 messages that must arrive (answers, cancels) queue without a task of their own,
 bounded: a peer that calls but never reads its answers cannot make them pile up.
 
-:mod:`endpoint.rpc` and :mod:`endpoint.streaming` send only through this; the
+:mod:`endpoint.rpc.calls` and :mod:`endpoint.streaming` send only through this; the
 connection owns one and flips :attr:`Outbox.closing`.
 """
 

@@ -1,6 +1,6 @@
 """Connection handshake of the end points: codecs and state machines over bytes, no I/O.
 
-The handshake is Noise (see :mod:`endpoint.noise`): ``NX`` when the client has
+The handshake is Noise (see :mod:`endpoint.handshake.noise`): ``NX`` when the client has
 no pin for the server, ``NK`` once it has. Around it, as datagrams::
 
     client                                             server
@@ -63,7 +63,7 @@ import msgpack  # type: ignore[import-untyped]
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from endpoint.errors import ConfigurationError, HandshakeError, RejectReason
-from endpoint.noise import CipherState, HandshakeState, NoiseError, Pattern
+from endpoint.handshake.noise import CipherState, HandshakeState, NoiseError, Pattern
 
 __all__ = [
     "COOKIE_LENGTH",
@@ -169,7 +169,7 @@ class Bounce:
 
 @attrs.frozen
 class SealingKeys:
-    """The two keys of a sealed connection (see :mod:`endpoint.sealing`), one per direction.
+    """The two keys of a sealed connection (see :mod:`endpoint.connection.sealing`), one per direction.
 
     Derived from the finished Noise handshake with labels of their own, never ``split``'s keys (those sealed
     DONE and DONE_ACK): fresh per handshake (the ``ee`` exchange), known only to the two ends.

@@ -1,6 +1,6 @@
 """A connection's protocol without I/O: fragments and time in, what to deliver and what to answer out.
 
-Theory of operation. The shell (:class:`endpoint.connection.Connection`) polls the peer's image and hands
+Theory of operation. The shell (:class:`endpoint.connection.shell.Connection`) polls the peer's image and hands
 each fragment to :meth:`ConnectionCore.on_fragment`, then tells :meth:`ConnectionCore.polled` how many it
 read and when. The core reassembles fragmented messages (bounded by what the peer's publication can send),
 opens sealed ones, decodes, drops and counts what breaks the protocol, and routes the rest through the
@@ -8,7 +8,7 @@ callables it was built with: user messages to ``deliver`` (in the order they arr
 stream messages to ``route``, stream chunks to ``chunk``, pings answered through ``send_control``, pongs to
 ``pong``, the peer's Disconnect to ``peer_closed`` (nothing after it is read). :meth:`ConnectionCore.tick`
 says, from what was heard and sent when, whether the peer is alive, owed a keepalive, or dead
-(:mod:`endpoint.liveness`). Nothing here reads a clock, touches a socket or needs an event loop, so every
+(:mod:`endpoint.connection.liveness`). Nothing here reads a clock, touches a socket or needs an event loop, so every
 rule is unit-tested with bytes and numbers.
 """
 
@@ -18,10 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
+from endpoint.connection.liveness import PEER_TIMED_OUT, Liveness, Verdict
+from endpoint.connection.sealing import Opener
 from endpoint.errors import SealError, SerializationError
-from endpoint.liveness import PEER_TIMED_OUT, Liveness, Verdict
 from endpoint.messages import CHUNK_EXT, INTERNAL_TYPE_IDS, Disconnect, Ping, Pong, RpcCall, internal_problem
-from endpoint.sealing import Opener
 
 __all__ = ["ConnectionCore"]
 

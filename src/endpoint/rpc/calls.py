@@ -1,7 +1,7 @@
 """Remote objects over a connection: expose objects by id, call them through proxies typed by a Protocol.
 
 Theory of operation. A call is one :class:`~endpoint.messages.RpcCall` carrying a correlation id from the
-connection's bounded :class:`~endpoint.correlation.CorrelationPool`; the answer is an ``RpcReply`` or an
+connection's bounded :class:`~endpoint.rpc.correlation.CorrelationPool`; the answer is an ``RpcReply`` or an
 ``RpcFailure`` with the same id, read by the poller, which completes the caller's future directly (answers
 never wait behind listeners, so a method may call back into its caller mid-call without deadlock). The
 callee starts every invocation as soon as it arrives, in arrival order, each in a context where
@@ -30,7 +30,7 @@ from typing import Any, Final, Protocol, TypeVar
 import msgpack  # type: ignore[import-untyped]
 
 from endpoint.config import Configuration
-from endpoint.correlation import CorrelationPool
+from endpoint.connection.peer import Peer
 from endpoint.errors import (
     BudgetExceededError,
     ConfigurationError,
@@ -42,7 +42,7 @@ from endpoint.errors import (
     UnknownObjectError,
 )
 from endpoint.messages import INTERNAL_TYPE_IDS, RpcCall, RpcCancel, RpcFailure, RpcReply
-from endpoint.peer import Peer
+from endpoint.rpc.correlation import CorrelationPool
 from endpoint.serialization import ATTRS_EXT
 
 __all__ = [
@@ -77,7 +77,7 @@ _OBJECT_ID_MAX: Final = 0x7FFF_FFFF
 
 
 class RpcPeer(Peer, Protocol):
-    """The connection a remote call runs for (:class:`endpoint.connection.Connection`, seen from here): who
+    """The connection a remote call runs for (:class:`endpoint.connection.shell.Connection`, seen from here): who
     called, how to answer, and its own remote objects (``current_connection().rpc.proxy(...)`` calls back)."""
 
     @property

@@ -1,6 +1,6 @@
 """A connection as the parts below it see it: its remote calls and streams hold a :class:`Peer`.
 
-:class:`endpoint.connection.Connection` is one (structurally); the protocol lets :mod:`endpoint.rpc` and
+:class:`endpoint.connection.shell.Connection` is one (structurally); the protocol lets :mod:`endpoint.rpc.calls` and
 :mod:`endpoint.streaming` name what they hold without importing the connection that imports them.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from endpoint.outbox import Outbox
+from endpoint.connection.outbox import Outbox
 
 __all__ = ["Peer"]
 

@@ -1,8 +1,8 @@
 """A connection between two end points: the asyncio shell over the connection's protocol core.
 
-Theory of operation. The protocol itself is pure (:class:`~endpoint.connection_core.ConnectionCore`:
+Theory of operation. The protocol itself is pure (:class:`~endpoint.connection.core.ConnectionCore`:
 reassembly, opening sealed messages, decoding, dropping what breaks the protocol, routing, liveness from a
-time passed in); every send goes through the connection's :class:`~endpoint.outbox.Outbox` (one guard, one
+time passed in); every send goes through the connection's :class:`~endpoint.connection.outbox.Outbox` (one guard, one
 offer, one queue behind back pressure). What is left here is what needs the loop: the end point's poller
 calls :meth:`Connection._poll`, which feeds the peer's fragments to the core, and the core hands user
 messages back to :meth:`Connection._dispatch`. Sync listeners run right there; a message whose listeners are
@@ -11,10 +11,10 @@ is non-empty — so later messages (and ``on_disconnect``) never overtake an ear
 holds back only its own connection (the poller stops reading it while the inbox is full, which pushes back
 on the sender through the log). ``on_connect`` and ``on_disconnect`` go through the same inbox.
 
-Remote calls (:mod:`endpoint.rpc`) and streams (:mod:`endpoint.streaming`) ride the same publication; their
+Remote calls (:mod:`endpoint.rpc.calls`) and streams (:mod:`endpoint.streaming`) ride the same publication; their
 control messages are routed by the core at once, never queued behind listeners.
 
-A sealed connection (:mod:`endpoint.sealing`) seals every message in the outbox's one ``offer`` and opens
+A sealed connection (:mod:`endpoint.connection.sealing`) seals every message in the outbox's one ``offer`` and opens
 every whole message of the peer's in the core before anything reads it; an unsealed one binds those to the
 plain publication offer and decoder, so its path and cost are what they were.
 """
@@ -34,7 +34,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from driver.client.publication import Publication
 from driver.client.subscription import Image, Subscription
 from endpoint.config import Configuration
-from endpoint.connection_core import ConnectionCore
+from endpoint.connection.core import ConnectionCore
+from endpoint.connection.liveness import Verdict
+from endpoint.connection.outbox import Outbox
+from endpoint.connection.sealing import OVERHEAD, Opener, Sealer
 from endpoint.errors import (
     SEAL_FAILED,
     ConnectionClosedError,
@@ -45,7 +48,6 @@ from endpoint.errors import (
     UnhandledMessageError,
 )
 from endpoint.listeners import ListenerManager
-from endpoint.liveness import Verdict
 from endpoint.messages import (
     Disconnect,
     Ping,
@@ -59,15 +61,13 @@ from endpoint.messages import (
     StreamEnd,
     StreamOpen,
 )
-from endpoint.outbox import Outbox
-from endpoint.rpc import ConnectionRpc, RpcRegistry
-from endpoint.sealing import OVERHEAD, Opener, Sealer
+from endpoint.rpc.calls import ConnectionRpc, RpcRegistry
 from endpoint.streaming import MESSAGE, Progress, StreamManager, StreamSource
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-    from endpoint.handshake import SealingKeys
+    from endpoint.handshake.protocol import SealingKeys
 
 __all__ = ["Connection", "ConnectionOwner", "UnhandledMessageError"]
 
@@ -86,7 +86,7 @@ class _Poker(Protocol):
 
 
 class ConnectionOwner(Protocol):
-    """What a connection needs of its end point: :class:`endpoint.endpoint.EndPoint`, seen from below (the end
+    """What a connection needs of its end point: :class:`endpoint.base.EndPoint`, seen from below (the end
     point imports this module, not the other way round)."""
 
     listeners: ListenerManager[Connection]
@@ -128,7 +128,7 @@ class Connection:
         on_released: Callable[[Connection], None] | None = None,
         keepalive: bool = True,
     ) -> None:
-        """``keepalive`` is kept for callers of old; both ends now send keepalives (see :mod:`endpoint.liveness`)."""
+        """``keepalive`` is kept for callers of old; both ends now send keepalives (see :mod:`~.liveness`)."""
         self._endpoint = endpoint
         self.id = connection_id
         self.is_ipc = is_ipc
@@ -179,7 +179,7 @@ class Connection:
             report=report,
             name=self.__repr__,
         )
-        """Every send of this connection, its calls and its streams goes through here (see :mod:`endpoint.outbox`)."""
+        """Every send of this connection, its calls and its streams goes through here (see :mod:`~.outbox`)."""
         self._sealer: Sealer | None = None
         self._refused: Buffer | None = None
         self._refused_sealed: bytes | None = None
@@ -226,7 +226,7 @@ class Connection:
             seal_failed=self._seal_failed,
             report=report,
         )
-        """The protocol without I/O (:mod:`endpoint.connection_core`): reassembly, opening, decoding, liveness."""
+        """The protocol without I/O (:mod:`endpoint.connection.core`): reassembly, opening, decoding, liveness."""
         streams.deliver_whole = self._core.on_message
 
     # ------------------------------------------------------------------ state

@@ -26,7 +26,7 @@ from typing import Any
 
 from driver.client.publication import Publication
 from driver.client.subscription import Subscription
-from endpoint.handshake import answer_key
+from endpoint.handshake.protocol import answer_key
 
 __all__ = ["LINGER_NS", "HandshakeRoute", "HandshakeRoutes"]
 

@@ -1,0 +1,333 @@
+"""The one task per event loop that polls every end point on it (and drives INVOKER-mode drivers).
+
+It knows an end point only as a :class:`Polled` (:class:`endpoint.base.EndPoint` is one): the end points
+register with it, not the other way round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import select
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Protocol
+
+from driver.agent import AgentInvoker, tighten_timer_slack
+from driver.concurrent._atomic import FrameWatch
+from endpoint.config import Configuration
+from endpoint.connection.liveness import tick_interval_ns
+from endpoint.connection.shell import Connection
+from endpoint.handshake.routes import HandshakeRoutes
+from endpoint.registry import SharedDriver
+
+__all__ = ["LoopPoller", "Polled"]
+
+_TICK_NS = 100_000_000
+_MIN_TICK_NS = 10_000_000
+"""Timers run every half ``ping_interval`` (so a dead peer is found within ``peer_timeout`` plus one
+``ping_interval``), but at most every 100 ms and at least every 10 ms."""
+_BREATHE_EVERY_NS = 500_000
+_BREATHE_S = 0.000_02
+_SPIN_NS = 1_000_000
+_SHALLOW_IDLE_NS = 1_000_000_000
+_SHALLOW_SLEEP_S = 0.001
+_DEEP_SLEEP_S = 0.01
+
+
+class Polled(Protocol):
+    """What the poller needs of an end point."""
+
+    @property
+    def config(self) -> Configuration: ...
+
+    @property
+    def _shared(self) -> SharedDriver | None: ...
+
+    @property
+    def _polled(self) -> tuple[Connection, ...]: ...
+
+    @property
+    def _mapped(self) -> tuple[Connection, ...]: ...
+
+    @property
+    def _unmapped(self) -> tuple[Connection, ...]: ...
+
+    @property
+    def polls_handshakes(self) -> bool:
+        """It has streams of its own to poll every round (a server's handshake streams)."""
+        ...
+
+    def _poll_unmapped(self) -> int: ...
+
+    def _tick(self, now_ns: int) -> None: ...
+
+    def _notify_error(self, connection: Connection | None, error: BaseException) -> None: ...
+
+
+class LoopPoller:
+    """The one task per event loop that polls every end point on that loop.
+
+    A process running many clients (bots, tests) then pays for one wake-up per
+    idle period, not one per end point, and one native call finds the
+    connections with data. When there is work it yields to the loop after each
+    round; when there is none it waits: ``busy_spin`` (if any end point asked
+    for it) only yields; otherwise it keeps yielding for 1 ms after the last
+    work, then sleeps 1 ms, and after a second without work sleeps 10 ms, so
+    idle end points cost little. Keepalive pings are not work. Every 100 ms (or
+    half the shortest ``ping_interval``, down to 10 ms) it runs the end points'
+    timers: keepalives, dead-peer timeouts, handshake expiry, driver health.
+
+    An embedded driver in INVOKER mode runs here too, one duty cycle per round:
+    the driver, the end points and the loop then share one thread and never wait
+    for each other's GIL hand-offs. A datagram on one of that driver's sockets
+    ends a nap at once (the poller watches them with an epoll set of its own,
+    itself watched by the loop).
+    """
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopPoller] = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self.endpoints: tuple[Polled, ...] = ()
+        self._polling_unmapped: tuple[Polled, ...] = ()
+        self._busy_spin = False
+        self._tick_ns = _TICK_NS
+        self.task: asyncio.Task[None] | None = None
+        self.changed = True
+        self._poked = False
+        self._wake: asyncio.Future[None] | None = None
+        self._mapped: tuple[Connection, ...] = ()
+        self._frames = FrameWatch([])
+        self._drivers: tuple[SharedDriver, ...] = ()
+        self._invokers: tuple[AgentInvoker, ...] = ()
+        self._driver_invokers: tuple[AgentInvoker, ...] = ()
+        self._network = False
+        self._commands_handled = 0
+        self._breathe = False
+        self._sockets = _SocketWatch(self._end_nap)
+        self._sockets_version: tuple[tuple[int, int], ...] = ()
+        self.routes = HandshakeRoutes()
+        """The clients' handshake routes on this loop."""
+
+    @classmethod
+    def for_running_loop(cls) -> LoopPoller:
+        loop = asyncio.get_running_loop()
+        poller = cls._by_loop.get(loop)
+        if poller is None:
+            poller = cls._by_loop[loop] = cls()
+        return poller
+
+    def add(self, endpoint: Polled) -> None:
+        self.endpoints = (*self.endpoints, endpoint)
+        self.changed = True
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run(), name="endpoint poller")
+
+    def remove(self, endpoint: Polled) -> None:
+        self.endpoints = tuple(e for e in self.endpoints if e is not endpoint)
+        self.changed = True
+
+    def _collect(self) -> None:
+        """Every mapped connection of every end point, for one native readiness check per round."""
+        self.changed = False
+        # A process of many clients (bots, tests) has many end points with nothing to poll but mapped images.
+        self._polling_unmapped = tuple(e for e in self.endpoints if e._unmapped or e.polls_handshakes)
+        self._busy_spin = any(e.config.idle_strategy == "busy_spin" for e in self.endpoints)
+        self._tick_ns = min(
+            (tick_interval_ns(int(e.config.ping_interval * 1e9), _TICK_NS, _MIN_TICK_NS) for e in self.endpoints),
+            default=_TICK_NS,
+        )
+        self._mapped = tuple(c for e in self.endpoints for c in e._mapped if c._image is not None)
+        self._frames = FrameWatch([c._image.ready_entry for c in self._mapped])  # type: ignore[union-attr]
+        drivers = {id(e._shared): e._shared for e in self.endpoints if e._shared is not None}
+        self._drivers = tuple(d for d in drivers.values() if d.invokers)
+        self._invokers = tuple(i for d in self._drivers for i in d.invokers)
+        # Taken now: a restart stops a driver from a worker thread, and its ``invokers`` then read as empty.
+        self._driver_invokers = tuple(d.invokers[0] for d in self._drivers if d.invokers)
+        self._network = any(not c.is_ipc for e in self.endpoints for c in e._polled)
+        # Threads of a driver (or a driver client) in this process need the GIL now and then; INVOKER ones don't.
+        self._breathe = any(not d.invokers for d in drivers.values())
+
+    async def _run(self) -> None:
+        try:
+            while self.endpoints:
+                try:
+                    await self._rounds()
+                except Exception as exc:  # a bug of ours must not leave every end point on this loop unpolled
+                    for endpoint in self.endpoints:
+                        endpoint._notify_error(None, exc)
+                    self.changed = True
+                    await asyncio.sleep(0.01)
+        finally:  # also when the loop shuts down and cancels us
+            self._sockets.close()
+            self._sockets_version = ()
+            self.task = None
+
+    async def _rounds(self) -> None:
+        monotonic_ns = time.monotonic_ns
+        sleep = asyncio.sleep
+        next_tick = 0
+        last_breath = 0
+        last_work = monotonic_ns()
+        tighten_timer_slack()  # the brief stops below should not last the default 50 µs slack longer
+        while self.endpoints:
+            endpoints = self.endpoints
+            work = 0
+            if self._drivers:
+                stamp = monotonic_ns()
+                for driver in self._drivers:
+                    driver.driven_ns = stamp
+                for invoker in self._invokers:
+                    invoker.invoke()
+                # The driver's own work is not counted: its timers would keep the poller from ever napping
+                # deeply, and data it receives shows up in images anyway. Commands are: a client (maybe in
+                # another process) is mid-conversation with it, e.g. a handshake, and waits for each answer.
+                commands = sum(driver.commands_handled() for driver in self._drivers)
+                if commands != self._commands_handled:
+                    self._commands_handled = commands
+                    work += 1
+            if self.changed:
+                self._collect()
+            for endpoint in self._polling_unmapped:
+                try:
+                    work += endpoint._poll_unmapped()
+                except Exception as exc:  # a broken end point must not stop the others
+                    endpoint._notify_error(None, exc)
+            if self.routes.polled:
+                stamp = monotonic_ns()
+                drain = stamp >= next_tick  # also the routes nobody waits on: IPC answer streams are shared
+                for route in self.routes.polled:
+                    if drain or route.waiting:
+                        work += route.poll(stamp)
+            if self._mapped:
+                mapped = self._mapped
+                # One native call finds the connections with a frame waiting; only those are polled.
+                for index in self._frames.ready():
+                    connection = mapped[index]
+                    try:
+                        work += connection._poll()
+                    except Exception as exc:
+                        connection._endpoint._notify_error(connection, exc)
+            now = monotonic_ns()
+            if now >= next_tick:
+                next_tick = now + self._tick_ns
+                self.routes.tick(now)
+                for endpoint in endpoints:
+                    try:
+                        endpoint._tick(now)
+                    except Exception as exc:
+                        endpoint._notify_error(None, exc)
+            if self._breathe and now - last_breath > _BREATHE_EVERY_NS and threading.active_count() > 1:
+                last_breath = now
+                # Yielding to the loop hands the GIL back and takes it again at once, which starves the
+                # driver's threads in this process (an embedded driver, the driver client's conductor):
+                # CPython lets a waiting thread force a switch only if the holder never released it. So a
+                # spinning loop stops briefly now and then; otherwise publisher limits and heartbeats stall.
+                time.sleep(_BREATHE_S)
+            if work or self._poked:
+                self._poked = False
+                last_work = now
+                if self._network:  # UDP: send what this round wrote, acknowledge what it read, now
+                    for invoker in self._driver_invokers:
+                        invoker.invoke()
+                await sleep(0)
+            elif self._busy_spin or now - last_work < _SPIN_NS:
+                await sleep(0)
+            elif not await self._nap_driving(_SHALLOW_SLEEP_S if now - last_work < _SHALLOW_IDLE_NS else _DEEP_SLEEP_S):
+                last_work = now  # a command came in just now: answer it first
+
+    async def _nap_driving(self, seconds: float) -> bool:
+        """Nap, watching the INVOKER-mode drivers' sockets and doorbells; False (no nap) if a command waits."""
+        drivers = self._drivers
+        if not drivers:
+            await self._nap(seconds)
+            return True
+        version = tuple((id(d), d.sockets_version()) for d in drivers)
+        if version != self._sockets_version:  # a server's driver has a socket per UDP client: list them rarely
+            self._sockets_version = version
+            self._sockets.watch([s for d in drivers for s in d.readable_sockets()])
+        parked = [d for d in drivers if d.park()]
+        try:
+            if len(parked) < len(drivers):
+                return False
+            await self._nap(seconds)
+            return True
+        finally:
+            for driver in parked:
+                driver.unpark()
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep, unless :meth:`poke` wakes us first."""
+        loop = asyncio.get_running_loop()
+        wake = self._wake = loop.create_future()
+        handle = loop.call_later(seconds, _wake_up, wake)
+        try:
+            await wake
+        finally:
+            handle.cancel()
+            self._wake = None
+
+    def poke(self) -> None:
+        """A connection on this loop just sent: an answer may follow soon, so spin again (waking a nap)."""
+        self._poked = True
+        self._end_nap()
+
+    def _end_nap(self) -> None:
+        """A datagram reached the driver: run a round now, but spin on only if that round finds work (a
+        server's idle UDP connections bring heartbeats and status messages all the time)."""
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+
+class _SocketWatch:
+    """An epoll set of driver sockets whose readiness calls ``on_readable`` from the event loop.
+
+    The loop watches the set's one descriptor, so sockets the driver closes or replaces never
+    confuse the loop's own selector; a closed socket leaves the set by itself.
+    """
+
+    def __init__(self, on_readable: Callable[[], None]) -> None:
+        self._on_readable = on_readable
+        self._epoll: select.epoll | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watched: dict[int, socket.socket] = {}
+
+    def watch(self, sockets: list[socket.socket]) -> None:
+        if not hasattr(select, "epoll"):
+            return  # elsewhere the nap just ends on its timer
+        wanted = {s.fileno(): s for s in sockets if s.fileno() >= 0}
+        if wanted.keys() == self._watched.keys() and all(wanted[f] is self._watched[f] for f in wanted):
+            return
+        if self._epoll is None:
+            self._epoll = select.epoll()
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_reader(self._epoll.fileno(), self._on_readable)
+        epoll = self._epoll
+        for fd, sock in self._watched.items():
+            if wanted.get(fd) is not sock:
+                with contextlib.suppress(OSError):  # closed: the kernel dropped it from the set already
+                    epoll.unregister(fd)
+        for fd, sock in wanted.items():
+            if self._watched.get(fd) is not sock:
+                try:
+                    epoll.register(fd, select.EPOLLIN)
+                except FileExistsError:
+                    epoll.modify(fd, select.EPOLLIN)
+        self._watched = wanted
+
+    def close(self) -> None:
+        if self._epoll is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._epoll.fileno())
+            self._epoll.close()
+            self._epoll = None
+        self._watched = {}
+
+
+def _wake_up(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
