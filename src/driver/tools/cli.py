@@ -55,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--dir",
         type=Path,
         default=None,
-        help="driver directory (aeron.dir); default $AERON_DIR or /dev/shm/aeron-<user>",
+        help="driver directory (aeron.dir); default $AERON_DIR or /dev/shm/aeron-<user>, where drivers and end points "
+        "that name no directory run",
     )
+
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Inspect an Aeron media driver directory (ours or Aeron Java 1.15.1's).",
