@@ -9,14 +9,29 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from driver.tools import exporter
+from driver.tools.stat import CounterSource
 from endpoint import ServerConfiguration
-from support.endpoints import free_udp_port, running_server
+from support.endpoints import (
+    Chat,
+    client_config,
+    connected_client,
+    free_udp_port,
+    running_server,
+    server_config,
+    wait_until,
+)
+from support.promtool import promtool_check_metrics
 
 pytestmark = pytest.mark.process
 
@@ -49,3 +64,48 @@ async def test_tools_find_a_default_end_point(monkeypatch: pytest.MonkeyPatch, a
         assert any(label.startswith("Bytes sent") for label in labels), labels
     after = await asyncio.to_thread(tools, "driver", "-q")
     assert after.returncode == 1
+
+
+@pytest.fixture
+def client_dir(aeron_dir: Path) -> Iterator[Path]:
+    path = aeron_dir.with_name(f"{aeron_dir.name[:40]}-client-{uuid.uuid4().hex[:8]}")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def scrape(directory: Path) -> str:
+    """One Prometheus-format scrape of the exporter on ``directory``, as Prometheus would take it."""
+    server = exporter.MetricsServer(CounterSource(directory), ("127.0.0.1", 0))
+    server.start_background()
+    try:
+        host, port = server.address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+    finally:
+        server.shutdown()
+
+
+async def test_exporter_on_end_points_passes_promtool(aeron_dir: Path, client_dir: Path) -> None:
+    """A server and a UDP client exchanging messages: every family is well formed and the positions carry
+    their stream, session and channel."""
+    port = free_udp_port()
+    async with running_server(server_config(aeron_dir, port)) as server:
+        received: list[object] = []
+        server.on_message(Chat)(lambda connection, message: received.append(message))
+        async with connected_client(client_config("udp", aeron_dir, client_dir), port) as (_, connection):
+            for i in range(20):
+                await connection.send(Chat(f"hello {i}"))
+            await wait_until(lambda: len(received) == 20, timeout=20, what="20 messages at the server")
+            for directory in (aeron_dir, client_dir):
+                text = await asyncio.to_thread(scrape, directory)
+                await asyncio.to_thread(promtool_check_metrics, text)
+                lines = text.splitlines()
+                assert "aeron_driver_up 1" in lines
+                sent = [line for line in lines if line.startswith("aeron_driver_sent_bytes_total ")]
+                assert len(sent) == 1
+                assert int(sent[0].split()[1]) > 0
+                assert "# TYPE aeron_driver_sent_bytes_total counter" in lines
+                positions = [line for line in lines if line.startswith("aeron_subscriber_position_bytes{")]
+                assert positions
+                assert all('stream_id="' in p and 'session_id="' in p and 'channel="aeron:' in p for p in positions)
+                assert not [line for line in lines if line.startswith("aeron_unclassified")]
