@@ -2,7 +2,7 @@
 
 Subcommands: ``stat`` (AeronStat; live view, ``--once``, ``--json``, ``--serve``),
 ``errors`` (ErrorStat), ``loss`` (LossStat), ``streams`` (StreamStat with lags),
-``log`` (LogInspector) and ``driver`` (health check). Every one reads any driver
+``log`` (LogInspector), ``driver`` (health check) and ``grafana`` (the exporter's dashboard). Every one reads any driver
 directory — ours or Aeron Java's — and reports a directory it cannot read as
 one line on stderr with exit status 1.
 """
@@ -22,6 +22,7 @@ from driver.concurrent.loss_report import read_loss_report
 from driver.tools import errors as errors_tool
 from driver.tools import exporter, health, logdump, loss, stat, streams
 from driver.tools.common import ToolError, default_directory, open_cnc, open_counters, open_loss_report
+from driver.tools.exporter import grafana_dashboard
 
 __all__ = ["build_parser", "main"]
 
@@ -126,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing; just the exit status")
+
+    p = sub.add_parser("grafana", help="print the Grafana dashboard for the exporter's metrics (import it in Grafana)")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write it to FILE instead of stdout")
     return parser
 
 
@@ -206,6 +210,18 @@ def _run_driver(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if status.alive else 1
 
 
+def _run_grafana(args: argparse.Namespace, out: TextIO) -> int:
+    text = grafana_dashboard()
+    if args.output is None:
+        out.write(text)
+        return 0
+    try:
+        args.output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ToolError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+    return 0
+
+
 _COMMANDS = {
     "stat": _run_stat,
     "errors": _run_errors,
@@ -213,6 +229,7 @@ _COMMANDS = {
     "streams": _run_streams,
     "log": _run_log,
     "driver": _run_driver,
+    "grafana": _run_grafana,
 }
 
 

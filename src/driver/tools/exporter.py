@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
 from pathlib import Path
 
 from driver.concurrent.error_log import read_error_log
@@ -41,12 +42,15 @@ __all__ = [
     "PROMETHEUS_CONTENT_TYPE",
     "MetricsServer",
     "escape_label_value",
+    "grafana_dashboard",
     "parse_address",
     "render_metrics",
 ]
 
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+GRAFANA_DASHBOARD = "aeron-driver.json"
+"""The dashboard shipped beside this module, under ``grafana/``."""
 
 
 def escape_label_value(value: str) -> str:
@@ -135,6 +139,11 @@ def render_metrics(
     if openmetrics:
         out.append("# EOF")
     return "\n".join(line for line in out if line) + "\n"
+
+
+def grafana_dashboard() -> str:
+    """The Grafana dashboard (JSON) for a driver and its end points, built on this exporter's families."""
+    return (resources.files("driver.tools") / "grafana" / GRAFANA_DASHBOARD).read_text(encoding="utf-8")
 
 
 def parse_address(text: str) -> tuple[str, int]:

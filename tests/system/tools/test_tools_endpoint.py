@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -109,3 +112,107 @@ async def test_exporter_on_end_points_passes_promtool(aeron_dir: Path, client_di
                 assert positions
                 assert all('stream_id="' in p and 'session_id="' in p and 'channel="aeron:' in p for p in positions)
                 assert not [line for line in lines if line.startswith("aeron_unclassified")]
+
+
+# ------------------------------------------------------------------------------------------------ Grafana dashboard
+
+_PROMQL_WORDS = frozenset(
+    {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset"}
+)
+
+
+def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
+    """Every PromQL expression of the dashboard: panel targets and the variables' queries."""
+    found: list[str] = []
+
+    def walk(panels: list[dict[str, Any]]) -> None:
+        for panel in panels:
+            found.extend(target["expr"] for target in panel.get("targets", ()))
+            walk(panel.get("panels", []))
+
+    walk(dashboard["panels"])
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            query = variable["query"]
+            found.append(query["query"] if isinstance(query, dict) else query)
+    return found
+
+
+def grafana_to_promql(expr: str) -> str:
+    """What Grafana sends Prometheus: its variables replaced (``label_values(m, l)`` queries the series of m)."""
+    match = re.fullmatch(r"label_values\((\w+),\s*\w+\)", expr)
+    if match:
+        return match[1]
+    return expr.replace("$__rate_interval", "1m").replace("$instance", ".*")
+
+
+def metric_names(promql: str) -> set[str]:
+    """The metric names an expression selects: identifiers outside strings, label matchers, ranges and
+    grouping clauses that are neither functions nor keywords."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', promql)
+    text = re.sub(r"\{[^}]*\}", " ", text)
+    text = re.sub(r"\[[^\]]*\]", " ", text)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*(?=\s*(\(?))", text):
+        if match[1] == "(" or match[0] in _PROMQL_WORDS:
+            continue
+        names.add(match[0])
+    return names
+
+
+def test_metric_names_are_found_in_promql() -> None:
+    expr = (
+        'sum by (instance, reason) (rate(aeron_a_total{instance=~"x"}[5m])) - on(instance) group_right '
+        'aeron_b{channel=~"aeron:ipc.*"}'
+    )
+    assert metric_names(expr) == {"aeron_a_total", "aeron_b"}
+
+
+def test_grafana_dashboard_is_valid_promql() -> None:
+    """Every expression parses as PromQL (promtool checks them as recording rules)."""
+    dashboard = json.loads(exporter.grafana_dashboard())
+    queries = [grafana_to_promql(q) for q in dashboard_queries(dashboard)]
+    assert len(queries) > 20
+    rules = {
+        "groups": [{"name": "dashboard", "rules": [{"record": f"q:{i}", "expr": q} for i, q in enumerate(queries)]}]
+    }
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus); CI installs it")
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as fh:
+        json.dump(rules, fh)  # JSON is YAML
+    try:
+        done = subprocess.run([promtool, "check", "rules", fh.name], capture_output=True, text=True, timeout=60)
+    finally:
+        os.unlink(fh.name)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+async def test_grafana_dashboard_names_only_exported_families(aeron_dir: Path, client_dir: Path) -> None:
+    """Run the exporter on a server's driver and on a UDP client's (an IPC client on the server's too): every
+    metric a dashboard query names is one those scrapes contain."""
+    port = free_udp_port()
+    exported: set[str] = set()
+    async with running_server(server_config(aeron_dir, port)) as server:
+        received: list[object] = []
+        server.on_message(Chat)(lambda connection, message: received.append(message))
+        async with (
+            connected_client(client_config("udp", aeron_dir, client_dir), port) as (_, udp),
+            connected_client(client_config("ipc", aeron_dir, client_dir), port) as (_, ipc),
+        ):
+            for i in range(10):
+                await udp.send(Chat(f"udp {i}"))
+                await ipc.send(Chat(f"ipc {i}"))
+            await wait_until(lambda: len(received) == 20, timeout=20, what="20 messages at the server")
+            for directory in (aeron_dir, client_dir):
+                text = await asyncio.to_thread(scrape, directory)
+                exported |= {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line[:1] != "#"}
+    dashboard = json.loads(exporter.grafana_dashboard())
+    named: set[str] = set()
+    for query in dashboard_queries(dashboard):
+        names = metric_names(grafana_to_promql(query))
+        assert names, query
+        named |= names
+    assert named - exported == set()
+    assert {"aeron_driver_sent_bytes_total", "aeron_subscriber_position_bytes"} <= named

@@ -443,3 +443,13 @@ def test_format_aeronstat_clock_and_pid(fake: FakeDriverDir) -> None:
     text = format_aeronstat(snapshot)
     assert f"pid {snapshot.pid}" in text.splitlines()[0]
     assert time.strftime("%H:%M", time.localtime(snapshot.epoch_ms / 1000)) in text.splitlines()[0]
+
+
+def test_grafana_prints_or_writes_the_dashboard(tmp_path: Path) -> None:
+    code, text = run("grafana")
+    assert code == 0
+    dashboard = json.loads(text)
+    assert dashboard["title"] == "Aeron driver and end points"
+    assert run("grafana", "-o", str(tmp_path / "d.json")) == (0, "")
+    assert json.loads((tmp_path / "d.json").read_text()) == dashboard
+    assert run("grafana", "-o", str(tmp_path / "missing" / "d.json"))[0] == 1
