@@ -3,6 +3,14 @@
 from endpoint.client import Client
 from endpoint.config import ClientConfiguration, Configuration, ServerConfiguration
 from endpoint.connection import Connection, UnhandledMessageError
+from endpoint.drivers import (
+    DriverInfo,
+    DriverStillRunningError,
+    driver_info,
+    ensure_stopped,
+    in_use_by_others,
+    is_running,
+)
 from endpoint.errors import (
     AllocationError,
     BudgetExceededError,
@@ -41,6 +49,8 @@ __all__ = [
     "Connection",
     "ConnectionClosedError",
     "CriticalDriverError",
+    "DriverInfo",
+    "DriverStillRunningError",
     "DriverUnavailableError",
     "EndpointClosedError",
     "EndpointError",
@@ -56,6 +66,10 @@ __all__ = [
     "TransmitError",
     "UnhandledMessageError",
     "add_global_error_listener",
+    "driver_info",
+    "ensure_stopped",
+    "in_use_by_others",
+    "is_running",
     "remove_global_error_listener",
     "run",
 ]

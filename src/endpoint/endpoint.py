@@ -17,6 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
 from driver.agent import AgentInvoker, tighten_timer_slack
@@ -126,6 +127,13 @@ class EndPoint(Generic[ConfigT]):
 
     def _notify_error(self, connection: Connection | None, error: BaseException) -> None:
         self.listeners.notify_error(connection, error)
+
+    @property
+    def aeron_dir(self) -> Path:
+        """The directory of this end point's driver: the leased driver's while bound or connected (a unique
+        directory included), else the one its configuration names."""
+        shared = self._shared
+        return shared.aeron_dir if shared is not None else self.config.resolved_aeron_dir()
 
     # ------------------------------------------------------------------ connections
 
