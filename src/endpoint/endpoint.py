@@ -24,6 +24,7 @@ from driver.agent import AgentInvoker, tighten_timer_slack
 from driver.concurrent._atomic import FrameWatch
 from endpoint.config import Configuration
 from endpoint.connection import Connection
+from endpoint.connection_counters import ConnectionCounters, role_of
 from endpoint.errors import CriticalDriverError, DriverUnavailableError, EndpointClosedError
 from endpoint.listeners import ListenerManager
 from endpoint.liveness import tick_interval_ns
@@ -75,6 +76,8 @@ class EndPoint(Generic[ConfigT]):
         self._restarting = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self.restarts = 0
+        self.connection_counters = ConnectionCounters(role_of(self))
+        """Each connection's round trip and messages in the driver's counters file (``aeron-tools connections``)."""
         self.malformed_messages = 0
         """Messages dropped as malformed on this end point's connections, over its life (see the connections')."""
         self.seal_failures = 0
@@ -144,12 +147,17 @@ class EndPoint(Generic[ConfigT]):
     def _add_connection(self, connection: Connection) -> None:
         self._connections[connection.id] = connection
         self._rebuild_poll_set()
+        shared = self._shared
+        if shared is not None and shared.aeron is not None:
+            self._spawn(self.connection_counters.open(shared.aeron, connection), connection)
         connection._fire_connect()
 
     def _connection_released(self, connection: Connection) -> None:
         if self._connections.get(connection.id) is connection:
             del self._connections[connection.id]
             self._rebuild_poll_set()
+        shared = self._shared
+        self._spawn(self.connection_counters.close(shared.aeron if shared else None, connection), connection)
         self._spawn(self._close_resources(connection), connection)
 
     async def _close_resources(self, connection: Connection) -> None:
@@ -252,6 +260,7 @@ class EndPoint(Generic[ConfigT]):
             except Exception as exc:  # one connection's failure is its own, and the others still tick
                 self._notify_error(connection, exc)
         self._tick_extra(now_ns)
+        self.connection_counters.refresh(now_ns, self._spawn)
         shared = self._shared
         if shared is not None and not self._restarting:
             failure = shared.check_alive()
@@ -291,6 +300,7 @@ class EndPoint(Generic[ConfigT]):
         try:
             for connection in list(self._connections.values()):
                 connection._lose("the driver failed")
+            self.connection_counters.forget()
             await self._drop_driver_resources()
             await registry.release(driver, self)
             self._shared = None

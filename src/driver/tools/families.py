@@ -37,6 +37,7 @@ from driver.concurrent.system_counters import (
     DriverSystemCounterId,
     SystemCounterId,
 )
+from driver.tools.connections import MESSAGES_RECEIVED_TYPE_ID, MESSAGES_SENT_TYPE_ID, RTT_TYPE_ID
 from driver.tools.stat import CounterSample
 
 __all__ = [
@@ -223,6 +224,23 @@ CLIENT_HEARTBEAT = _gauge(
 RECORDING_POSITION = _gauge(
     "aeron_archive_recording_position_bytes", "Position an archive recording has reached (rec-pos).", "bytes"
 )
+CONNECTION_RTT = _gauge(
+    "aeron_endpoint_connection_rtt_seconds", "An end point connection's last round-trip time.", "seconds", 1e-9
+)
+CONNECTION_SENT = Family(
+    "aeron_endpoint_connection_sent_messages", "counter", "Messages an end point connection has sent."
+)
+CONNECTION_RECEIVED = Family(
+    "aeron_endpoint_connection_received_messages",
+    "counter",
+    "Messages an end point connection has received (keepalives included).",
+)
+_CONNECTION: dict[int, Family] = {
+    RTT_TYPE_ID: CONNECTION_RTT,
+    MESSAGES_SENT_TYPE_ID: CONNECTION_SENT,
+    MESSAGES_RECEIVED_TYPE_ID: CONNECTION_RECEIVED,
+}
+_CONNECTION_LABEL = re.compile(r"[\w-]+: (-?\d+) (server|client) (ipc|udp) (\S*) out=(-?\d+)/(-?\d+) in=.*")
 UNCLASSIFIED = _gauge("aeron_unclassified", "A counter of a type this exporter does not know, by type id and label.")
 _RECORDING_LABEL = re.compile(r"rec-pos: (-?\d+) (-?\d+) (-?\d+) (.*)")
 
@@ -235,6 +253,9 @@ FAMILIES: tuple[Family, ...] = (
     *_CHANNEL_STATUS.values(),
     CLIENT_HEARTBEAT,
     RECORDING_POSITION,
+    CONNECTION_RTT,
+    CONNECTION_SENT,
+    CONNECTION_RECEIVED,
     UNCLASSIFIED,
 )
 """Every family :func:`classify` can answer, in the order the exporter renders them."""
@@ -278,5 +299,18 @@ def classify(sample: CounterSample) -> tuple[Family, Labels]:
                 ("session_id", session_id),
                 ("stream_id", stream_id),
                 ("channel", channel),
+            )
+    connection = _CONNECTION.get(type_id)
+    if connection is not None:
+        match = _CONNECTION_LABEL.fullmatch(sample.label)
+        if match is not None:
+            connection_id, role, transport, peer, session_id, stream_id = match.groups()
+            return connection, (
+                ("connection_id", connection_id),
+                ("role", role),
+                ("transport", transport),
+                ("peer", peer),
+                ("session_id", session_id),
+                ("stream_id", stream_id),
             )
     return UNCLASSIFIED, (("type_id", str(type_id)), ("label", sample.label))

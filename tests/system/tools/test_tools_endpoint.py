@@ -35,6 +35,7 @@ from support.endpoints import (
     wait_until,
 )
 from support.promtool import promtool_check_metrics
+from support.waiting import execute_until
 
 pytestmark = pytest.mark.process
 
@@ -216,3 +217,76 @@ async def test_grafana_dashboard_names_only_exported_families(aeron_dir: Path, c
         named |= names
     assert named - exported == set()
     assert {"aeron_driver_sent_bytes_total", "aeron_subscriber_position_bytes"} <= named
+
+
+# ------------------------------------------------------------------------------------------------ connections
+
+
+def connections_json(directory: Path) -> dict[str, Any]:
+    done = tools("connections", "-d", str(directory), "--json", "--interval", "0.2")
+    assert done.returncode == 0, done.stderr
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
+
+
+async def test_connections_lists_each_connection_with_rtt_rates_and_age(aeron_dir: Path, client_dir: Path) -> None:
+    """A server with a UDP and an IPC client: ``aeron-tools connections`` sees every connection from its driver's
+    counters, with peer, transport, a measured round trip, bytes and messages each way; a closed one is gone."""
+    port = free_udp_port()
+    fast = {"ping_interval": 0.1, "peer_timeout": 5.0}
+    async with running_server(server_config(aeron_dir, port, **fast)) as server:
+        received: list[object] = []
+        server.on_message(Chat)(lambda connection, message: received.append(message))
+        async with connected_client(client_config("udp", aeron_dir, client_dir, **fast), port) as (_, udp):
+            async with connected_client(client_config("ipc", aeron_dir, client_dir, **fast), port) as (_, ipc):
+                for i in range(25):
+                    await udp.send(Chat(f"udp {i}"))
+                    await ipc.send(Chat(f"ipc {i}"))
+                await wait_until(lambda: len(received) == 50, timeout=20, what="50 messages at the server")
+
+                def measured(doc: dict[str, Any]) -> bool:
+                    rows = doc["connections"]
+                    return len(rows) == 3 and all(r["rtt_ns"] is not None and r["rtt_ns"] > 0 for r in rows)
+
+                doc = await asyncio.to_thread(
+                    execute_until,
+                    lambda: (lambda d: d if measured(d) else None)(connections_json(aeron_dir)),
+                    timeout_s=30,
+                    interval_s=0.1,
+                    description="three connections with a round trip",
+                )
+                rows = {(r["role"], r["transport"]): r for r in doc["connections"]}
+                assert set(rows) == {("server", "udp"), ("server", "ipc"), ("client", "ipc")}
+                server_udp = rows[("server", "udp")]
+                assert server_udp["peer"].startswith("127.0.0.1:")
+                assert server_udp["id"] == udp.id
+                assert server_udp["pid"] == os.getpid()
+                assert server_udp["messages_received"] >= 25
+                assert server_udp["bytes_received"] > 0
+                assert server_udp["bytes_sent"] is not None
+                assert server_udp["headroom"] > 0
+                assert server_udp["age_s"] >= 0
+                assert set(server_udp["rates"]) >= {"messages_in", "messages_out", "bytes_in", "bytes_out"}
+                assert rows[("client", "ipc")]["messages_sent"] >= 25
+                assert rows[("client", "ipc")]["id"] == ipc.id
+
+                client_side = await asyncio.to_thread(connections_json, client_dir)
+                assert [(r["role"], r["transport"], r["id"]) for r in client_side["connections"]] == [
+                    ("client", "udp", udp.id)
+                ]
+                text = await asyncio.to_thread(scrape, aeron_dir)
+                await asyncio.to_thread(promtool_check_metrics, text)
+                rtts = [line for line in text.splitlines() if line.startswith("aeron_endpoint_connection_rtt_seconds{")]
+                assert len(rtts) == 3
+            # The IPC client closed: its connection's counters (both ends') are freed.
+            after = await asyncio.to_thread(
+                execute_until,
+                lambda: (lambda d: d if len(d["connections"]) == 1 else None)(connections_json(aeron_dir)),
+                timeout_s=30,
+                interval_s=0.1,
+                description="only the UDP connection left",
+            )
+            assert after["connections"][0]["transport"] == "udp"
+    done = await asyncio.to_thread(tools, "connections", "-d", str(aeron_dir), "--once", "--interval", "0.1")
+    assert done.returncode == 1
+    assert "no such directory" in done.stderr or "cnc.dat" in done.stderr

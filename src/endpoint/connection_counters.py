@@ -1,0 +1,145 @@
+"""Each connection's figures in its driver's counters file, where ``aeron-tools connections`` and the
+exporter read them.
+
+Theory of operation: when a connection opens, the end point asks its driver client for three counters (last
+round trip, messages sent, messages received; layout in :mod:`driver.tools.connections`) in a background
+task. The liveness tick copies the connection's own figures into them: the send and receive paths are not
+touched. Keepalives do not measure the round trip, so every :data:`RTT_SAMPLE_PERIOD_NS` the tick also sends
+the connection one ping of its own (the last answer is also ``connection.rtt``). When the connection closes
+the counters are freed. Counters are a bounded resource of the driver: one that
+cannot be allocated (the file is full, the driver is gone) is counted in :attr:`ConnectionCounters.failures`
+and the connection goes on without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from driver.client.aeron import Aeron
+from driver.client.aio import await_request
+from driver.client.counter import Counter
+from driver.tools.connections import (
+    MESSAGES_RECEIVED_TYPE_ID,
+    MESSAGES_SENT_TYPE_ID,
+    RTT_TYPE_ID,
+    ConnectionKey,
+)
+
+if TYPE_CHECKING:
+    from endpoint.connection import Connection
+
+__all__ = ["ConnectionCounters", "connection_key"]
+
+_log = logging.getLogger("endpoint")
+_TYPE_IDS = (RTT_TYPE_ID, MESSAGES_SENT_TYPE_ID, MESSAGES_RECEIVED_TYPE_ID)
+RTT_SAMPLE_PERIOD_NS = 2_000_000_000
+"""How often a connection with counters is pinged to sample its round trip."""
+
+
+def connection_key(connection: Connection, role: str) -> ConnectionKey:
+    """Which connection the counters describe, and where its byte positions are."""
+    image = connection._image
+    return ConnectionKey(
+        connection_id=connection.id,
+        opened_ms=time.time_ns() // 1_000_000,
+        pid=os.getpid(),
+        transport="ipc" if connection.is_ipc else "udp",
+        role=role,
+        out_session_id=connection._pub.session_id,
+        out_stream_id=connection.outbound[1],
+        in_session_id=image.session_id if image is not None else 0,
+        in_stream_id=connection.inbound[1],
+        peer=connection.remote_address,
+    )
+
+
+class ConnectionCounters:
+    """The counters of one end point's connections."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self._counters: dict[Connection, tuple[Counter, ...]] = {}
+        self._pending: set[Connection] = set()
+        self._next_sample_ns: dict[Connection, int] = {}
+        self.failures = 0
+        """Connections whose counters could not be allocated."""
+
+    async def open(self, aeron: Aeron, connection: Connection) -> None:
+        """Allocate the connection's counters (run as a task of the end point's)."""
+        key = connection_key(connection, self.role)
+        encoded = key.encode()
+        self._pending.add(connection)
+        allocated: list[Counter] = []
+        try:
+            for type_id in _TYPE_IDS:
+                allocated.append(await aeron.add_counter_async(type_id, encoded, key.label(type_id)))
+        except Exception as exc:  # counters file full or driver gone: the connection goes on without them
+            self.failures += 1
+            _log.debug("no counters for connection %s: %s", connection.id, exc)
+            await _release(aeron, allocated)
+            return
+        finally:
+            self._pending.discard(connection)
+        if connection.is_closed:
+            await _release(aeron, allocated)
+            return
+        self._counters[connection] = tuple(allocated)
+        self._next_sample_ns[connection] = 0
+
+    async def close(self, aeron: Aeron | None, connection: Connection) -> None:
+        """Free a closed connection's counters (a task of the end point's)."""
+        counters = self._counters.pop(connection, None)
+        self._next_sample_ns.pop(connection, None)
+        if counters is not None and aeron is not None:
+            await _release(aeron, list(counters))
+
+    def refresh(self, now_ns: int, spawn: Callable[[Coroutine[Any, Any, None]], object] | None = None) -> None:
+        """Copy each connection's figures into its counters (on the liveness tick); with ``spawn``, start the
+        round-trip samples that are due."""
+        for connection, (rtt, sent, received) in self._counters.items():
+            seconds = connection.rtt
+            rtt.set_ordered(-1 if seconds is None else int(seconds * 1e9))
+            sent.set_ordered(connection.messages_sent)
+            received.set_ordered(connection.messages_received)
+            if spawn is not None and now_ns >= self._next_sample_ns.get(connection, now_ns):
+                self._next_sample_ns[connection] = now_ns + RTT_SAMPLE_PERIOD_NS
+                spawn(_sample_rtt(connection))
+
+    def forget(self) -> None:
+        """The driver failed: its counters went with it."""
+        self._counters.clear()
+        self._next_sample_ns.clear()
+
+    def __len__(self) -> int:
+        return len(self._counters)
+
+
+async def _sample_rtt(connection: Connection) -> None:
+    """One ping; its answer lands in ``connection.rtt``. A connection closing meanwhile is no error."""
+    if connection.is_closed:
+        return
+    try:
+        await connection.ping()
+    except Exception as exc:  # closed, timed out or back-pressured: the next sample will tell
+        _log.debug("round-trip sample of connection %s failed: %s", connection.id, exc)
+
+
+async def _release(aeron: Aeron, counters: list[Counter]) -> None:
+    conductor = aeron.conductor
+    for counter in counters:
+        try:
+            request = conductor.begin_release(counter)
+            if request is not None:
+                await await_request(conductor, request)
+        except Exception as exc:  # the driver may be gone; its counters with it
+            _log.debug("freeing %r failed: %s", counter, exc)
+
+
+def role_of(endpoint: Any) -> str:
+    """``server`` for a Server (or a subclass), else ``client``."""
+    names = {(cls.__module__, cls.__name__) for cls in type(endpoint).__mro__}
+    return "server" if ("endpoint.server", "Server") in names else "client"
