@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from driver.client.aeron import Aeron
 from driver.client.aio import await_request
 from driver.client.counter import Counter
+from driver.concurrent.counters import METADATA_LENGTH, RECORD_UNUSED, CountersReader
 from driver.tools.connections import (
     MESSAGES_RECEIVED_TYPE_ID,
     MESSAGES_SENT_TYPE_ID,
@@ -36,6 +37,8 @@ __all__ = ["ConnectionCounters", "connection_key"]
 
 _log = logging.getLogger("endpoint")
 _TYPE_IDS = (RTT_TYPE_ID, MESSAGES_SENT_TYPE_ID, MESSAGES_RECEIVED_TYPE_ID)
+COUNTERS_FILL_LIMIT = 0.75
+"""Share of the counters file past which connections get no counters: the rest is the driver's."""
 RTT_SAMPLE_PERIOD_NS = 2_000_000_000
 """How often a connection with counters is pinged to sample its round trip."""
 
@@ -70,6 +73,10 @@ class ConnectionCounters:
 
     async def open(self, aeron: Aeron, connection: Connection) -> None:
         """Allocate the connection's counters (run as a task of the end point's)."""
+        reader = aeron.conductor.counters_reader
+        if used_counter_slots(reader) > COUNTERS_FILL_LIMIT * counter_slots(reader):
+            self.failures += 1
+            return
         key = connection_key(connection, self.role)
         encoded = key.encode()
         self._pending.add(connection)
@@ -116,6 +123,23 @@ class ConnectionCounters:
 
     def __len__(self) -> int:
         return len(self._counters)
+
+
+def counter_slots(reader: CountersReader) -> int:
+    return min(reader.metadata_buffer.capacity // METADATA_LENGTH, reader.max_counter_id)
+
+
+def used_counter_slots(reader: CountersReader) -> int:
+    """Slots ever allocated (freed ones included: the driver reuses them): records are used in id order, so
+    this is the first unused one, found by bisection instead of a scan of the whole file."""
+    low, high = 0, counter_slots(reader)
+    while low < high:
+        middle = (low + high) // 2
+        if reader.get_counter_state(middle) == RECORD_UNUSED:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 async def _sample_rtt(connection: Connection) -> None:
