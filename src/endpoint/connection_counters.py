@@ -39,7 +39,7 @@ _log = logging.getLogger("endpoint")
 _TYPE_IDS = (RTT_TYPE_ID, MESSAGES_SENT_TYPE_ID, MESSAGES_RECEIVED_TYPE_ID)
 COUNTERS_FILL_LIMIT = 0.75
 """Share of the counters file past which connections get no counters: the rest is the driver's."""
-RTT_SAMPLE_PERIOD_NS = 2_000_000_000
+RTT_SAMPLE_PERIOD_NS = 10_000_000_000
 """How often a connection with counters is pinged to sample its round trip."""
 
 
