@@ -49,6 +49,7 @@ from endpoint.errors import (
 from endpoint.liveness import PEER_TIMED_OUT, Liveness, Verdict
 from endpoint.messages import (
     INTERNAL_TYPE_IDS,
+    SAMPLE_SEQ,
     Disconnect,
     Ping,
     Pong,
@@ -581,10 +582,12 @@ class Connection:
             if message.seq == 0:  # a keepalive: heard, which is all it is for; not work for the poller
                 self._control += 1
                 return
+            if message.seq == SAMPLE_SEQ:  # a round-trip sample: answered, but no more work than a keepalive
+                self._control += 1
             self._send_control(Pong(message.seq, message.sent_ns))
             return
         if cls is Pong:
-            if message.seq == 0:
+            if message.seq == 0 or message.seq == SAMPLE_SEQ:
                 self._control += 1
             self._on_pong(message)
             return

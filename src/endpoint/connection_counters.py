@@ -5,7 +5,8 @@ Theory of operation: when a connection opens, the end point asks its driver clie
 round trip, messages sent, messages received; layout in :mod:`driver.tools.connections`) in a background
 task. The liveness tick copies the connection's own figures into them: the send and receive paths are not
 touched. Keepalives do not measure the round trip, so every :data:`RTT_SAMPLE_PERIOD_NS` the tick also sends
-the connection one ping of its own (the last answer is also ``connection.rtt``). When the connection closes
+one ping down the connection, as a control message (like a keepalive it neither waits out back pressure nor
+wakes the poller); its pong lands in ``connection.rtt``. When the connection closes
 the counters are freed. Counters are a bounded resource of the driver: one that
 cannot be allocated (the file is full, the driver is gone) is counted in :attr:`ConnectionCounters.failures`
 and the connection goes on without it.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from driver.client.aeron import Aeron
@@ -29,6 +29,7 @@ from driver.tools.connections import (
     RTT_TYPE_ID,
     ConnectionKey,
 )
+from endpoint.messages import SAMPLE_SEQ, Ping
 
 if TYPE_CHECKING:
     from endpoint.connection import Connection
@@ -40,7 +41,10 @@ _TYPE_IDS = (RTT_TYPE_ID, MESSAGES_SENT_TYPE_ID, MESSAGES_RECEIVED_TYPE_ID)
 COUNTERS_FILL_LIMIT = 0.75
 """Share of the counters file past which connections get no counters: the rest is the driver's."""
 RTT_SAMPLE_PERIOD_NS = 10_000_000_000
-"""How often a connection with counters is pinged to sample its round trip."""
+"""How often a connection with counters is pinged to sample its round trip (the first time one refresh after
+its counters appear, not in the burst of a connection's opening)."""
+REFRESH_PERIOD_NS = 1_000_000_000
+"""How often the counters are brought up to date: the tools read them about once a second."""
 
 
 def connection_key(connection: Connection, role: str) -> ConnectionKey:
@@ -68,6 +72,7 @@ class ConnectionCounters:
         self._counters: dict[Connection, tuple[Counter, ...]] = {}
         self._pending: set[Connection] = set()
         self._next_sample_ns: dict[Connection, int] = {}
+        self._next_refresh_ns = 0
         self.failures = 0
         """Connections whose counters could not be allocated."""
 
@@ -95,7 +100,6 @@ class ConnectionCounters:
             await _release(aeron, allocated)
             return
         self._counters[connection] = tuple(allocated)
-        self._next_sample_ns[connection] = 0
 
     async def close(self, aeron: Aeron | None, connection: Connection) -> None:
         """Free a closed connection's counters (a task of the end point's)."""
@@ -104,17 +108,23 @@ class ConnectionCounters:
         if counters is not None and aeron is not None:
             await _release(aeron, list(counters))
 
-    def refresh(self, now_ns: int, spawn: Callable[[Coroutine[Any, Any, None]], object] | None = None) -> None:
-        """Copy each connection's figures into its counters (on the liveness tick); with ``spawn``, start the
-        round-trip samples that are due."""
+    def refresh(self, now_ns: int) -> None:
+        """Copy each connection's figures into its counters and send the round-trip samples that are due
+        (called on the liveness tick, acts once every :data:`REFRESH_PERIOD_NS`)."""
+        if now_ns < self._next_refresh_ns:
+            return
+        self._next_refresh_ns = now_ns + REFRESH_PERIOD_NS
         for connection, (rtt, sent, received) in self._counters.items():
             seconds = connection.rtt
             rtt.set_ordered(-1 if seconds is None else int(seconds * 1e9))
             sent.set_ordered(connection.messages_sent)
             received.set_ordered(connection.messages_received)
-            if spawn is not None and now_ns >= self._next_sample_ns.get(connection, now_ns):
+            due = self._next_sample_ns.get(connection)
+            if due is None:
+                self._next_sample_ns[connection] = now_ns  # sampled at the next refresh
+            elif now_ns >= due and not connection.is_closed:
                 self._next_sample_ns[connection] = now_ns + RTT_SAMPLE_PERIOD_NS
-                spawn(_sample_rtt(connection))
+                connection._send_control(Ping(SAMPLE_SEQ, time.perf_counter_ns()))
 
     def forget(self) -> None:
         """The driver failed: its counters went with it."""
@@ -140,16 +150,6 @@ def used_counter_slots(reader: CountersReader) -> int:
         else:
             low = middle + 1
     return low
-
-
-async def _sample_rtt(connection: Connection) -> None:
-    """One ping; its answer lands in ``connection.rtt``. A connection closing meanwhile is no error."""
-    if connection.is_closed:
-        return
-    try:
-        await connection.ping()
-    except Exception as exc:  # closed, timed out or back-pressured: the next sample will tell
-        _log.debug("round-trip sample of connection %s failed: %s", connection.id, exc)
 
 
 async def _release(aeron: Aeron, counters: list[Counter]) -> None:

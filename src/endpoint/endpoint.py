@@ -260,7 +260,7 @@ class EndPoint(Generic[ConfigT]):
             except Exception as exc:  # one connection's failure is its own, and the others still tick
                 self._notify_error(connection, exc)
         self._tick_extra(now_ns)
-        self.connection_counters.refresh(now_ns, self._spawn)
+        self.connection_counters.refresh(now_ns)
         shared = self._shared
         if shared is not None and not self._restarting:
             failure = shared.check_alive()

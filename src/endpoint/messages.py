@@ -15,6 +15,7 @@ from endpoint.serialization import Serialization
 
 __all__ = [
     "INTERNAL_TYPE_IDS",
+    "SAMPLE_SEQ",
     "Disconnect",
     "Ping",
     "Pong",
@@ -29,6 +30,11 @@ __all__ = [
     "internal_problem",
     "register_internal_messages",
 ]
+
+
+SAMPLE_SEQ = (1 << 64) - 1
+"""The ``seq`` of a ping that samples the round trip for the connection's counters: answered like any ping, but
+neither it nor its pong is work for the poller (``seq`` 0 is a keepalive, never answered)."""
 
 
 @attrs.define(slots=True)
