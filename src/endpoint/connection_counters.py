@@ -24,17 +24,21 @@ from driver.client.aio import await_request
 from driver.client.counter import Counter
 from driver.concurrent.counters import METADATA_LENGTH, RECORD_UNUSED, CountersReader
 from driver.tools.connections import (
+    ENDPOINT_STAT_NAMES,
+    ENDPOINT_STAT_TYPE_ID,
+    HANDSHAKE_DROP_REASONS,
     MESSAGES_RECEIVED_TYPE_ID,
     MESSAGES_SENT_TYPE_ID,
     RTT_TYPE_ID,
     ConnectionKey,
+    EndpointStatKey,
 )
 from endpoint.messages import SAMPLE_SEQ, Ping
 
 if TYPE_CHECKING:
     from endpoint.connection import Connection
 
-__all__ = ["ConnectionCounters", "connection_key"]
+__all__ = ["ConnectionCounters", "EndpointCounters", "connection_key", "endpoint_stats"]
 
 _log = logging.getLogger("endpoint")
 _TYPE_IDS = (RTT_TYPE_ID, MESSAGES_SENT_TYPE_ID, MESSAGES_RECEIVED_TYPE_ID)
@@ -130,6 +134,78 @@ class ConnectionCounters:
         """The driver failed: its counters went with it."""
         self._counters.clear()
         self._next_sample_ns.clear()
+
+    def __len__(self) -> int:
+        return len(self._counters)
+
+
+def endpoint_stats(endpoint: Any) -> dict[str, int]:
+    """A server's figures as :data:`~driver.tools.connections.ENDPOINT_STAT_NAMES` names them."""
+    stats = {
+        "connections": len(endpoint.connections),
+        "decode_errors": endpoint.malformed_messages,
+        "seal_failures": endpoint.seal_failures,
+        "driver_restarts": endpoint.restarts,
+    }
+    handshake = getattr(endpoint, "_handshake", None)
+    shake = handshake.stats if handshake is not None else None
+    stats["handshake_packets"] = shake.received if shake is not None else 0
+    stats["handshake_challenges"] = shake.challenged if shake is not None else 0
+    for reason in HANDSHAKE_DROP_REASONS:
+        stats[f"handshake_drops:{reason}"] = getattr(shake, reason, 0) if shake is not None else 0
+    return stats
+
+
+class EndpointCounters:
+    """A server's own figures (connections, handshake outcomes, decode errors ...), one counter each, allocated
+    when it leases its driver, refreshed with the connection counters, freed when it closes. Clients keep none:
+    a process may run hundreds of them, and their connections' counters tell their story."""
+
+    def __init__(self, role: str, port: int) -> None:
+        self.role = role
+        self.port = port
+        self._counters: dict[str, Counter] = {}
+        self._next_refresh_ns = 0
+        self.failures = 0
+
+    async def open(self, aeron: Aeron, endpoint: Any) -> None:
+        if self.role != "server" or self._counters:
+            return
+        self.port = int(getattr(endpoint, "port", None) or self.port)  # a port bound as 0 is known by now
+        reader = aeron.conductor.counters_reader
+        if used_counter_slots(reader) > COUNTERS_FILL_LIMIT * counter_slots(reader):
+            self.failures += 1
+            return
+        allocated: dict[str, Counter] = {}
+        try:
+            for name in ENDPOINT_STAT_NAMES:
+                key = EndpointStatKey(os.getpid(), self.role, self.port, name)
+                allocated[name] = await aeron.add_counter_async(ENDPOINT_STAT_TYPE_ID, key.encode(), key.label())
+        except Exception as exc:  # counters file full or driver gone: the end point goes on without them
+            self.failures += 1
+            _log.debug("no end point counters: %s", exc)
+            await _release(aeron, list(allocated.values()))
+            return
+        self._counters = allocated
+        self._next_refresh_ns = 0
+        self.refresh(0, endpoint)
+
+    def refresh(self, now_ns: int, endpoint: Any) -> None:
+        if not self._counters or now_ns < self._next_refresh_ns:
+            return
+        self._next_refresh_ns = now_ns + REFRESH_PERIOD_NS
+        for name, value in endpoint_stats(endpoint).items():
+            counter = self._counters.get(name)
+            if counter is not None:
+                counter.set_ordered(value)
+
+    async def close(self, aeron: Aeron | None) -> None:
+        counters, self._counters = list(self._counters.values()), {}
+        if aeron is not None:
+            await _release(aeron, counters)
+
+    def forget(self) -> None:
+        self._counters = {}
 
     def __len__(self) -> int:
         return len(self._counters)

@@ -24,7 +24,7 @@ from driver.agent import AgentInvoker, tighten_timer_slack
 from driver.concurrent._atomic import FrameWatch
 from endpoint.config import Configuration
 from endpoint.connection import Connection
-from endpoint.connection_counters import ConnectionCounters, role_of
+from endpoint.connection_counters import ConnectionCounters, EndpointCounters, role_of
 from endpoint.errors import CriticalDriverError, DriverUnavailableError, EndpointClosedError
 from endpoint.listeners import ListenerManager
 from endpoint.liveness import tick_interval_ns
@@ -78,6 +78,8 @@ class EndPoint(Generic[ConfigT]):
         self.restarts = 0
         self.connection_counters = ConnectionCounters(role_of(self))
         """Each connection's round trip and messages in the driver's counters file (``aeron-tools connections``)."""
+        self.endpoint_counters = EndpointCounters(role_of(self), int(getattr(config, "port", 0)))
+        """A server's own figures in the driver's counters file (connections, handshake outcomes ...)."""
         self.malformed_messages = 0
         """Messages dropped as malformed on this end point's connections, over its life (see the connections')."""
         self.seal_failures = 0
@@ -179,6 +181,8 @@ class EndPoint(Generic[ConfigT]):
         self.config.serialization.freeze()
         shared = await registry.acquire(self.config, self)
         self._shared = shared
+        if shared.aeron is not None:
+            self._spawn(self.endpoint_counters.open(shared.aeron, self))
         if self._polling:
             _LoopPoller.for_running_loop().changed = True  # a restarted INVOKER-mode driver is a new one to drive
         return shared
@@ -261,6 +265,7 @@ class EndPoint(Generic[ConfigT]):
                 self._notify_error(connection, exc)
         self._tick_extra(now_ns)
         self.connection_counters.refresh(now_ns)
+        self.endpoint_counters.refresh(now_ns, self)
         shared = self._shared
         if shared is not None and not self._restarting:
             failure = shared.check_alive()
@@ -301,6 +306,7 @@ class EndPoint(Generic[ConfigT]):
             for connection in list(self._connections.values()):
                 connection._lose("the driver failed")
             self.connection_counters.forget()
+            self.endpoint_counters.forget()
             await self._drop_driver_resources()
             await registry.release(driver, self)
             self._shared = None
@@ -341,6 +347,9 @@ class EndPoint(Generic[ConfigT]):
         connections = list(self._connections.values())
         if connections:
             await asyncio.gather(*(c.close(END_POINT_CLOSED) for c in connections), return_exceptions=True)
+        shared = self._shared
+        if shared is not None and len(self.endpoint_counters):
+            await self.endpoint_counters.close(shared.aeron)  # while the poller still drives an INVOKER driver
         self._closing = True
         self._stop_poller()
         await self._close_extra()

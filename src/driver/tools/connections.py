@@ -41,12 +41,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONNECTION_TYPE_IDS",
+    "ENDPOINT_STAT_NAMES",
+    "ENDPOINT_STAT_TYPE_ID",
+    "HANDSHAKE_DROP_REASONS",
     "MESSAGES_RECEIVED_TYPE_ID",
     "MESSAGES_SENT_TYPE_ID",
     "RTT_TYPE_ID",
     "ConnectionKey",
     "ConnectionRow",
     "ConnectionsReading",
+    "EndpointStatKey",
     "connections_json",
     "format_connections",
     "read_connections",
@@ -66,13 +70,70 @@ LABEL_NAMES = {
     MESSAGES_RECEIVED_TYPE_ID: "endpoint-rcvd",
 }
 
+_MAX_KEY = 112
+_TRANSPORTS = ("ipc", "udp")
+_ROLES = ("server", "client")
+ENDPOINT_STAT_TYPE_ID = 4210
+"""One figure of a server end point as a whole (connections, handshake outcomes, decode errors ...)."""
+HANDSHAKE_DROP_REASONS = (
+    "malformed",
+    "replayed",
+    "spoofed",
+    "unknown",
+    "expired",
+    "overloaded",
+    "bad_cookie",
+    "misrouted",
+    "evicted",
+    "unsealed",
+    "unanswered",
+)
+"""Why a server's handshake dropped a packet (``endpoint.handshake.HandshakeStats``): ``handshake_drops:<reason>``."""
+ENDPOINT_STAT_NAMES = (
+    "connections",
+    "decode_errors",
+    "seal_failures",
+    "driver_restarts",
+    "handshake_packets",
+    "handshake_challenges",
+    *(f"handshake_drops:{reason}" for reason in HANDSHAKE_DROP_REASONS),
+)
+"""The figures a server keeps in its driver's counters file, one counter each."""
+_STAT_FIXED = struct.Struct("<iBxxxii")
+"""pid, role, port, name length; the name follows."""
+
+
+@attrs.frozen
+class EndpointStatKey:
+    """Which end point and which of its figures a counter holds."""
+
+    pid: int
+    role: str
+    port: int
+    name: str
+
+    def encode(self) -> bytes:
+        name = self.name.encode("ascii", "replace")[: _MAX_KEY - _STAT_FIXED.size]
+        return _STAT_FIXED.pack(self.pid, _ROLES.index(self.role), self.port, len(name)) + name
+
+    @classmethod
+    def decode(cls, key: bytes) -> EndpointStatKey | None:
+        if len(key) < _STAT_FIXED.size:
+            return None
+        pid, role, port, length = _STAT_FIXED.unpack_from(key, 0)
+        if role >= len(_ROLES) or not 0 <= length <= _MAX_KEY - _STAT_FIXED.size:
+            return None
+        name = key[_STAT_FIXED.size : _STAT_FIXED.size + length].decode("ascii", "replace")
+        return cls(pid, _ROLES[role], port, name)
+
+    def label(self) -> str:
+        return f"endpoint-stat: {self.role} {self.port} pid={self.pid} {self.name}"
+
+
 _FIXED = struct.Struct("<qqiiiiiBBxxi")
 """Connection id, opened (epoch ms), pid, out session and stream, in session and stream, transport, role, peer
 length; the peer follows."""
-_MAX_KEY = 112
-_MAX_PEER = _MAX_KEY - _FIXED.size
-_TRANSPORTS = ("ipc", "udp")
-_ROLES = ("server", "client")
+_MAX_PEER = 112 - _FIXED.size
 
 
 @attrs.frozen

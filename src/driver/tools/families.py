@@ -37,7 +37,12 @@ from driver.concurrent.system_counters import (
     DriverSystemCounterId,
     SystemCounterId,
 )
-from driver.tools.connections import MESSAGES_RECEIVED_TYPE_ID, MESSAGES_SENT_TYPE_ID, RTT_TYPE_ID
+from driver.tools.connections import (
+    ENDPOINT_STAT_TYPE_ID,
+    MESSAGES_RECEIVED_TYPE_ID,
+    MESSAGES_SENT_TYPE_ID,
+    RTT_TYPE_ID,
+)
 from driver.tools.stat import CounterSample
 
 __all__ = [
@@ -240,6 +245,28 @@ _CONNECTION: dict[int, Family] = {
     MESSAGES_SENT_TYPE_ID: CONNECTION_SENT,
     MESSAGES_RECEIVED_TYPE_ID: CONNECTION_RECEIVED,
 }
+_ENDPOINT_STAT: dict[str, Family] = {
+    "connections": _gauge("aeron_endpoint_connections", "Connections a server end point holds."),
+    "decode_errors": Family(
+        "aeron_endpoint_decode_errors", "counter", "Messages a server end point dropped as malformed."
+    ),
+    "seal_failures": Family(
+        "aeron_endpoint_seal_failures", "counter", "Sealed connections closed because a message did not open."
+    ),
+    "driver_restarts": Family(
+        "aeron_endpoint_driver_restarts", "counter", "Times a server end point's driver was restarted."
+    ),
+    "handshake_packets": Family(
+        "aeron_endpoint_handshake_packets", "counter", "Handshake packets a server end point received."
+    ),
+    "handshake_challenges": Family(
+        "aeron_endpoint_handshake_challenges", "counter", "Cookie challenges a server end point sent."
+    ),
+}
+HANDSHAKE_DROPS = Family(
+    "aeron_endpoint_handshake_drops", "counter", "Handshake packets a server end point dropped, by reason."
+)
+_STAT_LABEL = re.compile(r"endpoint-stat: (server|client) (\d+) pid=(\d+) ([\w:]+)")
 _CONNECTION_LABEL = re.compile(r"[\w-]+: (-?\d+) (server|client) (ipc|udp) (\S*) out=(-?\d+)/(-?\d+) in=.*")
 UNCLASSIFIED = _gauge("aeron_unclassified", "A counter of a type this exporter does not know, by type id and label.")
 _RECORDING_LABEL = re.compile(r"rec-pos: (-?\d+) (-?\d+) (-?\d+) (.*)")
@@ -256,6 +283,8 @@ FAMILIES: tuple[Family, ...] = (
     CONNECTION_RTT,
     CONNECTION_SENT,
     CONNECTION_RECEIVED,
+    *_ENDPOINT_STAT.values(),
+    HANDSHAKE_DROPS,
     UNCLASSIFIED,
 )
 """Every family :func:`classify` can answer, in the order the exporter renders them."""
@@ -313,4 +342,14 @@ def classify(sample: CounterSample) -> tuple[Family, Labels]:
                 ("session_id", session_id),
                 ("stream_id", stream_id),
             )
+    if type_id == ENDPOINT_STAT_TYPE_ID:
+        stat = _STAT_LABEL.fullmatch(sample.label)
+        if stat is not None:
+            role, port, pid, name = stat.groups()
+            labels: Labels = (("role", role), ("port", port), ("pid", pid))
+            if name.startswith("handshake_drops:"):
+                return HANDSHAKE_DROPS, (*labels, ("reason", name.partition(":")[2]))
+            family = _ENDPOINT_STAT.get(name)
+            if family is not None:
+                return family, labels
     return UNCLASSIFIED, (("type_id", str(type_id)), ("label", sample.label))

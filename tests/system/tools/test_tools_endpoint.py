@@ -290,3 +290,32 @@ async def test_connections_lists_each_connection_with_rtt_rates_and_age(aeron_di
     done = await asyncio.to_thread(tools, "connections", "-d", str(aeron_dir), "--once", "--interval", "0.1")
     assert done.returncode == 1
     assert "no such directory" in done.stderr or "cnc.dat" in done.stderr
+
+
+async def test_a_server_keeps_its_own_figures_in_the_counters_file(aeron_dir: Path, client_dir: Path) -> None:
+    """Connections, handshake packets and drops by reason, exported as families of their own."""
+    port = free_udp_port()
+    async with running_server(server_config(aeron_dir, port)) as server:
+        async with connected_client(client_config("udp", aeron_dir, client_dir), port):
+
+            def exported() -> dict[str, float] | None:
+                text = scrape(aeron_dir)
+                values = {
+                    line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines()
+                    if line.startswith("aeron_endpoint_") and not line.startswith("aeron_endpoint_connection_")
+                }
+                labels = f'role="server",port="{port}",pid="{os.getpid()}"'
+                ready = values.get(f"aeron_endpoint_connections{{{labels}}}") == 1
+                return values if ready and values.get(f"aeron_endpoint_handshake_packets_total{{{labels}}}") else None
+
+            values = await asyncio.to_thread(
+                execute_until, exported, timeout_s=30, interval_s=0.2, description="the server's counters"
+            )
+            labels = f'role="server",port="{port}",pid="{os.getpid()}"'
+            assert values[f"aeron_endpoint_handshake_packets_total{{{labels}}}"] >= 2  # HELLO and DONE at least
+            assert values[f"aeron_endpoint_decode_errors_total{{{labels}}}"] == 0
+            assert f'aeron_endpoint_handshake_drops_total{{{labels},reason="replayed"}}' in values
+            assert len(server.endpoint_counters) > 0
+            await asyncio.to_thread(promtool_check_metrics, await asyncio.to_thread(scrape, aeron_dir))
+        assert server.endpoint_counters.failures == 0
