@@ -104,6 +104,7 @@ class ConnectionCounters:
             await _release(aeron, allocated)
             return
         self._counters[connection] = tuple(allocated)
+        _write(connection, *allocated)  # no reader sees a zero round trip before the first refresh
 
     async def close(self, aeron: Aeron | None, connection: Connection) -> None:
         """Free a closed connection's counters (a task of the end point's)."""
@@ -119,10 +120,7 @@ class ConnectionCounters:
             return
         self._next_refresh_ns = now_ns + REFRESH_PERIOD_NS
         for connection, (rtt, sent, received) in self._counters.items():
-            seconds = connection.rtt
-            rtt.set_ordered(-1 if seconds is None else int(seconds * 1e9))
-            sent.set_ordered(connection.messages_sent)
-            received.set_ordered(connection.messages_received)
+            _write(connection, rtt, sent, received)
             due = self._next_sample_ns.get(connection)
             if due is None:
                 self._next_sample_ns[connection] = now_ns  # sampled at the next refresh
@@ -137,6 +135,13 @@ class ConnectionCounters:
 
     def __len__(self) -> int:
         return len(self._counters)
+
+
+def _write(connection: Connection, rtt: Counter, sent: Counter, received: Counter) -> None:
+    seconds = connection.rtt
+    rtt.set_ordered(-1 if seconds is None else int(seconds * 1e9))
+    sent.set_ordered(connection.messages_sent)
+    received.set_ordered(connection.messages_received)
 
 
 def endpoint_stats(endpoint: Any) -> dict[str, int]:

@@ -4,7 +4,7 @@ Theory of operation: :class:`DriverInfo` keeps the directory's cnc.dat mapped
 (remapping it when a new driver replaces the file, as ``stat`` does) and answers
 each question with one plain read of shared memory — counters, the distinct
 error log, the loss report, positions and lags per stream, the version and the
-heartbeat's age. Nothing is written and no command reaches the driver, so an
+heartbeat's age, end point connections. Nothing is written and no command reaches the driver, so an
 application may ask as often as it likes without touching the driver's hot
 path. A directory that cannot be read raises :class:`~driver.tools.common.ToolError`
 (a :class:`~driver.errors.DriverError`) whose message says why; :meth:`status`
@@ -27,6 +27,7 @@ from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.concurrent.system_counters import CLIENT_HEARTBEAT_TYPE_ID, SYSTEM_COUNTER_TYPE_ID
 from driver.core.media_driver import is_driver_active
 from driver.tools.common import ToolError, open_counters, open_loss_report
+from driver.tools.connections import ConnectionRow, read_connections
 from driver.tools.health import DEFAULT_DRIVER_TIMEOUT_MS, DriverStatus, check_driver
 from driver.tools.stat import CounterFilter, CounterSample, CounterSource, read_counters
 from driver.tools.streams import StreamPositions, read_streams
@@ -127,6 +128,11 @@ class DriverInfo:
     def backlog(self) -> list[StreamPositions]:
         """Positions per stream and session and the lags between them (``aeron-tools streams``)."""
         return read_streams(open_counters(self._source.cnc()))
+
+    def connections(self) -> list[ConnectionRow]:
+        """End point connections with counters in this driver (``aeron-tools connections``): peer, transport,
+        round trip, messages and bytes each way, back-pressure headroom."""
+        return read_connections(self._source, self._clock_ms).rows
 
     def client_ids(self) -> list[int]:
         """The ids of the clients whose heartbeat counters the driver holds."""

@@ -84,6 +84,14 @@ async def test_driver_info_reads_a_live_server(aeron_dir: Path, client_dir: Path
                 assert udp
                 assert all(s.receiver is not None and s.receiver >= s.slowest_subscriber for s in udp)  # type: ignore[operator]
                 assert isinstance(info.loss_report(), list)
+                rows = await wait_until(
+                    lambda: [r for r in info.connections() if r.messages_received >= 30],
+                    timeout=20,
+                    what="the connection's counters, refreshed",
+                )
+                assert [(r.key.connection_id, r.key.role, r.key.transport) for r in rows] == [
+                    (connection.id, "server", "udp")
+                ]
                 assert info.errors() == []
             with endpoint.driver_info(client) as info:
                 streams = info.backlog()
