@@ -163,20 +163,19 @@ def endpoint_stats(endpoint: Any) -> dict[str, int]:
 
 class EndpointCounters:
     """A server's own figures (connections, handshake outcomes, decode errors ...), one counter each, allocated
-    when it leases its driver, refreshed with the connection counters, freed when it closes. Clients keep none:
-    a process may run hundreds of them, and their connections' counters tell their story."""
+    at its first refresh once it is bound (its port is then known, a ``port=0`` one included), refreshed with
+    the connection counters, freed when it closes. Clients keep none: a process may run hundreds of them, and
+    their connections' counters tell their story."""
 
     def __init__(self, role: str, port: int) -> None:
         self.role = role
         self.port = port
         self._counters: dict[str, Counter] = {}
+        self._tried = False
         self._next_refresh_ns = 0
         self.failures = 0
 
     async def open(self, aeron: Aeron, endpoint: Any) -> None:
-        if self.role != "server" or self._counters:
-            return
-        self.port = int(getattr(endpoint, "port", None) or self.port)  # a port bound as 0 is known by now
         reader = aeron.conductor.counters_reader
         if used_counter_slots(reader) > COUNTERS_FILL_LIMIT * counter_slots(reader):
             self.failures += 1
@@ -192,13 +191,28 @@ class EndpointCounters:
             await _release(aeron, list(allocated.values()))
             return
         self._counters = allocated
-        self._next_refresh_ns = 0
-        self.refresh(0, endpoint)
+        self._write(endpoint)
 
     def refresh(self, now_ns: int, endpoint: Any) -> None:
-        if not self._counters or now_ns < self._next_refresh_ns:
+        """Bring the counters up to date (acts once every :data:`REFRESH_PERIOD_NS`); a bound server that has
+        none yet asks for them, once per driver lease."""
+        if now_ns < self._next_refresh_ns:
             return
         self._next_refresh_ns = now_ns + REFRESH_PERIOD_NS
+        if self._counters:
+            self._write(endpoint)
+            return
+        if self.role != "server" or self._tried:
+            return
+        shared = endpoint._shared
+        port = _bound_port(endpoint)
+        if shared is None or shared.aeron is None or not port:
+            return
+        self._tried = True
+        self.port = port
+        endpoint._spawn(self.open(shared.aeron, endpoint))
+
+    def _write(self, endpoint: Any) -> None:
         for name, value in endpoint_stats(endpoint).items():
             counter = self._counters.get(name)
             if counter is not None:
@@ -210,10 +224,23 @@ class EndpointCounters:
             await _release(aeron, counters)
 
     def forget(self) -> None:
+        """The driver failed: its counters went with it; the next lease gets new ones."""
         self._counters = {}
+        self._tried = False
 
     def __len__(self) -> int:
         return len(self._counters)
+
+
+def _bound_port(endpoint: Any) -> int:
+    """The port a server is bound to, 0 while unknown (``server.port`` raises before a ``port=0`` bind)."""
+    try:
+        port: Any = getattr(endpoint, "port", None)
+    except Exception:  # not bound yet
+        return 0
+    if port is None:
+        port = getattr(endpoint.config, "port", 0)
+    return int(port)
 
 
 def counter_slots(reader: CountersReader) -> int:

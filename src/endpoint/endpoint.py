@@ -181,8 +181,6 @@ class EndPoint(Generic[ConfigT]):
         self.config.serialization.freeze()
         shared = await registry.acquire(self.config, self)
         self._shared = shared
-        if shared.aeron is not None:
-            self._spawn(self.endpoint_counters.open(shared.aeron, self))
         if self._polling:
             _LoopPoller.for_running_loop().changed = True  # a restarted INVOKER-mode driver is a new one to drive
         return shared
