@@ -51,7 +51,9 @@ __all__ = [
     "ClientContext",
     "DriverContext",
     "ThreadingMode",
+    "configured_aeron_dir",
     "default_aeron_dir",
+    "default_user_name",
     "env_name",
     "normalize_idle_strategy",
 ]
@@ -78,15 +80,44 @@ _COUNTERS_METADATA_RATIO = 4
 _MIB = 1024 * 1024
 
 
-def default_aeron_dir() -> Path:
-    """``/dev/shm/aeron-<user>`` on Linux when /dev/shm exists, else ``<tmp>/aeron-<user>`` (as Aeron)."""
+def default_user_name() -> str:
+    """The user part of default directory names: the login name, else the uid, else ``default``.
+
+    The login name comes from the environment (``LOGNAME``, ``USER``...) or the password database, as Aeron's
+    ``user.name``; a process whose uid has no name (a container's bare uid) gets the uid's digits.
+    """
     try:
-        user = getpass.getuser()
+        return getpass.getuser()
     except Exception:  # no user name in the environment or the password database
-        user = "default"
+        getuid = getattr(os, "getuid", None)
+        return str(getuid()) if getuid is not None else "default"
+
+
+def default_aeron_dir(app_id: str | None = None) -> Path:
+    """``/dev/shm/aeron-<user>`` on Linux when /dev/shm exists, else ``<tmp>/aeron-<user>`` (as Aeron).
+
+    This is the one definition of the default driver directory: the driver, its clients, the tools and the
+    end points all use it. An ``app_id`` names a directory of its own beside it, ``aeron-<user>-<app_id>``.
+    ``$AERON_DIR`` is not read here (see :func:`configured_aeron_dir`).
+    """
+    name = f"aeron-{default_user_name()}" if app_id is None else f"aeron-{default_user_name()}-{app_id}"
     if sys.platform.startswith("linux") and os.path.isdir("/dev/shm"):
-        return Path(f"/dev/shm/aeron-{user}")
-    return Path(tempfile.gettempdir()) / f"aeron-{user}"
+        return Path("/dev/shm") / name
+    return Path(tempfile.gettempdir()) / name
+
+
+def configured_aeron_dir(app_id: str | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """The directory a program uses when none is given in code: ``$AERON_DIR`` if set, else the default.
+
+    With an ``app_id`` it is ``<that directory>-<app_id>``. Tools and end points call this, so setting
+    ``AERON_DIR`` moves both together (and a test can move them off the real default).
+    """
+    env = os.environ if environ is None else environ
+    configured = env.get(env_name("aeron.dir"))
+    if not configured:
+        return default_aeron_dir(app_id)
+    base = Path(configured)
+    return base if app_id is None else base.with_name(f"{base.name}-{app_id}")
 
 
 def env_name(property_name: str) -> str:

@@ -5,6 +5,14 @@ import logging as _logging
 from endpoint.client import Client
 from endpoint.config import ClientConfiguration, Configuration, ServerConfiguration
 from endpoint.connection.shell import Connection
+from endpoint.drivers import (
+    DriverInfo,
+    DriverStillRunningError,
+    driver_info,
+    ensure_stopped,
+    in_use_by_others,
+    is_running,
+)
 from endpoint.errors import (
     SEAL_FAILED,
     AllocationError,
@@ -59,6 +67,8 @@ __all__ = [
     "Connection",
     "ConnectionClosedError",
     "CriticalDriverError",
+    "DriverInfo",
+    "DriverStillRunningError",
     "DriverUnavailableError",
     "EndpointClosedError",
     "EndpointError",
@@ -87,6 +97,10 @@ __all__ = [
     "UnknownObjectError",
     "UnsupportedEventLoopError",
     "add_global_error_listener",
+    "driver_info",
+    "ensure_stopped",
+    "in_use_by_others",
+    "is_running",
     "remove_global_error_listener",
     "run",
 ]

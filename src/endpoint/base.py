@@ -12,9 +12,11 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from endpoint.config import Configuration
+from endpoint.connection.counters import ConnectionCounters, EndpointCounters, role_of
 from endpoint.connection.shell import Connection
 from endpoint.errors import (
     CriticalDriverError,
@@ -86,6 +88,10 @@ class EndPoint(Generic[ConfigT]):
         self._restarting = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self.restarts = 0
+        self.connection_counters = ConnectionCounters(role_of(self))
+        """Each connection's round trip and messages in the driver's counters file (``aeron-tools connections``)."""
+        self.endpoint_counters = EndpointCounters(role_of(self), int(getattr(config, "port", 0)))
+        """A server's own figures in the driver's counters file (connections, handshake outcomes ...)."""
         self.malformed_messages = 0
         """Messages dropped as malformed on this end point's connections, over its life (see the connections')."""
         self.seal_failures = 0
@@ -166,6 +172,13 @@ class EndPoint(Generic[ConfigT]):
                 message_type.__qualname__,
             )
 
+    @property
+    def aeron_dir(self) -> Path:
+        """The directory of this end point's driver: the leased driver's while bound or connected (a unique
+        directory included), else the one its configuration names."""
+        shared = self._shared
+        return shared.aeron_dir if shared is not None else self.config.resolved_aeron_dir()
+
     # ------------------------------------------------------------------ connections
 
     @property
@@ -175,12 +188,17 @@ class EndPoint(Generic[ConfigT]):
     def _add_connection(self, connection: Connection) -> None:
         self._connections[connection.id] = connection
         self._rebuild_poll_set()
+        shared = self._shared
+        if shared is not None and shared.aeron is not None:
+            self._spawn(self.connection_counters.open(shared.aeron, connection), connection)
         connection._fire_connect()
 
     def _connection_released(self, connection: Connection) -> None:
         if self._connections.get(connection.id) is connection:
             del self._connections[connection.id]
             self._rebuild_poll_set()
+        shared = self._shared
+        self._spawn(self.connection_counters.close(shared.aeron if shared else None, connection), connection)
         self._spawn(self._close_resources(connection), connection)
 
     async def _close_resources(self, connection: Connection) -> None:
@@ -286,6 +304,8 @@ class EndPoint(Generic[ConfigT]):
             except Exception as exc:  # one connection's failure is its own, and the others still tick
                 self._notify_error(connection, exc)
         self._tick_extra(now_ns)
+        self.connection_counters.refresh(now_ns)
+        self.endpoint_counters.refresh(now_ns, self)
         shared = self._shared
         if shared is not None and not self._restarting:
             failure = shared.check_alive()
@@ -325,6 +345,8 @@ class EndPoint(Generic[ConfigT]):
         try:
             for connection in list(self._connections.values()):
                 connection._lose("the driver failed")
+            self.connection_counters.forget()
+            self.endpoint_counters.forget()
             await self._drop_driver_resources()
             await registry.release(driver, self)
             self._shared = None
@@ -365,6 +387,9 @@ class EndPoint(Generic[ConfigT]):
         connections = list(self._connections.values())
         if connections:
             await asyncio.gather(*(c.close(END_POINT_CLOSED) for c in connections), return_exceptions=True)
+        shared = self._shared
+        if shared is not None and len(self.endpoint_counters):
+            await self.endpoint_counters.close(shared.aeron)  # while the poller still drives an INVOKER driver
         self._closing = True
         self._stop_poller()
         await self._close_extra()

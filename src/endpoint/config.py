@@ -10,21 +10,20 @@ whose keys are equal share one driver.
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 
-from driver.config import ThreadingMode
+from driver.config import ThreadingMode, configured_aeron_dir
 from endpoint.errors import ConfigurationError
 from endpoint.reconnect import Backoff
 from endpoint.serialization import Serialization
 
 __all__ = [
+    "DEFAULT_APP_ID",
     "HANDSHAKE_STREAM_ID",
     "IPC_HANDSHAKE_STREAM_BASE",
     "IPC_REPLY_STREAM_BASE",
@@ -164,22 +163,29 @@ def _optional_path(value: object) -> Path | None:
     return None if value is None else Path(str(value))
 
 
-def default_aeron_dir(app_id: str) -> Path:
-    """``/dev/shm/endpoint-<app id>-<user>`` on Linux, the temp dir elsewhere."""
-    shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-    user = os.environ.get("USER") or str(os.getuid() if hasattr(os, "getuid") else "user")
-    return base / f"endpoint-{app_id}-{user}"
+DEFAULT_APP_ID = "endpoint"
+"""The app id of end points that name none: they use the default driver directory itself."""
+
+
+def default_aeron_dir(app_id: str = DEFAULT_APP_ID) -> Path:
+    """The driver directory of end points with this app id and no ``aeron_dir``.
+
+    The default app id gets the directory every Aeron program of this user uses by default (``$AERON_DIR``, else
+    ``/dev/shm/aeron-<user>``), so ``aeron-tools`` finds it without ``--dir``; another app id gets its own beside
+    it, ``<that directory>-<app_id>``. Defined once, in :func:`driver.config.configured_aeron_dir`.
+    """
+    return configured_aeron_dir(None if app_id == DEFAULT_APP_ID else app_id)
 
 
 @attrs.define(kw_only=True)
 class Configuration:
     """What servers and clients share: the driver, the connections' logs, timeouts and serialization."""
 
-    app_id: str = attrs.field(default="endpoint", validator=_app_id)
+    app_id: str = attrs.field(default=DEFAULT_APP_ID, validator=_app_id)
     """Names the shared driver directory; end points with the same app id (and settings) share one driver."""
     aeron_dir: Path | None = attrs.field(default=None, converter=_optional_path)
-    """Driver directory; default ``/dev/shm/endpoint-<app_id>-<user>``."""
+    """Driver directory; default :func:`default_aeron_dir` of the app id: ``$AERON_DIR`` or
+    ``/dev/shm/aeron-<user>`` for the default app id (where the tools look), ``<that>-<app_id>`` for another."""
     unique_aeron_dir: bool = False
     """Give this end point a driver of its own on a fresh directory (no sharing, no IPC with other processes)."""
     launch_driver: bool = True

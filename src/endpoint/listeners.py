@@ -171,7 +171,6 @@ class ListenerManager(Generic[C]):
             if task is not None:
                 task.add_done_callback(_log_listener_failure)
 
-
     def has_error_listeners(self) -> bool:
         """Whether an error would reach a listener (local or global) rather than only the log."""
         return bool(self.error or _global_error_listeners)

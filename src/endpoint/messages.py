@@ -17,6 +17,7 @@ __all__ = [
     "CHUNK_EXT",
     "CHUNK_HEADER_LENGTH",
     "INTERNAL_TYPE_IDS",
+    "SAMPLE_SEQ",
     "Disconnect",
     "Ping",
     "Pong",
@@ -32,6 +33,11 @@ __all__ = [
     "is_chunk",
     "register_internal_messages",
 ]
+
+
+SAMPLE_SEQ = (1 << 64) - 1
+"""The ``seq`` of a ping that samples the round trip for the connection's counters: answered like any ping, but
+neither it nor its pong is work for the poller (``seq`` 0 is a keepalive, never answered)."""
 
 
 @attrs.define(slots=True)

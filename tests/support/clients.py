@@ -62,6 +62,6 @@ def poll_until(
         lambda: subscription.poll(handler, 100),
         timeout_s=timeout_s,
         max_iterations=10_000_000,
-        interval_s=0,
+        interval_s=0.0001,
         description="all messages polled",
     )

@@ -66,7 +66,13 @@ from driver.command.current import PublicationErrorResponse, StaticCounterRespon
 from driver.command.types import CurrentCommandType
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.broadcast import BroadcastReceiver, CopyBroadcastReceiver
-from driver.concurrent.counters import COUNTER_LENGTH, MAX_KEY_LENGTH, MAX_LABEL_LENGTH, CountersReader
+from driver.concurrent.counters import (
+    COUNTER_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_LABEL_LENGTH,
+    RECORD_ALLOCATED,
+    CountersReader,
+)
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.concurrent.system_counters import CLIENT_HEARTBEAT_TYPE_ID
 from driver.doorbell import DoorbellRinger
@@ -306,7 +312,11 @@ class ClientConductor:
             if counter_id == _NO_ID_ALLOCATED:
                 return  # the driver has not seen a command from us yet, so it is not timing us
             self._heartbeat_counter_id = counter_id
-        elif reader.find_by_type_id_and_registration_id(CLIENT_HEARTBEAT_TYPE_ID, self.client_id) != counter_id:
+        elif not (
+            reader.get_counter_state(counter_id) == RECORD_ALLOCATED
+            and reader.get_counter_type_id(counter_id) == CLIENT_HEARTBEAT_TYPE_ID
+            and int.from_bytes(reader.get_counter_key(counter_id)[:8], "little", signed=True) == self.client_id
+        ):  # one record read, not a scan of the file: a driver may hold thousands of counters
             raise ClientTimeoutError(f"unexpected close of heartbeat timestamp counter: {counter_id}")
         self._values.put_long_ordered(counter_id * COUNTER_LENGTH, self._epoch_clock())
 

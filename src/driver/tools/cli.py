@@ -2,7 +2,8 @@
 
 Subcommands: ``stat`` (AeronStat; live view, ``--once``, ``--json``, ``--serve``),
 ``errors`` (ErrorStat), ``loss`` (LossStat), ``streams`` (StreamStat with lags),
-``log`` (LogInspector) and ``driver`` (health check). Every one reads any driver
+``log`` (LogInspector), ``driver`` (health check), ``connections`` (end point connections) and
+``grafana`` (the exporter's dashboard). Every one reads any driver
 directory — ours or Aeron Java's — and reports a directory it cannot read as
 one line on stderr with exit status 1.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -19,9 +21,10 @@ from typing import TextIO
 
 from driver.concurrent.error_log import read_error_log
 from driver.concurrent.loss_report import read_loss_report
+from driver.tools import connections, exporter, health, logdump, loss, stat, streams
 from driver.tools import errors as errors_tool
-from driver.tools import exporter, health, logdump, loss, stat, streams
 from driver.tools.common import ToolError, default_directory, open_cnc, open_counters, open_loss_report
+from driver.tools.exporter import grafana_dashboard
 
 __all__ = ["build_parser", "main"]
 
@@ -55,8 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--dir",
         type=Path,
         default=None,
-        help="driver directory (aeron.dir); default $AERON_DIR or /dev/shm/aeron-<user>",
+        help="driver directory (aeron.dir); default $AERON_DIR or /dev/shm/aeron-<user>, where drivers and end points "
+        "that name no directory run",
     )
+
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Inspect an Aeron media driver directory (ours or Aeron Java 1.15.1's).",
@@ -124,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing; just the exit status")
+
+    p = sub.add_parser(
+        "connections", parents=[common], help="end point connections: RTT, rates, back pressure, age (live view)"
+    )
+    p.add_argument("--interval", type=_positive_float, default=1.0, metavar="SECONDS", help="refresh interval (1)")
+    p.add_argument("--count", type=_positive_int, metavar="N", help="stop after N refreshes (live view)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="print once and exit (default when not a terminal)")
+    mode.add_argument("--json", action="store_true", help="print JSON and exit")
+
+    p = sub.add_parser("grafana", help="print the Grafana dashboard for the exporter's metrics (import it in Grafana)")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write it to FILE instead of stdout")
     return parser
 
 
@@ -204,6 +221,34 @@ def _run_driver(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if status.alive else 1
 
 
+def _run_connections(args: argparse.Namespace, out: TextIO) -> int:
+    source = stat.CounterSource(_directory(args))
+    try:
+        if not (args.once or args.json) and out.isatty():
+            return connections.run_live(source, args.interval, args.count, out)
+        before = connections.read_connections(source)
+        time.sleep(args.interval)  # a second reading gives the rates
+        after = connections.read_connections(source)
+        out.write(
+            connections.connections_json(after, before) if args.json else connections.format_connections(after, before)
+        )
+        return 0
+    finally:
+        source.close()
+
+
+def _run_grafana(args: argparse.Namespace, out: TextIO) -> int:
+    text = grafana_dashboard()
+    if args.output is None:
+        out.write(text)
+        return 0
+    try:
+        args.output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ToolError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+    return 0
+
+
 _COMMANDS = {
     "stat": _run_stat,
     "errors": _run_errors,
@@ -211,6 +256,8 @@ _COMMANDS = {
     "streams": _run_streams,
     "log": _run_log,
     "driver": _run_driver,
+    "connections": _run_connections,
+    "grafana": _run_grafana,
 }
 
 

@@ -25,7 +25,7 @@ from driver.cnc import (
 )
 from driver.concurrent.counters import CountersReader
 from driver.concurrent.loss_report import LOSS_REPORT_FILE, LossReportFile
-from driver.config import default_aeron_dir, env_name
+from driver.config import configured_aeron_dir
 from driver.errors import CncVersionError, DriverError, DriverTimeoutError
 
 __all__ = [
@@ -44,9 +44,9 @@ class ToolError(DriverError):
 
 
 def default_directory() -> Path:
-    """``$AERON_DIR`` if set, else Aeron's default directory for this user."""
-    configured = os.environ.get(env_name("aeron.dir"))
-    return Path(configured) if configured else default_aeron_dir()
+    """``$AERON_DIR`` if set, else Aeron's default directory for this user: where drivers, and end points that
+    name neither a directory nor an app id, run."""
+    return configured_aeron_dir()
 
 
 def _check_directory(directory: Path) -> None:

@@ -9,11 +9,13 @@ still answers, with ``aeron_driver_up 0`` and the reason in an info metric.
 
 Families:
 
-* ``aeron_counter{id, type_id, type, label[, registration_id, session_id, stream_id, channel]}`` —
-  every counter's value (a gauge: positions and limits are not monotonic);
 * ``aeron_driver_up`` — 1 when the cnc.dat is readable and the heartbeat is fresh;
-* ``aeron_driver_heartbeat_age_seconds``, ``aeron_driver_start_time_seconds``,
-  ``aeron_driver_info{cnc_version, pid, directory}``, ``aeron_distinct_errors``.
+* ``aeron_driver_heartbeat_age_seconds``, ``aeron_driver_info{cnc_version, pid, directory}``,
+  ``aeron_driver_distinct_errors``;
+* one family per kind of counter, as :mod:`driver.tools.families` classifies them: monotonic
+  counts as ``*_total`` counters (``aeron_driver_sent_bytes_total``, ``aeron_driver_naks_sent_total``
+  ...), positions and limits as gauges labelled by stream, session and channel
+  (``aeron_subscriber_position_bytes{registration_id, session_id, stream_id, channel}`` ...).
 
 Clients that ask for OpenMetrics (``Accept: application/openmetrics-text``) get
 it, ending in ``# EOF``; others get the Prometheus 0.0.4 text format, which is
@@ -26,24 +28,29 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
 from pathlib import Path
 
 from driver.concurrent.error_log import read_error_log
 from driver.errors import DriverError
 from driver.tools.common import ToolError
-from driver.tools.stat import CounterSource, Snapshot
+from driver.tools.families import FAMILIES, Family, Labels, classify
+from driver.tools.stat import CounterSample, CounterSource, Snapshot
 
 __all__ = [
     "OPENMETRICS_CONTENT_TYPE",
     "PROMETHEUS_CONTENT_TYPE",
     "MetricsServer",
     "escape_label_value",
+    "grafana_dashboard",
     "parse_address",
     "render_metrics",
 ]
 
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+GRAFANA_DASHBOARD = "aeron-driver.json"
+"""The dashboard shipped beside this module, under ``grafana/``."""
 
 
 def escape_label_value(value: str) -> str:
@@ -59,6 +66,43 @@ def _info_family(name: str, help_text: str, openmetrics: bool) -> list[str]:
     if openmetrics:
         return [f"# TYPE {name} info", f"# HELP {name} {help_text}"]
     return [f"# TYPE {name}_info gauge", f"# HELP {name}_info {help_text}"]
+
+
+def _header(family: Family, openmetrics: bool) -> list[str]:
+    """TYPE, UNIT and HELP: OpenMetrics names the family (no ``_total``); Prometheus 0.0.4 names the samples."""
+    name = family.name if openmetrics else family.sample_name
+    lines = [f"# TYPE {name} {family.kind}"]
+    if openmetrics and family.unit:
+        lines.append(f"# UNIT {name} {family.unit}")
+    lines.append(f"# HELP {name} {family.help}")
+    return lines
+
+
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else repr(value)
+
+
+def _render_counters(counters: list[CounterSample], openmetrics: bool) -> list[str]:
+    """One block per family, in catalogue order; a label set seen twice in a family gets the counter id too."""
+    grouped: dict[Family, list[tuple[Labels, CounterSample]]] = {}
+    for sample in counters:
+        family, labels = classify(sample)
+        grouped.setdefault(family, []).append((labels, sample))
+    out: list[str] = []
+    for family in FAMILIES:
+        members = grouped.get(family)
+        if not members:
+            continue
+        out.extend(_header(family, openmetrics))
+        seen: set[Labels] = set()
+        for labels, sample in members:
+            if labels in seen:
+                labels = (*labels, ("counter_id", str(sample.counter_id)))
+            seen.add(labels)
+            value: float = sample.value if family.scale == 1.0 else sample.value * family.scale
+            shown = _labels(list(labels)) if labels else ""
+            out.append(f"{family.sample_name}{shown} {_number(value)}")
+    return out
 
 
 def render_metrics(
@@ -88,21 +132,18 @@ def render_metrics(
         out.append("# HELP aeron_driver_heartbeat_age_seconds Time since the driver last stamped its heartbeat.")
         out.append(f"aeron_driver_heartbeat_age_seconds {snapshot.heartbeat_age_ms / 1000:.3f}")
         if distinct_errors is not None:
-            out.append("# TYPE aeron_distinct_errors gauge")
-            out.append("# HELP aeron_distinct_errors Distinct errors in the driver's error log.")
-            out.append(f"aeron_distinct_errors {distinct_errors}")
-        out.append("# TYPE aeron_counter gauge")
-        out.append("# HELP aeron_counter Value of an Aeron counter (system counters, positions, limits, heartbeats).")
-        for c in snapshot.counters:
-            pairs = [("id", c.counter_id), ("type_id", c.type_id), ("type", c.type_name), ("label", c.label)]
-            for name in ("registration_id", "session_id", "stream_id", "channel"):
-                value = getattr(c, name)
-                if value is not None:
-                    pairs.append((name, value))
-            out.append(f"aeron_counter{_labels(pairs)} {c.value}")
+            out.append("# TYPE aeron_driver_distinct_errors gauge")
+            out.append("# HELP aeron_driver_distinct_errors Distinct errors in the driver's error log.")
+            out.append(f"aeron_driver_distinct_errors {distinct_errors}")
+        out.extend(_render_counters(snapshot.counters, openmetrics))
     if openmetrics:
         out.append("# EOF")
     return "\n".join(line for line in out if line) + "\n"
+
+
+def grafana_dashboard() -> str:
+    """The Grafana dashboard (JSON) for a driver and its end points, built on this exporter's families."""
+    return (resources.files("driver.tools") / "grafana" / GRAFANA_DASHBOARD).read_text(encoding="utf-8")
 
 
 def parse_address(text: str) -> tuple[str, int]:

@@ -21,7 +21,16 @@ from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.connection.liveness import PEER_TIMED_OUT, Liveness, Verdict
 from endpoint.connection.sealing import Opener
 from endpoint.errors import SealError, SerializationError
-from endpoint.messages import CHUNK_EXT, INTERNAL_TYPE_IDS, Disconnect, Ping, Pong, RpcCall, internal_problem
+from endpoint.messages import (
+    CHUNK_EXT,
+    INTERNAL_TYPE_IDS,
+    SAMPLE_SEQ,
+    Disconnect,
+    Ping,
+    Pong,
+    RpcCall,
+    internal_problem,
+)
 
 __all__ = ["ConnectionCore"]
 
@@ -163,10 +172,12 @@ class ConnectionCore:
                 if message.seq == 0:  # a keepalive: heard, which is all it is for
                     self._control += 1
                     return
+                if message.seq == SAMPLE_SEQ:  # a round-trip sample: answered, but no more work than a keepalive
+                    self._control += 1
                 self._send_control(Pong(message.seq, message.sent_ns))
                 return
             if cls is Pong:
-                if message.seq == 0:
+                if message.seq == 0 or message.seq == SAMPLE_SEQ:
                     self._control += 1
                 self._pong(message)
                 return

@@ -161,7 +161,7 @@ def test_two_processes_publish_into_one_shared_publication(driver_process: Drive
             lambda: subscription.poll(received.assembler, 200),
             timeout_s=60,
             max_iterations=10_000_000,
-            interval_s=0,
+            interval_s=0.0001,
             description=f"{count} messages from each publisher",
         )
         assert subscription.images == (image,)
@@ -204,7 +204,7 @@ def test_publisher_killed_mid_claim_is_unblocked(driver_process: DriverProcess, 
                 poll,
                 timeout_s=60,
                 max_iterations=10_000_000,
-                interval_s=0,
+                interval_s=0.0001,
                 description="the surviving publisher's messages past the dead claim",
             )
             done.set()

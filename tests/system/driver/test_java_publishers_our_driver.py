@@ -97,7 +97,7 @@ def test_java_streaming_publisher_to_our_subscriber(
             lambda: subscription.poll(assembler, 256),
             timeout_s=60,
             max_iterations=10_000_000,
-            interval_s=0,
+            interval_s=0.0001,
             description=f"{count} messages from StreamingPublisher",
         )
         assert proc.wait(30) == 0

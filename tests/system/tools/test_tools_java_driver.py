@@ -15,8 +15,11 @@ import pytest
 
 from driver.client import Aeron
 from driver.errors import RegistrationError
+from driver.tools import exporter, families
+from driver.tools.stat import CounterSource
 from support.aeron_java import AeronJava, JavaMediaDriver, aeron_stat_snapshot, start_java_media_driver
 from support.clients import offer_all, wait_for_image
+from support.promtool import promtool_check_metrics
 from support.waiting import execute_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.process]
@@ -218,3 +221,28 @@ def test_loss_matches_loss_stat(aeron_java: AeronJava, lossy_java_driver: JavaMe
     assert lines[1].endswith(f",10,{channel},/127.0.0.1:" + lines[1].rsplit(":", 1)[1])
     entries = json.loads(tools("loss", "-d", str(lossy_java_driver.aeron_dir), "--json").stdout)["entries"]
     assert entries[0]["observation_count"] == int(count)
+
+
+def test_exporter_classifies_a_java_driver(java_media_driver: JavaMediaDriver, aeron: Aeron) -> None:
+    """Every counter of Aeron Java's driver lands in a named family, and promtool accepts the exposition."""
+    subscription = aeron.add_subscription("aeron:udp?endpoint=localhost:24325", 8)
+    publication = aeron.add_publication("aeron:udp?endpoint=localhost:24325", 8)
+    wait_for_image(subscription)
+    offer_all(publication, [b"exported"] * 50, lambda: subscription.poll(lambda p, h: None, 10))
+    source = CounterSource(java_media_driver.aeron_dir)
+    try:
+        snapshot = source.snapshot()
+    finally:
+        source.close()
+    unclassified = [
+        c for c in snapshot.counters if families.classify(c)[0] in (families.UNCLASSIFIED, families.UNCLASSIFIED_SYSTEM)
+    ]
+    assert not unclassified
+    text = exporter.render_metrics(java_media_driver.aeron_dir, snapshot, None, 0, 10_000, openmetrics=False)
+    for name in (
+        "aeron_driver_sent_bytes_total",
+        "aeron_sender_position_bytes",
+        "aeron_receiver_high_water_mark_bytes",
+    ):
+        assert any(line.startswith(name) for line in text.splitlines()), name
+    promtool_check_metrics(text)

@@ -25,6 +25,7 @@ from driver.concurrent.loss_report import LossReport, LossReportFile
 from driver.errors import RegistrationError
 from support.clients import offer_all, wait_for_image
 from support.driver_process import DriverProcess
+from support.promtool import promtool_check_metrics
 from support.waiting import execute_until
 
 pytestmark = pytest.mark.process
@@ -259,8 +260,11 @@ def test_exporter_scrapes(driver_process: DriverProcess, traffic: Traffic) -> No
             f'aeron_driver_info{{directory="{driver_process.aeron_dir}",'
             f'cnc_version="512",pid="{driver_process.pid}"}} 1' in first
         )
-        pattern = re.compile(rf'aeron_counter\{{[^}}]*type="sub-pos"[^}}]*stream_id="{STREAM}"[^}}]*\}} (\d+)')
+        assert re.search(r"^aeron_driver_sent_bytes_total \d+$", first, re.MULTILINE), first
+        pattern = re.compile(rf'aeron_subscriber_position_bytes\{{[^}}]*stream_id="{STREAM}"[^}}]*\}} (\d+)')
         before = int(pattern.search(first)[1])  # type: ignore[index]
+        with urllib.request.urlopen(url, timeout=10) as response:
+            promtool_check_metrics(response.read().decode())
         execute_until(lambda: traffic.drain() == 0, timeout_s=20, description="subscriber drained")
 
         def advanced() -> bool:

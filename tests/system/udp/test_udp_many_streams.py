@@ -82,7 +82,7 @@ def _send_round_robin(
         drain,
         timeout_s=max(1.0, deadline - time.monotonic()),
         max_iterations=10_000_000,
-        interval_s=0,
+        interval_s=0.0001,
         description=f"{total} messages on each of {len(collectors)} streams",
     )
     for collector in collectors:

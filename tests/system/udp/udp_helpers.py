@@ -131,7 +131,7 @@ def publish_checked(
         drain,
         timeout_s=max(1.0, deadline - time.monotonic()),
         max_iterations=10_000_000,
-        interval_s=0,
+        interval_s=0.0001,
         description=f"{total} messages at every subscriber",
     )
     for _, collector in subscriptions:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -357,7 +358,8 @@ def test_default_aeron_dir_without_a_user_name(monkeypatch: pytest.MonkeyPatch) 
         raise KeyError("no user")
 
     monkeypatch.setattr("getpass.getuser", no_user)
-    assert default_aeron_dir().name == "aeron-default"
+    expected = f"aeron-{os.getuid()}" if hasattr(os, "getuid") else "aeron-default"
+    assert default_aeron_dir().name == expected
 
 
 def test_default_aeron_dir_off_linux(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -7,9 +7,7 @@ Also: driver keys (equal settings share a driver) and the default Aeron director
 from __future__ import annotations
 
 import math
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from driver.config import ThreadingMode
-from endpoint import config as config_module
-from endpoint.config import ClientConfiguration, Configuration, ServerConfiguration, default_aeron_dir
+from driver.config import default_aeron_dir as driver_default_aeron_dir
+from driver.tools.common import default_directory
+from endpoint.config import (
+    DEFAULT_APP_ID,
+    ClientConfiguration,
+    Configuration,
+    ServerConfiguration,
+    default_aeron_dir,
+)
 from endpoint.errors import ConfigurationError, EndpointError
 
 ALL = (Configuration, ServerConfiguration, ClientConfiguration)
@@ -487,31 +492,26 @@ def test_key_uses_the_resolved_directory() -> None:
 # ---------------------------------------------------------------------------------------------- default directory
 
 
-def test_default_aeron_dir_names_app_and_user(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("USER", "alice")
-    path = default_aeron_dir("game")
-    assert path.name == "endpoint-game-alice"
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        assert path.parent == shm
-    else:
-        assert path.parent == Path(tempfile.gettempdir())
+def test_default_aeron_dir_is_the_driver_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default app id runs where drivers and the tools look by default; another app id beside it."""
+    monkeypatch.delenv("AERON_DIR", raising=False)
+    monkeypatch.setattr("getpass.getuser", lambda: "alice")
+    assert default_aeron_dir() == driver_default_aeron_dir() == default_directory()
+    assert default_aeron_dir(DEFAULT_APP_ID) == driver_default_aeron_dir()
+    assert default_aeron_dir("game") == driver_default_aeron_dir().with_name("aeron-alice-game")
+    assert default_aeron_dir().name == "aeron-alice"
 
 
-def test_default_aeron_dir_falls_back_to_the_temp_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("USER", "bob")
-    monkeypatch.setattr(config_module.os, "access", lambda *args, **kwargs: False)
-    assert default_aeron_dir("game") == Path(tempfile.gettempdir()) / "endpoint-game-bob"
-
-
-@pytest.mark.skipif(not hasattr(os, "getuid"), reason="needs os.getuid")
-def test_default_aeron_dir_without_user_uses_the_uid(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("USER", raising=False)
-    assert default_aeron_dir("game").name == f"endpoint-game-{os.getuid()}"
+def test_aeron_dir_env_moves_every_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AERON_DIR", str(tmp_path / "drivers"))
+    assert default_aeron_dir() == tmp_path / "drivers" == default_directory()
+    assert default_aeron_dir("game") == tmp_path / "drivers-game"
+    assert Configuration().resolved_aeron_dir() == tmp_path / "drivers"
 
 
 def test_resolved_aeron_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("USER", "carol")
+    monkeypatch.delenv("AERON_DIR", raising=False)
+    monkeypatch.setattr("getpass.getuser", lambda: "carol")
     assert Configuration(app_id="game").resolved_aeron_dir() == default_aeron_dir("game")
-    assert Configuration().resolved_aeron_dir().name == "endpoint-endpoint-carol"
+    assert Configuration().resolved_aeron_dir().name == "aeron-carol"
     assert ServerConfiguration(aeron_dir="/tmp/d").resolved_aeron_dir() == Path("/tmp/d")  # type: ignore[arg-type]

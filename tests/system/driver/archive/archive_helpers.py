@@ -207,7 +207,7 @@ class Collector:
                 self.poll,
                 timeout_s=timeout_s,
                 max_iterations=10_000_000,
-                interval_s=0,
+                interval_s=0.0001,
                 description=f"{count} messages on {self.subscription.channel}",
             )
         except AssertionError as exc:
@@ -249,7 +249,7 @@ class RawCollector:
             self.poll,
             timeout_s=timeout_s,
             max_iterations=10_000_000,
-            interval_s=0,
+            interval_s=0.0001,
             description=f"raw bytes up to {position} (at {self.position})",
         )
         return bytes(self.data)

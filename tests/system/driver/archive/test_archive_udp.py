@@ -82,7 +82,7 @@ def test_record_a_remote_udp_stream(harness: ArchiveHarness, remote_aeron: Aeron
             drain,
             timeout_s=20,
             max_iterations=10_000_000,
-            interval_s=0,
+            interval_s=0.0001,
             description="plain and raw subscribers at the end of the stream",
         )
         assert plain.messages == messages

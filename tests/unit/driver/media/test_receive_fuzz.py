@@ -589,7 +589,7 @@ def test_driver_pair_survives_garbage_and_the_stream_still_flows(tmp_path: Path)
             lambda: len(got) >= count,
             lambda: subscription.poll(assembler, 100),
             timeout_s=20,
-            interval_s=0,
+            interval_s=0.0001,
             max_iterations=10_000_000,
             description=f"{count} messages after the fuzz",
         )

@@ -15,10 +15,11 @@ import pytest
 
 from driver.cnc import CNC_FILE, CncGeneration
 from driver.concurrent.system_counters import SUBSCRIBER_POSITION_TYPE_ID
-from driver.tools import exporter
+from driver.tools import exporter, families
 from driver.tools.cli import main
 from driver.tools.common import format_java_time
 from driver.tools.stat import CounterSource, Snapshot, format_aeronstat, rates
+from support.promtool import promtool_check_metrics
 from support.tool_dirs import IPC, UDP, FakeDriverDir
 
 
@@ -341,23 +342,55 @@ def test_openmetrics_rendering(fake: FakeDriverDir) -> None:
     lines = text.splitlines()
     assert lines[-1] == "# EOF"
     assert "aeron_driver_up 1" in lines
-    assert "# TYPE aeron_counter gauge" in lines
-    assert 'aeron_counter{id="0",type_id="0",type="system",label="Bytes sent"} 123456' in lines
+    assert "# TYPE aeron_driver_sent_bytes counter" in lines
+    assert "# UNIT aeron_driver_sent_bytes bytes" in lines
+    assert "aeron_driver_sent_bytes_total 123456" in lines
+    assert "# TYPE aeron_subscriber_position_bytes gauge" in lines
     sub = (
-        f'aeron_counter{{id="{fake.ipc_sub_pos}",type_id="{SUBSCRIBER_POSITION_TYPE_ID}",type="sub-pos",'
-        f'label="sub-pos: 9 11 1001 aeron:ipc @0",registration_id="9",session_id="11",stream_id="1001",'
-        f'channel="aeron:ipc"}} 1024'
+        'aeron_subscriber_position_bytes{registration_id="9",session_id="11",stream_id="1001",channel="aeron:ipc"} 1024'
     )
     assert sub in lines
-    assert "aeron_distinct_errors 1" in lines
+    assert 'aeron_driver_images_refused_total{reason="term_length"} 0' in lines
+    assert "aeron_driver_distinct_errors 1" in lines
     families = [line.split()[2] for line in lines if line.startswith("# TYPE")]
     assert len(families) == len(set(families))
     for line in lines:
         if not line.startswith("#"):
-            assert re.fullmatch(r'[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? -?[0-9.]+', line), line
+            assert re.fullmatch(r'[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? -?[0-9.e+-]+', line), line
     prometheus = exporter.render_metrics(fake.directory, _snapshot(fake), None, 1, 10_000, openmetrics=False)
     assert "# EOF" not in prometheus
     assert "# TYPE aeron_driver_info gauge" in prometheus
+    assert "# TYPE aeron_driver_sent_bytes_total counter" in prometheus.splitlines()
+
+
+def test_every_family_follows_prometheus_naming() -> None:
+    """Counters end in ``_total`` only as samples; units are base units at the end of the name; no name twice."""
+    names = [family.name for family in families.FAMILIES]
+    assert len(names) == len(set(names))
+    for family in families.FAMILIES:
+        assert re.fullmatch(r"aeron_[a-z0-9_]+", family.name), family.name
+        assert not family.name.endswith("_total")
+        assert "counter" not in family.name.split("_")
+        assert "gauge" not in family.name.split("_")
+        if family.unit:
+            assert family.unit in ("bytes", "seconds")
+            assert family.name.endswith(f"_{family.unit}"), family
+        assert family.help.endswith(".")
+        assert families.family_named(family.sample_name) is family
+
+
+def test_counters_are_classified_by_kind(fake: FakeDriverDir) -> None:
+    """Every counter of the fake driver lands in a known family: none is left unclassified."""
+    for sample in _snapshot(fake).counters:
+        family, labels = families.classify(sample)
+        assert family not in (families.UNCLASSIFIED, families.UNCLASSIFIED_SYSTEM), sample
+        if sample.type_id == SUBSCRIBER_POSITION_TYPE_ID:
+            assert dict(labels)["stream_id"] == str(sample.stream_id)
+
+
+def test_exposition_passes_promtool(fake: FakeDriverDir) -> None:
+    promtool_check_metrics(exporter.render_metrics(fake.directory, _snapshot(fake), None, 1, 10_000, openmetrics=False))
+    promtool_check_metrics(exporter.render_metrics(fake.directory, None, "no cnc.dat", None, 10_000, openmetrics=False))
 
 
 def test_label_escaping() -> None:
@@ -397,8 +430,8 @@ def test_exporter_serves_fresh_values_on_each_scrape(fake: FakeDriverDir) -> Non
         with urllib.request.urlopen(url, timeout=10) as response:
             assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
             second = response.read().decode()
-        assert 'label="Bytes sent"} 123456' in first
-        assert 'label="Bytes sent"} 999' in second
+        assert "aeron_driver_sent_bytes_total 123456" in first
+        assert "aeron_driver_sent_bytes_total 999" in second
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://{host}:{port}/other", timeout=10)
     finally:
@@ -410,3 +443,13 @@ def test_format_aeronstat_clock_and_pid(fake: FakeDriverDir) -> None:
     text = format_aeronstat(snapshot)
     assert f"pid {snapshot.pid}" in text.splitlines()[0]
     assert time.strftime("%H:%M", time.localtime(snapshot.epoch_ms / 1000)) in text.splitlines()[0]
+
+
+def test_grafana_prints_or_writes_the_dashboard(tmp_path: Path) -> None:
+    code, text = run("grafana")
+    assert code == 0
+    dashboard = json.loads(text)
+    assert dashboard["title"] == "Aeron driver and end points"
+    assert run("grafana", "-o", str(tmp_path / "d.json")) == (0, "")
+    assert json.loads((tmp_path / "d.json").read_text()) == dashboard
+    assert run("grafana", "-o", str(tmp_path / "missing" / "d.json"))[0] == 1

@@ -1,0 +1,277 @@
+"""Each connection's figures in its driver's counters file, where ``aeron-tools connections`` and the
+exporter read them.
+
+Theory of operation: when a connection opens, the end point asks its driver client for three counters (last
+round trip, messages sent, messages received; layout in :mod:`driver.tools.connections`) in a background
+task. The liveness tick copies the connection's own figures into them: the send and receive paths are not
+touched. Keepalives do not measure the round trip, so every :data:`RTT_SAMPLE_PERIOD_NS` the tick also sends
+one ping down the connection, as a control message (like a keepalive it neither waits out back pressure nor
+wakes the poller); its pong lands in ``connection.rtt``. When the connection closes
+the counters are freed. Counters are a bounded resource of the driver: one that
+cannot be allocated (the file is full, the driver is gone) is counted in :attr:`ConnectionCounters.failures`
+and the connection goes on without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from driver.client.aeron import Aeron
+from driver.client.aio import await_request
+from driver.client.counter import Counter
+from driver.concurrent.counters import METADATA_LENGTH, RECORD_UNUSED, CountersReader
+from driver.tools.connections import (
+    ENDPOINT_STAT_NAMES,
+    ENDPOINT_STAT_TYPE_ID,
+    HANDSHAKE_DROP_REASONS,
+    MESSAGES_RECEIVED_TYPE_ID,
+    MESSAGES_SENT_TYPE_ID,
+    RTT_TYPE_ID,
+    ConnectionKey,
+    EndpointStatKey,
+)
+from endpoint.messages import SAMPLE_SEQ, Ping
+
+if TYPE_CHECKING:
+    from endpoint.connection.shell import Connection
+
+__all__ = ["ConnectionCounters", "EndpointCounters", "connection_key", "endpoint_stats"]
+
+_log = logging.getLogger("endpoint")
+_TYPE_IDS = (RTT_TYPE_ID, MESSAGES_SENT_TYPE_ID, MESSAGES_RECEIVED_TYPE_ID)
+COUNTERS_FILL_LIMIT = 0.75
+"""Share of the counters file past which connections get no counters: the rest is the driver's."""
+RTT_SAMPLE_PERIOD_NS = 10_000_000_000
+"""How often a connection with counters is pinged to sample its round trip (the first time one refresh after
+its counters appear, not in the burst of a connection's opening)."""
+REFRESH_PERIOD_NS = 1_000_000_000
+"""How often the counters are brought up to date: the tools read them about once a second."""
+
+
+def connection_key(connection: Connection, role: str) -> ConnectionKey:
+    """Which connection the counters describe, and where its byte positions are."""
+    image = connection._image
+    return ConnectionKey(
+        connection_id=connection.id,
+        opened_ms=time.time_ns() // 1_000_000,
+        pid=os.getpid(),
+        transport="ipc" if connection.is_ipc else "udp",
+        role=role,
+        out_session_id=connection._pub.session_id,
+        out_stream_id=connection.outbound[1],
+        in_session_id=image.session_id if image is not None else 0,
+        in_stream_id=connection.inbound[1],
+        peer=connection.remote_address,
+    )
+
+
+class ConnectionCounters:
+    """The counters of one end point's connections."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self._counters: dict[Connection, tuple[Counter, ...]] = {}
+        self._pending: set[Connection] = set()
+        self._next_sample_ns: dict[Connection, int] = {}
+        self._next_refresh_ns = 0
+        self.failures = 0
+        """Connections whose counters could not be allocated."""
+
+    async def open(self, aeron: Aeron, connection: Connection) -> None:
+        """Allocate the connection's counters (run as a task of the end point's)."""
+        reader = aeron.conductor.counters_reader
+        if used_counter_slots(reader) > COUNTERS_FILL_LIMIT * counter_slots(reader):
+            self.failures += 1
+            return
+        key = connection_key(connection, self.role)
+        encoded = key.encode()
+        self._pending.add(connection)
+        allocated: list[Counter] = []
+        try:
+            for type_id in _TYPE_IDS:
+                allocated.append(await aeron.add_counter_async(type_id, encoded, key.label(type_id)))
+        except Exception as exc:  # counters file full or driver gone: the connection goes on without them
+            self.failures += 1
+            _log.debug("no counters for connection %s: %s", connection.id, exc)
+            await _release(aeron, allocated)
+            return
+        finally:
+            self._pending.discard(connection)
+        if connection.is_closed:
+            await _release(aeron, allocated)
+            return
+        self._counters[connection] = tuple(allocated)
+        _write(connection, *allocated)  # no reader sees a zero round trip before the first refresh
+
+    async def close(self, aeron: Aeron | None, connection: Connection) -> None:
+        """Free a closed connection's counters (a task of the end point's)."""
+        counters = self._counters.pop(connection, None)
+        self._next_sample_ns.pop(connection, None)
+        if counters is not None and aeron is not None:
+            await _release(aeron, list(counters))
+
+    def refresh(self, now_ns: int) -> None:
+        """Copy each connection's figures into its counters and send the round-trip samples that are due
+        (called on the liveness tick, acts once every :data:`REFRESH_PERIOD_NS`)."""
+        if now_ns < self._next_refresh_ns:
+            return
+        self._next_refresh_ns = now_ns + REFRESH_PERIOD_NS
+        for connection, (rtt, sent, received) in self._counters.items():
+            _write(connection, rtt, sent, received)
+            due = self._next_sample_ns.get(connection)
+            if due is None:
+                self._next_sample_ns[connection] = now_ns  # sampled at the next refresh
+            elif now_ns >= due and not connection.is_closed:
+                self._next_sample_ns[connection] = now_ns + RTT_SAMPLE_PERIOD_NS
+                connection.outbox.send_control(Ping(SAMPLE_SEQ, time.perf_counter_ns()))
+
+    def forget(self) -> None:
+        """The driver failed: its counters went with it."""
+        self._counters.clear()
+        self._next_sample_ns.clear()
+
+    def __len__(self) -> int:
+        return len(self._counters)
+
+
+def _write(connection: Connection, rtt: Counter, sent: Counter, received: Counter) -> None:
+    seconds = connection.rtt
+    rtt.set_ordered(-1 if seconds is None else int(seconds * 1e9))
+    sent.set_ordered(connection.messages_sent)
+    received.set_ordered(connection.messages_received)
+
+
+def endpoint_stats(endpoint: Any) -> dict[str, int]:
+    """A server's figures as :data:`~driver.tools.connections.ENDPOINT_STAT_NAMES` names them."""
+    stats = {
+        "connections": len(endpoint.connections),
+        "decode_errors": endpoint.malformed_messages,
+        "seal_failures": endpoint.seal_failures,
+        "driver_restarts": endpoint.restarts,
+    }
+    handshake = getattr(endpoint, "_handshake", None)
+    shake = handshake.stats if handshake is not None else None
+    stats["handshake_packets"] = shake.received if shake is not None else 0
+    stats["handshake_challenges"] = shake.challenged if shake is not None else 0
+    for reason in HANDSHAKE_DROP_REASONS:
+        stats[f"handshake_drops:{reason}"] = getattr(shake, reason, 0) if shake is not None else 0
+    return stats
+
+
+class EndpointCounters:
+    """A server's own figures (connections, handshake outcomes, decode errors ...), one counter each, allocated
+    at its first refresh once it is bound (its port is then known, a ``port=0`` one included), refreshed with
+    the connection counters, freed when it closes. Clients keep none: a process may run hundreds of them, and
+    their connections' counters tell their story."""
+
+    def __init__(self, role: str, port: int) -> None:
+        self.role = role
+        self.port = port
+        self._counters: dict[str, Counter] = {}
+        self._tried = False
+        self._next_refresh_ns = 0
+        self.failures = 0
+
+    async def open(self, aeron: Aeron, endpoint: Any) -> None:
+        reader = aeron.conductor.counters_reader
+        if used_counter_slots(reader) > COUNTERS_FILL_LIMIT * counter_slots(reader):
+            self.failures += 1
+            return
+        allocated: dict[str, Counter] = {}
+        try:
+            for name in ENDPOINT_STAT_NAMES:
+                key = EndpointStatKey(os.getpid(), self.role, self.port, name)
+                allocated[name] = await aeron.add_counter_async(ENDPOINT_STAT_TYPE_ID, key.encode(), key.label())
+        except Exception as exc:  # counters file full or driver gone: the end point goes on without them
+            self.failures += 1
+            _log.debug("no end point counters: %s", exc)
+            await _release(aeron, list(allocated.values()))
+            return
+        self._counters = allocated
+        self._write(endpoint)
+
+    def refresh(self, now_ns: int, endpoint: Any) -> None:
+        """Bring the counters up to date (acts once every :data:`REFRESH_PERIOD_NS`); a bound server that has
+        none yet asks for them, once per driver lease."""
+        if now_ns < self._next_refresh_ns:
+            return
+        self._next_refresh_ns = now_ns + REFRESH_PERIOD_NS
+        if self._counters:
+            self._write(endpoint)
+            return
+        if self.role != "server" or self._tried:
+            return
+        shared = endpoint._shared
+        port = _bound_port(endpoint)
+        if shared is None or shared.aeron is None or not port:
+            return
+        self._tried = True
+        self.port = port
+        endpoint._spawn(self.open(shared.aeron, endpoint))
+
+    def _write(self, endpoint: Any) -> None:
+        for name, value in endpoint_stats(endpoint).items():
+            counter = self._counters.get(name)
+            if counter is not None:
+                counter.set_ordered(value)
+
+    async def close(self, aeron: Aeron | None) -> None:
+        counters, self._counters = list(self._counters.values()), {}
+        if aeron is not None:
+            await _release(aeron, counters)
+
+    def forget(self) -> None:
+        """The driver failed: its counters went with it; the next lease gets new ones."""
+        self._counters = {}
+        self._tried = False
+
+    def __len__(self) -> int:
+        return len(self._counters)
+
+
+def _bound_port(endpoint: Any) -> int:
+    """The port a server is bound to, 0 while unknown (``server.port`` raises before a ``port=0`` bind)."""
+    try:
+        port: Any = getattr(endpoint, "port", None)
+    except Exception:  # not bound yet
+        return 0
+    if port is None:
+        port = getattr(endpoint.config, "port", 0)
+    return int(port)
+
+
+def counter_slots(reader: CountersReader) -> int:
+    return min(reader.metadata_buffer.capacity // METADATA_LENGTH, reader.max_counter_id)
+
+
+def used_counter_slots(reader: CountersReader) -> int:
+    """Slots ever allocated (freed ones included: the driver reuses them): records are used in id order, so
+    this is the first unused one, found by bisection instead of a scan of the whole file."""
+    low, high = 0, counter_slots(reader)
+    while low < high:
+        middle = (low + high) // 2
+        if reader.get_counter_state(middle) == RECORD_UNUSED:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+async def _release(aeron: Aeron, counters: list[Counter]) -> None:
+    conductor = aeron.conductor
+    for counter in counters:
+        try:
+            request = conductor.begin_release(counter)
+            if request is not None:
+                await await_request(conductor, request)
+        except Exception as exc:  # the driver may be gone; its counters with it
+            _log.debug("freeing %r failed: %s", counter, exc)
+
+
+def role_of(endpoint: Any) -> str:
+    """``server`` for a Server (or a subclass), else ``client``."""
+    names = {(cls.__module__, cls.__name__) for cls in type(endpoint).__mro__}
+    return "server" if ("endpoint.server", "Server") in names else "client"

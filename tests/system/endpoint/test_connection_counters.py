@@ -1,0 +1,77 @@
+"""Connection counters: what they take from the driver's counters file, and that a full one costs nothing else."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import endpoint
+from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.concurrent.counters import COUNTER_LENGTH, METADATA_LENGTH, CountersManager
+from driver.tools.connections import CONNECTION_TYPE_IDS
+from endpoint import connection_counters
+from endpoint.connection.counters import counter_slots, used_counter_slots
+from support.endpoints import Chat, client_config, connected_client, running_server, server_config, wait_until
+
+
+@contextlib.contextmanager
+def connection_counters_reader(directory: Path) -> Iterator[set[int]]:
+    """The type ids of the counters allocated in the directory's driver now."""
+    with endpoint.driver_info(directory) as info:
+        yield {c.type_id for c in info.counters()}
+
+
+def test_used_slots_count_every_slot_ever_allocated() -> None:
+    slots = 64
+    manager = CountersManager(
+        AtomicBuffer(bytearray(slots * METADATA_LENGTH)), AtomicBuffer(bytearray(slots * COUNTER_LENGTH))
+    )
+    assert counter_slots(manager) == slots
+    assert used_counter_slots(manager) == 0
+    ids = [manager.allocate(f"c{i}") for i in range(37)]
+    assert used_counter_slots(manager) == 37
+    for counter_id in ids[:10]:
+        manager.free(counter_id)
+    assert used_counter_slots(manager) == 37  # freed slots are reused, not given back
+    for i in range(slots - 37):
+        manager.allocate(f"more {i}")
+    assert used_counter_slots(manager) == slots
+
+
+async def test_a_full_counters_file_only_skips_the_counters(
+    monkeypatch: pytest.MonkeyPatch, aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """Past the fill limit connections get no counters, are counted, and work as before."""
+    monkeypatch.setattr(connection_counters, "COUNTERS_FILL_LIMIT", 0.0)
+    async with running_server(server_config(aeron_dir, port)) as server:
+        received: list[object] = []
+        server.on_message(Chat)(lambda connection, message: received.append(message))
+        async with connected_client(client_config("udp", aeron_dir, client_dir), port) as (client, connection):
+            await connection.send(Chat("still works"))
+            await wait_until(lambda: received, timeout=20, what="the message")
+            await wait_until(lambda: server.connection_counters.failures == 1, timeout=20, what="the server's skip")
+            assert client.connection_counters.failures == 1
+            assert len(server.connection_counters) == 0
+            assert len(client.connection_counters) == 0
+            with connection_counters_reader(aeron_dir) as types:
+                assert not types & CONNECTION_TYPE_IDS
+
+
+async def test_counters_follow_the_connection(aeron_dir: Path, client_dir: Path, port: int) -> None:
+    async with running_server(server_config(aeron_dir, port)) as server:
+        async with connected_client(client_config("udp", aeron_dir, client_dir), port) as (client, _):
+            await wait_until(lambda: len(server.connection_counters) == 1, timeout=20, what="the server's counters")
+            await wait_until(lambda: len(client.connection_counters) == 1, timeout=20, what="the client's counters")
+            with connection_counters_reader(aeron_dir) as types:
+                assert types >= CONNECTION_TYPE_IDS
+        await wait_until(lambda: len(server.connection_counters) == 0, timeout=20, what="counters freed")
+
+        def gone() -> bool:
+            with connection_counters_reader(aeron_dir) as types:
+                return not types & CONNECTION_TYPE_IDS
+
+        await wait_until(gone, timeout=20, what="the counters freed in the driver")
+        assert server.connection_counters.failures == 0
