@@ -55,6 +55,8 @@ SANS_IO = (
     "endpoint.connection.liveness",
     "endpoint.connection.core",
     "endpoint.connection.sealing",
+    "endpoint.rpc.correlation",
+    "endpoint.reconnect",
     "endpoint.messages",
     "endpoint.serialization",
 )
