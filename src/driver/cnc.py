@@ -41,6 +41,7 @@ from pathlib import Path
 
 from driver.concurrent.atomic_buffer import AtomicBuffer, align, is_power_of_two
 from driver.errors import CncVersionError, ConfigurationError, DriverError, DriverTimeoutError, StorageSpaceError
+from driver.int32 import INT32_MAX as _INT32_MAX
 
 __all__ = [
     "CLIENT_LIVENESS_TIMEOUT_OFFSET",
@@ -85,7 +86,6 @@ COUNTERS_METADATA_PER_VALUES_RATIO = 4
 
 _PAGE_MIN_SIZE = 4 * 1024
 _PAGE_MAX_SIZE = 1024 * 1024 * 1024
-_INT32_MAX = (1 << 31) - 1
 _RING_TRAILER_LENGTH = 768
 _BROADCAST_TRAILER_LENGTH = 128
 _COUNTER_LENGTH = 128

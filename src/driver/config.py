@@ -42,6 +42,7 @@ from attrs import AttrsInstance
 
 from driver.cnc import CNC_FILE, CncGeneration
 from driver.errors import ConfigurationError
+from driver.int32 import INT32_MAX as _INT32_MAX
 from driver.media.faults import FaultSpec
 from driver.uri import parse_duration_ns, parse_size
 
@@ -58,7 +59,6 @@ __all__ = [
     "normalize_idle_strategy",
 ]
 
-_INT32_MAX = (1 << 31) - 1
 IDLE_STRATEGY_FIELDS = (
     "conductor_idle_strategy",
     "sender_idle_strategy",

@@ -26,6 +26,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
 from driver.errors import ConfigurationError, InvalidChannelError
+from driver.int32 import INT32_MAX as _INT32_MAX
+from driver.int32 import INT32_MIN as _INT32_MIN
+from driver.int32 import int32
 
 __all__ = [
     "AERON_PREFIX",
@@ -164,8 +167,6 @@ FRAME_ALIGNMENT = 32
 MAX_UDP_PAYLOAD_LENGTH = 65504
 MAX_RESEND_MAX = 256
 
-_INT32_MIN = -(1 << 31)
-_INT32_MAX = (1 << 31) - 1
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _INVALID_TAG = -1
@@ -473,7 +474,7 @@ def _check_initial_position(params: Mapping[str, str]) -> None:
         )
     initial_term_id = int(params[INITIAL_TERM_ID_PARAM_NAME])
     term_id = int(params[TERM_ID_PARAM_NAME])
-    difference = ((term_id - initial_term_id + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+    difference = int32(term_id - initial_term_id)
     if difference < 0:
         raise InvalidChannelError(
             TERM_ID_PARAM_NAME,

@@ -40,6 +40,7 @@ DRIVER_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"driver.logbuffer"}),
     frozenset({"driver.concurrent"}),
     frozenset({"driver.clock", "driver.idle", "driver.logs", "driver.uri"}),
+    frozenset({"driver.int32"}),
     frozenset({"driver.errors"}),
 )
 """Top to bottom. Each entry is a module or a package (with everything in it); every driver module must fall in one
@@ -50,6 +51,7 @@ SANS_IO = (
     "driver.logbuffer",
     "driver.concurrent",
     "driver.command",
+    "driver.int32",
     "endpoint.handshake.protocol",
     "endpoint.handshake.noise",
     "endpoint.connection.liveness",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.errors import MalformedCommandError
+from driver.int32 import INT32_MAX, INT32_MIN
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -35,8 +36,6 @@ __all__ = [
 
 SIZE_OF_INT = 4
 SIZE_OF_LONG = 8
-INT32_MIN = -(1 << 31)
-INT32_MAX = (1 << 31) - 1
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 

@@ -72,6 +72,8 @@ from driver.errors import (
     InvalidChannelError,
     MalformedCommandError,
 )
+from driver.int32 import INT32_MAX as _INT32_MAX
+from driver.int32 import INT32_MIN as _INT32_MIN
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.current_metadata import CurrentLogMetadata
 from driver.logbuffer.log_buffers import LogBuffers
@@ -94,8 +96,6 @@ NULL_OWNER_ID = -1  # Aeron's NULL_VALUE: a static counter belongs to no client
 
 
 _ENDPOINT_ERROR_REPORT_INTERVAL_NS = 1_000_000_000
-_INT32_MIN = -(2**31)
-_INT32_MAX = 2**31 - 1
 
 
 class DriverConductor:

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.int32 import int32
 from driver.logbuffer.gap_scanner import scan_for_gap
 
 __all__ = [
@@ -262,7 +263,7 @@ class LossDetector:
             limit_offset = hwm_position & term_length_mask
         else:
             limit_offset = term_length_mask + 1
-        term_id = ((initial_term_id + rebuild_term_count + 0x8000_0000) & 0xFFFF_FFFF) - 0x8000_0000
+        term_id = int32(initial_term_id + rebuild_term_count)
 
         rebuild_offset = scan_for_gap(term, term_id, rebuild_offset, limit_offset, self._on_gap)
         loss_found = False

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.errors import ConfigurationError
+from driver.int32 import int32, int64
 from driver.logbuffer.frame import HEADER_LENGTH, create_default_header
 
 __all__ = [
@@ -199,18 +200,6 @@ MAX_POSITION_EXCEEDED_TERM_COUNT = 1 << 31
 _LONG_MAX = (1 << 63) - 1
 
 
-# --- int32 arithmetic ---------------------------------------------------------------------
-
-
-def int32(value: int) -> int:
-    """Wrap ``value`` to a signed 32-bit int, as Java's int arithmetic does."""
-    return ((value + 0x8000_0000) & 0xFFFF_FFFF) - 0x8000_0000
-
-
-def _int64(value: int) -> int:
-    return ((value + (1 << 63)) & 0xFFFF_FFFF_FFFF_FFFF) - (1 << 63)
-
-
 # --- validation and sizes -----------------------------------------------------------------
 
 
@@ -221,9 +210,7 @@ def _is_power_of_two(value: int) -> bool:
 def check_term_length(term_length: int, field: str = "term_length") -> None:
     """Reject a term length that is not a power of two in 64 KiB .. 1 GiB."""
     if not (TERM_MIN_LENGTH <= term_length <= TERM_MAX_LENGTH and _is_power_of_two(term_length)):
-        raise ConfigurationError(
-            field, term_length, f"a power of two from {TERM_MIN_LENGTH} to {TERM_MAX_LENGTH}"
-        )
+        raise ConfigurationError(field, term_length, f"a power of two from {TERM_MIN_LENGTH} to {TERM_MAX_LENGTH}")
 
 
 def check_page_size(page_size: int, field: str = "page_size") -> None:
@@ -322,7 +309,7 @@ def raw_tail(metadata: AtomicBuffer, partition_index: int) -> int:
 
 
 def set_raw_tail(metadata: AtomicBuffer, partition_index: int, value: int) -> None:
-    metadata.put_long(TERM_TAIL_COUNTERS_OFFSET + _LONG * partition_index, _int64(value))
+    metadata.put_long(TERM_TAIL_COUNTERS_OFFSET + _LONG * partition_index, int64(value))
 
 
 def raw_tail_volatile(metadata: AtomicBuffer, partition_index: int | None = None) -> int:
@@ -333,12 +320,12 @@ def raw_tail_volatile(metadata: AtomicBuffer, partition_index: int | None = None
 
 
 def set_raw_tail_volatile(metadata: AtomicBuffer, partition_index: int, value: int) -> None:
-    metadata.put_long_volatile(TERM_TAIL_COUNTERS_OFFSET + _LONG * partition_index, _int64(value))
+    metadata.put_long_volatile(TERM_TAIL_COUNTERS_OFFSET + _LONG * partition_index, int64(value))
 
 
 def cas_raw_tail(metadata: AtomicBuffer, partition_index: int, expected: int, update: int) -> bool:
     return metadata.compare_and_set_long(
-        TERM_TAIL_COUNTERS_OFFSET + _LONG * partition_index, _int64(expected), _int64(update)
+        TERM_TAIL_COUNTERS_OFFSET + _LONG * partition_index, int64(expected), int64(update)
     )
 
 
@@ -497,9 +484,7 @@ def initialize_publication_metadata(
     With ``term_id`` given the log starts at ``(term_id, term_offset)`` (the
     init-term-id/term-id/term-offset URI parameters); otherwise at the initial term.
     """
-    _store_common(
-        metadata, session_id, stream_id, initial_term_id, mtu_length, term_length, page_size, correlation_id
-    )
+    _store_common(metadata, session_id, stream_id, initial_term_id, mtu_length, term_length, page_size, correlation_id)
     if term_id is not None:
         term_count = int32(term_id - initial_term_id)
         active_index = term_count % PARTITION_COUNT
@@ -527,6 +512,4 @@ def initialize_image_metadata(
     correlation_id: int,
 ) -> None:
     """Metadata of a publication image log (1.15.1 newPublicationImageLog); tails stay unused."""
-    _store_common(
-        metadata, session_id, stream_id, initial_term_id, mtu_length, term_length, page_size, correlation_id
-    )
+    _store_common(metadata, session_id, stream_id, initial_term_id, mtu_length, term_length, page_size, correlation_id)

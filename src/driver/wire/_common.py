@@ -11,6 +11,7 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from driver.errors import MalformedFrameError
+from driver.int32 import INT32_MAX, INT32_MIN
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -27,8 +28,6 @@ __all__ = [
     "uint8",
 ]
 
-INT32_MIN = -(1 << 31)
-INT32_MAX = (1 << 31) - 1
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 

@@ -15,6 +15,8 @@ from typing import Final
 import attrs
 
 from driver.archive.catalog import CATALOG_FILE
+from driver.int32 import INT32_MAX as _INT32_MAX
+from driver.int32 import INT32_MIN as _INT32_MIN
 
 __all__ = [
     "MAX_POSITION",
@@ -25,8 +27,6 @@ __all__ = [
 ]
 
 MAX_POSITION: Final = (1 << 63) - 1
-_INT32_MIN: Final = -(1 << 31)
-_INT32_MAX: Final = (1 << 31) - 1
 
 _READER_OPTIONS: Final = frozenset(
     {
