@@ -12,7 +12,7 @@ import endpoint
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import COUNTER_LENGTH, METADATA_LENGTH, CountersManager
 from driver.tools.connections import CONNECTION_TYPE_IDS
-from endpoint import connection_counters
+from endpoint.connection import counters as connection_counters
 from endpoint.connection.counters import counter_slots, used_counter_slots
 from support.endpoints import Chat, client_config, connected_client, running_server, server_config, wait_until
 
