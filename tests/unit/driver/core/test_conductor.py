@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from driver.clock import ManualClock
-from driver.cnc import CncFile
 from driver.command.messages import (
     CorrelatedMessage,
     CounterMessage,
@@ -18,85 +16,32 @@ from driver.command.messages import (
 )
 from driver.command.responses import decode_response
 from driver.command.types import CommandType, ResponseType
-from driver.concurrent.broadcast import BroadcastReceiver, CopyBroadcastReceiver
-from driver.concurrent.counters import CountersReader
 from driver.concurrent.error_log import read_error_log
-from driver.concurrent.ring_buffer import ManyToOneRingBuffer
-from driver.config import DriverContext
-from driver.core.conductor import DriverConductor
 from driver.errors import ErrorCode
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.appender import TermAppender
 from driver.logbuffer.frame import HeaderWriter
 from driver.logbuffer.log_buffers import LogBuffers
+from support.conductor_harness import MS, ConductorHarness
 
-MS = 1_000_000
 
+class Harness(ConductorHarness):
+    """Commands as messages, responses decoded."""
 
-class Harness:
     def __init__(self, aeron_dir: Path) -> None:
-        self.clock = ManualClock(1_000 * MS)
-        self.ctx = DriverContext.from_env(
-            {},
-            aeron_dir=aeron_dir,
-            ipc_term_buffer_length=64 * 1024,
-            client_liveness_timeout_ns=2_000 * MS,
-            publication_linger_timeout_ns=500 * MS,
-            publication_unblock_timeout_ns=3_000 * MS,
-            timer_interval_ns=100 * MS,
-        ).conclude()
-        aeron_dir.mkdir()
-        self.cnc = CncFile.create(
-            aeron_dir,
-            to_driver_length=self.ctx.conductor_buffer_length,
-            to_clients_length=self.ctx.to_clients_buffer_length,
-            counters_values_length=self.ctx.counters_values_buffer_length,
-            error_log_length=self.ctx.error_buffer_length,
-            client_liveness_timeout_ns=self.ctx.client_liveness_timeout_ns,
-            start_timestamp_ms=0,
-            pid=1,
-        )
-        self.conductor = DriverConductor(self.ctx, self.cnc, nano_clock=self.clock, epoch_clock=self.clock)
-        self.conductor.on_start()
-        self.cnc.signal_ready()
-        self.ring = ManyToOneRingBuffer(self.cnc.to_driver_buffer)
-        self.receiver = CopyBroadcastReceiver(BroadcastReceiver(self.cnc.to_clients_buffer))
-        self.counters = CountersReader(self.cnc.counters_metadata_buffer, self.cnc.counters_values_buffer)
-        self.client_id = self.ring.next_correlation_id()
+        super().__init__(aeron_dir, publication_linger_timeout_ns=500 * MS, publication_unblock_timeout_ns=3_000 * MS)
 
     def send(self, command: CommandType, message: object) -> None:
-        assert self.ring.write(command, message.encode())  # type: ignore[attr-defined]
-
-    def cid(self) -> int:
-        return self.ring.next_correlation_id()
+        self.send_raw(command, message.encode())  # type: ignore[attr-defined]
 
     def work(self, advance_ms: int = 0, cycles: int = 5) -> list[tuple[ResponseType, object]]:
-        self.clock.advance_ms(advance_ms)
-        for _ in range(cycles):
-            self.conductor.do_work()
-        responses: list[tuple[ResponseType, object]] = []
-        for _ in range(1000):
-            if not self.receiver.receive(lambda type_id, body: responses.append(decode_response(type_id, body))):
-                break
-        return responses
+        return [decode_response(type_id, body) for type_id, body in self.pump(advance_ms, cycles)]
 
     def add_publication(self, channel: str = "aeron:ipc", stream_id: int = 10, exclusive: bool = False) -> int:
         cid = self.cid()
         kind = CommandType.ADD_EXCLUSIVE_PUBLICATION if exclusive else CommandType.ADD_PUBLICATION
         self.send(kind, PublicationMessage(self.client_id, cid, stream_id, channel))
         return cid
-
-    def run_for(self, total_ms: int, step_ms: int = 100) -> list[tuple[ResponseType, object]]:
-        """Let ``total_ms`` pass with the driver running every ``step_ms`` (one big step would be a stall of
-        the driver itself, which blames no client)."""
-        out: list[tuple[ResponseType, object]] = []
-        for _ in range(0, total_ms, step_ms):
-            out += self.work(advance_ms=step_ms)
-        return out
-
-    def close(self) -> None:
-        self.conductor.on_close()
-        self.cnc.close()
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.clock import ManualClock
-from driver.cnc import CncFile, CncGeneration
+from driver.cnc import CncGeneration
 from driver.command.current import (
     DestinationByIdMessage,
     NextSessionIdMessage,
@@ -20,83 +19,21 @@ from driver.command.current import (
 from driver.command.messages import CounterMessage, PublicationMessage
 from driver.command.responses import ErrorResponse, PublicationReady
 from driver.command.types import CommandType, CurrentCommandType, ResponseType
-from driver.concurrent.broadcast import BroadcastReceiver, CopyBroadcastReceiver
-from driver.concurrent.counters import CountersReader
-from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.concurrent.system_counters import (
     CLIENT_HEARTBEAT_TYPE_ID,
     CONTROL_PROTOCOL_VERSION,
     CurrentSystemCounterId,
     DriverSystemCounterId,
 )
-from driver.config import DriverContext
-from driver.core.conductor import DriverConductor
 from driver.errors import CurrentErrorCode, ErrorCode
+from support.conductor_harness import ConductorHarness
 
-MS = 1_000_000
 
-
-class Harness:
-    def __init__(self, aeron_dir: Path, generation: CncGeneration, **settings: object) -> None:
-        self.clock = ManualClock(1_000 * MS)
-        self.ctx = DriverContext.from_env(
-            {},
-            aeron_dir=aeron_dir,
-            ipc_term_buffer_length=64 * 1024,
-            client_liveness_timeout_ns=2_000 * MS,
-            timer_interval_ns=100 * MS,
-            cnc_generation=generation,
-            **settings,
-        ).conclude()
-        aeron_dir.mkdir()
-        self.cnc = CncFile.create(
-            aeron_dir,
-            to_driver_length=self.ctx.conductor_buffer_length,
-            to_clients_length=self.ctx.to_clients_buffer_length,
-            counters_values_length=self.ctx.counters_values_buffer_length,
-            error_log_length=self.ctx.error_buffer_length,
-            client_liveness_timeout_ns=self.ctx.client_liveness_timeout_ns,
-            start_timestamp_ms=0,
-            pid=1,
-            generation=generation,
-        )
-        self.conductor = DriverConductor(self.ctx, self.cnc, nano_clock=self.clock, epoch_clock=self.clock)
-        self.terminated: list[bool] = []
-        self.conductor.termination_hook = lambda: self.terminated.append(True)
-        self.conductor.on_start()
-        self.cnc.signal_ready()
-        self.ring = ManyToOneRingBuffer(self.cnc.to_driver_buffer)
-        self.receiver = CopyBroadcastReceiver(BroadcastReceiver(self.cnc.to_clients_buffer))
-        self.counters = CountersReader(self.cnc.counters_metadata_buffer, self.cnc.counters_values_buffer)
-        self.client_id = self.ring.next_correlation_id()
+class Harness(ConductorHarness):
+    """Commands and responses as raw bytes (each generation's codecs are what is under test)."""
 
     def send(self, command: int, body: bytes) -> None:
-        assert self.ring.write(command, body)
-
-    def cid(self) -> int:
-        return self.ring.next_correlation_id()
-
-    def work(self, advance_ms: int = 0, cycles: int = 5) -> list[tuple[int, bytes]]:
-        self.clock.advance_ms(advance_ms)
-        for _ in range(cycles):
-            self.conductor.do_work()
-        out: list[tuple[int, bytes]] = []
-        for _ in range(1000):
-            if not self.receiver.receive(lambda type_id, body: out.append((type_id, bytes(body)))):
-                break
-        return out
-
-    def run_for(self, total_ms: int, step_ms: int = 100) -> list[tuple[int, bytes]]:
-        """Let ``total_ms`` pass with the driver running every ``step_ms`` (one big step would be a stall of
-        the driver itself, which blames no client)."""
-        out: list[tuple[int, bytes]] = []
-        for _ in range(0, total_ms, step_ms):
-            out += self.work(advance_ms=step_ms)
-        return out
-
-    def close(self) -> None:
-        self.conductor.on_close()
-        self.cnc.close()
+        self.send_raw(command, body)
 
 
 @pytest.fixture
