@@ -56,11 +56,11 @@ from driver.concurrent.system_counters import (
 )
 from driver.core.allocator import PublicationParams, StreamAllocator, int_param
 from driver.core.client_proxy import ClientProxy
+from driver.core.command_queues import Backlog, CommandQueue
 from driver.core.ipc_publication import IpcPublication, PublicationState
 from driver.core.links import ClientSession, CounterLink, PublicationLink, SubscriberPosition, SubscriptionLink
 from driver.core.network import NetworkResources
 from driver.core.network_publication import NetworkPublication
-from driver.core.proxies import Backlog, CommandQueue
 from driver.core.publication_image import PublicationImage
 from driver.core.receiver import Receiver
 from driver.core.sender import Sender

@@ -21,7 +21,7 @@ from driver.clock import NanoClock
 from driver.concurrent._atomic import PositionWatch
 from driver.concurrent.counters import AtomicCounter
 from driver.core.agenda import Agenda, no_wake
-from driver.core.proxies import CommandQueue
+from driver.core.command_queues import CommandQueue
 from driver.core.publication_image import PublicationImage
 from driver.media.endpoints import ReceiveChannelEndpoint
 from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints

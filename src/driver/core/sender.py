@@ -21,8 +21,8 @@ from collections.abc import Callable
 from driver.clock import NanoClock
 from driver.concurrent._atomic import FrameWatch
 from driver.core.agenda import Agenda, no_wake
+from driver.core.command_queues import CommandQueue
 from driver.core.network_publication import NetworkPublication
-from driver.core.proxies import CommandQueue
 from driver.media.endpoints import SendChannelEndpoint
 from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import AtomicCounter, CountersManager
-from driver.core.proxies import Backlog, CommandQueue
+from driver.core.command_queues import Backlog, CommandQueue
 
 
 def _counters(n: int = 2) -> list[AtomicCounter]:
