@@ -43,6 +43,7 @@ from attrs import AttrsInstance
 from driver.cnc import CNC_FILE, CncGeneration
 from driver.errors import ConfigurationError
 from driver.int32 import INT32_MAX as _INT32_MAX
+from driver.logbuffer.frame import FRAME_ALIGNMENT
 from driver.media.faults import FaultSpec
 from driver.uri import parse_duration_ns, parse_size
 
@@ -71,7 +72,6 @@ _TERM_MIN_LENGTH = 64 * 1024
 _TERM_MAX_LENGTH = 1024 * 1024 * 1024
 _PAGE_MIN_SIZE = 4 * 1024
 _PAGE_MAX_SIZE = 1024 * 1024 * 1024
-_FRAME_ALIGNMENT = 32
 _MAX_UDP_PAYLOAD_LENGTH = 65504
 _RING_TRAILER_LENGTH = 768
 _BROADCAST_TRAILER_LENGTH = 128
@@ -309,9 +309,9 @@ class _Checker:
             raise self.fail(name, f"a power of two in {low}..{high}{unit}{extra}")
 
     def mtu(self, name: str) -> None:
-        value = self.int_range(name, _FRAME_ALIGNMENT, _MAX_UDP_PAYLOAD_LENGTH)
-        if value % _FRAME_ALIGNMENT:
-            raise self.fail(name, f"a multiple of {_FRAME_ALIGNMENT} in {_FRAME_ALIGNMENT}..{_MAX_UDP_PAYLOAD_LENGTH}")
+        value = self.int_range(name, FRAME_ALIGNMENT, _MAX_UDP_PAYLOAD_LENGTH)
+        if value % FRAME_ALIGNMENT:
+            raise self.fail(name, f"a multiple of {FRAME_ALIGNMENT} in {FRAME_ALIGNMENT}..{_MAX_UDP_PAYLOAD_LENGTH}")
 
     def timeout(self, name: str, allow_zero: bool = False) -> None:
         low = 0 if allow_zero else 1

@@ -56,6 +56,7 @@ from driver.client.requests import PendingRequest, RequestService
 from driver.concurrent._atomic import PublicationWriter
 from driver.concurrent.atomic_buffer import AtomicBuffer, frames_length
 from driver.errors import DriverError
+from driver.int32 import U32_MASK as _U32
 from driver.logbuffer.appender import (
     ExclusiveTermAppender,
     ReservedValueSupplier,
@@ -111,7 +112,6 @@ class PublicationOwner(RequestService, Protocol):
     def begin_release(self, resource: Publication) -> PendingRequest | None: ...
 
 
-_U32 = 0xFFFF_FFFF
 _TERM_COUNT = LOG_ACTIVE_TERM_COUNT_OFFSET
 _IS_CONNECTED = LOG_IS_CONNECTED_OFFSET
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from driver.errors import InvalidChannelError
+from driver.int32 import int32
 from driver.uri import parse_duration_ns
 
 __all__ = [
@@ -43,8 +44,6 @@ RECEIVER_TIMEOUT_NS = 2_000_000_000
 FC_PARAM_MAX = "max"
 FC_PARAM_MIN = "min"
 
-_INT32_SIGN = 0x8000_0000
-_UINT32_MASK = 0xFFFF_FFFF
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -107,7 +106,7 @@ class _MaxPositionFlowControl:
     ) -> int:
         # computePosition with the int32 wrap of the term count, inlined: this runs per SM.
         position = (
-            (((term_id - initial_term_id + _INT32_SIGN) & _UINT32_MASK) - _INT32_SIGN) << position_bits_to_shift
+            int32(term_id - initial_term_id) << position_bits_to_shift
         ) + term_offset
         if position > self._last_position:
             self._last_position = position
@@ -198,7 +197,7 @@ class MinMulticastFlowControl:
         position_bits_to_shift: int,
     ) -> int:
         position = (
-            (((term_id - initial_term_id + _INT32_SIGN) & _UINT32_MASK) - _INT32_SIGN) << position_bits_to_shift
+            int32(term_id - initial_term_id) << position_bits_to_shift
         ) + term_offset
         limit = position + window
         receivers = self._receivers

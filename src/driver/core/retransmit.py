@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from driver.errors import ConfigurationError, DriverError
+from driver.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 
 __all__ = [
     "MAX_RETRANSMITS_DEFAULT",
@@ -44,8 +45,6 @@ RETRANSMIT_UNICAST_LINGER_CURRENT_NS = 10_000_000
 """Today's Aeron lingers 10 ms after a unicast retransmission: the default of the driver's
 ``retransmit_unicast_linger_ns`` (see ``loss_detector.NAK_UNICAST_RETRY_CURRENT_NS``)."""
 
-_HEADER_LENGTH = 32  # DATA header: a NAK offset must leave room for one frame header
-_FRAME_ALIGNMENT_MASK = 31  # and name a frame boundary
 
 _INACTIVE = 0
 _DELAYED = 1
@@ -107,7 +106,7 @@ class RetransmitHandler:
     def on_nak(
         self, term_id: int, term_offset: int, length: int, term_length: int, now_ns: int, resend: ResendFn
     ) -> None:
-        if term_offset < 0 or term_offset > term_length - _HEADER_LENGTH or term_offset & _FRAME_ALIGNMENT_MASK:
+        if term_offset < 0 or term_offset > term_length - HEADER_LENGTH or term_offset & (FRAME_ALIGNMENT - 1):
             self.invalid_naks += 1
             if self._on_invalid is not None:
                 self._on_invalid()

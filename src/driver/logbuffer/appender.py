@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 
 from driver.concurrent.atomic_buffer import AtomicBuffer, frames_length
 from driver.errors import DriverError
+from driver.int32 import U32_MASK as _U32
 from driver.logbuffer.descriptor import TERM_TAIL_COUNTERS_OFFSET
 from driver.logbuffer.frame import (
     BEGIN_FRAG_FLAG,
@@ -63,7 +64,6 @@ EXCLUSIVE_FAILED = -1
 ReservedValueSupplier = Callable[[memoryview, int, int], int]
 """(term view, frame offset, frame length) -> reserved value stored at header offset 24."""
 
-_U32 = 0xFFFF_FFFF
 
 
 def fragmented_required_length(length: int, max_payload_length: int) -> int:
