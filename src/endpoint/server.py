@@ -121,6 +121,10 @@ class Server(EndPoint[ServerConfiguration]):
         """connect key -> (answer route, our lease on it, when to let it go): for a client that missed the answer."""
         self._answer_routes: dict[tuple[str, int, int], _AnswerRoute] = {}
         self._per_address: dict[str, int] = {}
+        self.handshakes_accepted = 0
+        """Handshakes that became connections."""
+        self.rejections: dict[RejectReason, int] = dict.fromkeys(RejectReason, 0)
+        """Clients turned away, by reason (``SERVER_BUSY``: a half-open handshake that gave way to a newer one)."""
         self._ids_of: dict[int, tuple[int, int, int, int]] = {}
         self._address_of: dict[int, str] = {}
         self._bouncing = 0
@@ -378,6 +382,7 @@ class Server(EndPoint[ServerConfiguration]):
         """Handshakes that gave way to newer ones: tell each client SERVER_BUSY and free what it held."""
         for connect_key, packet in handshake.evicted:
             pending = self._pending.pop(connect_key, None)
+            self.rejections[RejectReason.SERVER_BUSY] += 1
             if pending is None:
                 continue  # still being checked: its _on_hello finds it gone and cleans up
             if pending.reply is not None and not pending.reply.is_closed:
@@ -472,6 +477,7 @@ class Server(EndPoint[ServerConfiguration]):
                 except AllocationError as exc:
                     refusal = (RejectReason.IDS_EXHAUSTED, str(exc))
             if refusal is not None:
+                self.rejections[refusal[0]] += 1
                 route = await self._reply_route(pending, port)
                 await wait_connected(route, timeout, aeron)
                 await self._send_reply(route, handshake.reject(hello.connect_key, *refusal), timeout)
@@ -692,6 +698,7 @@ class Server(EndPoint[ServerConfiguration]):
         if not pending.is_ipc:
             self._address_of[connection.id] = pending.address
         self._keep_reply(done.connect_key, pending)
+        self.handshakes_accepted += 1
         self._add_connection(connection)
         if self._shutting_down:  # close began while this handshake finished: it goes the way of the others
             await connection.close(END_POINT_CLOSED)

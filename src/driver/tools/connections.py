@@ -46,6 +46,7 @@ __all__ = [
     "HANDSHAKE_DROP_REASONS",
     "MESSAGES_RECEIVED_TYPE_ID",
     "MESSAGES_SENT_TYPE_ID",
+    "REJECT_REASONS",
     "RTT_TYPE_ID",
     "ConnectionKey",
     "ConnectionRow",
@@ -89,6 +90,18 @@ HANDSHAKE_DROP_REASONS = (
     "unanswered",
 )
 """Why a server's handshake dropped a packet (its ``HandshakeStats``): ``handshake_drops:<reason>``."""
+REJECT_REASONS = (
+    "server_full",
+    "too_many_from_address",
+    "filtered",
+    "serialization_mismatch",
+    "version_mismatch",
+    "ids_exhausted",
+    "shutting_down",
+    "server_key_changed",
+    "server_busy",
+)
+"""Why a server turned a client away (the end point's ``RejectReason`` names, lower case): ``rejections:<reason>``."""
 ENDPOINT_STAT_NAMES = (
     "connections",
     "decode_errors",
@@ -97,6 +110,8 @@ ENDPOINT_STAT_NAMES = (
     "handshake_packets",
     "handshake_challenges",
     *(f"handshake_drops:{reason}" for reason in HANDSHAKE_DROP_REASONS),
+    "handshakes_accepted",
+    *(f"rejections:{reason}" for reason in REJECT_REASONS),
 )
 """The figures a server keeps in its driver's counters file, one counter each."""
 _STAT_FIXED = struct.Struct("<iBxxxii")

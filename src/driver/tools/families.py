@@ -262,10 +262,14 @@ _ENDPOINT_STAT: dict[str, Family] = {
     "handshake_challenges": Family(
         "aeron_endpoint_handshake_challenges", "counter", "Cookie challenges a server end point sent."
     ),
+    "handshakes_accepted": Family(
+        "aeron_endpoint_handshakes_accepted", "counter", "Handshakes a server end point turned into connections."
+    ),
 }
 HANDSHAKE_DROPS = Family(
     "aeron_endpoint_handshake_drops", "counter", "Handshake packets a server end point dropped, by reason."
 )
+REJECTIONS = Family("aeron_endpoint_rejections", "counter", "Clients a server end point turned away, by reason.")
 _STAT_LABEL = re.compile(r"endpoint-stat: (server|client) (\d+) pid=(\d+) ([\w:]+)")
 _CONNECTION_LABEL = re.compile(r"[\w-]+: (-?\d+) (server|client) (ipc|udp) (\S*) out=(-?\d+)/(-?\d+) in=.*")
 UNCLASSIFIED = _gauge("aeron_unclassified", "A counter of a type this exporter does not know, by type id and label.")
@@ -285,6 +289,7 @@ FAMILIES: tuple[Family, ...] = (
     CONNECTION_RECEIVED,
     *_ENDPOINT_STAT.values(),
     HANDSHAKE_DROPS,
+    REJECTIONS,
     UNCLASSIFIED,
 )
 """Every family :func:`classify` can answer, in the order the exporter renders them."""
@@ -349,6 +354,8 @@ def classify(sample: CounterSample) -> tuple[Family, Labels]:
             labels: Labels = (("role", role), ("port", port), ("pid", pid))
             if name.startswith("handshake_drops:"):
                 return HANDSHAKE_DROPS, (*labels, ("reason", name.partition(":")[2]))
+            if name.startswith("rejections:"):
+                return REJECTIONS, (*labels, ("reason", name.partition(":")[2]))
             family = _ENDPOINT_STAT.get(name)
             if family is not None:
                 return family, labels

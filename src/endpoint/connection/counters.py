@@ -158,6 +158,10 @@ def endpoint_stats(endpoint: Any) -> dict[str, int]:
     stats["handshake_challenges"] = shake.challenged if shake is not None else 0
     for reason in HANDSHAKE_DROP_REASONS:
         stats[f"handshake_drops:{reason}"] = getattr(shake, reason, 0) if shake is not None else 0
+    stats["handshakes_accepted"] = getattr(endpoint, "handshakes_accepted", 0)
+    rejections = getattr(endpoint, "rejections", {})
+    for reason, count in rejections.items():
+        stats[f"rejections:{reason.name.lower()}"] = count
     return stats
 
 

@@ -71,6 +71,8 @@ async def test_max_clients_turns_the_next_client_away_until_one_leaves(
             assert error.reason is RejectReason.SERVER_FULL
             assert second.connection is None
             assert len(server.connections) == 1
+            assert server.rejections[RejectReason.SERVER_FULL] >= 1  # counted (and in the counters file)
+            assert server.handshakes_accepted == 1
             await wait_until(lambda: server._pending == {}, 5)
             assert_nothing_held(server, connections=1)
 

@@ -316,6 +316,8 @@ async def test_a_server_keeps_its_own_figures_in_the_counters_file(aeron_dir: Pa
             assert values[f"aeron_endpoint_handshake_packets_total{{{labels}}}"] >= 2  # HELLO and DONE at least
             assert values[f"aeron_endpoint_decode_errors_total{{{labels}}}"] == 0
             assert f'aeron_endpoint_handshake_drops_total{{{labels},reason="replayed"}}' in values
+            assert values[f"aeron_endpoint_handshakes_accepted_total{{{labels}}}"] == 1
+            assert values[f'aeron_endpoint_rejections_total{{{labels},reason="server_full"}}'] == 0
             assert len(server.endpoint_counters) > 0
             await asyncio.to_thread(promtool_check_metrics, await asyncio.to_thread(scrape, aeron_dir))
         assert server.endpoint_counters.failures == 0

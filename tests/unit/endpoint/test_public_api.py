@@ -111,3 +111,16 @@ def test_mypy_rejects_listeners_that_do_not_accept_what_they_are_given_and_accep
     errors = _mypy_errors(tmp_path, good, bad)
     assert errors[good.name] == []
     assert sorted(set(errors[bad.name])) == expected
+
+
+def test_the_tools_name_every_rejection_reason_and_handshake_drop_the_end_point_counts() -> None:
+    """The tools (in the driver, which never imports the end points) spell the reasons out; they must agree."""
+    import attrs
+
+    from driver.tools.connections import HANDSHAKE_DROP_REASONS, REJECT_REASONS
+    from endpoint.errors import RejectReason
+    from endpoint.handshake.protocol import HandshakeStats
+
+    assert tuple(reason.name.lower() for reason in RejectReason) == REJECT_REASONS
+    drops = {f.name for f in attrs.fields(HandshakeStats)} - {"received", "challenged"}
+    assert set(HANDSHAKE_DROP_REASONS) == drops
