@@ -188,9 +188,7 @@ class EndPoint(Generic[ConfigT]):
     def _add_connection(self, connection: Connection) -> None:
         self._connections[connection.id] = connection
         self._rebuild_poll_set()
-        shared = self._shared
-        if shared is not None and shared.aeron is not None:
-            self._spawn(self.connection_counters.open(shared.aeron, connection), connection)
+        self.connection_counters.admit(connection, time.monotonic_ns())
         connection._fire_connect()
 
     def _connection_released(self, connection: Connection) -> None:
@@ -305,8 +303,11 @@ class EndPoint(Generic[ConfigT]):
                 self._notify_error(connection, exc)
         self._tick_extra(now_ns)
         self.connection_counters.refresh(now_ns)
-        self.endpoint_counters.refresh(now_ns, self)
         shared = self._shared
+        if shared is not None and shared.aeron is not None:
+            for connection in self.connection_counters.due(now_ns):
+                self._spawn(self.connection_counters.open(shared.aeron, connection), connection)
+        self.endpoint_counters.refresh(now_ns, self)
         if shared is not None and not self._restarting:
             failure = shared.check_alive()
             if failure is not None:

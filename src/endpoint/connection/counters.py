@@ -49,6 +49,9 @@ RTT_SAMPLE_PERIOD_NS = 10_000_000_000
 its counters appear, not in the burst of a connection's opening)."""
 REFRESH_PERIOD_NS = 1_000_000_000
 """How often the counters are brought up to date: the tools read them about once a second."""
+OPEN_AFTER_NS = 1_000_000_000
+"""A connection gets its counters once it has lived this long: allocating them is three driver commands each
+way, which a connect storm should not wait behind, and a connection shorter than a tools' refresh shows nothing."""
 
 
 def connection_key(connection: Connection, role: str) -> ConnectionKey:
@@ -75,6 +78,8 @@ class ConnectionCounters:
         self.role = role
         self._counters: dict[Connection, tuple[Counter, ...]] = {}
         self._pending: set[Connection] = set()
+        self._waiting: dict[Connection, int] = {}
+        """Connections not yet old enough for counters (:data:`OPEN_AFTER_NS`), and since when."""
         self._next_sample_ns: dict[Connection, int] = {}
         self._next_refresh_ns = 0
         self.failures = 0
@@ -106,8 +111,20 @@ class ConnectionCounters:
         self._counters[connection] = tuple(allocated)
         _write(connection, *allocated)  # no reader sees a zero round trip before the first refresh
 
+    def admit(self, connection: Connection, now_ns: int) -> None:
+        """A new connection: it gets its counters from :meth:`due` once it has lived :data:`OPEN_AFTER_NS`."""
+        self._waiting[connection] = now_ns
+
+    def due(self, now_ns: int) -> list[Connection]:
+        """Connections to give counters to now (each once); called on the liveness tick."""
+        ready = [c for c, since in self._waiting.items() if now_ns - since >= OPEN_AFTER_NS or c.is_closed]
+        for connection in ready:
+            del self._waiting[connection]
+        return [c for c in ready if not c.is_closed]
+
     async def close(self, aeron: Aeron | None, connection: Connection) -> None:
         """Free a closed connection's counters (a task of the end point's)."""
+        self._waiting.pop(connection, None)
         counters = self._counters.pop(connection, None)
         self._next_sample_ns.pop(connection, None)
         if counters is not None and aeron is not None:
@@ -132,6 +149,7 @@ class ConnectionCounters:
         """The driver failed: its counters went with it."""
         self._counters.clear()
         self._next_sample_ns.clear()
+        self._waiting.clear()
 
     def __len__(self) -> int:
         return len(self._counters)

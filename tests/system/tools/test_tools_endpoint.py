@@ -207,7 +207,16 @@ async def test_grafana_dashboard_names_only_exported_families(aeron_dir: Path, c
                 await ipc.send(Chat(f"ipc {i}"))
             await wait_until(lambda: len(received) == 20, timeout=20, what="20 messages at the server")
             for directory in (aeron_dir, client_dir):
-                text = await asyncio.to_thread(scrape, directory)
+                # A connection's own counters come once it has lived a second (not in a connect storm's way).
+                text = await asyncio.to_thread(
+                    execute_until,
+                    lambda d=directory: (lambda t: t if "aeron_endpoint_connection_rtt_seconds{" in t else None)(
+                        scrape(d)
+                    ),
+                    timeout_s=30,
+                    interval_s=0.2,
+                    description=f"connection counters exported from {directory}",
+                )
                 exported |= {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line[:1] != "#"}
     dashboard = json.loads(exporter.grafana_dashboard())
     named: set[str] = set()
