@@ -66,10 +66,8 @@ def test_connects_and_reads_the_drivers_counters(aeron: Aeron, any_driver: AnyDr
 
 
 def test_connect_without_driver_times_out(aeron_dir: Path) -> None:
-    started = time.monotonic()
-    with pytest.raises(DriverTimeoutError):
+    with pytest.raises(DriverTimeoutError):  # the connect's own driver timeout ends it (no hang: pytest-timeout)
         Aeron.connect(aeron_dir=aeron_dir, driver_timeout_ms=300, keepalive_interval_ns=100_000_000)
-    assert time.monotonic() - started < 10
 
 
 def test_invalid_channel_is_a_registration_error(aeron: Aeron) -> None:
@@ -307,10 +305,8 @@ def test_driver_killed_is_reported_as_driver_timeout(any_driver: AnyDriver, erro
         publication = client.add_publication("aeron:ipc", 20)
         wait_for_image(subscription)
         any_driver.kill()
-        started = time.monotonic()
         with pytest.raises(DriverTimeoutError):
             client.add_publication("aeron:ipc", 21)
-        assert time.monotonic() - started < 5
         execute_until(lambda: client.is_closed, timeout_s=10, description="client to notice the dead driver")
         assert any(isinstance(e, DriverTimeoutError) for e in errors.seen), errors.seen
         assert isinstance(client.termination_cause, DriverTimeoutError)
@@ -391,10 +387,9 @@ async def test_async_waits_time_out_and_cancel(any_driver: AnyDriver) -> None:
     client = await Aeron.connect_async(aeron_dir=any_driver.aeron_dir)
     try:
         publication = await client.add_publication_async("aeron:ipc", 31)
-        started = time.monotonic()
-        with pytest.raises(TimeoutError):
+        # Bounded: its own 0.2 s timeout must end it; a hang becomes fail_after's error, outside pytest.raises.
+        with anyio.fail_after(30), pytest.raises(TimeoutError):
             await publication.offer_async(b"nobody listens", timeout=0.2)
-        assert time.monotonic() - started < 5
         subscription = await client.add_subscription_async("aeron:ipc", 32)
         with anyio.move_on_after(0.2) as scope:
             async for _ in subscription:
