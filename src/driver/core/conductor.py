@@ -61,7 +61,6 @@ from driver.core.ipc_publication import IpcPublication, PublicationState
 from driver.core.links import ClientSession, CounterLink, PublicationLink, SubscriberPosition, SubscriptionLink
 from driver.core.network import NetworkResources
 from driver.core.network_publication import NetworkPublication
-from driver.core.publication_image import PublicationImage
 from driver.core.receiver import Receiver
 from driver.core.sender import Sender
 from driver.errors import (
@@ -75,8 +74,6 @@ from driver.errors import (
 from driver.int32 import INT32_MAX as _INT32_MAX
 from driver.int32 import INT32_MIN as _INT32_MIN
 from driver.logbuffer import descriptor as lbd
-from driver.logbuffer.current_metadata import CurrentLogMetadata
-from driver.logbuffer.log_buffers import LogBuffers
 from driver.media.endpoints import SendChannelEndpoint
 from driver.media.udp_channel import UdpChannel
 from driver.uri import ChannelUri
@@ -214,15 +211,6 @@ class DriverConductor:
             ),
         }
 
-    @property
-    def loss_observer(self) -> Callable[[PublicationImage, int, int], None] | None:
-        """Told of every gap an image fills with padding (the driver's loss report); held by the network half."""
-        return self.network.loss_observer
-
-    @loss_observer.setter
-    def loss_observer(self, observer: Callable[[PublicationImage, int, int], None] | None) -> None:
-        self.network.loss_observer = observer
-
     # -- agent ---------------------------------------------------------------------------------
 
     def on_start(self) -> None:
@@ -357,28 +345,6 @@ class DriverConductor:
             self.record_error(exc)
 
     # The IPC path's shorthands for the allocator (the network half uses the allocator itself).
-
-    def subscriber_position(self, sub: SubscriptionLink, session_id: int, join_position: int) -> AtomicCounter:
-        return self.allocator.subscriber_position(sub, session_id, join_position)
-
-    def create_publication_log(
-        self,
-        path: Path,
-        session_id: int,
-        stream_id: int,
-        initial_term_id: int,
-        params: PublicationParams,
-        current: CurrentLogMetadata | None = None,
-    ) -> LogBuffers:
-        return self.allocator.create_publication_log(path, session_id, stream_id, initial_term_id, params, current)
-
-    def publication_metadata(
-        self,
-        params: PublicationParams,
-        is_exclusive: bool,
-        window_length: int,
-    ) -> CurrentLogMetadata:
-        return self.allocator.publication_metadata(params, is_exclusive, window_length)
 
     def record_error(self, error: BaseException, *, answered: bool = False) -> None:
         """Errors of the driver's own agents: counted, logged distinctly, and passed on.
@@ -586,16 +552,16 @@ class DriverConductor:
         )
         path = self._aeron_dir / "publications" / f"{registration_id}.logbuffer"
         window = self._ctx.ipc_publication_term_window_length_for(params.term_length)
-        log = self.create_publication_log(
+        log = self.allocator.create_publication_log(
             path,
             session_id,
             msg.stream_id,
             initial_term_id,
             params,
-            self.publication_metadata(params, is_exclusive, window),
+            self.allocator.publication_metadata(params, is_exclusive, window),
         )
         try:
-            publisher_position = self.stream_counter(
+            publisher_position = self.allocator.stream_counter(
                 PUBLISHER_POS_NAME,
                 PUBLISHER_POS_TYPE_ID,
                 registration_id,
@@ -604,7 +570,7 @@ class DriverConductor:
                 msg.channel,
                 owner_id=msg.client_id,
             )
-            publisher_limit = self.stream_counter(
+            publisher_limit = self.allocator.stream_counter(
                 PUBLISHER_LIMIT_NAME,
                 PUBLISHER_LIMIT_TYPE_ID,
                 registration_id,
@@ -639,23 +605,8 @@ class DriverConductor:
         self._active_session_ids.add(session_id)
         return publication
 
-    def stream_counter(
-        self,
-        name: str,
-        type_id: int,
-        registration_id: int,
-        session_id: int,
-        stream_id: int,
-        channel: str,
-        suffix: str = "",
-        owner_id: int = 0,
-    ) -> AtomicCounter:
-        return self.allocator.stream_counter(
-            name, type_id, registration_id, session_id, stream_id, channel, suffix, owner_id=owner_id
-        )
-
     def _link_ipc_subscription(self, publication: IpcPublication, sub: SubscriptionLink) -> SubscriberPosition:
-        counter = self.subscriber_position(sub, publication.session_id, publication.join_position())
+        counter = self.allocator.subscriber_position(sub, publication.session_id, publication.join_position())
         position = SubscriberPosition(sub, publication, counter)
         publication.add_subscriber(position)
         sub.positions[publication.registration_id] = position

@@ -94,7 +94,7 @@ class MediaDriver:
         self.loss_report = LossReport(self.loss_report_file.buffer)
         self.conductor = DriverConductor(context, self.cnc, error_handler=self._log_error)
         self.conductor.answered_error_handler = self._log_answered
-        self.conductor.loss_observer = LossObserver(self.loss_report, SystemEpochClock())
+        self.conductor.network.loss_observer = LossObserver(self.loss_report, SystemEpochClock())
         self.termination_requested = threading.Event()
         """Set when a client's TERMINATE_DRIVER passed ``termination_validator``; the owner then closes the driver."""
         self.conductor.termination_hook = self.termination_requested.set
