@@ -40,7 +40,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from driver.concurrent.atomic_buffer import AtomicBuffer, align, is_power_of_two
-from driver.errors import CncVersionError, ConfigurationError, DriverError, DriverTimeoutError, StorageSpaceError
+from driver.errors import CncVersionError, DriverConfigurationError, DriverError, DriverTimeoutError, StorageSpaceError
 from driver.int32 import INT32_MAX as _INT32_MAX
 
 __all__ = [
@@ -98,7 +98,7 @@ def semantic_version(major: int, minor: int, patch: int) -> int:
     """Agrona's SemanticVersion.compose: one byte each, major highest."""
     for name, part in (("major", major), ("minor", minor), ("patch", patch)):
         if not 0 <= part <= 255:
-            raise ConfigurationError(f"semantic version {name}", part, "0..255")
+            raise DriverConfigurationError(f"semantic version {name}", part, "0..255")
     return (major << 16) | (minor << 8) | patch
 
 
@@ -181,7 +181,7 @@ class CncGeneration(enum.Enum):
             return cls.V15
         if key in ("current", "512", "0.2.0"):
             return cls.CURRENT
-        raise ConfigurationError("aeron.cnc.version", text, '"15" or "current"')
+        raise DriverConfigurationError("aeron.cnc.version", text, '"15" or "current"')
 
 
 def compute_cnc_file_length(total_length_of_buffers: int, file_page_size: int) -> int:
@@ -190,10 +190,10 @@ def compute_cnc_file_length(total_length_of_buffers: int, file_page_size: int) -
 
 def _check_length(field: str, value: int, trailer: int = 0, power_of_two: bool = False) -> None:
     if not isinstance(value, int) or value <= trailer or value > _INT32_MAX:
-        raise ConfigurationError(field, value, f"an int in {trailer + 1}..{_INT32_MAX}")
+        raise DriverConfigurationError(field, value, f"an int in {trailer + 1}..{_INT32_MAX}")
     if power_of_two and not is_power_of_two(value - trailer):
         suffix = f" + {trailer}" if trailer else ""
-        raise ConfigurationError(field, value, f"a power of two{suffix}")
+        raise DriverConfigurationError(field, value, f"a power of two{suffix}")
 
 
 class CncFile:
@@ -276,26 +276,26 @@ class CncFile:
         _check_length("to_clients_length", to_clients_length, _BROADCAST_TRAILER_LENGTH, power_of_two=True)
         _check_length("counters_values_length", counters_values_length)
         if counters_values_length % _COUNTER_LENGTH:
-            raise ConfigurationError(
+            raise DriverConfigurationError(
                 "counters_values_length", counters_values_length, f"a multiple of {_COUNTER_LENGTH}"
             )
         _check_length("error_log_length", error_log_length)
         if not (is_power_of_two(file_page_size) and _PAGE_MIN_SIZE <= file_page_size <= _PAGE_MAX_SIZE):
-            raise ConfigurationError(
+            raise DriverConfigurationError(
                 "file_page_size", file_page_size, f"a power of two in {_PAGE_MIN_SIZE}..{_PAGE_MAX_SIZE}"
             )
         if client_liveness_timeout_ns <= 0:
-            raise ConfigurationError("client_liveness_timeout_ns", client_liveness_timeout_ns, "> 0")
+            raise DriverConfigurationError("client_liveness_timeout_ns", client_liveness_timeout_ns, "> 0")
         counters_metadata_length = counters_values_length * COUNTERS_METADATA_PER_VALUES_RATIO
         if counters_metadata_length > _INT32_MAX:
-            raise ConfigurationError(
+            raise DriverConfigurationError(
                 "counters_values_length", counters_values_length, f"<= {_INT32_MAX // 4} (metadata is 4x)"
             )
         total = to_driver_length + to_clients_length + counters_metadata_length + counters_values_length
         total += error_log_length
         file_length = compute_cnc_file_length(total, file_page_size)
         if file_length > _INT32_MAX:
-            raise ConfigurationError("cnc.dat length", file_length, f"<= {_INT32_MAX} bytes in total")
+            raise DriverConfigurationError("cnc.dat length", file_length, f"<= {_INT32_MAX} bytes in total")
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,7 @@ import attrs
 from attrs import AttrsInstance
 
 from driver.cnc import CNC_FILE, CncGeneration
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 from driver.int32 import INT32_MAX as _INT32_MAX
 from driver.logbuffer.frame import FRAME_ALIGNMENT
 from driver.media.faults import FaultSpec
@@ -159,7 +159,7 @@ def normalize_idle_strategy(name: str, field: str = "idle strategy") -> str:
         key = key[: -len("idlestrategy")]
     short = _IDLE_ALIASES.get(key)
     if short is None:
-        raise ConfigurationError(
+        raise DriverConfigurationError(
             field, name, f"one of {', '.join(IDLE_STRATEGY_NAMES)} or an Agrona idle strategy class name"
         )
     return short
@@ -197,18 +197,18 @@ def _parse_text(kind: _Kind, prop: str, text: str) -> object:
         try:
             return int(text, 10)
         except ValueError:
-            raise ConfigurationError(prop, text, "an integer") from None
+            raise DriverConfigurationError(prop, text, "an integer") from None
     if kind is _Kind.BOOL:
         return text.lower() == "true"
     if kind is _Kind.PATH:
         if not text:
-            raise ConfigurationError(prop, text, "a directory path")
+            raise DriverConfigurationError(prop, text, "a directory path")
         return Path(text)
     if kind is _Kind.THREADING:
         try:
             return ThreadingMode[text.upper()]
         except KeyError:
-            raise ConfigurationError(prop, text, f"one of {', '.join(m.name for m in ThreadingMode)}") from None
+            raise DriverConfigurationError(prop, text, f"one of {', '.join(m.name for m in ThreadingMode)}") from None
     if kind is _Kind.IDLE:
         return normalize_idle_strategy(text, prop)
     if kind is _Kind.TEXT:
@@ -217,7 +217,7 @@ def _parse_text(kind: _Kind, prop: str, text: str) -> object:
         try:
             return float(text)
         except ValueError:
-            raise ConfigurationError(prop, text, "a rate between 0 and 1") from None
+            raise DriverConfigurationError(prop, text, "a rate between 0 and 1") from None
     return CncGeneration.parse(text)
 
 
@@ -248,7 +248,7 @@ def _build(cls: type[_T], lookup: Callable[[str], str | None], overrides: Mappin
     fields = {a.name: a for a in attrs.fields(cls)}
     unknown = set(overrides) - set(fields)
     if unknown:
-        raise ConfigurationError(
+        raise DriverConfigurationError(
             ", ".join(sorted(unknown)), None, f"a {cls.__name__} field ({', '.join(sorted(fields))})"
         )
     kwargs: dict[str, object] = {}
@@ -289,8 +289,8 @@ class _Checker:
     def value(self, name: str) -> Any:
         return getattr(self._instance, name)
 
-    def fail(self, name: str, allowed: str) -> ConfigurationError:
-        return ConfigurationError(self.prop(name), self.value(name), allowed)
+    def fail(self, name: str, allowed: str) -> DriverConfigurationError:
+        return DriverConfigurationError(self.prop(name), self.value(name), allowed)
 
     def int_range(self, name: str, low: int, high: int) -> int:
         value = self.value(name)
@@ -566,7 +566,7 @@ class DriverContext:
     # ------------------------------------------------------------------ validation
 
     def conclude(self) -> DriverContext:
-        """Check every setting; returns self, raises ConfigurationError naming the first bad property."""
+        """Check every setting; returns self, raises DriverConfigurationError naming the first bad property."""
         c = _Checker(self)
         c.instance("aeron_dir", Path)
         for name in ("dir_delete_on_start", "dir_delete_on_shutdown", "dir_warn_if_exists"):
@@ -644,7 +644,7 @@ class DriverContext:
             + self.error_buffer_length
         )
         if total > _INT32_MAX:
-            raise ConfigurationError(
+            raise DriverConfigurationError(
                 "cnc.dat length", total, f"at most {_INT32_MAX} bytes (header, conductor, clients, counters x5, errors)"
             )
         return self
@@ -700,7 +700,7 @@ class ClientContext:
         return self.aeron_dir / CNC_FILE
 
     def conclude(self) -> ClientContext:
-        """Check every setting; returns self, raises ConfigurationError naming the first bad one."""
+        """Check every setting; returns self, raises DriverConfigurationError naming the first bad one."""
         c = _Checker(self)
         c.instance("aeron_dir", Path)
         c.timeout("driver_timeout_ms")

@@ -3,23 +3,31 @@
 The data path (``offer``, ``try_claim``, ``poll``) never raises: it returns
 Aeron's codes. Everything else raises one of these, and each message names the
 field, the value and what is allowed.
+
+Names that the end point's errors also use carry a ``Driver`` prefix here
+(:class:`DriverConfigurationError`, :class:`DriverClientError`,
+:class:`DriverClientTimeoutError`), so code
+importing from both packages cannot catch the wrong one. The old names still
+resolve, with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
 import enum
+import warnings
 
 __all__ = [
     "ActiveDriverError",
     "AgentTerminationError",
     "Category",
     "ChannelEndpointError",
-    "ClientTimeoutError",
     "CncVersionError",
-    "ConfigurationError",
     "ControlProtocolError",
     "CurrentErrorCode",
     "DeadDriverError",
+    "DriverClientError",
+    "DriverClientTimeoutError",
+    "DriverConfigurationError",
     "DriverError",
     "DriverTimeoutError",
     "ErrorCode",
@@ -104,7 +112,7 @@ class DriverError(Exception):
     category: Category = Category.ERROR
 
 
-class ConfigurationError(DriverError, ValueError):
+class DriverConfigurationError(DriverError, ValueError):
     """A setting is invalid; the message names it and what is allowed."""
 
     def __init__(self, field: str, value: object, allowed: str) -> None:
@@ -114,7 +122,7 @@ class ConfigurationError(DriverError, ValueError):
         self.allowed = allowed
 
 
-class InvalidChannelError(ConfigurationError):
+class InvalidChannelError(DriverConfigurationError):
     """A channel URI (or one of its parameters) is invalid."""
 
 
@@ -130,14 +138,18 @@ class RegistrationError(DriverError):
         self.driver_message = message
 
 
+class DriverClientError(DriverError):
+    """The Aeron client is closed, or a call was made where it is not allowed (e.g. from a callback)."""
+
+
 class DriverTimeoutError(DriverError, TimeoutError):
     """The driver stopped answering (no heartbeat or no response in time)."""
 
     category = Category.FATAL
 
 
-class ClientTimeoutError(DriverTimeoutError):
-    """The driver timed this client out because its keepalives stopped."""
+class DriverClientTimeoutError(DriverTimeoutError):
+    """The driver timed this client out because its keepalives stopped (Aeron's ClientTimeoutException)."""
 
 
 class DeadDriverError(DriverTimeoutError):
@@ -194,3 +206,19 @@ class ControlProtocolError(DriverError):
     def __init__(self, error_code: ErrorCode | CurrentErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_code = error_code
+
+
+_RENAMED = {"ConfigurationError": DriverConfigurationError, "ClientTimeoutError": DriverClientTimeoutError}
+"""Old name -> the class it now names; kept so code written against the old names keeps working."""
+
+
+def __getattr__(name: str) -> type[DriverError]:
+    renamed = _RENAMED.get(name)
+    if renamed is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"driver.errors.{name} is deprecated: use {renamed.__name__} (endpoint.errors has its own {name})",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return renamed

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 
 __all__ = [
     "BackoffIdleStrategy",
@@ -71,7 +71,7 @@ class SleepingIdleStrategy:
 
     def __init__(self, sleep_period_ns: int = 1_000_000) -> None:
         if sleep_period_ns <= 0:
-            raise ConfigurationError("sleep_period_ns", sleep_period_ns, "must be > 0")
+            raise DriverConfigurationError("sleep_period_ns", sleep_period_ns, "must be > 0")
         self._period_s = sleep_period_ns / 1e9
         self.park: Park = time.sleep
         """How a sleep is taken; a runner may swap in one that also ends when the agent's sockets are readable."""
@@ -124,9 +124,9 @@ class BackoffIdleStrategy:
         deeper_park_period_ns: int = 10_000_000,
     ) -> None:
         if max_spins < 0 or max_yields < 0:
-            raise ConfigurationError("max_spins/max_yields", (max_spins, max_yields), "must be >= 0")
+            raise DriverConfigurationError("max_spins/max_yields", (max_spins, max_yields), "must be >= 0")
         if not 0 < min_park_period_ns <= max_park_period_ns <= deep_park_period_ns <= deeper_park_period_ns:
-            raise ConfigurationError(
+            raise DriverConfigurationError(
                 "park_period_ns",
                 (min_park_period_ns, max_park_period_ns, deep_park_period_ns, deeper_park_period_ns),
                 "0 < min <= max <= deep <= deeper required",
@@ -192,5 +192,5 @@ def idle_strategy_from_name(name: str) -> IdleStrategy:
     key = {"busyspin": "busy_spin", "sleepingmillis": "sleeping", "noop": "noop"}.get(key, key)
     factory = _ALIASES.get(key)
     if factory is None:
-        raise ConfigurationError("idle strategy", name, f"one of {sorted(set(_ALIASES))} or an Aeron class name")
+        raise DriverConfigurationError("idle strategy", name, f"one of {sorted(set(_ALIASES))} or an Aeron class name")
     return factory()

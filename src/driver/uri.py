@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
-from driver.errors import ConfigurationError, InvalidChannelError
+from driver.errors import DriverConfigurationError, InvalidChannelError
 from driver.int32 import INT32_MAX as _INT32_MAX
 from driver.int32 import INT32_MIN as _INT32_MIN
 from driver.int32 import int32
@@ -180,7 +180,7 @@ _DURATION_MULTIPLIERS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_0
 
 
 def _parse_long(
-    text: str, field: str, allowed: str, error: type[ConfigurationError], original: str | None = None
+    text: str, field: str, allowed: str, error: type[DriverConfigurationError], original: str | None = None
 ) -> int:
     shown = text if original is None else original
     if not _DECIMAL.fullmatch(text):
@@ -191,7 +191,9 @@ def _parse_long(
     return value
 
 
-def parse_size(text: str, field: str = "size", *, error: type[ConfigurationError] = ConfigurationError) -> int:
+def parse_size(
+    text: str, field: str = "size", *, error: type[DriverConfigurationError] = DriverConfigurationError
+) -> int:
     """Agrona's parseSize: an integer with an optional k/m/g (x1024) suffix, any case."""
     allowed = "an integer with an optional k, m or g suffix"
     if not text:
@@ -206,7 +208,7 @@ def parse_size(text: str, field: str = "size", *, error: type[ConfigurationError
 
 
 def parse_duration_ns(
-    text: str, field: str = "duration", *, error: type[ConfigurationError] = ConfigurationError
+    text: str, field: str = "duration", *, error: type[DriverConfigurationError] = DriverConfigurationError
 ) -> int:
     """Agrona's parseDuration: an integer of ns, or with an ns/us/ms/s suffix, any case."""
     allowed = "an integer of nanoseconds or with an ns, us, ms or s suffix"

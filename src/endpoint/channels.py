@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from driver.client.aeron import Aeron
-from driver.client.aio import Backoff
+from driver.client.aio import PollBackoff
 from driver.client.publication import ExclusivePublication, Publication
 from driver.client.subscription import Subscription
 
@@ -182,7 +182,7 @@ async def wait_image(subscription: Subscription, timeout: float, aeron: Aeron | 
 
 async def _wait(done: Callable[[], bool], resource: Publication | Subscription, missing: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    backoff = Backoff(yield_window=_YIELD_WINDOW_S)
+    backoff = PollBackoff(yield_window=_YIELD_WINDOW_S)
     while not done():
         if resource.is_closed:
             raise ConnectionError(f"{resource!r} closed while waiting ({missing} it yet)")

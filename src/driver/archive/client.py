@@ -27,7 +27,7 @@ from driver.archive.protocol import (
 )
 from driver.archive.replayer import FOLLOW
 from driver.client.aeron import Aeron
-from driver.client.aio import Backoff
+from driver.client.aio import PollBackoff
 from driver.client.publication import CLOSED, MAX_POSITION_EXCEEDED
 from driver.client.subscription import Subscription
 from driver.logbuffer.fragment_assembler import FragmentAssembler
@@ -251,7 +251,7 @@ class AsyncArchiveClient:
         correlation_id, message = c.encode(operation, args)
         try:
             deadline = time.monotonic() + c.timeout
-            backoff = Backoff()
+            backoff = PollBackoff()
             while not c.try_offer(message, operation):
                 if time.monotonic() > deadline:
                     raise c.timed_out(operation)
@@ -373,7 +373,7 @@ class RecordingEvents:
         return self.subscription.poll(self._assembler, limit)
 
     async def __aiter__(self) -> AsyncIterator[RecordingEvent]:
-        backoff = Backoff(max_sleep=0.005)
+        backoff = PollBackoff(max_sleep=0.005)
         events: list[RecordingEvent] = []
         while not self.subscription.is_closed:
             if self.poll(events.append):

@@ -82,7 +82,7 @@ class ArchiveContext:
         return _properties_of(self)
 
     def conclude(self) -> ArchiveContext:
-        """Check every setting; returns self, raises ConfigurationError naming the first bad one."""
+        """Check every setting; returns self, raises DriverConfigurationError naming the first bad one."""
         c = _Checker(self)
         c.instance("archive_dir", Path)
         c.instance("aeron_dir", Path)

@@ -24,7 +24,7 @@ import msgpack  # type: ignore[import-untyped]
 
 from driver.archive import errors
 from driver.archive.errors import ArchiveError
-from driver.errors import ConfigurationError, InvalidChannelError
+from driver.errors import DriverConfigurationError, InvalidChannelError
 
 __all__ = [
     "OPERATIONS",
@@ -75,7 +75,7 @@ _ERROR_TYPES: dict[str, type[Exception]] = {
         errors.InvalidPositionError,
         errors.RecordingNotFoundError,
         errors.RecordingStateError,
-        ConfigurationError,
+        DriverConfigurationError,
         InvalidChannelError,
     )
 }
@@ -161,7 +161,7 @@ def error_from_wire(value: Any) -> Exception:
     if isinstance(value, list) and len(value) == 2:
         kind, message = value
         cls = _ERROR_TYPES.get(str(kind), ArchiveError)
-        if cls is ConfigurationError or cls is InvalidChannelError:
+        if cls is DriverConfigurationError or cls is InvalidChannelError:
             return ArchiveError(f"{kind}: {message}")
         return cls(message)
     return ArchiveError(f"malformed error response: {value!r:.200}")

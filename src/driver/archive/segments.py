@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Final
 
 from driver.concurrent.atomic_buffer import align, is_power_of_two
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 from driver.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 
 __all__ = [
@@ -56,13 +56,13 @@ _LE: Final = "little"
 def check_segment_length(segment_length: int, term_length: int) -> None:
     """A segment must be a power of two in [64 KiB, 1 GiB] and hold at least one term."""
     if not is_power_of_two(segment_length) or not SEGMENT_MIN_LENGTH <= segment_length <= SEGMENT_MAX_LENGTH:
-        raise ConfigurationError(
+        raise DriverConfigurationError(
             "aeron.archive.segment.file.length",
             segment_length,
             f"a power of two from {SEGMENT_MIN_LENGTH} to {SEGMENT_MAX_LENGTH}",
         )
     if segment_length < term_length:
-        raise ConfigurationError(
+        raise DriverConfigurationError(
             "aeron.archive.segment.file.length", segment_length, f"at least one term ({term_length} bytes)"
         )
 

@@ -16,8 +16,10 @@ twin, publications have ``offer_async`` and subscriptions are async iterables of
 
 from __future__ import annotations
 
+import warnings
+
 from driver.client.aeron import Aeron, default_error_handler
-from driver.client.conductor import ClientConductor, ClientError
+from driver.client.conductor import ClientConductor
 from driver.client.counter import Counter
 from driver.client.publication import (
     ADMIN_ACTION,
@@ -32,6 +34,7 @@ from driver.client.publication import (
 )
 from driver.client.subscription import Image, Subscription
 from driver.config import ClientContext
+from driver.errors import DriverClientError
 from driver.logbuffer.fragment_assembler import FragmentAssembler
 from driver.logbuffer.header import BufferClaim, Header
 from driver.logbuffer.reader import ControlledAction
@@ -46,10 +49,10 @@ __all__ = [
     "BufferClaim",
     "ClientConductor",
     "ClientContext",
-    "ClientError",
     "ConcurrentPublication",
     "ControlledAction",
     "Counter",
+    "DriverClientError",
     "ExclusivePublication",
     "FragmentAssembler",
     "Header",
@@ -59,3 +62,13 @@ __all__ = [
     "Subscription",
     "default_error_handler",
 ]
+
+
+def __getattr__(name: str) -> type[DriverClientError]:
+    # Renamed: endpoint.errors.ClientError is the end point's.
+    if name == "ClientError":
+        warnings.warn(
+            "driver.client.ClientError is deprecated: use DriverClientError", DeprecationWarning, stacklevel=2
+        )
+        return DriverClientError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,7 +31,6 @@ from driver.client.aio import await_request
 from driver.client.conductor import (
     AvailableCounterHandler,
     ClientConductor,
-    ClientError,
     ErrorHandler,
     PendingRequest,
     PublicationErrorHandler,
@@ -44,7 +43,7 @@ from driver.cnc import CncFile, CncGeneration
 from driver.concurrent.counters import CountersReader
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.config import ClientContext
-from driver.errors import DeadDriverError, DriverTimeoutError
+from driver.errors import DeadDriverError, DriverClientError, DriverTimeoutError
 from driver.idle import IdleStrategy, SleepingIdleStrategy, idle_strategy_from_name
 from driver.ownership import OwnerWatch
 
@@ -245,7 +244,7 @@ class Aeron:
 
     @property
     def termination_cause(self) -> BaseException | None:
-        """Why the client closed itself (DriverTimeoutError, ClientTimeoutError ...), or None."""
+        """Why the client closed itself (DriverTimeoutError, DriverClientTimeoutError ...), or None."""
         return self._conductor.termination_cause
 
     @property
@@ -273,7 +272,7 @@ class Aeron:
     def next_correlation_id(self) -> int:
         """A correlation id unique across the driver's clients (e.g. for application-level requests)."""
         if self.is_closed:
-            raise ClientError("Aeron client is closed")
+            raise DriverClientError("Aeron client is closed")
         return self._conductor._ring.next_correlation_id()
 
     def close(self) -> None:

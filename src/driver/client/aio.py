@@ -11,6 +11,7 @@ little and a busy one reacts within a millisecond. Every wait is cancellable
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -25,9 +26,9 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
 __all__ = [
-    "Backoff",
     "FragmentSource",
     "Offerer",
+    "PollBackoff",
     "await_request",
     "offer_async",
     "offer_batch_async",
@@ -66,8 +67,9 @@ _DRIVER_ANSWER_WINDOW_S = 0.001
 """An awake driver answers a command within a millisecond: keep yielding that long before sleeping."""
 
 
-class Backoff:
-    """Yield a few times (or for ``yield_window`` seconds), then sleep with a doubling period up to ``max_sleep``.
+class PollBackoff:
+    """How a poll loop waits between empty polls: yield a few times (or for ``yield_window`` seconds), then sleep
+    with a doubling period up to ``max_sleep``.
 
     An event loop cannot sleep less than about a millisecond, so a wait for
     something that usually comes within microseconds (a driver's answer) should
@@ -109,7 +111,7 @@ class Backoff:
 
 async def await_request(conductor: RequestService, request: PendingRequest) -> object:
     """Wait for the driver's answer to ``request`` without blocking the loop (bounded by the driver timeout)."""
-    backoff = Backoff(yield_window=_DRIVER_ANSWER_WINDOW_S)
+    backoff = PollBackoff(yield_window=_DRIVER_ANSWER_WINDOW_S)
     try:
         while not conductor.try_service(request):
             await backoff.idle()
@@ -138,7 +140,7 @@ async def offer_async(
     result = offer(buffer, offset, length)
     if result >= 0 or result not in _RETRYABLE:
         return result
-    backoff = Backoff(max_sleep)
+    backoff = PollBackoff(max_sleep)
     with anyio.fail_after(timeout):
         while True:
             if result != ADMIN_ACTION:
@@ -160,7 +162,7 @@ async def offer_batch_async(
     result = offer_batch(messages)
     if result >= 0 or result not in _RETRYABLE:
         return result
-    backoff = Backoff(max_sleep)
+    backoff = PollBackoff(max_sleep)
     with anyio.fail_after(timeout):
         while True:
             if result != ADMIN_ACTION:
@@ -193,7 +195,7 @@ async def subscription_fragments(
         capture((payload, header))
         return abort
 
-    backoff = Backoff(max_idle_sleep)
+    backoff = PollBackoff(max_idle_sleep)
     idle_since: float | None = None
     next_index = 0
     while not subscription.is_closed:
@@ -225,3 +227,16 @@ async def subscription_fragments(
             elif now - idle_since > idle_timeout:
                 raise TimeoutError(f"no fragment within {idle_timeout} s on {subscription!r}")
         await backoff.idle()
+
+
+def __getattr__(name: str) -> type[PollBackoff]:
+    # ``Backoff`` was this class's name until the end point's reconnect policy took it (endpoint.reconnect.Backoff).
+    if name == "Backoff":
+        warnings.warn(
+            "driver.client.aio.Backoff is deprecated: use PollBackoff (endpoint.reconnect.Backoff is the reconnect "
+            "policy)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return PollBackoff
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -79,8 +80,9 @@ from driver.doorbell import DoorbellRinger
 from driver.errors import (
     AgentTerminationError,
     ChannelEndpointError,
-    ClientTimeoutError,
     DeadDriverError,
+    DriverClientError,
+    DriverClientTimeoutError,
     DriverError,
     DriverTimeoutError,
     ErrorCode,
@@ -95,7 +97,6 @@ if TYPE_CHECKING:
 __all__ = [
     "AvailableCounterHandler",
     "ClientConductor",
-    "ClientError",
     "ErrorHandler",
     "PendingRequest",
     "PublicationErrorHandler",
@@ -113,10 +114,6 @@ _MAX_MESSAGES_PER_SERVICE = 32
 _CHANNEL_STATUS_INITIALIZING = 0
 _CHANNEL_STATUS_ACTIVE = 1
 _NO_ID_ALLOCATED = -1
-
-
-class ClientError(DriverError):
-    """The client is closed, or a call was made where it is not allowed (e.g. from a callback)."""
 
 
 def _epoch_ms() -> int:
@@ -233,7 +230,7 @@ class ClientConductor:
                 return
             self._is_closed = True
             self._force_close_resources()
-            self._fail_all_pending(ClientError("Aeron client is closed"))
+            self._fail_all_pending(DriverClientError("Aeron client is closed"))
             for log in (*self._lingering, *self._logs.values()):
                 log.buffers.close()
             self._lingering.clear()
@@ -259,7 +256,7 @@ class ClientConductor:
                 if self._is_terminating or not receive(on_message):
                     break
                 work += 1
-        except (DriverTimeoutError, ClientTimeoutError) as exc:
+        except (DriverTimeoutError, DriverClientTimeoutError) as exc:
             self._terminate(exc)
         except DriverError as exc:
             # Lapped by the broadcast (or a corrupt record): this client lost messages; Aeron closes it.
@@ -317,7 +314,7 @@ class ClientConductor:
             and reader.get_counter_type_id(counter_id) == CLIENT_HEARTBEAT_TYPE_ID
             and int.from_bytes(reader.get_counter_key(counter_id)[:8], "little", signed=True) == self.client_id
         ):  # one record read, not a scan of the file: a driver may hold thousands of counters
-            raise ClientTimeoutError(f"unexpected close of heartbeat timestamp counter: {counter_id}")
+            raise DriverClientTimeoutError(f"unexpected close of heartbeat timestamp counter: {counter_id}")
         self._values.put_long_ordered(counter_id * COUNTER_LENGTH, self._epoch_clock())
 
     def _drop_stale_requests(self, now_ns: int) -> None:
@@ -403,7 +400,7 @@ class ClientConductor:
         elif msg_type_id == ResponseType.ON_UNAVAILABLE_COUNTER:
             self._on_counter(self._unavailable_counter_handler, CounterUpdate.decode(body))
         elif msg_type_id == ResponseType.ON_CLIENT_TIMEOUT and ClientTimeout.decode(body).client_id == self.client_id:
-            self._terminate(ClientTimeoutError(f"client {self.client_id} timed out by the driver"))
+            self._terminate(DriverClientTimeoutError(f"client {self.client_id} timed out by the driver"))
         elif msg_type_id in (CurrentCommandType.ON_STATIC_COUNTER, CurrentCommandType.ON_NEXT_AVAILABLE_SESSION_ID):
             # Both are (correlation id int64, int32); the request knows which it asked for.
             answer = StaticCounterResponse.decode(body)
@@ -561,10 +558,10 @@ class ClientConductor:
             if isinstance(cause, DriverTimeoutError):
                 raise type(cause)(f"Aeron client is terminated: {cause}") from cause
             if cause is not None:
-                raise ClientError(f"Aeron client is terminated: {cause}") from cause
-            raise ClientError("Aeron client is closed")
+                raise DriverClientError(f"Aeron client is terminated: {cause}") from cause
+            raise DriverClientError("Aeron client is closed")
         if self._in_callback:
-            raise ClientError("reentrant calls are not permitted during callbacks")
+            raise DriverClientError("reentrant calls are not permitted during callbacks")
 
     def _register(self, correlation_id: int, kind: str, resource: object = None) -> PendingRequest:
         request = PendingRequest(correlation_id, kind, self._nano_clock() + self._driver_timeout_ns, resource)
@@ -609,7 +606,7 @@ class ClientConductor:
 
     def _require_current(self, what: str) -> None:
         if not self._current:
-            raise ClientError(
+            raise DriverClientError(
                 f"{what} needs a driver of today's generation (this one writes CnC {self.generation.label})"
             )
 
@@ -723,7 +720,7 @@ class ClientConductor:
             if self._is_closed or self._is_terminating:
                 return None
             if self._in_callback:
-                raise ClientError("reentrant calls are not permitted during callbacks")
+                raise DriverClientError("reentrant calls are not permitted during callbacks")
             if isinstance(resource, Subscription):
                 images = resource._internal_close()
                 self._resources.pop(resource.registration_id, None)
@@ -776,3 +773,16 @@ class ClientConductor:
 
     def time_of_last_driver_keepalive_ms(self) -> int:
         return self._proxy.time_of_last_driver_keepalive_ms()
+
+
+def __getattr__(name: str) -> type[DriverClientError]:
+    # ``ClientError`` was defined here until it moved to driver.errors as DriverClientError
+    # (endpoint.errors.ClientError is the end point's).
+    if name == "ClientError":
+        warnings.warn(
+            "driver.client.conductor.ClientError is deprecated: use driver.errors.DriverClientError",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return DriverClientError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

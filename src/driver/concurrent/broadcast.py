@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from driver.concurrent.atomic_buffer import AtomicBuffer, fence, is_power_of_two
-from driver.errors import ConfigurationError, DriverError
+from driver.errors import DriverConfigurationError, DriverError
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -65,7 +65,7 @@ class BroadcastReceiveError(DriverError):
 def _checked_capacity(buffer: AtomicBuffer) -> int:
     capacity = buffer.capacity - TRAILER_LENGTH
     if not is_power_of_two(capacity):
-        raise ConfigurationError(
+        raise DriverConfigurationError(
             "broadcast buffer length",
             buffer.capacity,
             f"a power of two plus the {TRAILER_LENGTH}-byte trailer",

@@ -35,7 +35,7 @@ from pathlib import Path
 import attrs
 
 from driver.concurrent.atomic_buffer import AtomicBuffer, align
-from driver.errors import ConfigurationError, StorageSpaceError
+from driver.errors import DriverConfigurationError, StorageSpaceError
 
 __all__ = [
     "CHANNEL_OFFSET",
@@ -202,7 +202,9 @@ class LossReportFile:
     def create(cls, directory: str | os.PathLike[str], length: int = DEFAULT_LOSS_REPORT_LENGTH) -> LossReportFile:
         """Create (replacing any old one) a zero-filled report of ``length`` bytes in ``directory``."""
         if length < ENTRY_ALIGNMENT:
-            raise ConfigurationError("aeron.loss.report.buffer.length", length, f"at least {ENTRY_ALIGNMENT} bytes")
+            raise DriverConfigurationError(
+                "aeron.loss.report.buffer.length", length, f"at least {ENTRY_ALIGNMENT} bytes"
+            )
         path = Path(directory) / LOSS_REPORT_FILE
         path.unlink(missing_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from driver.concurrent.atomic_buffer import AtomicBuffer, is_power_of_two
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -101,7 +101,7 @@ class ManyToOneRingBuffer:
     def __init__(self, buffer: AtomicBuffer) -> None:
         capacity = buffer.capacity - TRAILER_LENGTH
         if not is_power_of_two(capacity):
-            raise ConfigurationError(
+            raise DriverConfigurationError(
                 "ring buffer length",
                 buffer.capacity,
                 f"a power of two plus the {TRAILER_LENGTH}-byte trailer",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from driver.errors import ConfigurationError, InvalidChannelError
+from driver.errors import DriverConfigurationError, InvalidChannelError
 
 __all__ = [
     "INITIAL_WINDOW_LENGTH_DEFAULT",
@@ -66,9 +66,9 @@ class StaticWindowCongestionControl:
 
     def __init__(self, initial_window: int, term_length: int) -> None:
         if initial_window <= 0:
-            raise ConfigurationError("initial_window", initial_window, "greater than zero")
+            raise DriverConfigurationError("initial_window", initial_window, "greater than zero")
         if term_length <= 0:
-            raise ConfigurationError("term_length", term_length, "greater than zero")
+            raise DriverConfigurationError("term_length", term_length, "greater than zero")
         self._window = min(term_length // 2, initial_window)
         self._outcome: CongestionOutcome = (self._window, False)
 

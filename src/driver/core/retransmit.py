@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from driver.errors import ConfigurationError, DriverError
+from driver.errors import DriverConfigurationError, DriverError
 from driver.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 
 __all__ = [
@@ -94,7 +94,7 @@ class RetransmitHandler:
     ) -> None:
         """``on_invalid`` is called once per invalid NAK (e.g. the INVALID_PACKETS counter's increment)."""
         if max_actions < 1:
-            raise ConfigurationError("max_actions", max_actions, "at least 1")
+            raise DriverConfigurationError("max_actions", max_actions, "at least 1")
         self._delay = delay_generator
         self._linger = linger_generator
         self._max_actions = max_actions

@@ -38,7 +38,7 @@ added after the 1.15.1 ones, at offsets 1.15.1 leaves unused)::
 from __future__ import annotations
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 from driver.int32 import int32, int64
 from driver.logbuffer.frame import HEADER_LENGTH, create_default_header
 
@@ -210,13 +210,15 @@ def _is_power_of_two(value: int) -> bool:
 def check_term_length(term_length: int, field: str = "term_length") -> None:
     """Reject a term length that is not a power of two in 64 KiB .. 1 GiB."""
     if not (TERM_MIN_LENGTH <= term_length <= TERM_MAX_LENGTH and _is_power_of_two(term_length)):
-        raise ConfigurationError(field, term_length, f"a power of two from {TERM_MIN_LENGTH} to {TERM_MAX_LENGTH}")
+        raise DriverConfigurationError(
+            field, term_length, f"a power of two from {TERM_MIN_LENGTH} to {TERM_MAX_LENGTH}"
+        )
 
 
 def check_page_size(page_size: int, field: str = "page_size") -> None:
     """Reject a file page size that is not a power of two in 4 KiB .. 1 GiB."""
     if not (PAGE_MIN_SIZE <= page_size <= PAGE_MAX_SIZE and _is_power_of_two(page_size)):
-        raise ConfigurationError(field, page_size, f"a power of two from {PAGE_MIN_SIZE} to {PAGE_MAX_SIZE}")
+        raise DriverConfigurationError(field, page_size, f"a power of two from {PAGE_MIN_SIZE} to {PAGE_MAX_SIZE}")
 
 
 def _align(value: int, alignment: int) -> int:

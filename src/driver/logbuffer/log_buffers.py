@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
-from driver.errors import ConfigurationError, StorageSpaceError
+from driver.errors import DriverConfigurationError, StorageSpaceError
 from driver.logbuffer.descriptor import (
     LOG_META_DATA_LENGTH,
     LOG_PAGE_SIZE_OFFSET,
@@ -133,7 +133,7 @@ class LogBuffers:
         try:
             file_length = os.fstat(fd).st_size
             if file_length < LOG_META_DATA_LENGTH:
-                raise ConfigurationError("log_length", file_length, f"at least {LOG_META_DATA_LENGTH} bytes")
+                raise DriverConfigurationError("log_length", file_length, f"at least {LOG_META_DATA_LENGTH} bytes")
             mapping = mmap.mmap(fd, file_length)
         finally:
             os.close(fd)
@@ -145,7 +145,7 @@ class LogBuffers:
             check_term_length(term_length)
             check_page_size(page_size)
             if PARTITION_COUNT * term_length + LOG_META_DATA_LENGTH > file_length:
-                raise ConfigurationError(
+                raise DriverConfigurationError(
                     "log_length", file_length, f"at least 3 * term_length + {LOG_META_DATA_LENGTH}"
                 )
         except BaseException:

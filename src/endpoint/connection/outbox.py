@@ -19,7 +19,7 @@ import collections
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from driver.client.aio import Backoff
+from driver.client.aio import PollBackoff
 from driver.client.publication import ADMIN_ACTION, BACK_PRESSURED, CLOSED, NOT_CONNECTED
 from endpoint.errors import ConnectionClosedError, TransmitError
 
@@ -166,7 +166,7 @@ class Outbox:
         """Offer ahead of queued sends, waiting out back pressure for up to ``timeout`` (TimeoutError)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        backoff = Backoff(0.001)
+        backoff = PollBackoff(0.001)
         while not self.offer_now(data, poke=False, jump_queue=True):
             if loop.time() > deadline:
                 raise TimeoutError(f"{self._name()}: the message was not accepted within {timeout:g} s")
@@ -188,7 +188,7 @@ class Outbox:
 
     async def _write_backlog(self) -> None:
         backlog = self._backlog
-        backoff = Backoff(0.001)
+        backoff = PollBackoff(0.001)
         time_now = asyncio.get_running_loop().time
         try:
             while backlog:

@@ -22,8 +22,8 @@ from driver.client import (
     NOT_CONNECTED,
     Aeron,
     BufferClaim,
-    ClientError,
     ControlledAction,
+    DriverClientError,
     FragmentAssembler,
     Header,
     Image,
@@ -330,7 +330,7 @@ def test_closed_client_closes_its_resources(any_driver: AnyDriver) -> None:
     assert publication.position == CLOSED
     assert subscription.is_closed
     assert subscription.poll(lambda p, h: None, 10) == 0
-    with pytest.raises(ClientError):
+    with pytest.raises(DriverClientError):
         client.add_publication("aeron:ipc", 23)
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from driver.agent import AgentInvoker, AgentRunner, CompositeAgent, SocketParker
-from driver.errors import AgentTerminationError, ConfigurationError
+from driver.errors import AgentTerminationError, DriverConfigurationError
 from driver.idle import BackoffIdleStrategy, BusySpinIdleStrategy, idle_strategy_from_name
 
 
@@ -73,7 +73,7 @@ def test_composite_runs_every_agent() -> None:
 def test_idle_strategy_names() -> None:
     assert isinstance(idle_strategy_from_name("backoff"), BackoffIdleStrategy)
     assert isinstance(idle_strategy_from_name("org.agrona.concurrent.BusySpinIdleStrategy"), BusySpinIdleStrategy)
-    with pytest.raises(ConfigurationError, match="idle strategy"):
+    with pytest.raises(DriverConfigurationError, match="idle strategy"):
         idle_strategy_from_name("fastest")
 
 

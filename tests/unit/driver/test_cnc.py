@@ -24,7 +24,7 @@ from driver.cnc import (
     semantic_version_patch,
     semantic_version_str,
 )
-from driver.errors import CncVersionError, ConfigurationError, DriverError, DriverTimeoutError
+from driver.errors import CncVersionError, DriverConfigurationError, DriverError, DriverTimeoutError
 
 SMALL: dict[str, int] = {
     "to_driver_length": 1024 + 768,
@@ -123,7 +123,7 @@ def test_generation_constants() -> None:
     assert not CncGeneration.CURRENT.accepts(semantic_version(1, 0, 0))
     assert CncGeneration.parse("15") is CncGeneration.V15
     assert CncGeneration.parse(" Current ") is CncGeneration.CURRENT
-    with pytest.raises(ConfigurationError, match=r"aeron\.cnc\.version"):
+    with pytest.raises(DriverConfigurationError, match=r"aeron\.cnc\.version"):
         CncGeneration.parse("14")
 
 
@@ -163,7 +163,7 @@ def test_file_length_is_page_aligned_and_covers_everything(total: int, page: int
     ],
 )
 def test_create_rejects_bad_lengths_naming_the_field(tmp_path: Path, changes: dict[str, int], field: str) -> None:
-    with pytest.raises(ConfigurationError) as info:
+    with pytest.raises(DriverConfigurationError) as info:
         create(tmp_path, **changes)
     assert info.value.field == field
     assert not (tmp_path / CNC_FILE).exists()

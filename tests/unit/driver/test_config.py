@@ -20,7 +20,7 @@ from driver.config import (
     env_name,
     normalize_idle_strategy,
 )
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 
 MIB = 1024 * 1024
 
@@ -165,7 +165,7 @@ def test_from_env_overrides_win_and_accept_text_or_values(tmp_path: Path) -> Non
 
 
 def test_unknown_override_names_the_field() -> None:
-    with pytest.raises(ConfigurationError, match="mtu"):
+    with pytest.raises(DriverConfigurationError, match="mtu"):
         DriverContext.from_env({}, mtu=1408)
 
 
@@ -210,10 +210,10 @@ def test_to_properties_text() -> None:
     ],
 )
 def test_unparseable_text_names_the_property(prop: str, text: str) -> None:
-    with pytest.raises(ConfigurationError) as info:
+    with pytest.raises(DriverConfigurationError) as info:
         DriverContext.from_properties({prop: text})
     assert info.value.field == prop
-    with pytest.raises(ConfigurationError) as info:
+    with pytest.raises(DriverConfigurationError) as info:
         DriverContext.from_env({env_name(prop): text})
     assert info.value.field == prop
 
@@ -262,7 +262,7 @@ INVALID: list[tuple[dict[str, Any], str, str]] = [
 @pytest.mark.parametrize(("fields", "prop", "allowed"), INVALID)
 def test_conclude_names_the_property_and_range(fields: dict[str, Any], prop: str, allowed: str) -> None:
     ctx = DriverContext(**fields)
-    with pytest.raises(ConfigurationError) as info:
+    with pytest.raises(DriverConfigurationError) as info:
         ctx.conclude()
     assert info.value.field == prop
     assert allowed in info.value.allowed
@@ -298,7 +298,7 @@ def test_evolve_aliases_and_path_conversion(tmp_path: Path) -> None:
     client = ClientContext(aeron_dir=str(tmp_path)).evolve(driver_timeout_ms=500)
     assert client.aeron_dir == tmp_path
     assert client.driver_timeout_ns == 500_000_000
-    with pytest.raises(ConfigurationError, match="nonsense"):
+    with pytest.raises(DriverConfigurationError, match="nonsense"):
         ctx.evolve(nonsense=1)
 
 
@@ -337,7 +337,7 @@ def test_idle_strategy_names(name: str, short: str) -> None:
 
 @pytest.mark.parametrize("name", ["", "IdleStrategy", "org.agrona.concurrent.ControllableIdleStrategy", "fast"])
 def test_unknown_idle_strategy(name: str) -> None:
-    with pytest.raises(ConfigurationError, match="idle strategy"):
+    with pytest.raises(DriverConfigurationError, match="idle strategy"):
         normalize_idle_strategy(name)
 
 
@@ -425,6 +425,6 @@ def test_client_default_error_handler_logs(caplog: pytest.LogCaptureFixture) -> 
     ],
 )
 def test_client_validation_names_the_setting(fields: dict[str, Any], prop: str) -> None:
-    with pytest.raises(ConfigurationError) as info:
+    with pytest.raises(DriverConfigurationError) as info:
         ClientContext(**fields).conclude()
     assert info.value.field == prop

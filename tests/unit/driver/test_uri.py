@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from driver.errors import ConfigurationError, InvalidChannelError
+from driver.errors import DriverConfigurationError, InvalidChannelError
 from driver.uri import (
     KNOWN_PARAMS,
     PARAMS_1_15,
@@ -38,7 +38,7 @@ def test_parse_size(text: str, value: int) -> None:
 
 @pytest.mark.parametrize("text", ["", "k", "1.5m", "12kb", " 12", "1_000", "0x10", "8589934592g", "\uff11\uff12"])
 def test_parse_size_rejects_naming_the_field(text: str) -> None:
-    with pytest.raises(ConfigurationError) as info:
+    with pytest.raises(DriverConfigurationError) as info:
         parse_size(text, "aeron.mtu.length")
     assert info.value.field == "aeron.mtu.length"
     assert info.value.value == text
@@ -63,7 +63,7 @@ def test_parse_duration_ns(text: str, ns: int) -> None:
 
 @pytest.mark.parametrize("text", ["", "s", "5m", "5h", "1.5s", "ms", "5 s"])
 def test_parse_duration_rejects(text: str) -> None:
-    with pytest.raises(ConfigurationError, match="duration"):
+    with pytest.raises(DriverConfigurationError, match="duration"):
         parse_duration_ns(text)
 
 
@@ -256,7 +256,7 @@ def test_invalid_params_name_the_parameter(text: str, field: str) -> None:
 
 
 def test_invalid_channel_error_is_a_configuration_error() -> None:
-    with pytest.raises(ConfigurationError, match=r"mtu='1400' is invalid: a multiple of 32 in 32\.\.65504"):
+    with pytest.raises(DriverConfigurationError, match=r"mtu='1400' is invalid: a multiple of 32 in 32\.\.65504"):
         ChannelUri.parse("aeron:ipc?mtu=1400")
 
 

@@ -10,7 +10,7 @@ import pytest
 from driver.archive.context import ArchiveContext, default_archive_dir
 from driver.archive.recorder import SyncLevel
 from driver.config import default_aeron_dir, env_name
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 
 MIB = 1024 * 1024
 
@@ -96,7 +96,7 @@ def test_properties_round_trip() -> None:
 
 
 def test_unknown_override_names_the_fields() -> None:
-    with pytest.raises(ConfigurationError, match="segment_length") as info:
+    with pytest.raises(DriverConfigurationError, match="segment_length") as info:
         ArchiveContext.from_env({}, segment_length=1)
     assert "segment_file_length" in info.value.allowed
 
@@ -125,7 +125,7 @@ def test_unknown_override_names_the_fields() -> None:
     ],
 )
 def test_bad_values_name_the_property(name: str, text: str, prop: str) -> None:
-    with pytest.raises(ConfigurationError) as info:
+    with pytest.raises(DriverConfigurationError) as info:
         ArchiveContext.from_env({name: text}).conclude()
     assert info.value.field == prop
     assert prop in str(info.value)
@@ -145,6 +145,6 @@ def test_bad_typed_overrides_name_the_property(field: str, value: object, prop: 
     if prop is None:
         ArchiveContext.from_env({}, **{field: value}).conclude()
         return
-    with pytest.raises(ConfigurationError) as info:
+    with pytest.raises(DriverConfigurationError) as info:
         ArchiveContext.from_env({}, **{field: value}).conclude()
     assert prop in str(info.value)

@@ -31,7 +31,7 @@ from driver.archive.protocol import (
     encode_response,
     error_from_wire,
 )
-from driver.errors import ConfigurationError, InvalidChannelError
+from driver.errors import DriverConfigurationError, InvalidChannelError
 
 EXAMPLE_ARGS: dict[str, tuple[Any, ...]] = {
     "connect": ("aeron:ipc?term-length=64k", 20, PROTOCOL_VERSION),
@@ -146,7 +146,7 @@ def test_storage_error_keeps_its_errno_text() -> None:
 @pytest.mark.parametrize(
     "error",
     [
-        ConfigurationError("aeron.archive.segment.file.length", 3, "a power of two"),
+        DriverConfigurationError("aeron.archive.segment.file.length", 3, "a power of two"),
         InvalidChannelError("endpoint", "x", "host:port"),
     ],
 )

@@ -22,7 +22,7 @@ from driver.archive.segments import (
     segment_spans,
 )
 from driver.concurrent.atomic_buffer import AtomicBuffer, align
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 from driver.logbuffer import descriptor as d
 from driver.logbuffer.appender import EXCLUSIVE_FAILED, ExclusiveTermAppender
 from driver.logbuffer.frame import HeaderWriter, create_default_header
@@ -187,7 +187,7 @@ def test_check_segment_length_accepts(segment: int, term: int) -> None:
     ],
 )
 def test_check_segment_length_refuses(segment: int, term: int, allowed: str) -> None:
-    with pytest.raises(ConfigurationError, match=r"aeron\.archive\.segment\.file\.length") as info:
+    with pytest.raises(DriverConfigurationError, match=r"aeron\.archive\.segment\.file\.length") as info:
         check_segment_length(segment, term)
     assert allowed in info.value.allowed
     assert info.value.value == segment

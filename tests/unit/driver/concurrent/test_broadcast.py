@@ -18,7 +18,7 @@ from driver.concurrent.broadcast import (
     BroadcastTransmitter,
     CopyBroadcastReceiver,
 )
-from driver.errors import ConfigurationError, DriverError
+from driver.errors import DriverConfigurationError, DriverError
 
 CAPACITY = 1024
 
@@ -54,9 +54,9 @@ def test_constants() -> None:
 
 
 def test_capacity_checked() -> None:
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(DriverConfigurationError):
         BroadcastTransmitter(AtomicBuffer(bytearray(1000 + TRAILER_LENGTH)))
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(DriverConfigurationError):
         BroadcastReceiver(AtomicBuffer(bytearray(100)))
 
 

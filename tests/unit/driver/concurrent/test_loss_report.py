@@ -21,7 +21,7 @@ from driver.concurrent.loss_report import (
     LossReportFile,
     read_loss_report,
 )
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 
 
 def test_entry_is_laid_out_as_aeron_1_15_1() -> None:
@@ -133,7 +133,7 @@ def test_file_errors(tmp_path: Path) -> None:
     (tmp_path / LOSS_REPORT_FILE).write_bytes(b"")
     with pytest.raises(ValueError, match="empty"):
         LossReportFile.map_existing(tmp_path)
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(DriverConfigurationError):
         LossReportFile.create(tmp_path, 16)
 
 

@@ -22,7 +22,7 @@ from driver.concurrent.ring_buffer import (
     TRAILER_LENGTH,
     ManyToOneRingBuffer,
 )
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 
 CAPACITY = 1024
 
@@ -49,9 +49,9 @@ def test_trailer_constants_match_agrona() -> None:
 
 
 def test_capacity_must_be_power_of_two_plus_trailer() -> None:
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(DriverConfigurationError):
         ManyToOneRingBuffer(AtomicBuffer(bytearray(1000 + TRAILER_LENGTH)))
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(DriverConfigurationError):
         ManyToOneRingBuffer(AtomicBuffer(bytearray(TRAILER_LENGTH)))
     _, ring = make_ring()
     assert ring.capacity == CAPACITY

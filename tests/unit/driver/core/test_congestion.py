@@ -7,7 +7,7 @@ from driver.core.congestion import (
     StaticWindowCongestionControl,
     new_congestion_control,
 )
-from driver.errors import ConfigurationError, InvalidChannelError
+from driver.errors import DriverConfigurationError, InvalidChannelError
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_never_measures_rtt() -> None:
 
 @pytest.mark.parametrize(("initial_window", "term_length"), [(0, 65536), (-1, 65536), (4096, 0)])
 def test_rejects_non_positive_sizes(initial_window: int, term_length: int) -> None:
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(DriverConfigurationError):
         StaticWindowCongestionControl(initial_window, term_length)
 
 

@@ -13,7 +13,7 @@ from driver.core.retransmit import (
     RETRANSMIT_UNICAST_LINGER_NS,
     RetransmitHandler,
 )
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 
 TERM_LENGTH = 64 * 1024
 MS = 1_000_000
@@ -205,7 +205,7 @@ def test_resend_failure_leaves_no_half_registered_action() -> None:
 
 
 def test_max_actions_must_be_positive() -> None:
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(DriverConfigurationError):
         unicast_handler(max_actions=0)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.errors import ConfigurationError, StorageSpaceError
+from driver.errors import DriverConfigurationError, StorageSpaceError
 from driver.logbuffer import descriptor as d
 from driver.logbuffer import log_buffers as lb
 from driver.logbuffer.log_buffers import LogBuffers
@@ -69,9 +69,9 @@ def test_create_refuses_existing_file(tmp_path: Path) -> None:
 
 
 def test_create_validates_lengths(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match="term_length"):
+    with pytest.raises(DriverConfigurationError, match="term_length"):
         LogBuffers.create(tmp_path / "a", 1000, 4096)
-    with pytest.raises(ConfigurationError, match="page_size"):
+    with pytest.raises(DriverConfigurationError, match="page_size"):
         LogBuffers.create(tmp_path / "b", TL, 1000)
     assert not (tmp_path / "a").exists()
 
@@ -113,17 +113,17 @@ def test_fill_zeros_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_map_rejects_bad_files(tmp_path: Path) -> None:
     small = tmp_path / "small"
     small.write_bytes(b"\x00" * 100)
-    with pytest.raises(ConfigurationError, match="log_length"):
+    with pytest.raises(DriverConfigurationError, match="log_length"):
         LogBuffers.map(small)
     zeros = tmp_path / "zeros"
     zeros.write_bytes(b"\x00" * 8192)
-    with pytest.raises(ConfigurationError, match="term_length"):
+    with pytest.raises(DriverConfigurationError, match="term_length"):
         LogBuffers.map(zeros)
     truncated = tmp_path / "truncated"
     LogBuffers.create(truncated, TL, 4096).close()
     data = truncated.read_bytes()
     truncated.write_bytes(data[: TL] + data[-4096:])
-    with pytest.raises(ConfigurationError, match="log_length"):
+    with pytest.raises(DriverConfigurationError, match="log_length"):
         LogBuffers.map(truncated)
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
-from driver.errors import ConfigurationError
+from driver.errors import DriverConfigurationError
 from driver.logbuffer import descriptor as d
 from driver.logbuffer.frame import create_default_header
 
@@ -52,7 +52,7 @@ def test_valid_term_lengths(length: int) -> None:
 
 @pytest.mark.parametrize("length", [0, -1, 32 * 1024, 64 * 1024 + 1, 3 * 64 * 1024, 2 * 1024**3])
 def test_invalid_term_lengths(length: int) -> None:
-    with pytest.raises(ConfigurationError) as info:
+    with pytest.raises(DriverConfigurationError) as info:
         d.check_term_length(length, field="aeron.term.buffer.length")
     assert info.value.field == "aeron.term.buffer.length"
     assert info.value.value == length
@@ -62,7 +62,7 @@ def test_invalid_term_lengths(length: int) -> None:
 
 @pytest.mark.parametrize("size", [0, 2048, 4097, 3 * 4096, 2 * 1024**3])
 def test_invalid_page_sizes(size: int) -> None:
-    with pytest.raises(ConfigurationError) as info:
+    with pytest.raises(DriverConfigurationError) as info:
         d.check_page_size(size)
     assert info.value.field == "page_size"
 
