@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import anyio
 
-from driver.client.offer_result import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
 from driver.client.requests import PendingRequest, RequestService
 from driver.logbuffer.header import Header
+from driver.logbuffer.offer_result import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
 from driver.logbuffer.reader import ControlledAction, ControlledFragmentHandler
 
 if TYPE_CHECKING:

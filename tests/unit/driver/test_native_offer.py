@@ -1,10 +1,11 @@
 """The native single-message offer (``PublicationWriter``) against the Python path it stands in for,
 and the subscriber's native read loop.
 
-Every test maps real log files (no driver). The reference is ``_python_offer``, the
-whole offer in Python: the same operations through ``offer`` and through it must
-give the same results and byte-identical log files, whichever of them (native,
-or native handing over to Python) did the work.
+Every test maps real log files (no driver). The reference is the log appender's
+``offer`` (``driver.logbuffer.appender``), the whole offer in Python: the same
+operations through ``offer`` and through it must give the same results and
+byte-identical log files, whichever of them (native, or native handing over to
+Python) did the work.
 """
 
 from __future__ import annotations
@@ -64,10 +65,10 @@ def logs(log_dir: Path) -> Iterator[Callable[..., Log]]:
 
 
 def _python(publication: Any) -> Callable[..., int]:
-    """``offer`` as it was before the native writer: the whole offer in Python."""
+    """``offer`` without the native writer: the log appender's whole offer in Python."""
 
     def offer(buffer: Any, offset: int = 0, length: int | None = None, reserved_value_supplier: Any = None) -> int:
-        result: int = publication._python_offer(buffer, offset, length, reserved_value_supplier)
+        result: int = publication._appender.offer(buffer, offset, length, reserved_value_supplier)
         return result
 
     return offer
@@ -386,7 +387,7 @@ def test_writer_refuses_to_write_once_the_log_is_unmapped(logs: Callable[..., Lo
     log = logs()
     log.connect()
     publication = log.publication(ConcurrentPublication)
-    writer: PublicationWriter = publication._writer
+    writer: PublicationWriter = publication._appender.native
     assert writer.offer(b"abc") == 64
     log.buffers.close()
     assert writer.offer(b"abc") == 0
@@ -395,7 +396,7 @@ def test_writer_refuses_to_write_once_the_log_is_unmapped(logs: Callable[..., Lo
 
 def test_writer_state_is_range_checked(logs: Callable[..., Log]) -> None:
     log = logs()
-    writer: PublicationWriter = log.publication(ExclusivePublication)._writer
+    writer: PublicationWriter = log.publication(ExclusivePublication)._appender.native
     assert writer.term_length == TERM
     for name, bad in (("active_index", 3), ("active_index", -1), ("term_offset", TERM + 1), ("term_offset", -32)):
         with pytest.raises(ValueError, match=name):

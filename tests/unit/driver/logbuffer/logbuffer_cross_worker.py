@@ -24,8 +24,7 @@ def run_writer(log_path: str, limit_path: str, writer: int, count: int, seed: in
     limit_map = mmap.mmap(fd, 4096)
     os.close(fd)
     limit = AtomicBuffer(limit_map)
-    get_limit = limit.get_long_volatile
-    publication = MiniPublication(log.terms, log.term_views, log.metadata, lambda: get_limit(0))
+    publication = MiniPublication(log.terms, log.term_views, log.metadata, limit)
     rng = random.Random(seed)
     deadline = time.monotonic() + timeout_s
     # Start together so the writers really overlap: say ready, wait for the go flag.

@@ -1,8 +1,8 @@
 """Test helpers for the log buffer tests: an in-memory log, a minimal publication and subscriber.
 
-``MiniPublication`` follows 1.15.1 ``ConcurrentPublication.offer`` (admin action while a
-rotation is in progress, back pressure at the limit, rotate on FAILED) so tests can drive
-the appenders across many terms; ``MiniSubscriber`` follows ``Image.poll`` and cleans each
+``MiniPublication`` is the concurrent log appender (``driver.logbuffer.appender.LogAppender``,
+1.15.1's ``ConcurrentPublication.offer`` in Python) with no limit, so tests can drive the
+appenders across many terms; ``MiniSubscriber`` follows ``Image.poll`` and cleans each
 term once it has been read (the driver's job in real life).
 """
 
@@ -14,14 +14,9 @@ from collections.abc import Callable, Sequence
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.logbuffer import descriptor as d
-from driver.logbuffer.appender import FAILED, TermAppender
-from driver.logbuffer.frame import HeaderWriter
+from driver.logbuffer.appender import FAILED, LogAppender
 from driver.logbuffer.header import Header
 from driver.logbuffer.reader import read
-
-ADMIN_ACTION = -3
-BACK_PRESSURED = -2
-MAX_POSITION_EXCEEDED = -5
 
 
 class MemoryLog:
@@ -58,66 +53,22 @@ class MemoryLog:
         )
 
 
-class MiniPublication:
+class MiniPublication(LogAppender):
+    """A concurrent publication's offer over a log without a driver: the log appender, unlimited by default."""
+
+    __slots__ = ()
+
     def __init__(
         self,
         terms: Sequence[AtomicBuffer],
         term_views: Sequence[memoryview],
         metadata: AtomicBuffer,
-        limit: Callable[[], int] | None = None,
+        limit: AtomicBuffer | None = None,
     ) -> None:
-        self.metadata = metadata
-        self.initial_term_id = d.initial_term_id(metadata)
-        self.term_length = d.term_length(metadata)
-        self.bits = d.position_bits_to_shift(self.term_length)
-        self.max_payload = d.mtu_length(metadata) - 32
-        self.max_possible_position = d.max_possible_position(self.term_length)
-        self.header = HeaderWriter(d.default_frame_header(metadata))
-        self.appenders = [TermAppender(terms[i], metadata, i, term_views[i]) for i in range(3)]
-        self.limit = limit if limit is not None else (lambda: 1 << 62)
-
-    def _state(self) -> tuple[int, TermAppender, int, int, int]:
-        term_count = d.active_term_count(self.metadata)
-        appender = self.appenders[term_count % 3]
-        raw = appender.raw_tail_volatile()
-        term_offset = raw & 0xFFFF_FFFF
-        term_id = d.term_id(raw)
-        position = d.compute_term_begin_position(term_id, self.bits, self.initial_term_id) + term_offset
-        return term_count, appender, term_offset, term_id, position
-
-    def _new_position(self, term_count: int, term_offset: int, term_id: int, position: int, result: int) -> int:
-        if result > 0:
-            return position - term_offset + result
-        if position + term_offset > self.max_possible_position:
-            return MAX_POSITION_EXCEEDED
-        d.rotate_log(self.metadata, term_count, term_id)
-        return ADMIN_ACTION
-
-    def offer(self, message: bytes) -> int:
-        term_count, appender, term_offset, term_id, position = self._state()
-        if term_count != d.int32(term_id - self.initial_term_id):
-            return ADMIN_ACTION
-        if position >= self.limit():
-            return BACK_PRESSURED
-        if len(message) <= self.max_payload:
-            result = appender.append_unfragmented(self.header, message, 0, len(message), None, term_id)
-        else:
-            result = appender.append_fragmented(
-                self.header, message, 0, len(message), self.max_payload, None, term_id
-            )
-        return self._new_position(term_count, term_offset, term_id, position, result)
-
-    def offer_batch(self, messages: Sequence[bytes]) -> int:
-        term_count, appender, term_offset, term_id, position = self._state()
-        if term_count != d.int32(term_id - self.initial_term_id):
-            return ADMIN_ACTION
-        if position >= self.limit():
-            return BACK_PRESSURED
-        result = appender.append_unfragmented_batch(self.header, messages, term_id)
-        return self._new_position(term_count, term_offset, term_id, position, result)
-
-    def position(self) -> int:
-        return self._state()[4]
+        if limit is None:
+            limit = AtomicBuffer(bytearray(8))
+            limit.put_long(0, 1 << 62)
+        super().__init__(metadata, terms, term_views, limit)
 
 
 class MiniSubscriber:

@@ -5,7 +5,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logbuffer_helpers import ADMIN_ACTION, MemoryLog, MiniPublication, MiniSubscriber, check_message, make_message
+from logbuffer_helpers import MemoryLog, MiniPublication, MiniSubscriber, check_message, make_message
 
 from driver.errors import DriverError
 from driver.logbuffer import descriptor as d
@@ -19,6 +19,7 @@ from driver.logbuffer.appender import (
 from driver.logbuffer.fragment_assembler import FragmentAssembler
 from driver.logbuffer.frame import HeaderWriter
 from driver.logbuffer.header import BufferClaim, Header
+from driver.logbuffer.offer_result import ADMIN_ACTION
 from driver.logbuffer.reader import read
 
 TL = 64 * 1024
@@ -345,7 +346,7 @@ def test_rotation_over_many_terms(initial_term_id: int, lengths: list[int], use_
         if subscriber.poll(assembler, 1000) == 0:
             break
     assert received == [(0, i) for i in range(len(messages))]
-    assert subscriber.position == sent == publication.position()
+    assert subscriber.position == sent == publication.position
     # a stream ending exactly on a term boundary has not rotated yet: rotation happens on the next append
     assert d.active_term_count(log.metadata) == (sent - 1) >> 16
     active_id = d.term_id(d.raw_tail_volatile(log.metadata))

@@ -81,7 +81,7 @@ def test_two_processes_append_while_parent_reads(tmp_path: Path) -> None:
                 continue
             if any(p.exitcode not in (None, 0) for p in writers):
                 pytest.fail(f"writer failed: {[p.exitcode for p in writers]}")
-            if now - last_progress > STUCK_S and tail.position() > subscriber.position:
+            if now - last_progress > STUCK_S and tail.position > subscriber.position:
                 # A writer's claim was lost (see run_writer); pad over it as the driver would.
                 if LogBufferUnblocker.unblock(log.terms, log.metadata, subscriber.position, TL):
                     unblocks += 1
