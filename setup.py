@@ -1,18 +1,31 @@
-"""Build hook for the native modules: atomic operations over shared memory, and datagram I/O for the driver."""
+"""Build hook for the native modules, each beside the Python it accelerates.
+
+``driver.concurrent._atomic`` (atomic access to shared buffers), ``driver.concurrent._watches`` (many positions
+checked in one call), ``driver.logbuffer._frames`` (frame writes, the offer and term scans),
+``driver.wire._datagrams`` (the DATA/PAD datagram check) and ``driver.media._net`` (datagram I/O). The first three
+share AtomicBuffer's layout through ``_atomic_buffer.h``.
+"""
 
 from setuptools import Extension, setup
 
+_ATOMIC_BUFFER_H = "src/driver/concurrent/_atomic_buffer.h"
+
+
+def _native(name: str, source: str, *, atomic_buffer: bool = False) -> Extension:
+    return Extension(
+        name,
+        [source],
+        depends=[_ATOMIC_BUFFER_H] if atomic_buffer else [],
+        extra_compile_args=["-O2"],
+    )
+
+
 setup(
     ext_modules=[
-        Extension(
-            "driver.concurrent._atomic",
-            ["src/driver/concurrent/_atomic.c"],
-            extra_compile_args=["-O2"],
-        ),
-        Extension(
-            "driver.media._net",
-            ["src/driver/media/_net.c"],
-            extra_compile_args=["-O2"],
-        ),
+        _native("driver.concurrent._atomic", "src/driver/concurrent/_atomic.c", atomic_buffer=True),
+        _native("driver.concurrent._watches", "src/driver/concurrent/_watches.c", atomic_buffer=True),
+        _native("driver.logbuffer._frames", "src/driver/logbuffer/_frames.c", atomic_buffer=True),
+        _native("driver.wire._datagrams", "src/driver/wire/_datagrams.c"),
+        _native("driver.media._net", "src/driver/media/_net.c"),
     ]
 )

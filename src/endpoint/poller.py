@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from driver.agent import AgentInvoker, tighten_timer_slack
-from driver.concurrent._atomic import FrameWatch
+from driver.concurrent._watches import FrameWatch
 from endpoint.config import Configuration
 from endpoint.connection.liveness import tick_interval_ns
 from endpoint.connection.shell import Connection

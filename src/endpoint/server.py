@@ -28,7 +28,7 @@ from driver.client.aeron import Aeron
 from driver.client.aio import offer_async
 from driver.client.publication import ExclusivePublication, Publication
 from driver.client.subscription import Image, Subscription
-from driver.concurrent._atomic import FrameWatch
+from driver.concurrent._watches import FrameWatch
 from endpoint.base import END_POINT_CLOSED, EndPoint
 from endpoint.channels import bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
 from endpoint.config import (

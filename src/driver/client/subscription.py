@@ -50,6 +50,7 @@ from driver.logbuffer.reader import (
     controlled_read,
     read,
 )
+from driver.logbuffer.scanner import scan_for_availability, scan_frames
 
 __all__ = [
     "AvailableImageHandler",
@@ -166,7 +167,7 @@ class Image:
 
     @property
     def ready_entry(self) -> tuple[AtomicBuffer, int, tuple[AtomicBuffer, ...], int, int]:
-        """What a :class:`~driver.concurrent._atomic.FrameWatch` needs to check many images at once for data."""
+        """What a :class:`~driver.concurrent._watches.FrameWatch` needs to check many images at once for data."""
         return (self._position, 0, self._terms, self._position_bits_to_shift, self._mask)
 
     @property
@@ -215,7 +216,7 @@ class Image:
         position = counter.get_long(0)
         index = (position >> self._position_bits_to_shift) % 3
         offset = position & self._mask
-        end, frames = self._terms[index].scan_frames(offset, fragment_limit)
+        end, frames = scan_frames(self._terms[index], offset, fragment_limit)
         if end == offset:
             return 0
         view = self._term_views[index]
@@ -269,7 +270,7 @@ class Image:
         index = (position >> self._position_bits_to_shift) % 3
         offset = position & self._mask
         limit = min(block_length_limit, self.term_buffer_length - offset)
-        available, padding = self._terms[index].scan_for_availability(offset, limit)
+        available, padding = scan_for_availability(self._terms[index], offset, limit)
         length = available + padding
         if length > limit and padding and available > HEADER_LENGTH:
             length = available - HEADER_LENGTH  # the frames before the pad now, the pad on its own next time

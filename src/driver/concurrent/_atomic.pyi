@@ -1,12 +1,6 @@
-from collections.abc import Callable, Sequence
-from typing import Any
-
 from typing_extensions import Buffer
 
 def fence() -> None: ...
-def validate_data_datagram(buffer: Buffer, length: int, term_length: int, /) -> int: ...
-def frames_length(messages: Sequence[Buffer], max_payload: int, /) -> int: ...
-def deadlines_due(deadlines: Buffer, now_ns: int, /) -> list[int]: ...
 
 class AtomicBuffer:
     def __init__(self, buffer: Buffer, offset: int = 0, length: int = -1) -> None: ...
@@ -37,71 +31,3 @@ class AtomicBuffer:
     def get_bytes(self, index: int, length: int, /) -> bytes: ...
     def set_memory(self, index: int, length: int, value: int, /) -> None: ...
     def view(self, index: int, length: int, /) -> memoryview: ...
-    def write_frame(
-        self,
-        frame_offset: int,
-        vft: int,
-        session_word: int,
-        stream_word: int,
-        src: Buffer,
-        src_offset: int,
-        length: int,
-        /,
-    ) -> None: ...
-    def write_frames(
-        self, frame_offset: int, vft: int, session_word: int, stream_word: int, messages: Sequence[Buffer], /
-    ) -> int: ...
-    def scan_frames(self, offset: int, limit: int, /) -> tuple[int, list[tuple[int, int, int]]]: ...
-    def scan_for_availability(self, offset: int, max_length: int, /) -> tuple[int, int]: ...
-    def scan_for_gap(self, rebuild_offset: int, limit_offset: int, /) -> tuple[int, int]: ...
-    def insert_packet(self, term_offset: int, packet: Buffer, length: int, /) -> bool: ...
-    def read_fragments(
-        self,
-        offset: int,
-        fragments_limit: int,
-        handler: Callable[[memoryview, Any], object],
-        header: object,
-        view: memoryview,
-        error_handler: Callable[[Exception], object] | None,
-        /,
-    ) -> tuple[int, int]: ...
-
-class PublicationWriter:
-    """A publication's single-message offer in one call (see driver.client.publication)."""
-
-    active_index: int
-    term_id: int
-    term_offset: int
-    term_begin_position: int
-    def __init__(
-        self,
-        limit: AtomicBuffer,
-        metadata: AtomicBuffer,
-        terms: tuple[AtomicBuffer, ...],
-        initial_term_id: int,
-        max_payload_length: int,
-        vft: int,
-        session_word: int,
-        stream_word: int,
-        exclusive: bool,
-    ) -> None: ...
-    @property
-    def term_length(self) -> int: ...
-    def offer(self, buffer: Buffer, offset: int = 0, length: int | None = None, /) -> int: ...
-
-
-class FrameWatch:
-    """Positions over terms (entries: counter, offset, 3 terms, position bits, term mask), checked in one call."""
-
-    def __init__(
-        self, entries: Sequence[tuple[AtomicBuffer, int, tuple[AtomicBuffer, ...], int, int]], /
-    ) -> None: ...
-    def __len__(self) -> int: ...
-    def ready(self) -> list[int]: ...
-
-class PositionWatch:
-    """Position counters (entries: buffer, offset), checked for a change since the last look in one call."""
-
-    def __init__(self, entries: Sequence[tuple[AtomicBuffer, int]], /) -> None: ...
-    def __len__(self) -> int: ...
-    def changed(self) -> list[int]: ...

@@ -16,7 +16,7 @@ from __future__ import annotations
 import array
 from typing import Generic, Protocol, TypeVar
 
-from driver.concurrent._atomic import deadlines_due
+from driver.concurrent._watches import deadlines_due
 
 __all__ = ["ALWAYS", "Agenda", "Scheduled", "no_wake"]
 

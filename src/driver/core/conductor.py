@@ -37,7 +37,7 @@ from driver.command.messages import (
     decode_command,
 )
 from driver.command.types import CommandType, CurrentCommandType
-from driver.concurrent._atomic import PositionWatch
+from driver.concurrent._watches import PositionWatch
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.broadcast import BroadcastTransmitter
 from driver.concurrent.counters import AtomicCounter, CountersManager

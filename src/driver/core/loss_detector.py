@@ -48,7 +48,7 @@ from typing import Protocol
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.int32 import int32
-from driver.logbuffer.gap_scanner import scan_for_gap
+from driver.logbuffer.gap_scanner import first_gap, scan_for_gap
 
 __all__ = [
     "MAX_GAPS_AHEAD_DEFAULT",
@@ -291,8 +291,8 @@ class LossDetector:
             ahead.clear()  # the rebuild position has moved into a later term: all of those are behind it
         self._ahead_term_id = term_id
         if ahead:
-            first_gap = term_base + begin
-            for offset in [o for o, gap in ahead.items() if gap.position < first_gap]:
+            first_gap_position = term_base + begin
+            for offset in [o for o, gap in ahead.items() if gap.position < first_gap_position]:
                 del ahead[offset]  # at or behind the first gap (which has its own timer), or repaired
             if ahead and self._next_ahead_deadline_ns - now_ns <= 0:
                 self._on_ahead_deadlines(term, term_id, now_ns)
@@ -302,7 +302,7 @@ class LossDetector:
         generator = self._delay_generator
         immediate = generator.should_feedback_immediately()
         while offset < limit_offset and len(ahead) < self._max_gaps_ahead:
-            gap_begin, gap_length = term.scan_for_gap(offset, limit_offset)
+            gap_begin, gap_length = first_gap(term, offset, limit_offset)
             if not gap_length:
                 offset = gap_begin
                 break
@@ -324,7 +324,7 @@ class LossDetector:
             if gap.deadline_ns - now_ns > 0:
                 continue
             del ahead[offset]
-            gap_begin, gap_length = term.scan_for_gap(offset, offset + gap.length)
+            gap_begin, gap_length = first_gap(term, offset, offset + gap.length)
             if not gap_length:
                 continue  # repaired
             if gap_begin != offset:  # partly repaired: track what is left

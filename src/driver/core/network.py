@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from driver.command.current import ADDRESS_TYPE_IPV4, ADDRESS_TYPE_IPV6, PublicationErrorResponse
-from driver.concurrent._atomic import PositionWatch
+from driver.concurrent._watches import PositionWatch
 from driver.concurrent.counters import AtomicCounter
 from driver.concurrent.error_log import DistinctErrorLog
 from driver.concurrent.system_counters import (

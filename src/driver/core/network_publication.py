@@ -150,7 +150,7 @@ class NetworkPublication(DriverPublication):
 
     @property
     def waiting_entry(self) -> tuple[object, ...]:
-        """What a :class:`~driver.concurrent._atomic.FrameWatch` needs to see a frame at the sender position."""
+        """What a :class:`~driver.concurrent._watches.FrameWatch` needs to see a frame at the sender position."""
         buffer, offset = self.sender_position.location()
         return (buffer, offset, tuple(self._terms), self.position_bits, self.term_mask)
 
@@ -189,7 +189,7 @@ class NetworkPublication(DriverPublication):
         mask = self.term_mask
         index = (sender_position >> bits) % 3
         term_offset = sender_position & mask
-        available, padding = self._terms[index].scan_for_availability(term_offset, window if window < mtu else mtu)
+        available, padding = scan_for_availability(self._terms[index], term_offset, window if window < mtu else mtu)
         if available <= 0:
             return 0  # nothing new (the common idle cycle)
         send = self.endpoint.send
@@ -198,8 +198,8 @@ class NetworkPublication(DriverPublication):
             if datagrams:
                 index = (sender_position >> bits) % 3
                 term_offset = sender_position & mask
-                available, padding = self._terms[index].scan_for_availability(
-                    term_offset, window if window < mtu else mtu
+                available, padding = scan_for_availability(
+                    self._terms[index], term_offset, window if window < mtu else mtu
                 )
                 if available <= 0:
                     break

@@ -18,7 +18,7 @@ import socket
 from collections.abc import Callable
 
 from driver.clock import NanoClock
-from driver.concurrent._atomic import PositionWatch
+from driver.concurrent._watches import PositionWatch
 from driver.concurrent.counters import AtomicCounter
 from driver.core.agenda import Agenda, no_wake
 from driver.core.command_queues import CommandQueue

@@ -19,7 +19,7 @@ import socket
 from collections.abc import Callable
 
 from driver.clock import NanoClock
-from driver.concurrent._atomic import FrameWatch
+from driver.concurrent._watches import FrameWatch
 from driver.core.agenda import Agenda, no_wake
 from driver.core.command_queues import CommandQueue
 from driver.core.network_publication import NetworkPublication

@@ -48,11 +48,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from driver.concurrent._atomic import PublicationWriter
-from driver.concurrent.atomic_buffer import AtomicBuffer, frames_length
+from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.errors import DriverError
 from driver.int32 import U32_MASK as _U32
 from driver.int32 import int32
+from driver.logbuffer._frames import PublicationWriter, frames_length, write_frame, write_frames
 from driver.logbuffer.descriptor import (
     LOG_ACTIVE_TERM_COUNT_OFFSET,
     LOG_IS_CONNECTED_OFFSET,
@@ -133,7 +133,8 @@ def _write_frame(
 ) -> None:
     """Write and commit one unfragmented frame, in Aeron's order (header with a negative length, payload, length)."""
     if reserved_value_supplier is None:
-        term.write_frame(
+        write_frame(
+            term,
             frame_offset,
             header.version_flags_type,
             header.session_word,
@@ -344,8 +345,13 @@ class TermAppender(_PartitionAppender):
         if resulting > self.term_length:
             _pad_to_end(self.term, term_offset, header, self.term_length, term_id)
             return FAILED
-        self.term.write_frames(
-            term_offset, header.version_flags_type, header.session_word, header.stream_word | (term_id << 32), messages
+        write_frames(
+            self.term,
+            term_offset,
+            header.version_flags_type,
+            header.session_word,
+            header.stream_word | (term_id << 32),
+            messages,
         )
         return resulting
 
@@ -453,8 +459,13 @@ class ExclusiveTermAppender(_PartitionAppender):
         self.metadata.put_long_ordered(self._tail_offset, (term_id << 32) | resulting)
         if resulting > self.term_length:
             return self._end_of_term(header, term_id, term_offset)
-        self.term.write_frames(
-            term_offset, header.version_flags_type, header.session_word, header.stream_word | (term_id << 32), messages
+        write_frames(
+            self.term,
+            term_offset,
+            header.version_flags_type,
+            header.session_word,
+            header.stream_word | (term_id << 32),
+            messages,
         )
         return resulting
 

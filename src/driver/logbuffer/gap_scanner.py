@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.logbuffer._frames import first_gap
 
-__all__ = ["GapHandler", "scan_for_gap"]
+__all__ = ["GapHandler", "first_gap", "scan_for_gap"]
 
 GapHandler = Callable[[int, int, int], None]
 """``handler(term_id, gap_offset, gap_length)``."""
@@ -33,7 +34,7 @@ def scan_for_gap(term: AtomicBuffer, term_id: int, rebuild_offset: int, limit_of
     Like Java the first slot is read even if ``rebuild_offset >= limit_offset``, so
     callers only scan when rebuild is behind the high-water mark.
     """
-    gap_begin, gap_length = term.scan_for_gap(rebuild_offset, limit_offset)
+    gap_begin, gap_length = first_gap(term, rebuild_offset, limit_offset)
     if gap_length:
         handler(term_id, gap_begin, gap_length)
     return gap_begin

@@ -13,7 +13,7 @@ keeps beyond the call (the term is reused after the publisher laps it).
 The caller turns the returned offset into its new subscriber position
 (``position + (new_offset - term_offset)``).
 
-:func:`read` runs its loop natively (``AtomicBuffer.read_fragments``): per
+:func:`read` runs its loop natively (``read_fragments`` in ``_frames.c``): per
 fragment that leaves the slice and the handler call, about half of what the
 same loop costs in Python. :func:`controlled_read` stays in Python.
 
@@ -29,6 +29,7 @@ import enum
 from collections.abc import Callable
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.logbuffer._frames import read_fragments
 from driver.logbuffer.header import Header
 
 __all__ = [
@@ -83,7 +84,7 @@ def read(
         header.set_buffer(term, term_view)
     view = header.view
     assert view is not None
-    return term.read_fragments(term_offset, fragments_limit, handler, header, view, error_handler)
+    return read_fragments(term, term_offset, fragments_limit, handler, header, view, error_handler)
 
 
 def controlled_read(

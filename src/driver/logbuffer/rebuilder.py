@@ -27,6 +27,7 @@ from __future__ import annotations
 import struct
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.logbuffer._frames import insert_packet
 
 __all__ = ["insert"]
 
@@ -35,4 +36,4 @@ _WORD0 = struct.Struct("<q").unpack_from
 
 def insert(term: AtomicBuffer, term_offset: int, packet: memoryview, length: int) -> None:
     """Insert ``packet[0:length]`` at ``term_offset`` unless the slot is already filled."""
-    term.insert_packet(term_offset, packet, length)
+    insert_packet(term, term_offset, packet, length)

@@ -12,14 +12,14 @@ not fit is left for the next scan (and a pad that does not fit is not counted).
 
 from __future__ import annotations
 
-from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.logbuffer._frames import scan_for_availability, scan_frames
 
-__all__ = ["TermScanner", "scan_for_availability"]
+__all__ = ["TermScanner", "scan_for_availability", "scan_frames"]
 
 
-def scan_for_availability(term: AtomicBuffer, offset: int, max_length: int) -> tuple[int, int]:
-    """Return ``(available, padding)`` bytes from ``offset`` (1.15.1 TermScanner), natively."""
-    return term.scan_for_availability(offset, max_length)
+# scan_for_availability(term, offset, max_length) -> (available, padding): 1.15.1 TermScanner, natively.
+# scan_frames(term, offset, limit) -> (end offset, [(frame offset, frame length, flags), ...]): up to ``limit``
+# committed DATA frames from ``offset``, padding stepped over; the subscriber's scan.
 
 
 class TermScanner:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from driver.concurrent._atomic import validate_data_datagram as _native_validate
 from driver.errors import MalformedFrameError
 from driver.logbuffer.frame import (
     CURRENT_VERSION,
@@ -41,6 +40,7 @@ from driver.logbuffer.frame import (
     HDR_TYPE_SETUP,
     HDR_TYPE_SM,
 )
+from driver.wire._datagrams import validate_data_datagram as _native_validate
 from driver.wire.error import ERR_HEADER_LENGTH
 from driver.wire.nak import NAK_LENGTH
 from driver.wire.rttm import RTTM_LENGTH

@@ -16,7 +16,7 @@ SCENARIO = textwrap.dedent(
     """
     import sys, time
     from driver.client import Aeron
-    from driver.concurrent._atomic import FrameWatch
+    from driver.concurrent._watches import FrameWatch
     from driver.core.media_driver import MediaDriver
 
     aeron_dir = sys.argv[1]

@@ -31,8 +31,8 @@ from driver.client import (
     ExclusivePublication,
     Header,
 )
-from driver.concurrent._atomic import PublicationWriter
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.logbuffer._frames import PublicationWriter
 from driver.logbuffer.descriptor import (
     LOG_ACTIVE_TERM_COUNT_OFFSET,
     set_is_connected,

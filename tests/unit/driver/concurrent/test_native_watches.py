@@ -1,4 +1,4 @@
-"""Native scans over many images, counters or deadlines at once: what pollers and agents use when idle."""
+"""Native watches over many images, counters or deadlines at once: what pollers and agents use when idle."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import array
 
 import pytest
 
-from driver.concurrent._atomic import FrameWatch, PositionWatch, deadlines_due
+from driver.concurrent._watches import FrameWatch, PositionWatch, deadlines_due
 from driver.concurrent.atomic_buffer import AtomicBuffer
 
 TERM = 1024
@@ -98,26 +98,3 @@ def test_deadlines_due_lists_the_slots_at_or_before_now() -> None:
     assert deadlines_due(array.array("q"), 0) == []
     with pytest.raises(ValueError, match="int64"):
         deadlines_due(bytearray(12), 0)
-
-
-def _frame(term: AtomicBuffer, offset: int, payload_length: int, flags: int = 0xC0, frame_type: int = 1) -> int:
-    """Write a committed frame header (length last, ordered); returns the next aligned offset."""
-    length = 32 + payload_length
-    term.put_byte(offset + 4, 0)
-    term.put_byte(offset + 5, flags if flags < 128 else flags - 256)
-    term.put_short(offset + 6, frame_type)
-    term.put_int_ordered(offset, length)
-    return offset + ((length + 31) & ~31)
-
-
-def test_scan_frames_lists_committed_data_frames_steps_over_padding_and_stops_at_the_limit() -> None:
-    term = AtomicBuffer(bytearray(TERM))
-    a = _frame(term, 0, 10)
-    b = _frame(term, a, 100, flags=0x80)  # BEGIN fragment
-    c = _frame(term, b, 40, frame_type=0)  # PAD
-    d = _frame(term, c, 8, flags=0x40)  # END fragment
-    assert term.scan_frames(0, 10) == (d, [(0, 42, 0xC0), (a, 132, 0x80), (c, 40, 0x40)])
-    assert term.scan_frames(0, 2) == (b, [(0, 42, 0xC0), (a, 132, 0x80)])
-    assert term.scan_frames(d, 10) == (d, [])  # nothing committed there yet
-    with pytest.raises(ValueError, match="aligned"):
-        term.scan_frames(8, 1)

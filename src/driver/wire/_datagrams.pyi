@@ -1,0 +1,3 @@
+from typing_extensions import Buffer
+
+def validate_data_datagram(buffer: Buffer, length: int, term_length: int, /) -> int: ...
