@@ -1,11 +1,13 @@
-"""Aeron 1.15.1 log buffers: layout, appenders, reader, scanner, unblocker and the mapped file."""
+"""Aeron 1.15.1 log buffers: layout, appenders and the offer, reader, scanners, unblocker and the mapped file."""
 
 from __future__ import annotations
 
 from driver.logbuffer.appender import (
     EXCLUSIVE_FAILED,
     FAILED,
+    ExclusiveLogAppender,
     ExclusiveTermAppender,
+    LogAppender,
     ReservedValueSupplier,
     TermAppender,
 )
@@ -13,6 +15,7 @@ from driver.logbuffer.fragment_assembler import BufferBuilder, FragmentAssembler
 from driver.logbuffer.frame import HeaderWriter, create_default_header
 from driver.logbuffer.header import BufferClaim, Header
 from driver.logbuffer.log_buffers import LogBuffers
+from driver.logbuffer.offer_result import OfferResult
 from driver.logbuffer.reader import ControlledAction, TermReader
 from driver.logbuffer.scanner import TermScanner
 from driver.logbuffer.unblocker import LogBufferUnblocker, Status, TermUnblocker
@@ -23,12 +26,15 @@ __all__ = [
     "BufferBuilder",
     "BufferClaim",
     "ControlledAction",
+    "ExclusiveLogAppender",
     "ExclusiveTermAppender",
     "FragmentAssembler",
     "Header",
     "HeaderWriter",
+    "LogAppender",
     "LogBufferUnblocker",
     "LogBuffers",
+    "OfferResult",
     "ReservedValueSupplier",
     "Status",
     "TermAppender",
