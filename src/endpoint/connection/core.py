@@ -20,7 +20,7 @@ from typing import Any
 
 from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.connection.liveness import PEER_TIMED_OUT, Liveness, Verdict
-from endpoint.connection.newest import NEWEST_EXT, NEWEST_HEADER_LENGTH, NewestFilter, sequence_of
+from endpoint.connection.newest import NEWEST_EXT, NEWEST_HEADER_LENGTH, NewestFilter, is_newest, sequence_of
 from endpoint.connection.sealing import Opener
 from endpoint.errors import SealError, SerializationError
 from endpoint.messages import (
@@ -119,6 +119,19 @@ class ConnectionCore:
                 if flags & END_FRAG_FLAG:
                     whole, self._fragments = self._fragments, None
                     self.on_whole(memoryview(whole))
+        except Exception as exc:
+            self._report(exc)
+
+    def on_unreliable_fragment(self, payload: memoryview, flags: int) -> None:
+        """One fragment of the peer's unreliable stream. Only whole newest-wins frames travel there: a fragment of a
+        longer message could not be told from one whose neighbours were lost and padded over, so anything else is
+        malformed."""
+        try:
+            if flags & _UNFRAGMENTED != _UNFRAGMENTED or not is_newest(payload):
+                self._malformed("a fragment on the unreliable stream that is not a whole newest-wins frame")
+                return
+            if not self.closed_by_peer:
+                self._on_newest(payload)
         except Exception as exc:
             self._report(exc)
 
