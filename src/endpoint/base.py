@@ -197,6 +197,8 @@ class EndPoint(Generic[ConfigT]):
         connection._fire_connect()
 
     def _connection_released(self, connection: Connection) -> None:
+        for group in tuple(connection.groups):  # before on_disconnect runs: a broadcast no longer reaches it
+            group.discard(connection)
         if self._connections.get(connection.id) is connection:
             del self._connections[connection.id]
             self._rebuild_poll_set()

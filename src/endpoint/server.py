@@ -39,7 +39,8 @@ from endpoint.config import (
     ServerConfiguration,
 )
 from endpoint.connection.shell import Connection
-from endpoint.errors import AllocationError, ConnectionClosedError, RejectReason, ServerError
+from endpoint.errors import AllocationError, BudgetExceededError, ConnectionClosedError, RejectReason, ServerError
+from endpoint.groups import Group
 from endpoint.handshake.keystore import default_config_dir, load_or_create_private_key
 from endpoint.handshake.protocol import PROTOCOL_VERSION, Bounce, Done, Hello, ServerHandshake
 from endpoint.ids import IdAllocator
@@ -132,6 +133,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._ids_of: dict[int, tuple[int, ...]] = {}
         self._address_of: dict[int, str] = {}
         self._bouncing = 0
+        self._groups: dict[str, Group] = {}
         self._bound = False
         self._stopped = asyncio.Event()
 
@@ -277,6 +279,35 @@ class Server(EndPoint[ServerConfiguration]):
             except ConnectionClosedError:
                 continue
         return sent
+
+    def group(self, name: str) -> Group:
+        """The group called ``name`` (made on first use): connections to broadcast to with one encoding per message
+        (:mod:`endpoint.groups`). At most ``max_groups`` at once (BudgetExceededError); ``group.close()`` frees one."""
+        group = self._groups.get(name)
+        if group is None:
+            limit = self.config.max_groups
+            if len(self._groups) >= limit:
+                raise BudgetExceededError(f"{limit} groups exist already: close some (max_groups)", "max_groups")
+            group = self._groups[name] = Group(
+                name,
+                serialization=self.config.serialization,
+                sequencer=self.sequencer,
+                owns=self._owns,
+                forget=self._forget_group,
+            )
+        return group
+
+    @property
+    def groups(self) -> dict[str, Group]:
+        """The server's groups by name (a copy)."""
+        return dict(self._groups)
+
+    def _owns(self, connection: Connection) -> bool:
+        return self._connections.get(connection.id) is connection
+
+    def _forget_group(self, group: Group) -> None:
+        if self._groups.get(group.name) is group:
+            del self._groups[group.name]
 
     def _aeron(self) -> Aeron:
         assert self._shared is not None

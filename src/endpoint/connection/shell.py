@@ -205,6 +205,8 @@ class Connection:
         self._u_image: Image | None = None
         self._u_room = 0
         self._u_opening = 0
+        self.groups: set[Any] = set()
+        """The server's groups (:mod:`endpoint.groups`) this connection is in; it leaves them all when it closes."""
         self.unreliable_sent = 0
         """Newest-wins messages handed to the driver (on either stream)."""
         self.unreliable_dropped = 0
