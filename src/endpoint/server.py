@@ -38,6 +38,7 @@ from endpoint.config import (
     REPLY_STREAM_ID,
     ServerConfiguration,
 )
+from endpoint.connection.newest import frame
 from endpoint.connection.shell import Connection
 from endpoint.errors import AllocationError, BudgetExceededError, ConnectionClosedError, RejectReason, ServerError
 from endpoint.groups import Group
@@ -266,7 +267,15 @@ class Server(EndPoint[ServerConfiguration]):
         return self
 
     def broadcast(self, message: object) -> int:
-        """Send ``message`` to every open connection without waiting; returns how many accepted it."""
+        """Send ``message`` to every open connection without waiting, encoded once; returns how many accepted it.
+        A class registered ``unreliable=True`` goes newest-wins (see ``Connection.send_unreliable``)."""
+        if type(message) in self.config.serialization.unreliable:
+            newest = frame(self.sequencer.next(type(message)), self.config.serialization.encode(message))
+            taken = 0
+            for connection in self._polled:
+                if not connection._closing:
+                    taken += connection._send_newest(newest, message)
+            return taken
         data = self.config.serialization.encode(message)
         sent = 0
         for connection in self._polled:

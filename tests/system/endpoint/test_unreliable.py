@@ -171,3 +171,24 @@ async def test_under_loss_the_unreliable_stream_skips_what_was_lost_and_never_go
     # Lost snapshots are skipped, not repaired: fewer arrived than were sent, and most did.
     assert sent // 2 < len(late) < sent
     assert conn.unreliable_received == len(snapshots)
+
+
+async def test_server_broadcast_of_a_class_registered_unreliable_goes_newest_wins(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    got: list[int] = []
+    server_ser = make_serialization((Snapshot,))
+    server_ser.register(Snapshot, unreliable=True)
+    async with running_server(server_config(aeron_dir, port, serialization=server_ser)) as server:
+        client_ser = make_serialization((Snapshot,))
+        config = client_config("udp", aeron_dir, client_dir, serialization=client_ser)
+        async with connected_client(config, port) as (client, conn):
+            client.on_message(Snapshot, lambda c, m: got.append(m.tick))
+            await wait_until(lambda: server.connections, 10)
+            for tick in range(1, 201):
+                assert server.broadcast(Snapshot(tick, [tick])) == 1
+                await asyncio.sleep(0.002)
+            await wait_until(lambda: got and got[-1] == 200, 10, what="the last snapshot")
+            assert got == sorted(set(got))
+            assert only_server_connection(server).unreliable_sent == 200
+            assert conn.unreliable_received == len(got)
