@@ -205,6 +205,7 @@ class Connection:
         self._u_image: Image | None = None
         self._u_room = 0
         self._u_opening = 0
+        self._u_flowing = False
         self.groups: set[Any] = set()
         """The server's groups (:mod:`endpoint.groups`) this connection is in; it leaves them all when it closes."""
         self.unreliable_sent = 0
@@ -418,11 +419,14 @@ class Connection:
                 if result == ADMIN_ACTION:
                     result = pub.offer(data)
                 if result >= 0:
+                    self._u_flowing = True
                     self.unreliable_sent += 1
                     self.outbox.sent += 1
                     self._poke()
                     return True
-                if result != NOT_CONNECTED and result != CLOSED:  # back pressure: a newer one will follow
+                # Back pressure once the stream flows: dropped (a newer one will follow). Before its first message
+                # went (connected, but its window not yet known), the reliable stream still carries them.
+                if self._u_flowing and result != NOT_CONNECTED and result != CLOSED:
                     self.unreliable_dropped += 1
                     return False
         elif self.unreliable_channels is not None and not self._u_opening & 1:

@@ -153,9 +153,9 @@ async def test_under_loss_the_unreliable_stream_skips_what_was_lost_and_never_go
             client.on_message(Num, lambda c, m: events.append(m.i))
             peer = only_server_connection(server)
             fills_before = system_counter(client_dir, SystemCounterId.LOSS_GAP_FILLS)
-            await send_until(peer, snapshots, at_least=50, more=10)
+            last = await send_until(peer, snapshots, at_least=50, more=10)
             await wait_until(lambda: peer.unreliable_stream, 10, what="the server's unreliable stream")
-            first_unreliable = peer.unreliable_sent + 1
+            first_unreliable = last + 1
             sent = 0
             for i in range(600):
                 sent += peer.send_unreliable(Move(first_unreliable + i, 0))
