@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import attrs
 import pytest
-from test_connection_core import Move, feed, make
+from test_connection_core import WHOLE, Move, feed, make
 
+from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.connection.newest import (
     MAX_NEWEST_CLASSES,
     NEWEST_HEADER_LENGTH,
@@ -102,3 +103,15 @@ def test_a_broken_frame_is_malformed_and_an_internal_message_inside_one_too() ->
     assert shell.kinds() == ["malformed", "malformed", "undecodable"]
     feed(core, good)
     assert shell.kinds()[-1] == "deliver"
+
+
+def test_the_unreliable_stream_takes_whole_newest_wins_frames_only() -> None:
+    core, shell, ser = make()
+    plain = ser.encode(Move(1))
+    newest = frame(1, ser.encode(Move(2)))
+    core.on_unreliable_fragment(memoryview(plain), WHOLE)  # a plain message has no place there
+    core.on_unreliable_fragment(memoryview(newest[:20]), BEGIN_FRAG_FLAG)  # nor a fragment: loss could hide its rest
+    core.on_unreliable_fragment(memoryview(newest[20:]), END_FRAG_FLAG)
+    assert shell.kinds() == ["malformed", "malformed", "malformed"]
+    core.on_unreliable_fragment(memoryview(newest), WHOLE)
+    assert shell.events[-1] == ("deliver", (Move(2), len(newest) - NEWEST_HEADER_LENGTH))
