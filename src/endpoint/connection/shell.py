@@ -455,7 +455,8 @@ class Connection:
         try:
             resource = await self._endpoint._add_stream(channel, stream_id, publication)
         except Exception as exc:  # the driver refused (or is gone): newest-wins messages stay on the reliable stream
-            self._endpoint._notify_error(self, exc)
+            if not self._closing:  # closing meanwhile is no news
+                self._endpoint._notify_error(self, exc)
             return
         if self._closed:
             await resource.close_async()
