@@ -1,20 +1,23 @@
-"""Chat room: one server, any number of clients; what one says, the others see.
+"""Chat rooms: one server, any number of clients in any number of rooms; what one says, the others in its room see.
 
 ::
 
     python examples/chat.py server --port 24012
     python examples/chat.py client --name alice --port 24012          # interactive: type lines, Ctrl-D leaves
     python examples/chat.py client --name bob --port 24012 --say "hi" --say "bye" --duration 2
+    python examples/chat.py client --name carol --room games --port 24012   # another room: hears nothing of lobby's
 
 The protocol (classes in ``examples/messages.py``):
 
-- a client sends ``Join(name)`` as soon as it is connected (from its
-  ``on_connect`` listener); the server answers ``Welcome(name, users)``, with
-  the name made unique, and tells the room ``Announce("* alice joined")``;
-- ``Say(text)`` from a client is relayed as ``Said(name, text)`` to every
-  *other* client;
-- when a client goes (gracefully or not) the server's ``on_disconnect`` tells
-  the room ``Announce("* alice left")``.
+- a client sends ``Join(name, room)`` as soon as it is connected (from its
+  ``on_connect`` listener); the server puts the connection in the room's group
+  (``server.group(room)``), answers ``Welcome(name, users)``, with the name made
+  unique and the users of that room, and tells the room ``Announce("* alice joined")``;
+- ``Say(text)`` from a client is relayed as ``Said(name, text)`` to its room:
+  ``await room.send(...)`` encodes it once for every member and waits out each
+  one's back pressure (the speaker skips its own line);
+- when a client goes (gracefully or not) it leaves its room's group by itself,
+  and the server's ``on_disconnect`` tells the room ``Announce("* alice left")``.
 
 A client with ``--say`` and/or ``--duration`` runs without stdin: it sends the
 ``--say`` lines, keeps printing what arrives until ``--duration`` seconds (1 by
@@ -60,6 +63,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     roles.add_parser("server", parents=[common], help="run the chat room")
     client = roles.add_parser("client", parents=[common], help="join the chat room")
     client.add_argument("--name", required=True, help="what the others see you as")
+    client.add_argument("--room", default="lobby", help="the room to join (default: %(default)s)")
     client.add_argument("--say", action="append", default=[], help="a line to say (repeat for several); no stdin")
     client.add_argument("--duration", type=float, default=None, help="stay this many seconds, then leave; no stdin")
     client.add_argument("--udp", action="store_true", help="use UDP even when IPC would be possible")
@@ -77,6 +81,7 @@ async def run_server(args: argparse.Namespace) -> int:
         )
     )
     names: dict[int, str] = {}  # connection id -> name, for connections that have joined
+    rooms: dict[int, str] = {}  # connection id -> the room it joined
 
     def unique(name: str) -> str:
         taken = set(names.values())
@@ -95,11 +100,15 @@ async def run_server(args: argparse.Namespace) -> int:
         if conn.id in names:
             return  # joined already
         name = names[conn.id] = unique(message.name.strip() or "anonymous")
-        await conn.send(Welcome(name, sorted(names.values())))
-        # broadcast() hands the message to every connection without waiting (a slow client is skipped,
-        # not waited for): fine for notices. It returns how many took it.
-        server.broadcast(Announce(f"* {name} joined"))
-        print(f"chat server: {name} joined ({len(names)} here)", flush=True)
+        room_name = rooms[conn.id] = message.room.strip()[:32] or "lobby"
+        # A group per room: its members are connections, which leave it by themselves when they close.
+        room = server.group(room_name)
+        room.add(conn)
+        await conn.send(Welcome(name, sorted(names[c.id] for c in room)))
+        # broadcast() hands the message to every member without waiting (a slow client is skipped, not
+        # waited for), encoded once for all of them: fine for notices. It returns how many took it.
+        room.broadcast(Announce(f"* {name} joined"))
+        print(f"chat server: {name} joined ({len(room)} here) in {room_name}", flush=True)
 
     @server.on_message(Say)
     async def say(conn: Connection, message: Say) -> None:
@@ -107,23 +116,26 @@ async def run_server(args: argparse.Namespace) -> int:
         if name is None:
             return  # Say before Join: ignore
         print(f"chat server: [{name}] {message.text}", flush=True)
-        relay = Said(name, message.text)
-        others = [c for c in server.connections if c.id != conn.id and c.id in names]
-        # One send per other client, concurrently; return_exceptions so one client closing meanwhile
-        # (ConnectionClosedError) or stalling (TransmitError) does not stop the relay to the rest.
-        results = await asyncio.gather(*(c.send(relay) for c in others), return_exceptions=True)
-        for other, result in zip(others, results, strict=True):
-            if isinstance(result, Exception):
-                print(f"chat server: could not relay to {names.get(other.id, other.id)}: {result}", flush=True)
+        room = server.group(rooms[conn.id])
+        # Encoded once, sent to every member of the room side by side, waiting out each one's back pressure; a
+        # member closing meanwhile or stalling past send_timeout is skipped (and counted), not a failure.
+        refused = room.refused
+        await room.send(Said(name, message.text))
+        if room.refused > refused:
+            print(f"chat server: {room.refused - refused} in {room.name} did not get [{name}]'s line", flush=True)
 
     @server.on_disconnect
     def disconnected(conn: Connection) -> None:
         name = names.pop(conn.id, None)
-        if name is None:
+        room_name = rooms.pop(conn.id, None)
+        if name is None or room_name is None:
             return
         how = "" if conn.closed_by_peer else f" ({conn.close_reason})"
-        server.broadcast(Announce(f"* {name} left{how}"))
-        print(f"chat server: {name} left{how} ({len(names)} here)", flush=True)
+        room = server.group(room_name)  # the connection has left it already
+        room.broadcast(Announce(f"* {name} left{how}"))
+        print(f"chat server: {name} left{how} ({len(room)} here) in {room_name}", flush=True)
+        if not room:
+            room.close()  # an empty room is forgotten (server.group() makes it anew)
 
     @server.on_error
     def error(conn: Connection | None, exc: BaseException) -> None:
@@ -186,7 +198,7 @@ async def run_client(args: argparse.Namespace) -> int:
     @client.on_connect
     async def connected(conn: Connection) -> None:
         # The first thing a chat client does: say who it is. (on_connect runs before any message is dispatched.)
-        await conn.send(Join(args.name))
+        await conn.send(Join(args.name, args.room))
 
     @client.on_message(Welcome)
     def welcome(conn: Connection, message: Welcome) -> None:
@@ -197,7 +209,8 @@ async def run_client(args: argparse.Namespace) -> int:
 
     @client.on_message(Said)
     def said(conn: Connection, message: Said) -> None:
-        print(f"[{message.name}] {message.text}", flush=True)
+        if message.name != me:  # the room's relay reaches the speaker too: its own lines are printed as said
+            print(f"[{message.name}] {message.text}", flush=True)
 
     @client.on_message(Announce)
     def announce(conn: Connection, message: Announce) -> None:

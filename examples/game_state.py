@@ -10,9 +10,13 @@ One command runs everything: this process is the game server; it starts the
 bots in 1-4 child processes (``--procs``), each running many ``Client`` objects
 on one asyncio loop. The server owns the world: every tick (``--rate``, 60 Hz)
 it moves each player by its latest input and pushes a ``Snapshot`` to every
-bot with ``server.broadcast`` (a snapshot is stale a tick later, so it is never
-waited for: a bot too slow to take one simply misses it). Bots send ``Move``
-inputs at ``--input-rate`` (20 Hz).
+bot in its ``world`` group with ``broadcast_unreliable``: encoded once for all of
+them, newest-wins (a snapshot is stale a tick later, so it is never waited for
+nor sent again: a bot too slow to take one, or whose copy was lost, simply
+misses it, and never sees an older one after a newer one). Over UDP a snapshot
+that fits one datagram goes on each connection's ``reliable=false`` stream;
+a larger one (the whole world of many bots) on the reliable one. Bots send
+``Move`` inputs at ``--input-rate`` (20 Hz).
 
 Each bot measures how old every snapshot is when it arrives (the snapshot
 carries the server's ``time.time_ns()``; all processes share the machine's
@@ -153,6 +157,8 @@ class Game:
             )
         )
         self.players: dict[int, Player] = {}  # connection id -> player
+        self.world = self.server.group("world")
+        """Every player's connection: snapshots go to it (a connection leaves it by itself when it closes)."""
         self.rng = random.Random(1)
         self.connected = 0
         self.tick = 0
@@ -176,6 +182,7 @@ class Game:
 
     def on_connect(self, conn: Connection) -> None:
         self.connected += 1
+        self.world.add(conn)
         self.players[conn.id] = Player(self.rng.uniform(0, WORLD_SIZE), self.rng.uniform(0, WORLD_SIZE))
 
     def on_disconnect(self, conn: Connection) -> None:
@@ -246,9 +253,9 @@ class Game:
                 next_tick = now
             next_tick += period
             snapshot = self.step(period)
-            expected = len(self.server.connections)
-            # broadcast(): encode once, offer to every connection, never wait; returns how many took it.
-            sent = self.server.broadcast(snapshot)
+            expected = len(self.world)
+            # Encoded once, offered to every member newest-wins, never waited for; returns how many took it.
+            sent = self.world.broadcast_unreliable(snapshot)
             window_ticks += 1
             window_sent += sent
             self.sent += sent

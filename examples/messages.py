@@ -55,14 +55,15 @@ class Line:
 
 @attrs.define
 class Join:
-    """First message of a chat client: the name it wants to be known by."""
+    """First message of a chat client: the name it wants to be known by, and the room it wants to be in."""
 
     name: str
+    room: str = "lobby"
 
 
 @attrs.define
 class Welcome:
-    """The server's answer to Join: the name granted (made unique) and who is in the room."""
+    """The server's answer to Join: the name granted (made unique) and who is in its room."""
 
     name: str
     users: list[str]
@@ -77,7 +78,7 @@ class Say:
 
 @attrs.define
 class Said:
-    """The server relays a Say to everybody else, naming who said it."""
+    """The server relays a Say to the speaker's room, naming who said it (the speaker skips its own)."""
 
     name: str
     text: str

@@ -47,6 +47,7 @@ from endpoint.errors import (
     UnknownObjectError,
     UnsupportedEventLoopError,
 )
+from endpoint.groups import Group
 from endpoint.listeners import add_global_error_listener, remove_global_error_listener
 from endpoint.reconnect import Reconnecting
 from endpoint.running import run
@@ -72,6 +73,7 @@ __all__ = [
     "DriverUnavailableError",
     "EndpointClosedError",
     "EndpointError",
+    "Group",
     "HandshakeError",
     "MalformedMessageError",
     "MessageTooLargeError",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from endpoint.config import Configuration
 from endpoint.connection.counters import ConnectionCounters, EndpointCounters, role_of
+from endpoint.connection.newest import Sequencer
 from endpoint.connection.shell import Connection
 from endpoint.errors import (
     CriticalDriverError,
@@ -33,6 +34,8 @@ from endpoint.registry import SharedDriver, registry
 from endpoint.rpc.calls import RpcRegistry
 
 if TYPE_CHECKING:
+    from driver.client.publication import Publication
+    from driver.client.subscription import Subscription
     from endpoint.streaming import IncomingStream
 
 __all__ = ["EndPoint", "MessageListenerDecorator"]
@@ -100,6 +103,8 @@ class EndPoint(Generic[ConfigT]):
         self.unhandled_messages = 0
         """Messages dropped on this end point's connections because no listener takes their class."""
         self._unhandled_logged: set[type] = set()
+        self.sequencer = Sequencer()
+        """Newest-wins sequence numbers per message class, shared by this end point's connections and groups."""
         """Classes already logged under ``on_unhandled="log_once"`` (bounded by the registered classes)."""
 
     # ------------------------------------------------------------------ listeners
@@ -192,6 +197,8 @@ class EndPoint(Generic[ConfigT]):
         connection._fire_connect()
 
     def _connection_released(self, connection: Connection) -> None:
+        for group in tuple(connection.groups):  # before on_disconnect runs: a broadcast no longer reaches it
+            group.discard(connection)
         if self._connections.get(connection.id) is connection:
             del self._connections[connection.id]
             self._rebuild_poll_set()
@@ -199,9 +206,18 @@ class EndPoint(Generic[ConfigT]):
         self._spawn(self.connection_counters.close(shared.aeron if shared else None, connection), connection)
         self._spawn(self._close_resources(connection), connection)
 
+    async def _add_stream(self, channel: str, stream_id: int, publication: bool) -> Publication | Subscription:
+        """A connection's extra stream (its unreliable half), on this end point's driver."""
+        shared = self._shared
+        aeron = shared.client() if shared is not None else None
+        if aeron is None:
+            raise DriverUnavailableError("the driver is being restarted")
+        if publication:
+            return await aeron.add_exclusive_publication_async(channel, stream_id)
+        return await aeron.add_subscription_async(channel, stream_id)
+
     async def _close_resources(self, connection: Connection) -> None:
-        pub, sub = connection._resources()
-        for resource in (pub, sub):
+        for resource in (*connection._resources(), *connection._unreliable_resources()):
             try:
                 await resource.close_async()
             except Exception as exc:  # the driver may be gone; nothing else to free

@@ -373,6 +373,23 @@ class Client(EndPoint[ClientConfiguration]):
             on_released=self._connection_released,
             keepalive=True,
         )
+        u_session_in, u_session_out = grant.get("unreliable_session_in"), grant.get("unreliable_session_out")
+        if route.local is not None and type(u_session_in) is int and type(u_session_out) is int:
+            # The newest-wins pair, opened on first use: the reliable pair's streams under sessions of their own.
+            connection.unreliable_channels = (
+                (
+                    data_channel(
+                        f"{bracket(route.local[0])}:{route.local[1]}",
+                        u_session_out,
+                        None,
+                        None,
+                        max_term_length=int(grant["term_length"]),
+                        reliable=False,
+                    ),
+                    stream_out,
+                ),
+                (data_channel(server, u_session_in, int(grant["term_length"]), int(grant["mtu"])), stream_in),
+            )
         return connection
 
     async def _discard(self, connection: Connection) -> None:

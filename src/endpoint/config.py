@@ -321,6 +321,13 @@ class ServerConfiguration(Configuration):
     max_answer_routes_per_source: int = attrs.field(default=256, validator=_int_range(1, 1 << 16))
     """Of those, to one remote address (one NAT may hide many clients); beyond it that address's oldest idle one is
     closed, or the answer dropped (the client asks again)."""
+    max_groups: int = attrs.field(default=65_536, validator=_int_range(1, 1 << 24))
+    """Groups (``server.group(name)``) the server holds at once; one more is a BudgetExceededError. A group's members
+    are the server's open connections, each at most once, so no group outgrows ``max_clients``."""
+    unreliable_streams: bool = attrs.field(default=True, validator=_bool)
+    """UDP connections that are not sealed carry newest-wins messages (``send_unreliable``) on an Aeron stream of
+    their own each way, ``reliable=false`` (loss is skipped, never repaired, so a lost snapshot holds back none after
+    it), opened on first use. False: they ride the reliable stream (still newest-wins, but loss is repaired first)."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()

@@ -140,8 +140,23 @@ class LoopPoller:
             (tick_interval_ns(int(e.config.ping_interval * 1e9), _TICK_NS, _MIN_TICK_NS) for e in self.endpoints),
             default=_TICK_NS,
         )
-        self._mapped = tuple(c for e in self.endpoints for c in e._mapped if c._image is not None)
-        self._frames = FrameWatch([c._image.ready_entry for c in self._mapped])  # type: ignore[union-attr]
+        # A connection's unreliable image (see Connection.send_unreliable) is watched beside its reliable one: a
+        # frame in either has the connection polled.
+        owners: list[Connection] = []
+        entries = []
+        for endpoint in self.endpoints:
+            for connection in endpoint._mapped:
+                image = connection._image
+                if image is None:
+                    continue
+                owners.append(connection)
+                entries.append(image.ready_entry)
+                unreliable = connection._u_image
+                if unreliable is not None:
+                    owners.append(connection)
+                    entries.append(unreliable.ready_entry)
+        self._mapped = tuple(owners)
+        self._frames = FrameWatch(entries)
         drivers = {id(e._shared): e._shared for e in self.endpoints if e._shared is not None}
         self._drivers = tuple(d for d in drivers.values() if d.invokers)
         self._invokers = tuple(i for d in self._drivers for i in d.invokers)

@@ -135,6 +135,8 @@ class Serialization:
         self._encoders: dict[type, tuple[tuple[int], Callable[[Any], tuple[Any, ...]]]] = {}
         self._constructors: dict[int, tuple[type, int]] = {}
         self._highest_user_id = 0
+        self.unreliable: frozenset[type] = frozenset()
+        """Classes registered ``unreliable=True``: ``send`` sends them newest-wins (see ``send_unreliable``)."""
         # One packer per nesting level: a packer cannot be re-entered from its own ``default``.
         self._packers: list[Any] = [self._new_packer()]
         self._pack_top: Callable[[object], bytes] = self._packers[0].pack
@@ -145,26 +147,32 @@ class Serialization:
     # ------------------------------------------------------------------------------------------- registry
 
     @overload
-    def register(self, cls: type[T], *, type_id: int | None = None) -> type[T]: ...
+    def register(self, cls: type[T], *, type_id: int | None = None, unreliable: bool = False) -> type[T]: ...
 
     @overload
-    def register(self, cls: None = None, *, type_id: int | None = None) -> Callable[[type[T]], type[T]]: ...
+    def register(
+        self, cls: None = None, *, type_id: int | None = None, unreliable: bool = False
+    ) -> Callable[[type[T]], type[T]]: ...
 
     def register(
-        self, cls: type[T] | None = None, *, type_id: int | None = None
+        self, cls: type[T] | None = None, *, type_id: int | None = None, unreliable: bool = False
     ) -> type[T] | Callable[[type[T]], type[T]]:
         """Register an attrs class under ``type_id`` (or the next id after the highest so far); returns the class.
 
         Usable as ``ser.register(Move)``, ``ser.register(Move, type_id=7)``, ``@ser.register`` and
         ``@ser.register(type_id=7)``. Registering a class again under its own id (or with no id) is a no-op.
+        ``unreliable=True``: every ``send`` of the class is a ``send_unreliable`` (newest-wins, never waits); this
+        end's choice only, not part of the registration hash.
         """
         if cls is None:
 
             def decorator(target: type[T]) -> type[T]:
-                return self.register(target, type_id=type_id)
+                return self.register(target, type_id=type_id, unreliable=unreliable)
 
             return decorator
         self._check_class(cls, type_id)
+        if unreliable:
+            self.unreliable = self.unreliable | {cls}
         if type_id is None:
             existing = self._ids.get(cls)
             if existing is not None:

@@ -38,8 +38,10 @@ from endpoint.config import (
     REPLY_STREAM_ID,
     ServerConfiguration,
 )
+from endpoint.connection.newest import frame
 from endpoint.connection.shell import Connection
-from endpoint.errors import AllocationError, ConnectionClosedError, RejectReason, ServerError
+from endpoint.errors import AllocationError, BudgetExceededError, ConnectionClosedError, RejectReason, ServerError
+from endpoint.groups import Group
 from endpoint.handshake.keystore import default_config_dir, load_or_create_private_key
 from endpoint.handshake.protocol import PROTOCOL_VERSION, Bounce, Done, Hello, ServerHandshake
 from endpoint.ids import IdAllocator
@@ -62,7 +64,7 @@ class _Pending:
     hello: Hello
     is_ipc: bool
     address: str
-    ids: tuple[int, int, int, int]  # session_in, session_out, stream_in, stream_out
+    ids: tuple[int, ...]  # session_in, session_out, stream_in, stream_out, and the unreliable pair's sessions
     reply: Publication | None = None
     publication: ExclusivePublication | None = None
     subscription: Subscription | None = None
@@ -91,6 +93,10 @@ class _AnswerRoute:
 
 class _NoAnswerRoute(Exception):
     """Every answer route the caps allow is busy with handshakes in flight."""
+
+
+_NO_IDS: tuple[int, ...] = ()
+"""A handshake's ids before any were allocated."""
 
 
 class Server(EndPoint[ServerConfiguration]):
@@ -125,9 +131,10 @@ class Server(EndPoint[ServerConfiguration]):
         """Handshakes that became connections."""
         self.rejections: dict[RejectReason, int] = dict.fromkeys(RejectReason, 0)
         """Clients turned away, by reason (``SERVER_BUSY``: a half-open handshake that gave way to a newer one)."""
-        self._ids_of: dict[int, tuple[int, int, int, int]] = {}
+        self._ids_of: dict[int, tuple[int, ...]] = {}
         self._address_of: dict[int, str] = {}
         self._bouncing = 0
+        self._groups: dict[str, Group] = {}
         self._bound = False
         self._stopped = asyncio.Event()
 
@@ -260,7 +267,15 @@ class Server(EndPoint[ServerConfiguration]):
         return self
 
     def broadcast(self, message: object) -> int:
-        """Send ``message`` to every open connection without waiting; returns how many accepted it."""
+        """Send ``message`` to every open connection without waiting, encoded once; returns how many accepted it.
+        A class registered ``unreliable=True`` goes newest-wins (see ``Connection.send_unreliable``)."""
+        if type(message) in self.config.serialization.unreliable:
+            newest = frame(self.sequencer.next(type(message)), self.config.serialization.encode(message))
+            taken = 0
+            for connection in self._polled:
+                if not connection._closing:
+                    taken += connection._send_newest(newest, message)
+            return taken
         data = self.config.serialization.encode(message)
         sent = 0
         for connection in self._polled:
@@ -273,6 +288,35 @@ class Server(EndPoint[ServerConfiguration]):
             except ConnectionClosedError:
                 continue
         return sent
+
+    def group(self, name: str) -> Group:
+        """The group called ``name`` (made on first use): connections to broadcast to with one encoding per message
+        (:mod:`endpoint.groups`). At most ``max_groups`` at once (BudgetExceededError); ``group.close()`` frees one."""
+        group = self._groups.get(name)
+        if group is None:
+            limit = self.config.max_groups
+            if len(self._groups) >= limit:
+                raise BudgetExceededError(f"{limit} groups exist already: close some (max_groups)", "max_groups")
+            group = self._groups[name] = Group(
+                name,
+                serialization=self.config.serialization,
+                sequencer=self.sequencer,
+                owns=self._owns,
+                forget=self._forget_group,
+            )
+        return group
+
+    @property
+    def groups(self) -> dict[str, Group]:
+        """The server's groups by name (a copy)."""
+        return dict(self._groups)
+
+    def _owns(self, connection: Connection) -> bool:
+        return self._connections.get(connection.id) is connection
+
+    def _forget_group(self, group: Group) -> None:
+        if self._groups.get(group.name) is group:
+            del self._groups[group.name]
 
     def _aeron(self) -> Aeron:
         assert self._shared is not None
@@ -462,7 +506,7 @@ class Server(EndPoint[ServerConfiguration]):
         cfg = self.config
         timeout = cfg.handshake_timeout
         aeron = self._aeron()
-        pending = _Pending(hello, is_ipc, address, (0, 0, 0, 0), route_id=route_id)
+        pending = _Pending(hello, is_ipc, address, _NO_IDS, route_id=route_id)
         if not handshake.is_pending(hello.connect_key):
             return  # evicted before we got to it
         try:
@@ -473,7 +517,7 @@ class Server(EndPoint[ServerConfiguration]):
             refusal = self._check(hello, is_ipc, address)
             if refusal is None:
                 try:
-                    pending.ids = self._allocate_ids()
+                    pending.ids = self._allocate_ids(6 if self._unreliable_streams(pending) else 4)
                 except AllocationError as exc:
                     refusal = (RejectReason.IDS_EXHAUSTED, str(exc))
             if refusal is not None:
@@ -489,7 +533,7 @@ class Server(EndPoint[ServerConfiguration]):
             if not is_ipc:
                 self._per_address[address] = self._per_address.get(address, 0) + 1
                 pending.counted = True
-            session_in, session_out, stream_in, stream_out = pending.ids
+            session_in, session_out, stream_in, stream_out, *_ = pending.ids
             if is_ipc:
                 sub_channel = data_channel(None, session_in, cfg.ipc_term_length, None)
                 pub_channel = data_channel(None, session_out, cfg.ipc_term_length, None)
@@ -533,6 +577,9 @@ class Server(EndPoint[ServerConfiguration]):
                 # Sealed when either end asks: the grant is sealed under the handshake, so both ends agree.
                 "sealed": cfg.sealed or hello.sealed,
             }
+            if len(pending.ids) == 6:
+                # Newest-wins messages get a reliable=false stream each way (UDP, unsealed; opened on first use).
+                grant["unreliable_session_in"], grant["unreliable_session_out"] = pending.ids[4:6]
             await self._send_reply(reply, handshake.accept(hello.connect_key, grant, time.time_ns()), timeout)
         except Exception as exc:
             # Evicted meanwhile, or no answer route free (the client asks again): nothing to report.
@@ -611,25 +658,30 @@ class Server(EndPoint[ServerConfiguration]):
 
         route.opening.add_done_callback(close)
 
-    def _allocate_ids(self) -> tuple[int, int, int, int]:
+    def _id_allocators(self) -> tuple[IdAllocator, ...]:
+        """What each of a connection's ids comes from: sessions and streams of its reliable pair, then the sessions
+        of its unreliable pair (same streams; a session id is unique on a driver)."""
+        sessions, streams = self._session_ids, self._stream_ids
+        return (sessions, sessions, streams, streams, sessions, sessions)
+
+    def _allocate_ids(self, count: int) -> tuple[int, ...]:
+        """The first ``count`` of a connection's ids: 4 (the reliable pair), or 6 (and the unreliable pair)."""
         now = time.monotonic_ns()
         taken: list[tuple[IdAllocator, int]] = []
         try:
-            for allocator in (self._session_ids, self._session_ids, self._stream_ids, self._stream_ids):
+            for allocator in self._id_allocators()[:count]:
                 taken.append((allocator, allocator.allocate(now)))
         except AllocationError:
             for allocator, value in taken:
                 allocator.release(value, now)
             raise
-        return taken[0][1], taken[1][1], taken[2][1], taken[3][1]
+        return tuple(value for _, value in taken)
 
-    def _release_ids(self, ids: tuple[int, int, int, int]) -> None:
-        if ids == (0, 0, 0, 0):
+    def _release_ids(self, ids: tuple[int, ...]) -> None:
+        if ids == _NO_IDS:
             return
         now = time.monotonic_ns()
-        for allocator, value in zip(
-            (self._session_ids, self._session_ids, self._stream_ids, self._stream_ids), ids, strict=True
-        ):
+        for allocator, value in zip(self._id_allocators()[: len(ids)], ids, strict=True):
             if allocator.is_live(value):
                 allocator.release(value, now)
 
@@ -685,6 +737,31 @@ class Server(EndPoint[ServerConfiguration]):
                 remote_address="ipc" if pending.is_ipc else f"{pending.address}:{pending.hello.reply['port']}",
                 on_released=self._connection_released,
             )
+            if len(pending.ids) == 6:
+                cfg = self.config
+                _, _, stream_in, stream_out, u_session_in, u_session_out = pending.ids
+                connection.unreliable_channels = (
+                    (
+                        data_channel(
+                            f"{bracket(cfg.listen_address)}:{self._port}",
+                            u_session_in,
+                            None,
+                            None,
+                            max_term_length=cfg.term_length,
+                            reliable=False,
+                        ),
+                        stream_in,
+                    ),
+                    (
+                        data_channel(
+                            f"{bracket(pending.address)}:{pending.hello.reply['port']}",
+                            u_session_out,
+                            cfg.term_length,
+                            cfg.mtu,
+                        ),
+                        stream_out,
+                    ),
+                )
             if self.config.sealed or pending.hello.sealed:
                 connection._seal_with(done.keys, client=False, inbound_session_id=pending.ids[0])
             await self._send_reply(pending.reply, handshake.complete(done.connect_key), timeout)
@@ -702,6 +779,11 @@ class Server(EndPoint[ServerConfiguration]):
         self._add_connection(connection)
         if self._shutting_down:  # close began while this handshake finished: it goes the way of the others
             await connection.close(END_POINT_CLOSED)
+
+    def _unreliable_streams(self, pending: _Pending) -> bool:
+        """This connection carries newest-wins messages on streams of their own (else on its reliable stream)."""
+        cfg = self.config
+        return cfg.unreliable_streams and not pending.is_ipc and not (cfg.sealed or pending.hello.sealed)
 
     def _keep_reply(self, connect_key: int, pending: _Pending) -> None:
         """Keep the answer route open a while, so a client that lost the last answer can get it again."""

@@ -213,6 +213,43 @@ def test_chat_interactive_client_reads_stdin(dirs: Dirs, port: int, tmp_path: Pa
     assert "chat client: carol2 left" in typist.output()
 
 
+def test_chat_rooms_keep_their_talk_to_themselves(dirs: Dirs, port: int, tmp_path: Path, env: dict[str, str]) -> None:
+    """Two rooms (server groups): a line said in one reaches its members only; leaving is announced there only."""
+    common = ["--port", str(port), "--aeron-dir", dirs.server]
+    with example("chat.py", ["server", *common], tmp_path, env) as server:
+        server.wait_for_output("room open")
+        listen = ["--duration", "60", *CHAT_PATIENT]
+        with (
+            example(
+                "chat.py",
+                ["client", "--name", "dan", "--room", "games", *common, *listen],
+                tmp_path,
+                env,
+                stop_signal=signal.SIGINT,
+            ) as dan,
+            example(
+                "chat.py", ["client", "--name", "eve", *common, *listen], tmp_path, env, stop_signal=signal.SIGINT
+            ) as eve,
+        ):
+            dan.wait_for_output("* you are dan; here: dan")
+            eve.wait_for_output("* you are eve; here: eve")
+            fay_args = ["client", "--name", "fay", "--room", "games", *common, *CHAT_PATIENT]
+            with example("chat.py", [*fay_args, "--say", "gg", "--duration", "0.5"], tmp_path, env) as fay:
+                assert fay.wait(60) == 0, fay.output()
+            dan.wait_for_output("* fay left")
+            server.wait_for_output("fay left (1 here) in games")
+            eve.signal(signal.SIGINT)
+            dan.signal(signal.SIGINT)
+            assert eve.wait(30) == 0, eve.output()
+            assert dan.wait(30) == 0, dan.output()
+        heard_in_games, heard_in_lobby = dan.output(), eve.output()
+    assert "* you are fay; here: dan, fay" in fay.output()
+    assert heard_in_games.index("* fay joined") < heard_in_games.index("[fay] gg") < heard_in_games.index("* fay left")
+    assert "fay" not in heard_in_lobby, heard_in_lobby
+    assert "chat server: fay joined (2 here) in games" in server.output()
+    assert "Traceback" not in heard_in_games + heard_in_lobby + server.output()
+
+
 # --------------------------------------------------------------------------- game state
 
 

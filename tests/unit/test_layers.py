@@ -56,6 +56,7 @@ SANS_IO = (
     "endpoint.handshake.noise",
     "endpoint.connection.liveness",
     "endpoint.connection.core",
+    "endpoint.connection.newest",
     "endpoint.connection.sealing",
     "endpoint.rpc.correlation",
     "endpoint.reconnect",

@@ -655,6 +655,7 @@ class DriverConductor:
             ),
             sparse=uri.get("sparse") == "true",
             evict_silent=uri.get("evict-silent") == "true",
+            reliable=uri.get("reliable") != "false",
         )
         if udp is not None:
             self.subscription_links.append(sub)

@@ -76,6 +76,7 @@ class SubscriptionLink:
         "max_term_length",
         "positions",
         "registration_id",
+        "reliable",
         "session_id",
         "sparse",
         "stream_id",
@@ -94,6 +95,7 @@ class SubscriptionLink:
         max_images_per_source: int = 1 << 31,
         sparse: bool = False,
         evict_silent: bool = False,
+        reliable: bool = True,
     ) -> None:
         self.registration_id = registration_id
         self.client = client
@@ -111,6 +113,9 @@ class SubscriptionLink:
         self.evict_silent = evict_silent
         """``evict-silent=true``: at an image limit, an image silent for a while gives way to a new one (a flood
         of SETUPs that never send evicts itself instead of locking live publishers out)."""
+        self.reliable = reliable
+        """``reliable=false`` on the channel: its images pad over loss instead of asking for it again (per
+        subscription, as in Aeron: one endpoint can carry reliable and unreliable streams side by side)."""
 
     def matches(self, publication: IpcPublication) -> bool:
         return (

@@ -682,7 +682,7 @@ class NetworkResources:
         )
         uri = endpoint.channel.channel_uri
         multicast = endpoint.channel.is_multicast
-        is_reliable = uri.get("reliable", "true") != "false"
+        is_reliable = links[0].reliable  # the first subscription's choice, as Aeron's conductor makes it
         if self._allocator.is_current:
             os_lengths = os_socket_buffer_lengths()
             write_current_metadata(

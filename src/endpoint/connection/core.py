@@ -5,11 +5,12 @@ each fragment to :meth:`ConnectionCore.on_fragment`, then tells :meth:`Connectio
 read and when. The core reassembles fragmented messages (bounded by what the peer's publication can send),
 opens sealed ones, decodes, drops and counts what breaks the protocol, and routes the rest through the
 callables it was built with: user messages to ``deliver`` (in the order they arrived), remote-call and
-stream messages to ``route``, stream chunks to ``chunk``, pings answered through ``send_control``, pongs to
-``pong``, the peer's Disconnect to ``peer_closed`` (nothing after it is read). :meth:`ConnectionCore.tick`
-says, from what was heard and sent when, whether the peer is alive, owed a keepalive, or dead
-(:mod:`endpoint.connection.liveness`). Nothing here reads a clock, touches a socket or needs an event loop, so every
-rule is unit-tested with bytes and numbers.
+stream messages to ``route``, stream chunks to ``chunk``, newest-wins frames (:mod:`endpoint.connection.newest`)
+to ``deliver`` unless a newer one of their class was delivered already, pings answered through
+``send_control``, pongs to ``pong``, the peer's Disconnect to ``peer_closed`` (nothing after it is read).
+:meth:`ConnectionCore.tick` says, from what was heard and sent when, whether the peer is alive, owed a keepalive,
+or dead (:mod:`endpoint.connection.liveness`). Nothing here reads a clock, touches a socket or needs an event loop,
+so every rule is unit-tested with bytes and numbers.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.connection.liveness import PEER_TIMED_OUT, Liveness, Verdict
+from endpoint.connection.newest import NEWEST_EXT, NEWEST_HEADER_LENGTH, NewestFilter, is_newest, sequence_of
 from endpoint.connection.sealing import Opener
 from endpoint.errors import SealError, SerializationError
 from endpoint.messages import (
@@ -86,6 +88,10 @@ class ConnectionCore:
         self._seen_sent = 0
         self._fragments: bytearray | None = None
         self._opener: Opener | None = None
+        self.newest = NewestFilter()
+        """The newest-wins sequence delivered per message class; its ``stale`` counts what it dropped."""
+        self.newest_delivered = 0
+        """Newest-wins messages delivered (not superseded when they arrived)."""
         self.on_whole: Callable[[memoryview], None] = self.on_message
         """Every whole message of the peer's goes through here: read as is, or opened first."""
 
@@ -113,6 +119,19 @@ class ConnectionCore:
                 if flags & END_FRAG_FLAG:
                     whole, self._fragments = self._fragments, None
                     self.on_whole(memoryview(whole))
+        except Exception as exc:
+            self._report(exc)
+
+    def on_unreliable_fragment(self, payload: memoryview, flags: int) -> None:
+        """One fragment of the peer's unreliable stream. Only whole newest-wins frames travel there: a fragment of a
+        longer message could not be told from one whose neighbours were lost and padded over, so anything else is
+        malformed."""
+        try:
+            if flags & _UNFRAGMENTED != _UNFRAGMENTED or not is_newest(payload):
+                self._malformed("a fragment on the unreliable stream that is not a whole newest-wins frame")
+                return
+            if not self.closed_by_peer:
+                self._on_newest(payload)
         except Exception as exc:
             self._report(exc)
 
@@ -152,9 +171,13 @@ class ConnectionCore:
         if not len(payload):
             self._malformed("an empty message")
             return
-        if payload[0] == 0xC9 and len(payload) > 9 and payload[5] == CHUNK_EXT:
-            self._chunk(payload)
-            return
+        if payload[0] == 0xC9 and len(payload) > 9:
+            if payload[5] == CHUNK_EXT:
+                self._chunk(payload)
+                return
+            if payload[5] == NEWEST_EXT:
+                self._on_newest(payload)
+                return
         try:
             message = self._decode(payload)
         except SerializationError as exc:
@@ -188,6 +211,26 @@ class ConnectionCore:
             self._route(message)
             return
         self._deliver(message, len(payload))
+
+    def _on_newest(self, payload: memoryview) -> None:
+        """A newest-wins frame: a user message, delivered only if no newer one of its class was."""
+        sequence = sequence_of(payload) if len(payload) > NEWEST_HEADER_LENGTH else None
+        if sequence is None:
+            self._malformed("a newest-wins frame whose length disagrees with its header")
+            return
+        body = payload[NEWEST_HEADER_LENGTH:]
+        try:
+            message = self._decode(body)
+        except SerializationError as exc:
+            self._undecodable(body, exc)
+            return
+        cls = type(message)
+        if cls in _INTERNAL_TYPES:
+            self._malformed(f"an end point message ({cls.__name__}) in a newest-wins frame")
+            return
+        if self.newest.accept(cls, sequence):
+            self.newest_delivered += 1
+            self._deliver(message, len(body))
 
     # ------------------------------------------------------------------ liveness
 

@@ -14,6 +14,13 @@ on the sender through the log). ``on_connect`` and ``on_disconnect`` go through 
 Remote calls (:mod:`endpoint.rpc.calls`) and streams (:mod:`endpoint.streaming`) ride the same publication; their
 control messages are routed by the core at once, never queued behind listeners.
 
+Newest-wins messages (:meth:`Connection.send_unreliable`, :mod:`endpoint.connection.newest`) go, on a UDP connection
+that is not sealed and whose server allows it, on a second Aeron stream each way whose subscription says
+``reliable=false``: its receiver pads over loss instead of asking for it again, so a lost snapshot holds back none
+after it. Each end opens its half when it needs it: the sender its publication on its first newest-wins send (until
+that publication is connected, frames go on the reliable stream), the receiver its subscription when the first frame
+reaches it that way. A connection that never sends one costs the driver nothing more.
+
 A sealed connection (:mod:`endpoint.connection.sealing`) seals every message in the outbox's one ``offer`` and opens
 every whole message of the peer's in the core before anything reads it; an unsealed one binds those to the
 plain publication offer and decoder, so its path and cost are what they were.
@@ -31,11 +38,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from driver.client.publication import Publication
+from driver.client.publication import ADMIN_ACTION, CLOSED, NOT_CONNECTED, Publication
 from driver.client.subscription import Image, Subscription
 from endpoint.config import Configuration
 from endpoint.connection.core import ConnectionCore
 from endpoint.connection.liveness import Verdict
+from endpoint.connection.newest import Sequencer, frame
 from endpoint.connection.outbox import Outbox
 from endpoint.connection.sealing import OVERHEAD, Opener, Sealer
 from endpoint.errors import (
@@ -93,6 +101,7 @@ class ConnectionOwner(Protocol):
     rpc: RpcRegistry
     malformed_messages: int
     seal_failures: int
+    sequencer: Sequencer
 
     @property
     def config(self) -> Configuration: ...
@@ -111,6 +120,8 @@ class ConnectionOwner(Protocol):
     def _loop_call_soon(self, fn: Callable[..., Any], *args: Any) -> None: ...
 
     def _rebuild_poll_set(self) -> None: ...
+
+    async def _add_stream(self, channel: str, stream_id: int, publication: bool) -> Publication | Subscription: ...
 
 
 class Connection:
@@ -185,6 +196,22 @@ class Connection:
         self._refused_sealed: bytes | None = None
         self._paused = 0
         self._held_calls = 0
+        self._newest_classes = config.serialization.unreliable
+        self.unreliable_channels: tuple[tuple[str, int], tuple[str, int]] | None = None
+        """Where this connection's unreliable streams go, (subscription, publication) as (channel, stream id), when
+        it may have them (set by the end point that made it); None: newest-wins messages ride the reliable stream."""
+        self._u_pub: Publication | None = None
+        self._u_sub: Subscription | None = None
+        self._u_image: Image | None = None
+        self._u_room = 0
+        self._u_opening = 0
+        self._u_flowing = False
+        self.groups: set[Any] = set()
+        """The server's groups (:mod:`endpoint.groups`) this connection is in; it leaves them all when it closes."""
+        self.unreliable_sent = 0
+        """Newest-wins messages handed to the driver (on either stream)."""
+        self.unreliable_dropped = 0
+        """Newest-wins messages dropped here: back pressure refused them (the next one supersedes them anyway)."""
         self.rpc = ConnectionRpc(self, endpoint.rpc, config=config, report=report)
         """Objects exposed to this peer only, and proxies of the peer's objects."""
         self.streams = StreamManager(
@@ -272,6 +299,22 @@ class Connection:
         return self._core.heard
 
     @property
+    def unreliable_received(self) -> int:
+        """Newest-wins messages of the peer's delivered (newer than any before them of their class)."""
+        return self._core.newest_delivered
+
+    @property
+    def unreliable_stale(self) -> int:
+        """Newest-wins messages of the peer's dropped as stale: a newer one of their class was delivered already."""
+        return self._core.newest.stale
+
+    @property
+    def unreliable_stream(self) -> bool:
+        """Newest-wins messages to the peer go on the ``reliable=false`` stream now (it is open and connected)."""
+        pub = self._u_pub
+        return pub is not None and pub.is_connected
+
+    @property
     def seal_failures(self) -> int:
         """Messages of the peer's that did not open (the first one closes the connection)."""
         return self._core.seal_failures
@@ -300,6 +343,7 @@ class Connection:
         self.outbox.offer = self._offer_sealed
         self._max_length = self._pub.max_message_length - OVERHEAD
         self.sealed = True
+        self.unreliable_channels = None  # only the reliable stream is sealed: newest-wins messages ride it
 
     def _offer_sealed(self, data: Buffer) -> int:
         """Seal under the next counter and offer. A refused message offered again (the same object: a retry under
@@ -342,17 +386,99 @@ class Connection:
         """Hand ``message`` to the driver now; False when back pressure (or a reconnecting peer) refused it.
 
         Raises ConnectionClosedError when closed, MessageTooLargeError or
-        SerializationError for a message that can never be sent.
+        SerializationError for a message that can never be sent. A class registered ``unreliable=True`` goes
+        :meth:`send_unreliable`.
         """
+        if type(message) in self._newest_classes:
+            return self.send_unreliable(message)
         self.outbox.ensure_open()
         return self.outbox.offer_now(self._encoded(message))
+
+    def send_unreliable(self, message: object) -> bool:
+        """Send ``message`` newest-wins: now or never, and never delivered after a newer message of its class.
+
+        For state that the next message supersedes (snapshots, positions): nothing waits, nothing is sent again,
+        and the peer drops one that arrives after a newer one of its class. Returns False when back pressure
+        refused it here (counted in :attr:`unreliable_dropped`); the peer may also never see it (loss).
+
+        On a UDP connection that is not sealed it goes on an Aeron stream of its own with ``reliable=false`` (a
+        lost one holds back none after it), once that stream is connected; before that, over IPC and when sealed
+        it goes on the reliable stream (in order, still newest-wins). A message must then fit in one datagram
+        (the MTU) to take the unreliable stream; a longer one takes the reliable stream, and one longer than
+        :attr:`max_message_length` raises MessageTooLargeError. ConnectionClosedError when closed.
+        """
+        self.outbox.ensure_open()
+        return self._send_newest(frame(self._endpoint.sequencer.next(type(message)), self._encode(message)), message)
+
+    def _send_newest(self, data: bytes, message: object) -> bool:
+        """One newest-wins frame (one encoding for every member of a group)."""
+        pub = self._u_pub
+        if pub is not None:
+            if len(data) <= self._u_room:
+                result = pub.offer(data)
+                if result == ADMIN_ACTION:
+                    result = pub.offer(data)
+                if result >= 0:
+                    self._u_flowing = True
+                    self.unreliable_sent += 1
+                    self.outbox.sent += 1
+                    self._poke()
+                    return True
+                # Back pressure once the stream flows: dropped (a newer one will follow). Before its first message
+                # went (connected, but its window not yet known), the reliable stream still carries them.
+                if self._u_flowing and result != NOT_CONNECTED and result != CLOSED:
+                    self.unreliable_dropped += 1
+                    return False
+        elif self.unreliable_channels is not None and not self._u_opening & 1:
+            self._open_unreliable(publication=True)
+        if len(data) > self._max_length:
+            raise MessageTooLargeError(
+                f"{type(message).__name__} encodes to {len(data)} bytes with its newest-wins header; this "
+                f"connection carries at most {self._max_length} (newest-wins messages are never streamed)"
+            )
+        if self.outbox.offer_now(data):
+            self.unreliable_sent += 1
+            return True
+        self.unreliable_dropped += 1
+        return False
+
+    def _open_unreliable(self, *, publication: bool) -> None:
+        """Open our half of the unreliable pair (once): the publication to send, the subscription to read."""
+        self._u_opening |= 1 if publication else 2
+        self._endpoint._spawn(self._open_unreliable_half(publication), self)
+
+    async def _open_unreliable_half(self, publication: bool) -> None:
+        channels = self.unreliable_channels
+        if channels is None:
+            return
+        channel, stream_id = channels[1] if publication else channels[0]
+        try:
+            resource = await self._endpoint._add_stream(channel, stream_id, publication)
+        except Exception as exc:  # the driver refused (or is gone): newest-wins messages stay on the reliable stream
+            if not self._closing:  # closing meanwhile is no news
+                self._endpoint._notify_error(self, exc)
+            return
+        if self._closed:
+            await resource.close_async()
+        elif isinstance(resource, Publication):
+            self._u_pub = resource
+            self._u_room = resource.max_payload_length
+        else:
+            self._u_sub = resource
+
+    def _unreliable_resources(self) -> tuple[Publication | Subscription, ...]:
+        return tuple(r for r in (self._u_pub, self._u_sub) if r is not None)
 
     async def send(self, message: object, *, timeout: float | None = None) -> None:
         """Send ``message``, waiting out back pressure for up to ``timeout`` (default: ``send_timeout``) seconds.
 
         A message longer than the connection's max message length (up to ``max_message_size``) goes as a
         stream of chunks and reaches the peer's listeners whole; ``timeout`` then bounds each chunk's wait.
+        A class registered ``unreliable=True`` goes :meth:`send_unreliable` (nothing to wait for).
         """
+        if type(message) in self._newest_classes:
+            self.send_unreliable(message)
+            return
         self.outbox.ensure_open()
         data = self._encode(message)
         if len(data) > self._max_length:
@@ -423,6 +549,9 @@ class Connection:
         if self._closed or self._not_reading():
             return 0
         count = image.poll_payloads(self._core.on_fragment, _POLL_LIMIT)
+        unreliable = self._u_image
+        if unreliable is not None:
+            count += unreliable.poll_payloads(self._core.on_unreliable_fragment, _POLL_LIMIT)
         return self._core.polled(count, time.monotonic_ns()) if count else 0
 
     def _not_reading(self) -> bool:
@@ -548,6 +677,8 @@ class Connection:
         """Keepalive and dead-peer check (see :meth:`ConnectionCore.tick`), and streams that stalled."""
         if self._closing:
             return
+        if self.unreliable_channels is not None:
+            self._tick_unreliable()
         reading = not self._not_reading()
         self.streams.tick(now_ns, reading)
         core = self._core
@@ -561,6 +692,25 @@ class Connection:
             return
         if verdict is Verdict.KEEPALIVE and self.outbox.send_control(Ping(0, time.perf_counter_ns())):
             core.kept_alive(now_ns, self.outbox.sent)
+
+    def _tick_unreliable(self) -> None:
+        """Subscribe to the peer's unreliable stream once its first newest-wins frame came the reliable way, and
+        poll its image once the driver has one (a new one if the old one went)."""
+        sub = self._u_sub
+        if sub is None:
+            core = self._core
+            if not self._u_opening & 2 and (core.newest_delivered or core.newest.stale):
+                self._open_unreliable(publication=False)
+            return
+        image = self._u_image
+        if image is not None and image.is_closed:
+            image = self._u_image = None
+            self._endpoint._rebuild_poll_set()
+        if image is None:
+            images = sub.images
+            if images:
+                self._u_image = images[0]
+                self._endpoint._rebuild_poll_set()
 
     # ------------------------------------------------------------------ closing
 
