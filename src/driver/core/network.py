@@ -174,6 +174,7 @@ class NetworkResources:
             short_sends=sc.get(SystemCounterId.SHORT_SENDS),
             bytes_sent=sc.get(SystemCounterId.BYTES_SENT),
             setups_not_elicited=sc.get(DriverSystemCounterId.SETUPS_NOT_ELICITED),
+            destinations_refused=sc.get(DriverSystemCounterId.DYNAMIC_DESTINATIONS_REFUSED),
         )
         self.sender_counters = SenderCounters(
             bytes_sent=sc.get(SystemCounterId.BYTES_SENT),
@@ -361,6 +362,7 @@ class NetworkResources:
             is_exclusive=is_exclusive,
             signal_eos=uri.get("eos", "true") != "false",
             now_ns=conductor.now_ns(),
+            destinations=endpoint.destinations_for(private=params.session_id is not None),
         )
         endpoint.ref_count += 1
         self.publications.append(publication)
@@ -414,7 +416,9 @@ class NetworkResources:
             self.receive_endpoints[endpoint.channel.canonical_form] = endpoint
         endpoint.ref_count += 1
         link.endpoint = endpoint
-        conductor.receiver_command(functools.partial(self._receiver.on_add_subscription, endpoint, link.stream_id))
+        conductor.receiver_command(
+            functools.partial(self._receiver.on_add_subscription, endpoint, link.stream_id, link.session_id)
+        )
         for image in self.images:
             if image.state is ImageState.ACTIVE and self._matches(link, image):
                 linked = [p.publication for p in link.positions.values() if isinstance(p.publication, PublicationImage)]
@@ -575,7 +579,9 @@ class NetworkResources:
         for image in self.images:
             if image.correlation_id in released:
                 self._push_subscribers(image, tuple(released[image.correlation_id]))
-        conductor.receiver_command(functools.partial(self._receiver.on_remove_subscription, endpoint, link.stream_id))
+        conductor.receiver_command(
+            functools.partial(self._receiver.on_remove_subscription, endpoint, link.stream_id, link.session_id)
+        )
         still_subscribed = any(
             other.endpoint is endpoint and other.stream_id == link.stream_id
             for other in conductor.subscription_links
