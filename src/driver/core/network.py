@@ -66,7 +66,13 @@ from driver.core.publication_image import ImageCounters, ImageState, Publication
 from driver.core.receiver import Receiver
 from driver.core.retransmit import RETRANSMIT_UNICAST_DELAY_NS, RetransmitHandler
 from driver.core.sender import Sender
-from driver.errors import ChannelEndpointError, ControlProtocolError, ErrorCode, MalformedFrameError
+from driver.errors import (
+    ChannelEndpointError,
+    ControlProtocolError,
+    ErrorCode,
+    InvalidChannelError,
+    MalformedFrameError,
+)
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.current_metadata import LOG_TYPE_PUBLICATION_IMAGE, CurrentLogMetadata, write_current_metadata
 from driver.logbuffer.log_buffers import LogBuffers
@@ -74,7 +80,7 @@ from driver.media.endpoints import EndpointCounters, FeedbackHandler, ReceiveCha
 from driver.media.os_buffers import os_socket_buffer_lengths
 from driver.media.transport import Address
 from driver.media.udp_channel import UdpChannel, destination_address
-from driver.uri import parse_size
+from driver.uri import RECEIVER_HOST_PARAM_NAME, ChannelUri, parse_size
 from driver.wire.error import ErrorFrame
 from driver.wire.setup import check_setup
 
@@ -100,6 +106,17 @@ _REASONS = {
 
 def _size_param(value: str | None, default: int) -> int:
     return parse_size(value) if value is not None else default
+
+
+def _receiver_host(uri: ChannelUri) -> str | None:
+    """``receiver-host=``, in the form sockets report addresses (compressed IPv6)."""
+    value = uri.get(RECEIVER_HOST_PARAM_NAME)
+    if value is None:
+        return None
+    try:
+        return str(ipaddress.ip_address(value.strip("[]")))
+    except ValueError:
+        raise InvalidChannelError(RECEIVER_HOST_PARAM_NAME, value, "an IPv4 or IPv6 address") from None
 
 
 class ConductorServices(Protocol):
@@ -303,6 +320,7 @@ class NetworkResources:
     ) -> NetworkPublication:
         conductor = self._conductor
         uri = channel.channel_uri
+        receiver_host = _receiver_host(uri)
         flow_control = new_flow_control(
             uri.get("fc"), is_multicast=channel.is_multicast or channel.has_explicit_control
         )
@@ -362,7 +380,7 @@ class NetworkResources:
             is_exclusive=is_exclusive,
             signal_eos=uri.get("eos", "true") != "false",
             now_ns=conductor.now_ns(),
-            destinations=endpoint.destinations_for(private=params.session_id is not None),
+            destinations=endpoint.destinations_for(params.session_id is not None, receiver_host),
         )
         endpoint.ref_count += 1
         self.publications.append(publication)

@@ -13,7 +13,8 @@ port its status messages come from. A publication given its own session id
 from status messages naming its session and stream, at most
 ``MAX_DESTINATIONS_PER_PUBLICATION`` of them, each forgotten after
 ``DESTINATION_TIMEOUT_NS`` of silence; nobody who does not know both ids can
-make it send anywhere. The other publications share the channel's destinations,
+make it send anywhere, and with ``receiver-host=`` only receivers at that IP
+address count. The other publications share the channel's destinations,
 as 1.15.1 does (every receiver that speaks to the control address), bounded by
 ``MAX_SHARED_DESTINATIONS``. A receiver whose NAT mapping changes (a rebinding)
 speaks from a new port: it is a new destination, and the old one is forgotten
@@ -176,10 +177,12 @@ class DynamicDestinations:
     is never pushed out by another.
     """
 
-    __slots__ = ("_last_seen_ns", "_send", "addresses")
+    __slots__ = ("_last_seen_ns", "_send", "addresses", "host")
 
-    def __init__(self, send: Callable[[memoryview, Address], int]) -> None:
+    def __init__(self, send: Callable[[memoryview, Address], int], host: str | None = None) -> None:
         self._send = send
+        self.host = host
+        """Only receivers at this IP address (``receiver-host=``, in the form sockets report it), if given."""
         self.addresses: list[Address] = []
         self._last_seen_ns: dict[Address, int] = {}
 
@@ -198,6 +201,8 @@ class DynamicDestinations:
         if address in seen:
             seen[address] = now_ns
             return True
+        if self.host is not None and address[0] != self.host:
+            return False
         if len(self.addresses) >= MAX_DESTINATIONS_PER_PUBLICATION:
             quietest = min(self.addresses, key=seen.__getitem__)
             if now_ns - seen[quietest] < DESTINATION_RECLAIM_NS:
@@ -271,10 +276,10 @@ class SendChannelEndpoint:
         self._send = self.transport.send
         self._reply = bytearray(64)
 
-    def destinations_for(self, private: bool) -> DynamicDestinations | None:
+    def destinations_for(self, private: bool, host: str | None = None) -> DynamicDestinations | None:
         """What a new publication sends through: destinations of its own if it is private (has its own session
-        id) on a dynamic channel, else None (the endpoint's :meth:`send`)."""
-        return DynamicDestinations(self.transport.send) if private and self.is_dynamic else None
+        id) on a dynamic channel, only at ``host`` if given; else None (the endpoint's :meth:`send`)."""
+        return DynamicDestinations(self.transport.send, host) if private and self.is_dynamic else None
 
     def attach(self, key: tuple[int, int], publication: FeedbackHandler, own: DynamicDestinations | None) -> None:
         """Sender thread: route feedback for ``key`` (session, stream) to ``publication``."""

@@ -173,3 +173,27 @@ def test_an_image_follows_its_publisher_to_a_new_source_port(udp: UdpDrivers, so
     assert SM.unpack_from(sms[0])[4:6] == (51, STREAM_ID)
     _frames(old, 0.1)
     assert not [f for f in _frames(old, 0.5) if f[6] == HDR_TYPE_SM]
+
+
+def test_receiver_host_keeps_receivers_elsewhere_out(udp: UdpDrivers) -> None:
+    driver = udp.embedded("pub")
+    control = ("127.0.0.1", free_udp_port())
+    base = f"aeron:udp?control={control[0]}:{control[1]}|control-mode=dynamic|term-length={TERM_LENGTH}"
+    client = udp.client(driver.aeron_dir)
+    client.add_exclusive_publication(f"{base}|session-id={SESSION_ID}|receiver-host=127.0.0.2", STREAM_ID)
+    client.add_exclusive_publication(f"{base}|session-id={SESSION_ID + 1}|receiver-host=127.0.0.3", STREAM_ID)
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as here,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as there,
+    ):
+        here.bind(("127.0.0.2", 0))
+        there.bind(("127.0.0.1", 0))
+        here.settimeout(0.05)
+        there.settimeout(0.05)
+        there.sendto(_sm(SESSION_ID, STREAM_ID), control)  # knows the ids, but speaks from another host
+        here.sendto(_sm(SESSION_ID + 1, STREAM_ID), control)  # the other publication's host is 127.0.0.3
+        assert _frames(there, 0.5) == []
+        assert _frames(here, 0.1) == []
+        here.sendto(_sm(SESSION_ID, STREAM_ID), control)
+        setups = _setups(_frames(here, 1.0))
+        assert {SETUP.unpack_from(f)[5] for f in setups} == {SESSION_ID}
