@@ -1,8 +1,15 @@
 """The server end point: handshake streams on its port (UDP) and on IPC, and the connections it accepted.
 
+Everything the server sends a UDP client (handshake answers, the connection's
+stream) leaves from its control port (``port + 1``) in Aeron's dynamic
+multi-destination control mode: it goes wherever that client's status
+messages, naming the stream's session, come from, which through a NAT is the
+client's public address and port; nothing is sent before the client speaks,
+and only receivers at the address the HELLO came from count.
+
 A client's first HELLO over UDP gets a cookie and costs nothing else but a
-publication to its answer port, from a bounded set where the oldest idle one
-gives way. The HELLO repeated with the cookie proves the client receives at
+publication for its answers (on the shared control socket), from a bounded set
+where the oldest idle one gives way. The HELLO repeated with the cookie proves the client receives at
 its address; only then the server checks it (serialization, filters, limits),
 allocates the connection's two session ids and two stream ids, creates its
 publication and subscription and answers (Noise message 2, sealing the grant).
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -30,7 +38,15 @@ from driver.client.publication import ExclusivePublication, Publication
 from driver.client.subscription import Image, Subscription
 from driver.concurrent._atomic import FrameWatch
 from endpoint.base import END_POINT_CLOSED, EndPoint
-from endpoint.channels import bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
+from endpoint.channels import (
+    bracket,
+    data_channel,
+    host_of,
+    reply_channel,
+    udp_channel,
+    wait_connected,
+    wait_image,
+)
 from endpoint.config import (
     HANDSHAKE_STREAM_ID,
     IPC_HANDSHAKE_STREAM_BASE,
@@ -42,6 +58,7 @@ from endpoint.connection.shell import Connection
 from endpoint.errors import AllocationError, ConnectionClosedError, RejectReason, ServerError
 from endpoint.handshake.keystore import default_config_dir, load_or_create_private_key
 from endpoint.handshake.protocol import PROTOCOL_VERSION, Bounce, Done, Hello, ServerHandshake
+from endpoint.handshake.routes import answer_session
 from endpoint.ids import IdAllocator
 
 __all__ = ["Server"]
@@ -50,6 +67,11 @@ _log = logging.getLogger("endpoint")
 
 _FEW_HANDSHAKE_IMAGES = 4
 """Up to this many handshake images (client processes handshaking lately) are polled one by one."""
+_PORT_PAIR_ATTEMPTS = 16
+"""With ``port=0``: free ports the driver binds for us, at most, until the next one up is free too."""
+_KEEP_ANSWER_ROUTE_S = 30.0
+"""An answer route that reached its client is kept this long after its last answer, unless the client's route
+goes first (or the caps make it give way)."""
 
 AddressFilter = Callable[[str, str], bool]
 """``filter(ip, tag) -> allowed``."""
@@ -100,6 +122,10 @@ class Server(EndPoint[ServerConfiguration]):
         super().__init__(config if config is not None else ServerConfiguration())
         cfg = self.config
         self._port = cfg.port
+        self._control_port = cfg.control_port
+        self._control_anchor: ExclusivePublication | None = None
+        """Holds the control port bound while no client is being answered (a publication that never sends)."""
+        self._anchor_session = 0
         self._port_claim: socket.socket | None = None
         """With ``port=0`` and no UDP: a loopback UDP socket held while bound, so no other server gets the number."""
         self._session_ids = IdAllocator(*cfg.session_id_range, reuse_delay_ns=self._id_linger_ns, name="session id")
@@ -119,7 +145,7 @@ class Server(EndPoint[ServerConfiguration]):
         reconnecting at once does not get a connection that the closing server would then drop."""
         self._finished_reply: dict[int, tuple[Publication, _AnswerRoute | None, int]] = {}
         """connect key -> (answer route, our lease on it, when to let it go): for a client that missed the answer."""
-        self._answer_routes: dict[tuple[str, int, int], _AnswerRoute] = {}
+        self._answer_routes: dict[tuple[str, int], _AnswerRoute] = {}
         self._per_address: dict[str, int] = {}
         self.handshakes_accepted = 0
         """Handshakes that became connections."""
@@ -147,6 +173,18 @@ class Server(EndPoint[ServerConfiguration]):
         if self._port == 0:
             raise ServerError("port=0: the server's port is chosen when it binds, and it is not bound yet")
         return self._port
+
+    @property
+    def control_port(self) -> int:
+        """The UDP port the server's streams to clients leave from (``port + 1`` unless configured); a firewall in
+        front of the server lets clients' datagrams in to it and to :attr:`port`."""
+        if self._control_port == 0:
+            return self.port + 1
+        return self._control_port
+
+    @property
+    def _control(self) -> str:
+        return f"{bracket(self.config.listen_address)}:{self.control_port}"
 
     @property
     def public_key(self) -> bytes:
@@ -203,17 +241,7 @@ class Server(EndPoint[ServerConfiguration]):
         cfg = self.config
         aeron = self._aeron()
         if cfg.enable_udp:
-            # Clients' handshake publications use 64 KiB terms: a SETUP asking for more makes no image here, and
-            # the images it makes are sparse (a forged SETUP costs the log's metadata page, not its terms). At
-            # the image limits the longest-silent image gives way: forged SETUPs that never send evict each
-            # other, while live clients' publications (heartbeats every 100 ms) keep their places.
-            channel = udp_channel(f"{bracket(cfg.listen_address)}:{self._port}", max_term_length=65536, handshake=True)
-            try:
-                self._udp_handshake = await aeron.add_subscription_async(channel, HANDSHAKE_STREAM_ID)
-            except Exception as exc:
-                raise ServerError(f"cannot listen on UDP {cfg.listen_address}:{self._port}: {exc}") from exc
-            if self._port == 0:
-                self._take_port(self._bound_port(self._udp_handshake))
+            await self._open_udp_ports(aeron)
         elif self._port == 0:
             self._take_port(self._claim_ipc_port())
         if cfg.enable_ipc:
@@ -223,6 +251,48 @@ class Server(EndPoint[ServerConfiguration]):
             self._ipc_reply = await aeron.add_exclusive_publication_async(
                 "aeron:ipc?term-length=65536", IPC_REPLY_STREAM_BASE + self._port
             )
+
+    async def _open_udp_ports(self, aeron: Aeron) -> None:
+        """The handshake subscription on :attr:`port` and the control port; with ``port=0`` a free pair."""
+        cfg = self.config
+        pick = self._port == 0
+        for attempt in range(_PORT_PAIR_ATTEMPTS if pick and cfg.control_port == 0 else 1):
+            # Clients' handshake publications use 64 KiB terms: a SETUP asking for more makes no image here, and
+            # the images it makes are sparse (a forged SETUP costs the log's metadata page, not its terms). At
+            # the image limits the longest-silent image gives way: forged SETUPs that never send evict each
+            # other, while live clients' publications (heartbeats every 100 ms) keep their places.
+            port = 0 if pick else self._port
+            channel = udp_channel(f"{bracket(cfg.listen_address)}:{port}", max_term_length=65536, handshake=True)
+            try:
+                self._udp_handshake = await aeron.add_subscription_async(channel, HANDSHAKE_STREAM_ID)
+            except Exception as exc:
+                raise ServerError(f"cannot listen on UDP {cfg.listen_address}:{port}: {exc}") from exc
+            if pick:
+                self._take_port(self._bound_port(self._udp_handshake))
+            try:
+                await self._open_control(aeron)
+                return
+            except Exception as exc:
+                await self._close_quietly(self._udp_handshake)
+                self._udp_handshake = None
+                if pick:
+                    self._port = 0
+                if not pick or attempt + 1 == _PORT_PAIR_ATTEMPTS or cfg.control_port != 0:
+                    raise ServerError(
+                        f"cannot bind the control port {cfg.listen_address}:{self.control_port if not pick else '?'}"
+                        f" (the port clients' status messages come to): {exc}"
+                    ) from exc
+
+    async def _open_control(self, aeron: Aeron) -> None:
+        """Bind the control port: a publication on it that nobody can join (it names a session of ours and
+        admits receivers at no address) keeps it bound between answers."""
+        if not self._anchor_session:
+            # Outside our connections' range (and clients' route sessions, which are negative), so nothing else here
+            # is likely to want it; random, so that servers sharing a driver do not clash.
+            low = self.config.session_id_range[0]
+            self._anchor_session = secrets.randbelow(low - 1) + 1 if low > 2 else secrets.randbelow(1 << 31) - (1 << 31)
+        channel = reply_channel(self._control, self._anchor_session, "0.0.0.0", 65536)
+        self._control_anchor = await aeron.add_exclusive_publication_async(channel, REPLY_STREAM_ID)
 
     def _bound_port(self, subscription: Subscription) -> int:
         """The port the driver bound for our port-0 handshake subscription (the driver binds it: no race)."""
@@ -501,7 +571,7 @@ class Server(EndPoint[ServerConfiguration]):
                     None,
                     max_term_length=cfg.term_length,
                 )
-                pub_channel = data_channel(f"{bracket(address)}:{port}", session_out, cfg.term_length, cfg.mtu)
+                pub_channel = reply_channel(self._control, session_out, address, cfg.term_length, cfg.mtu)
             # The reply route and the connection's two streams at once (three driver round trips in parallel).
             # Our stream's SETUP reaches the client before it subscribes (after reading the grant); its driver
             # keeps that SETUP, so the stream connects as soon as it does.
@@ -560,11 +630,12 @@ class Server(EndPoint[ServerConfiguration]):
         return pending.reply
 
     def _lease_answer_route(self, address: str, port: int, route_id: int) -> _AnswerRoute | None:
-        """One use of the publication to ``address:port`` (opened if need be), or None when the caps are reached
+        """One use of the answer route of the client route ``route_id`` at ``address`` (opened if need be), or
+        None when the caps are reached
         and no idle route of that address (or, for the total cap, of anyone) can give way."""
-        # Per client route: a client that reopens its route (same port, new handshake publication) has a new
-        # subscription, which ignores our old publication for a while after its previous image went away.
-        key = (address, port, route_id)
+        # Per client route (its handshake publication's session, which the route's answers have too: the port the
+        # HELLO names plays no part in where they go).
+        key = (address, route_id)
         route = self._answer_routes.get(key)
         if route is None or not route.usable:
             cfg = self.config
@@ -575,7 +646,9 @@ class Server(EndPoint[ServerConfiguration]):
                 list(self._answer_routes.values())
             ):
                 return None
-            channel = udp_channel(f"{bracket(address)}:{port}", term_length=65536)
+            # The route's session follows from the client's handshake publication's: its answer subscription names
+            # it, so its status messages (and nobody else's, unless from its address) make this route send.
+            channel = reply_channel(self._control, answer_session(route_id), address, 65536)
             opening = asyncio.ensure_future(self._aeron().add_exclusive_publication_async(channel, REPLY_STREAM_ID))
             route = self._answer_routes[key] = _AnswerRoute(opening, route_id, address)
         route.users += 1
@@ -710,7 +783,9 @@ class Server(EndPoint[ServerConfiguration]):
             pending.lease = None
 
     def _keep(self, connect_key: int, reply: Publication, lease: _AnswerRoute | None) -> None:
-        until = time.monotonic_ns() + int(self.config.handshake_timeout * 2e9)
+        # While the client's route lives (it goes on using the same session for its answers, and a client
+        # subscription takes a new image of a session only a while after the old one went), up to a bound.
+        until = time.monotonic_ns() + int(max(self.config.handshake_timeout * 2, _KEEP_ANSWER_ROUTE_S) * 1e9)
         previous = self._finished_reply.pop(connect_key, None)
         if previous is not None and previous[1] is not None:
             self._let_go_of_route(previous[1])
@@ -752,11 +827,12 @@ class Server(EndPoint[ServerConfiguration]):
             await self._free_pending(pending)
         self._pending.clear()
         self._let_go_of_replies(None)
-        for resource in (self._udp_handshake, self._ipc_handshake, self._ipc_reply):
+        for resource in (self._udp_handshake, self._ipc_handshake, self._ipc_reply, self._control_anchor):
             if resource is not None:
                 await self._close_quietly(resource)
         self._udp_handshake = self._ipc_handshake = None
         self._ipc_reply = None
+        self._control_anchor = None
         if self._port_claim is not None:
             self._port_claim.close()
             self._port_claim = None
@@ -774,6 +850,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._answer_routes.clear()
         self._udp_handshake = self._ipc_handshake = None
         self._ipc_reply = None
+        self._control_anchor = None
         self._handlers.clear()
         self._image_watches.clear()
         self._bound = False

@@ -176,13 +176,14 @@ class NatLab:
         self.nft("flush chain inet ep_nat forwarding")
 
     def public_udp_ports(self) -> set[int]:
-        """The public (translated) source ports of the UDP mappings the router holds now."""
-        result = self.exec(self.router, "conntrack", "-L", "-p", "udp", check=False)
+        """The public (translated) source ports of the client's UDP mappings the router holds now."""
         ports: set[int] = set()
-        for line in result.stdout.splitlines():
-            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
-            # the reply direction's destination port is the public port the NAT chose
-            dports = [part.split("=", 1)[1] for part in line.split() if part.startswith("dport=")]
-            if fields.get("src") and len(dports) == 2 and dports[1].isdigit():
-                ports.add(int(dports[1]))
+        for family in ("ipv4", "ipv6"):
+            result = self.exec(self.router, "conntrack", "-L", "-f", family, "-p", "udp", check=False)
+            for line in result.stdout.splitlines():
+                sources = [part.split("=", 1)[1] for part in line.split() if part.startswith("src=")]
+                dports = [part.split("=", 1)[1] for part in line.split() if part.startswith("dport=")]
+                # original direction from the client; the reply direction's destination port is the public one
+                if sources and sources[0] in (CLIENT_V4, CLIENT_V6) and len(dports) == 2 and dports[1].isdigit():
+                    ports.add(int(dports[1]))
         return ports

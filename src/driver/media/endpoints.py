@@ -257,6 +257,7 @@ class SendChannelEndpoint:
                 send_faults=send_faults,
                 receive_faults=receive_faults,
                 description=f"send endpoint {channel.original_uri_string}",
+                family=channel.protocol_family,
             )
         self.transport.status_indicator_id = status_indicator.id
         self.destinations: list[Address] = []
@@ -448,6 +449,7 @@ class ReceiveChannelEndpoint:
             send_faults=send_faults,
             receive_faults=receive_faults,
             description=f"receive endpoint {channel.original_uri_string}",
+            family=channel.protocol_family,
         )
         self.transport.status_indicator_id = status_indicator.id
         self._on_setup = on_setup
