@@ -222,6 +222,9 @@ class Client(EndPoint[ClientConfiguration]):
             raise ClientError(f"no IPC server on port {port} shares this driver, and enable_udp is False")
         local_ip = cfg.local_address or local_address_towards(ip)
         control = f"{bracket(ip)}:{self._control_port or port + 1}"
+        # With a local address of our own choosing, what we send leaves from it too: the server answers only the
+        # address our HELLO came from, and our answers arrive at this one.
+        interface = f"|interface={bracket(local_ip)}" if cfg.local_address else ""
 
         async def open_udp() -> HandshakeRoute:
             for attempt in range(_PORT_ATTEMPTS):
@@ -245,7 +248,7 @@ class Client(EndPoint[ClientConfiguration]):
                             REPLY_STREAM_ID,
                         ),
                         (
-                            udp_channel(f"{bracket(ip)}:{port}", term_length=65536, session_id=session),
+                            udp_channel(f"{bracket(ip)}:{port}", term_length=65536, session_id=session) + interface,
                             HANDSHAKE_STREAM_ID,
                         ),
                     )
@@ -398,6 +401,8 @@ class Client(EndPoint[ClientConfiguration]):
             assert route.local is not None
             server = f"{bracket(route.server[0])}:{route.server[1]}"
             pub_channel = data_channel(server, session_in, int(grant["term_length"]), int(grant["mtu"]))
+            if self.config.local_address:
+                pub_channel += f"|interface={bracket(route.local[0])}"
             sub_channel = data_channel(
                 f"{bracket(route.local[0])}:{route.local[1]}",
                 session_out,

@@ -53,6 +53,7 @@ __all__ = [
     "RawHandshakePeer",
     "Unlisted",
     "client_config",
+    "free_server_port",
     "free_udp_port",
     "make_serialization",
     "raw_driver",
@@ -136,6 +137,23 @@ def free_udp_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def free_server_port(host: str = "127.0.0.1") -> int:
+    """A UDP port free on ``host`` right now whose next one (the server's control port) is free too."""
+    for _ in range(64):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as first:
+            first.bind((host, 0))
+            port = int(first.getsockname()[1])
+            if port >= 65535:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as second:
+                try:
+                    second.bind((host, port + 1))
+                except OSError:
+                    continue
+                return port
+    raise AssertionError(f"no pair of free UDP ports on {host} in 64 tries")
 
 
 def server_config(aeron_dir: Path, port: int, **overrides: Any) -> ServerConfiguration:

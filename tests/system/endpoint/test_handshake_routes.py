@@ -179,3 +179,17 @@ async def test_an_ipc_route_is_drained_while_nobody_waits_on_it(aeron_dir: Path,
                 await asyncio.sleep(0.001)
         assert sent == 128, f"the answer stream stalled after {sent} packets"
         await wait_until(lambda: route.unclaimed - before == 128, 5, what="every answer read")
+
+
+async def test_a_client_with_a_local_address_sends_from_it_too(aeron_dir: Path, client_dir: Path, port: int) -> None:
+    """The server answers only the address a client's HELLO came from: a client bound to a local address of its
+    choosing (a loopback alias here) sends from it as well, and is known to the server by it."""
+    async with running_server(server_config(aeron_dir, port)) as server:
+        client = Client(client_config("udp", aeron_dir, client_dir, local_address="127.0.0.5"))
+        try:
+            conn = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
+            assert await conn.ping() > 0
+            (at_server,) = server.connections
+            assert at_server.remote_address.startswith("127.0.0.5:")
+        finally:
+            await client.close()
