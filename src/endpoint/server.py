@@ -9,8 +9,8 @@ and only receivers at the address the HELLO came from count.
 
 A client's first HELLO over UDP gets a cookie and costs nothing else but a
 publication for its answers (on the shared control socket), from a bounded set
-where the oldest idle one gives way. The HELLO repeated with the cookie proves the client receives at
-its address; only then the server checks it (serialization, filters, limits),
+where the oldest idle one gives way. The HELLO repeated with the cookie proves
+the client receives at its address; only then the server checks it (serialization, filters, limits),
 allocates the connection's two session ids and two stream ids, creates its
 publication and subscription and answers (Noise message 2, sealing the grant).
 The connection exists for the server once the client's DONE proves it holds the
@@ -69,9 +69,6 @@ _FEW_HANDSHAKE_IMAGES = 4
 """Up to this many handshake images (client processes handshaking lately) are polled one by one."""
 _PORT_PAIR_ATTEMPTS = 16
 """With ``port=0``: free ports the driver binds for us, at most, until the next one up is free too."""
-_KEEP_ANSWER_ROUTE_S = 30.0
-"""An answer route that reached its client is kept this long after its last answer, unless the client's route
-goes first (or the caps make it give way)."""
 
 AddressFilter = Callable[[str, str], bool]
 """``filter(ip, tag) -> allowed``."""
@@ -94,15 +91,18 @@ class _Pending:
 
 
 class _AnswerRoute:
-    """A UDP publication to one client route (address, port, handshake publication), shared by the handshakes of
+    """The publication answering one client route (address, handshake publication), shared by the handshakes of
     every client using that route (the clients on one event loop): the first opens it, the last to let go closes
-    it."""
+    it. Once it reached its client it also holds itself (``pinned``) while that client's route lives: the route
+    goes on naming the same session for its answers, and a subscription takes a new stream of a session only a
+    while after the previous one went."""
 
     def __init__(self, opening: asyncio.Future[ExclusivePublication], route_id: int, address: str) -> None:
         self.opening = opening
         self.route_id = route_id
         self.address = address
         self.users = 0
+        self.pinned = False
 
     @property
     def usable(self) -> bool:
@@ -473,7 +473,7 @@ class Server(EndPoint[ServerConfiguration]):
     def _tick_extra(self, now_ns: int) -> None:
         if self._handshake is None:
             return
-        if self._finished_reply:
+        if self._finished_reply or self._answer_routes:
             self._let_go_of_replies(now_ns)
         for connect_key in self._handshake.expire(time.time_ns()):
             pending = self._pending.pop(connect_key, None)
@@ -573,8 +573,8 @@ class Server(EndPoint[ServerConfiguration]):
                 )
                 pub_channel = reply_channel(self._control, session_out, address, cfg.term_length, cfg.mtu)
             # The reply route and the connection's two streams at once (three driver round trips in parallel).
-            # Our stream's SETUP reaches the client before it subscribes (after reading the grant); its driver
-            # keeps that SETUP, so the stream connects as soon as it does.
+            # Our stream sends nothing until the client, on reading the grant, subscribes and names it; its
+            # subscription asks for it at once, so the stream connects as soon as it does.
             made = await asyncio.gather(
                 self._reply_route(pending, port),
                 aeron.add_subscription_async(sub_channel, stream_in),
@@ -631,8 +631,8 @@ class Server(EndPoint[ServerConfiguration]):
 
     def _lease_answer_route(self, address: str, port: int, route_id: int) -> _AnswerRoute | None:
         """One use of the answer route of the client route ``route_id`` at ``address`` (opened if need be), or
-        None when the caps are reached
-        and no idle route of that address (or, for the total cap, of anyone) can give way."""
+        None when the caps are reached and no idle route of that address (or, for the total cap, of anyone) can
+        give way."""
         # Per client route (its handshake publication's session, which the route's answers have too: the port the
         # HELLO names plays no part in where they go).
         key = (address, route_id)
@@ -664,6 +664,8 @@ class Server(EndPoint[ServerConfiguration]):
                 if lease is route:
                     del self._finished_reply[connect_key]
                     self._let_go_of_route(lease)
+            if route.pinned:
+                self._unpin(route)
             for key, known in list(self._answer_routes.items()):
                 if known is route:
                     del self._answer_routes[key]
@@ -783,9 +785,10 @@ class Server(EndPoint[ServerConfiguration]):
             pending.lease = None
 
     def _keep(self, connect_key: int, reply: Publication, lease: _AnswerRoute | None) -> None:
-        # While the client's route lives (it goes on using the same session for its answers, and a client
-        # subscription takes a new image of a session only a while after the old one went), up to a bound.
-        until = time.monotonic_ns() + int(max(self.config.handshake_timeout * 2, _KEEP_ANSWER_ROUTE_S) * 1e9)
+        until = time.monotonic_ns() + int(self.config.handshake_timeout * 2e9)
+        if lease is not None and not lease.pinned:
+            lease.pinned = True
+            lease.users += 1
         previous = self._finished_reply.pop(connect_key, None)
         if previous is not None and previous[1] is not None:
             self._let_go_of_route(previous[1])
@@ -801,6 +804,13 @@ class Server(EndPoint[ServerConfiguration]):
                 del self._finished_reply[connect_key]
                 if lease is not None:
                     self._let_go_of_route(lease)
+        for route in list(self._answer_routes.values()):
+            if route.pinned and (now_ns is None or route.route_id not in live):
+                self._unpin(route)
+
+    def _unpin(self, route: _AnswerRoute) -> None:
+        route.pinned = False
+        self._let_go_of_route(route)
 
     async def _close_quietly(self, resource: Publication | Subscription) -> None:
         try:
