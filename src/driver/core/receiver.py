@@ -68,6 +68,9 @@ class Receiver:
             endpoints = self._ready.ready()
         for endpoint in endpoints:
             work += endpoint.poll(now_ns)
+        for endpoint in self.endpoints:
+            if now_ns >= endpoint.next_elicit_ns:
+                endpoint.elicit_waiting(now_ns)
         if len(self.images) > FEW_IMAGES:
             work += self._track_due(now_ns)
         else:
@@ -109,7 +112,7 @@ class Receiver:
             self.endpoints.append(endpoint)
             self._ready.add(endpoint)
             self.sockets_version += 1
-        endpoint.add_stream(stream_id, session_id)
+        endpoint.add_stream(stream_id, session_id, self._clock.nano_time())
         endpoint.claim_setups(stream_id, self._clock.nano_time())
 
     def on_remove_subscription(

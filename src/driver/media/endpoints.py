@@ -82,9 +82,11 @@ DESTINATION_RECLAIM_NS = 1_000_000_000
 receiver sends a status message at least every 200 ms)."""
 MAX_SHARED_DESTINATIONS = 1024
 """Destinations a dynamic channel shares among its publications without a session id of their own."""
+FIRST_CONTROL_ELICIT_NS = 5_000_000
+_NEVER = 1 << 62
 CONTROL_ELICIT_INTERVAL_NS = 100_000_000
-"""How often a subscription on ``control=`` that names its session asks that publication for a SETUP until its
-image is there."""
+"""How often, at most, a subscription on ``control=`` that names its session asks that publication for a SETUP
+until its image is there (the first asks come faster: ``FIRST_CONTROL_ELICIT_NS``, doubling)."""
 UNCLAIMED_SETUP_TTL_NS = 1_000_000_000
 """How long a SETUP for a stream nobody subscribes to is kept for a subscription that may come (see claim_setups)."""
 MAX_UNCLAIMED_SETUPS = 64
@@ -459,6 +461,10 @@ class ReceiveChannelEndpoint:
         for its SETUP until its image is there."""
         self._open_subscriptions = 0
         """``control=`` channels: subscriptions that name no session (asked for with 0/0, as 1.15.1)."""
+        self._waiting: dict[tuple[int, int], tuple[int, int]] = {}
+        """``control=`` sessions asked for whose image has not come: when to ask next, and the wait after that."""
+        self.next_elicit_ns = _NEVER
+        """When :meth:`elicit_waiting` is next due (the receiver checks this every duty cycle)."""
         self.images: dict[tuple[int, int], ImageHandler] = {}
         self.pending_setups: dict[tuple[int, int], int] = {}  # (session, stream) -> time of elicit
         self.cooldowns: dict[tuple[int, int], int] = {}  # (session, stream) -> until
@@ -540,7 +546,7 @@ class ReceiveChannelEndpoint:
         self.send_control(memoryview(self._control)[:n], address)
         self.counters.status_messages_sent.increment()
 
-    def add_stream(self, stream_id: int, session_id: int | None) -> None:
+    def add_stream(self, stream_id: int, session_id: int | None, now_ns: int = 0) -> None:
         """Receiver thread: a subscription to ``stream_id`` (of ``session_id`` only, if given) came."""
         self.stream_ref_counts[stream_id] = self.stream_ref_counts.get(stream_id, 0) + 1
         if not self.channel.has_explicit_control or self.channel.is_multicast:
@@ -551,7 +557,31 @@ class ReceiveChannelEndpoint:
         key = (session_id, stream_id)
         self.control_sessions[key] = self.control_sessions.get(key, 0) + 1
         if key not in self.images:  # at once: the publication may be there already (a server's grant said so)
-            self.elicit_setup(session_id, stream_id, self._control_address())
+            self._ask(key, now_ns)
+
+    def _ask(self, key: tuple[int, int], now_ns: int) -> None:
+        """Ask for ``key``'s SETUP now, then again after a doubling wait (see :meth:`elicit_waiting`)."""
+        self.elicit_setup(key[0], key[1], self._control_address())
+        self._waiting[key] = (now_ns + FIRST_CONTROL_ELICIT_NS, FIRST_CONTROL_ELICIT_NS)
+        self.next_elicit_ns = min(self.next_elicit_ns, now_ns + FIRST_CONTROL_ELICIT_NS)
+
+    def elicit_waiting(self, now_ns: int) -> None:
+        """Receiver thread, when ``next_elicit_ns`` is due: ask again for the sessions named on ``control=`` whose
+        image has not come, 5 ms after the first ask, then 10, 20, ... up to every ``CONTROL_ELICIT_INTERVAL_NS``
+        (the publication may be made only just after our subscription: a server answering a HELLO)."""
+        images = self.images
+        upcoming = _NEVER
+        for key, (due, wait) in list(self._waiting.items()):
+            if key in images or key not in self.control_sessions:
+                del self._waiting[key]
+                continue
+            if now_ns >= due:
+                self.elicit_setup(key[0], key[1], self._control_address())
+                wait = min(wait * 2, CONTROL_ELICIT_INTERVAL_NS)
+                due = now_ns + wait
+                self._waiting[key] = (due, wait)
+            upcoming = min(upcoming, due)
+        self.next_elicit_ns = upcoming
 
     def remove_stream(self, stream_id: int, session_id: int | None) -> None:
         count = self.stream_ref_counts.get(stream_id, 0) - 1
@@ -578,9 +608,9 @@ class ReceiveChannelEndpoint:
         """``control=`` on a unicast subscription (MDC): ask the publisher there for SETUPs while subscribed.
 
         The publisher cannot know us before we speak. A subscription that
-        names its session asks that session's publication, every time this
-        runs (each ``CONTROL_ELICIT_INTERVAL_NS``), until its image is there:
-        such a publication answers only those who name it (a private
+        names its session asks that session's publication until its image is
+        there (see :meth:`elicit_waiting`; this restarts the asking for one whose
+        image went): such a publication answers only those who name it (a private
         publication, see :class:`SendChannelEndpoint`), and the status
         messages from our socket teach it our address, through a NAT too. The
         others, as 1.15.1, send a setup-eliciting SM for session 0 / stream 0
@@ -591,8 +621,8 @@ class ReceiveChannelEndpoint:
             return
         images = self.images
         for key in self.control_sessions:
-            if key not in images:
-                self.elicit_setup(key[0], key[1], self._control_address())
+            if key not in images and key not in self._waiting:  # (its image went, say)
+                self._ask(key, now_ns)
         if self._open_subscriptions <= 0 or now_ns - self._next_control_elicit_ns < 0:
             return
         self._next_control_elicit_ns = now_ns + interval_ns
