@@ -6,6 +6,7 @@ than the connection's timeout) comes back. IPv4 and IPv6 (NAT66 masquerade)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -69,6 +70,8 @@ class Peers:
     def close(self) -> None:
         for process in self.started:
             process.kill()
+        for role in ("server", "client"):
+            shutil.rmtree(self.tmp_path / f"aeron-{role}", ignore_errors=True)
 
 
 @pytest.fixture(params=sorted(FAMILIES))
