@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import random
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -114,9 +115,11 @@ def _receiver_host(uri: ChannelUri) -> str | None:
     if value is None:
         return None
     try:
-        return str(ipaddress.ip_address(value.strip("[]")))
+        ip = ipaddress.ip_address(value.strip("[]"))
     except ValueError:
         raise InvalidChannelError(RECEIVER_HOST_PARAM_NAME, value, "an IPv4 or IPv6 address") from None
+    # As inet_ntop writes it (an IPv4-mapped address as ::ffff:1.2.3.4, which ``str`` would not)
+    return socket.inet_ntop(socket.AF_INET6, ip.packed) if ip.version == 6 else str(ip)
 
 
 class ConductorServices(Protocol):

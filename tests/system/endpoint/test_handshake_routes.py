@@ -193,3 +193,20 @@ async def test_a_client_with_a_local_address_sends_from_it_too(aeron_dir: Path, 
             assert at_server.remote_address.startswith("127.0.0.5:")
         finally:
             await client.close()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+async def test_a_server_on_every_ipv6_address_answers_ipv4_and_ipv6_clients(
+    aeron_dir: Path, client_dir: Path, port: int, host: str
+) -> None:
+    """Listening on ``::`` (both families on Linux): an IPv4 client is seen as ``::ffff:a.b.c.d``, and the server's
+    streams admit it at that address as the kernel writes it."""
+    async with running_server(server_config(aeron_dir, port, listen_address="::")) as server:
+        client = Client(client_config("udp", aeron_dir, client_dir))
+        try:
+            conn = await asyncio.wait_for(client.connect(host, port), 15)
+            assert await conn.ping() > 0
+            (at_server,) = server.connections
+            assert at_server.remote_address.rpartition(":")[0] in ("::ffff:127.0.0.1", "::1")
+        finally:
+            await client.close()
