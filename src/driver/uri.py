@@ -156,6 +156,9 @@ MAX_IMAGES_PARAM_NAME = "max-images"
 MAX_IMAGES_PER_SOURCE_PARAM_NAME = "max-images-per-source"
 EVICT_SILENT_PARAM_NAME = "evict-silent"
 """``true``: when the subscription is at an image limit, its longest-silent image gives way to a new one."""
+RECEIVER_HOST_PARAM_NAME = "receiver-host"
+"""A private publication (``session-id=``) on a ``control-mode=dynamic`` channel: only receivers at this IP
+address become its destinations (a server answering a client it knows by address, through a NAT too)."""
 
 CONTROL_MODE_MANUAL = "manual"
 CONTROL_MODE_DYNAMIC = "dynamic"

@@ -22,6 +22,7 @@ __all__ = [
     "host_of",
     "is_local_host",
     "local_address_towards",
+    "reply_channel",
     "udp_channel",
     "wait_connected",
     "wait_image",
@@ -43,12 +44,21 @@ def udp_channel(
     mtu: int | None = None,
     max_term_length: int | None = None,
     handshake: bool = False,
+    control: str | None = None,
+    session_id: int | None = None,
 ) -> str:
     """``max_term_length`` (subscriptions): the longest term a publisher may make the driver hold an image of;
     a subscription asks only for what its peers use, so a forged SETUP cannot make it map more. ``handshake``
     (subscriptions of handshake streams, which anyone may send to): sparse images, and at the image limits the
-    longest-silent image gives way, so forged SETUPs that never send cost a page each and evict each other."""
+    longest-silent image gives way, so forged SETUPs that never send cost a page each and evict each other.
+    ``control`` (subscriptions): the server's control address, which our status messages (from the socket that
+    receives) go to, teaching the server where we are, through a NAT too. ``session_id``: the session the stream
+    is (publications) or is from (subscriptions)."""
     params = [f"endpoint={endpoint}"]
+    if control is not None:
+        params.append(f"control={control}")
+    if session_id is not None:
+        params.append(f"session-id={session_id}")
     if term_length is not None:
         params.append(f"term-length={term_length}")
     if mtu is not None:
@@ -68,13 +78,16 @@ def data_channel(
     *,
     max_term_length: int | None = None,
     reliable: bool = True,
+    control: str | None = None,
 ) -> str:
     """A connection's stream: IPC when ``endpoint`` is None, else UDP to/at ``endpoint``; tagged with its session.
-    ``max_term_length``: as for :func:`udp_channel` (UDP subscriptions); ``reliable=False`` (UDP subscriptions):
-    loss is padded over, not asked for again."""
+    ``max_term_length``, ``control``: as for :func:`udp_channel` (UDP subscriptions); ``reliable=False`` (UDP
+    subscriptions): loss is padded over, not asked for again."""
     params = [f"session-id={session_id}"]
     if endpoint is not None:
         params.insert(0, f"endpoint={endpoint}")
+        if control is not None:
+            params.insert(1, f"control={control}")
     if term_length is not None:
         params.append(f"term-length={term_length}")
     if mtu is not None:
@@ -84,6 +97,23 @@ def data_channel(
     if not reliable and endpoint is not None:
         params.append("reliable=false")
     return ("aeron:ipc?" if endpoint is None else "aeron:udp?") + "|".join(params)
+
+
+def reply_channel(control: str, session_id: int, receiver_host: str, term_length: int, mtu: int | None = None) -> str:
+    """A server's stream to one client (handshake answers, a connection's stream): it leaves from the server's
+    control address and goes wherever the client's status messages naming ``session_id`` come from, if they come
+    from ``receiver_host`` (Aeron's dynamic multi-destination control mode; the client's public address and port
+    when it is behind a NAT). Nothing is sent before the client speaks."""
+    params = [
+        f"control={control}",
+        "control-mode=dynamic",
+        f"session-id={session_id}",
+        f"receiver-host={receiver_host}",
+        f"term-length={term_length}",
+    ]
+    if mtu is not None:
+        params.append(f"mtu={mtu}")
+    return "aeron:udp?" + "|".join(params)
 
 
 def host_of(source_identity: str) -> str:

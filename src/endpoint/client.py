@@ -19,6 +19,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -61,7 +62,7 @@ from endpoint.errors import (
 )
 from endpoint.handshake.keystore import KnownServers, default_config_dir
 from endpoint.handshake.protocol import Accepted, ClientHandshake, Completed, CookieReceived, HandshakeStats, Rejected
-from endpoint.handshake.routes import HandshakeRoute
+from endpoint.handshake.routes import HandshakeRoute, answer_session
 from endpoint.reconnect import Reconnecting, ReconnectSchedule
 
 __all__ = ["Client"]
@@ -72,6 +73,10 @@ _IPC_PROBE_S = 0.25
 """How long an IPC handshake publication may take to find a local server before UDP is tried."""
 _DONE_SENDS = 3
 """DONEs sent (every ``handshake_timeout``) before a connect starts over with a fresh HELLO."""
+_HELLO_SENDS = 3
+"""HELLOs one route sends unanswered before the next attempt opens a fresh route (another local port and session):
+the server may have let go of this route's answers (restarted, or its caps made them give way), and our
+subscription takes a stream of the same session again only a while after the previous one went."""
 _PORT_ATTEMPTS = 5
 """A free port picked for the answer route may be taken before the driver binds it: pick again this often."""
 
@@ -94,6 +99,8 @@ class Client(EndPoint[ClientConfiguration]):
         """Every handshake's counters added up: answers dropped as forged (``spoofed``), plain REJECTs ignored
         (``unsealed``), malformed ones, ..."""
         self._target: tuple[str, int] | None = None
+        self._control_port = 0
+        """The server's control port (UDP): our subscriptions' status messages go there."""
         self._connect_lock = asyncio.Lock()
         self._reconnect_task: asyncio.Task[None] | None = None
         self._lost_cause: BaseException | None = None
@@ -124,11 +131,20 @@ class Client(EndPoint[ClientConfiguration]):
         its ``on_connect`` listeners)."""
         return self.listeners.add_reconnected(listener)
 
-    async def connect(self, host: str = "127.0.0.1", port: int = 2000, *, timeout: float | None = None) -> Connection:
+    async def connect(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 2000,
+        *,
+        timeout: float | None = None,
+        control_port: int | None = None,
+    ) -> Connection:
         """Connect (IPC preferred for a server on this machine); ClientRejectedError or ClientTimeoutError if not.
 
         ``timeout`` (default ``connect_timeout``) bounds the handshake; leasing the
         driver first is bounded by ``driver_timeout`` (DriverUnavailableError).
+        ``control_port``: the server's control port (UDP), where our status messages go so that the server
+        learns where to send, through a NAT too; default ``port + 1`` (the server's default).
         """
         self._ensure_open()
         async with self._connect_lock:
@@ -138,6 +154,7 @@ class Client(EndPoint[ClientConfiguration]):
                 await self._lease_driver()
             self._start_poller()
             self._target = (host, port)
+            self._control_port = control_port if control_port is not None else port + 1
             budget = self.config.connect_timeout if timeout is None else timeout
             failures: list[BaseException] = []
             self._hint = None
@@ -162,7 +179,9 @@ class Client(EndPoint[ClientConfiguration]):
                 connection = await self._handshake(route, host, port)
             except (_Retry, TimeoutError, ConnectionError) as exc:
                 failures.append(exc)
-                self._routes.release(route, broken=not route.publication.is_connected)
+                # A fresh route (local port and session) for the next attempt: the server may have let go of this
+                # one's answers, and our subscription takes that session's stream again only a while later.
+                self._routes.release(route, broken=True)
                 await asyncio.sleep(0.05)
                 continue
             except BaseException:
@@ -202,28 +221,54 @@ class Client(EndPoint[ClientConfiguration]):
         if not cfg.enable_udp:
             raise ClientError(f"no IPC server on port {port} shares this driver, and enable_udp is False")
         local_ip = cfg.local_address or local_address_towards(ip)
+        control = f"{bracket(ip)}:{self._control_port or port + 1}"
+        # With a local address of our own choosing, what we send leaves from it too: the server answers only the
+        # address our HELLO came from, and our answers arrive at this one.
+        interface = f"|interface={bracket(local_ip)}" if cfg.local_address else ""
 
         async def open_udp() -> HandshakeRoute:
             for attempt in range(_PORT_ATTEMPTS):
                 local_port = cfg.local_port or free_udp_port(local_ip)
+                # The route's session: our handshake publication has it (even), the server's answers to this route
+                # the next one (odd: a server on our own driver answers without a clash). The answer subscription
+                # names that, so its status messages (sent to the server's control port from the socket the
+                # answers arrive on) tell the server where to answer, through a NAT too.
+                session = -2 * (secrets.randbelow(1 << 30) + 1)
                 try:
                     reply, publication = await add_pair(
                         aeron,
                         (
-                            udp_channel(f"{bracket(local_ip)}:{local_port}", max_term_length=65536, handshake=True),
+                            udp_channel(
+                                f"{bracket(local_ip)}:{local_port}",
+                                max_term_length=65536,
+                                handshake=True,
+                                control=control,
+                                session_id=answer_session(session),
+                            ),
                             REPLY_STREAM_ID,
                         ),
-                        (udp_channel(f"{bracket(ip)}:{port}", term_length=65536), HANDSHAKE_STREAM_ID),
+                        (
+                            udp_channel(f"{bracket(ip)}:{port}", term_length=65536, session_id=session) + interface,
+                            HANDSHAKE_STREAM_ID,
+                        ),
                     )
                 except RegistrationError as exc:
-                    # Someone took the port between our pick and the driver's bind: pick another.
-                    if cfg.local_port or attempt + 1 == _PORT_ATTEMPTS or "channel error" not in exc.driver_message:
+                    # Someone took the port between our pick and the driver's bind, or the session is taken here:
+                    # pick again.
+                    retry = "channel error" in exc.driver_message or "session-id" in exc.driver_message
+                    if (
+                        attempt + 1 == _PORT_ATTEMPTS
+                        or not retry
+                        or (cfg.local_port and "session-id" not in exc.driver_message)
+                    ):
                         raise
                     continue
-                return HandshakeRoute(shared, False, publication, reply, (local_ip, local_port), (ip, port))
+                return HandshakeRoute(
+                    shared, False, publication, reply, (local_ip, local_port), (ip, port), control=control
+                )
             raise AssertionError("unreachable")
 
-        key = ("udp", id(shared), local_ip, cfg.local_port, ip, port)
+        key = ("udp", id(shared), local_ip, cfg.local_port, ip, port, control)
         route = await self._routes.acquire(key, shared, open_udp)
         assert route is not None
         return route
@@ -247,7 +292,9 @@ class Client(EndPoint[ClientConfiguration]):
                 sealed=cfg.sealed,
             )
             try:
-                answer = await self._exchange(route, handshake, functools.partial(_hello_now, handshake), step)
+                answer = await self._exchange(
+                    route, handshake, functools.partial(_hello_now, handshake), step, _HELLO_SENDS
+                )
             except BaseException:
                 self._add_stats(handshake)
                 raise
@@ -354,12 +401,15 @@ class Client(EndPoint[ClientConfiguration]):
             assert route.local is not None
             server = f"{bracket(route.server[0])}:{route.server[1]}"
             pub_channel = data_channel(server, session_in, int(grant["term_length"]), int(grant["mtu"]))
+            if self.config.local_address:
+                pub_channel += f"|interface={bracket(route.local[0])}"
             sub_channel = data_channel(
                 f"{bracket(route.local[0])}:{route.local[1]}",
                 session_out,
                 None,
                 None,
                 max_term_length=int(grant["term_length"]),
+                control=route.control,
             )
             remote = f"{route.server[0]}:{route.server[1]}"
         subscription, publication = await add_pair(aeron, (sub_channel, stream_out), (pub_channel, stream_in))
@@ -385,6 +435,7 @@ class Client(EndPoint[ClientConfiguration]):
                         None,
                         max_term_length=int(grant["term_length"]),
                         reliable=False,
+                        control=route.control,
                     ),
                     stream_out,
                 ),

@@ -294,6 +294,10 @@ class ServerConfiguration(Configuration):
     0: the driver binds a free port when the server binds, and ``Server.port`` says which (tests, ad hoc servers)."""
     listen_address: str = attrs.field(default="127.0.0.1", validator=_ip_address)
     """Address to bind; ``0.0.0.0`` (or ``::``) for every interface."""
+    control_port: int = attrs.field(default=0, validator=_int_range(0, 65535))
+    """UDP port the server's streams to clients leave from and the clients' status messages come back to (their
+    NATs learn it; see docs/endpoint.md, NAT). 0: ``port + 1`` (with ``port=0`` the server picks a pair of free
+    ports); clients use ``port + 1`` unless told otherwise."""
     max_clients: int = attrs.field(default=0, validator=_int_range(0, 1 << 20))
     """0 = no limit."""
     max_connections_per_ip: int = attrs.field(default=0, validator=_int_range(0, 1 << 20))
@@ -316,8 +320,9 @@ class ServerConfiguration(Configuration):
     cookie_period: float = attrs.field(default=30.0, validator=_positive_seconds(3600))
     """The handshake cookie's secret rotates this often; a cookie is good for one to two periods."""
     max_answer_routes: int = attrs.field(default=512, validator=_int_range(1, 1 << 16))
-    """UDP publications to clients' answer ports the server keeps at once (cookies and handshake answers go out on
-    them); when full, the oldest not serving a handshake in flight is closed."""
+    """Answer routes the server keeps at once, one per client route (its cookies and handshake answers go out on
+    them, to wherever that route's status messages come from); when full, the oldest not serving a handshake in
+    flight is closed."""
     max_answer_routes_per_source: int = attrs.field(default=256, validator=_int_range(1, 1 << 16))
     """Of those, to one remote address (one NAT may hide many clients); beyond it that address's oldest idle one is
     closed, or the answer dropped (the client asks again)."""

@@ -1,9 +1,16 @@
 """The server end point: handshake streams on its port (UDP) and on IPC, and the connections it accepted.
 
+Everything the server sends a UDP client (handshake answers, the connection's
+stream) leaves from its control port (``port + 1``) in Aeron's dynamic
+multi-destination control mode: it goes wherever that client's status
+messages, naming the stream's session, come from, which through a NAT is the
+client's public address and port; nothing is sent before the client speaks,
+and only receivers at the address the HELLO came from count.
+
 A client's first HELLO over UDP gets a cookie and costs nothing else but a
-publication to its answer port, from a bounded set where the oldest idle one
-gives way. The HELLO repeated with the cookie proves the client receives at
-its address; only then the server checks it (serialization, filters, limits),
+publication for its answers (on the shared control socket), from a bounded set
+where the oldest idle one gives way. The HELLO repeated with the cookie proves
+the client receives at its address; only then the server checks it (serialization, filters, limits),
 allocates the connection's two session ids and two stream ids, creates its
 publication and subscription and answers (Noise message 2, sealing the grant).
 The connection exists for the server once the client's DONE proves it holds the
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -30,7 +38,15 @@ from driver.client.publication import ExclusivePublication, Publication
 from driver.client.subscription import Image, Subscription
 from driver.concurrent._watches import FrameWatch
 from endpoint.base import END_POINT_CLOSED, EndPoint
-from endpoint.channels import bracket, data_channel, host_of, udp_channel, wait_connected, wait_image
+from endpoint.channels import (
+    bracket,
+    data_channel,
+    host_of,
+    reply_channel,
+    udp_channel,
+    wait_connected,
+    wait_image,
+)
 from endpoint.config import (
     HANDSHAKE_STREAM_ID,
     IPC_HANDSHAKE_STREAM_BASE,
@@ -44,6 +60,7 @@ from endpoint.errors import AllocationError, BudgetExceededError, ConnectionClos
 from endpoint.groups import Group
 from endpoint.handshake.keystore import default_config_dir, load_or_create_private_key
 from endpoint.handshake.protocol import PROTOCOL_VERSION, Bounce, Done, Hello, ServerHandshake
+from endpoint.handshake.routes import answer_session
 from endpoint.ids import IdAllocator
 
 __all__ = ["Server"]
@@ -52,6 +69,8 @@ _log = logging.getLogger("endpoint")
 
 _FEW_HANDSHAKE_IMAGES = 4
 """Up to this many handshake images (client processes handshaking lately) are polled one by one."""
+_PORT_PAIR_ATTEMPTS = 16
+"""With ``port=0``: free ports the driver binds for us, at most, until the next one up is free too."""
 
 AddressFilter = Callable[[str, str], bool]
 """``filter(ip, tag) -> allowed``."""
@@ -74,15 +93,18 @@ class _Pending:
 
 
 class _AnswerRoute:
-    """A UDP publication to one client route (address, port, handshake publication), shared by the handshakes of
+    """The publication answering one client route (address, handshake publication), shared by the handshakes of
     every client using that route (the clients on one event loop): the first opens it, the last to let go closes
-    it."""
+    it. Once it reached its client it also holds itself (``pinned``) while that client's route lives: the route
+    goes on naming the same session for its answers, and a subscription takes a new stream of a session only a
+    while after the previous one went."""
 
     def __init__(self, opening: asyncio.Future[ExclusivePublication], route_id: int, address: str) -> None:
         self.opening = opening
         self.route_id = route_id
         self.address = address
         self.users = 0
+        self.pinned = False
 
     @property
     def usable(self) -> bool:
@@ -106,6 +128,10 @@ class Server(EndPoint[ServerConfiguration]):
         super().__init__(config if config is not None else ServerConfiguration())
         cfg = self.config
         self._port = cfg.port
+        self._control_port = cfg.control_port
+        self._control_anchor: ExclusivePublication | None = None
+        """Holds the control port bound while no client is being answered (a publication that never sends)."""
+        self._anchor_session = 0
         self._port_claim: socket.socket | None = None
         """With ``port=0`` and no UDP: a loopback UDP socket held while bound, so no other server gets the number."""
         self._session_ids = IdAllocator(*cfg.session_id_range, reuse_delay_ns=self._id_linger_ns, name="session id")
@@ -125,7 +151,7 @@ class Server(EndPoint[ServerConfiguration]):
         reconnecting at once does not get a connection that the closing server would then drop."""
         self._finished_reply: dict[int, tuple[Publication, _AnswerRoute | None, int]] = {}
         """connect key -> (answer route, our lease on it, when to let it go): for a client that missed the answer."""
-        self._answer_routes: dict[tuple[str, int, int], _AnswerRoute] = {}
+        self._answer_routes: dict[tuple[str, int], _AnswerRoute] = {}
         self._per_address: dict[str, int] = {}
         self.handshakes_accepted = 0
         """Handshakes that became connections."""
@@ -154,6 +180,18 @@ class Server(EndPoint[ServerConfiguration]):
         if self._port == 0:
             raise ServerError("port=0: the server's port is chosen when it binds, and it is not bound yet")
         return self._port
+
+    @property
+    def control_port(self) -> int:
+        """The UDP port the server's streams to clients leave from (``port + 1`` unless configured); a firewall in
+        front of the server lets clients' datagrams in to it and to :attr:`port`."""
+        if self._control_port == 0:
+            return self.port + 1
+        return self._control_port
+
+    @property
+    def _control(self) -> str:
+        return f"{bracket(self.config.listen_address)}:{self.control_port}"
 
     @property
     def public_key(self) -> bytes:
@@ -210,17 +248,7 @@ class Server(EndPoint[ServerConfiguration]):
         cfg = self.config
         aeron = self._aeron()
         if cfg.enable_udp:
-            # Clients' handshake publications use 64 KiB terms: a SETUP asking for more makes no image here, and
-            # the images it makes are sparse (a forged SETUP costs the log's metadata page, not its terms). At
-            # the image limits the longest-silent image gives way: forged SETUPs that never send evict each
-            # other, while live clients' publications (heartbeats every 100 ms) keep their places.
-            channel = udp_channel(f"{bracket(cfg.listen_address)}:{self._port}", max_term_length=65536, handshake=True)
-            try:
-                self._udp_handshake = await aeron.add_subscription_async(channel, HANDSHAKE_STREAM_ID)
-            except Exception as exc:
-                raise ServerError(f"cannot listen on UDP {cfg.listen_address}:{self._port}: {exc}") from exc
-            if self._port == 0:
-                self._take_port(self._bound_port(self._udp_handshake))
+            await self._open_udp_ports(aeron)
         elif self._port == 0:
             self._take_port(self._claim_ipc_port())
         if cfg.enable_ipc:
@@ -230,6 +258,48 @@ class Server(EndPoint[ServerConfiguration]):
             self._ipc_reply = await aeron.add_exclusive_publication_async(
                 "aeron:ipc?term-length=65536", IPC_REPLY_STREAM_BASE + self._port
             )
+
+    async def _open_udp_ports(self, aeron: Aeron) -> None:
+        """The handshake subscription on :attr:`port` and the control port; with ``port=0`` a free pair."""
+        cfg = self.config
+        pick = self._port == 0
+        for attempt in range(_PORT_PAIR_ATTEMPTS if pick and cfg.control_port == 0 else 1):
+            # Clients' handshake publications use 64 KiB terms: a SETUP asking for more makes no image here, and
+            # the images it makes are sparse (a forged SETUP costs the log's metadata page, not its terms). At
+            # the image limits the longest-silent image gives way: forged SETUPs that never send evict each
+            # other, while live clients' publications (heartbeats every 100 ms) keep their places.
+            port = 0 if pick else self._port
+            channel = udp_channel(f"{bracket(cfg.listen_address)}:{port}", max_term_length=65536, handshake=True)
+            try:
+                self._udp_handshake = await aeron.add_subscription_async(channel, HANDSHAKE_STREAM_ID)
+            except Exception as exc:
+                raise ServerError(f"cannot listen on UDP {cfg.listen_address}:{port}: {exc}") from exc
+            if pick:
+                self._take_port(self._bound_port(self._udp_handshake))
+            try:
+                await self._open_control(aeron)
+                return
+            except Exception as exc:
+                await self._close_quietly(self._udp_handshake)
+                self._udp_handshake = None
+                if pick:
+                    self._port = 0
+                if not pick or attempt + 1 == _PORT_PAIR_ATTEMPTS or cfg.control_port != 0:
+                    raise ServerError(
+                        f"cannot bind the control port {cfg.listen_address}:{self.control_port if not pick else '?'}"
+                        f" (the port clients' status messages come to): {exc}"
+                    ) from exc
+
+    async def _open_control(self, aeron: Aeron) -> None:
+        """Bind the control port: a publication on it that nobody can join (it names a session of ours and
+        admits receivers at no address) keeps it bound between answers."""
+        if not self._anchor_session:
+            # Outside our connections' range (and clients' route sessions, which are negative), so nothing else here
+            # is likely to want it; random, so that servers sharing a driver do not clash.
+            low = self.config.session_id_range[0]
+            self._anchor_session = secrets.randbelow(low - 1) + 1 if low > 2 else secrets.randbelow(1 << 31) - (1 << 31)
+        channel = reply_channel(self._control, self._anchor_session, "0.0.0.0", 65536)
+        self._control_anchor = await aeron.add_exclusive_publication_async(channel, REPLY_STREAM_ID)
 
     def _bound_port(self, subscription: Subscription) -> int:
         """The port the driver bound for our port-0 handshake subscription (the driver binds it: no race)."""
@@ -447,7 +517,7 @@ class Server(EndPoint[ServerConfiguration]):
     def _tick_extra(self, now_ns: int) -> None:
         if self._handshake is None:
             return
-        if self._finished_reply:
+        if self._finished_reply or self._answer_routes:
             self._let_go_of_replies(now_ns)
         for connect_key in self._handshake.expire(time.time_ns()):
             pending = self._pending.pop(connect_key, None)
@@ -545,10 +615,10 @@ class Server(EndPoint[ServerConfiguration]):
                     None,
                     max_term_length=cfg.term_length,
                 )
-                pub_channel = data_channel(f"{bracket(address)}:{port}", session_out, cfg.term_length, cfg.mtu)
+                pub_channel = reply_channel(self._control, session_out, address, cfg.term_length, cfg.mtu)
             # The reply route and the connection's two streams at once (three driver round trips in parallel).
-            # Our stream's SETUP reaches the client before it subscribes (after reading the grant); its driver
-            # keeps that SETUP, so the stream connects as soon as it does.
+            # Our stream sends nothing until the client, on reading the grant, subscribes and names it; its
+            # subscription asks for it at once, so the stream connects as soon as it does.
             made = await asyncio.gather(
                 self._reply_route(pending, port),
                 aeron.add_subscription_async(sub_channel, stream_in),
@@ -607,11 +677,12 @@ class Server(EndPoint[ServerConfiguration]):
         return pending.reply
 
     def _lease_answer_route(self, address: str, port: int, route_id: int) -> _AnswerRoute | None:
-        """One use of the publication to ``address:port`` (opened if need be), or None when the caps are reached
-        and no idle route of that address (or, for the total cap, of anyone) can give way."""
-        # Per client route: a client that reopens its route (same port, new handshake publication) has a new
-        # subscription, which ignores our old publication for a while after its previous image went away.
-        key = (address, port, route_id)
+        """One use of the answer route of the client route ``route_id`` at ``address`` (opened if need be), or
+        None when the caps are reached and no idle route of that address (or, for the total cap, of anyone) can
+        give way."""
+        # Per client route (its handshake publication's session, which the route's answers have too: the port the
+        # HELLO names plays no part in where they go).
+        key = (address, route_id)
         route = self._answer_routes.get(key)
         if route is None or not route.usable:
             cfg = self.config
@@ -622,7 +693,9 @@ class Server(EndPoint[ServerConfiguration]):
                 list(self._answer_routes.values())
             ):
                 return None
-            channel = udp_channel(f"{bracket(address)}:{port}", term_length=65536)
+            # The route's session follows from the client's handshake publication's: its answer subscription names
+            # it, so its status messages (and nobody else's, unless from its address) make this route send.
+            channel = reply_channel(self._control, answer_session(route_id), address, 65536)
             opening = asyncio.ensure_future(self._aeron().add_exclusive_publication_async(channel, REPLY_STREAM_ID))
             route = self._answer_routes[key] = _AnswerRoute(opening, route_id, address)
         route.users += 1
@@ -638,6 +711,8 @@ class Server(EndPoint[ServerConfiguration]):
                 if lease is route:
                     del self._finished_reply[connect_key]
                     self._let_go_of_route(lease)
+            if route.pinned:
+                self._unpin(route)
             for key, known in list(self._answer_routes.items()):
                 if known is route:
                     del self._answer_routes[key]
@@ -753,12 +828,7 @@ class Server(EndPoint[ServerConfiguration]):
                         stream_in,
                     ),
                     (
-                        data_channel(
-                            f"{bracket(pending.address)}:{pending.hello.reply['port']}",
-                            u_session_out,
-                            cfg.term_length,
-                            cfg.mtu,
-                        ),
+                        reply_channel(self._control, u_session_out, pending.address, cfg.term_length, cfg.mtu),
                         stream_out,
                     ),
                 )
@@ -793,6 +863,9 @@ class Server(EndPoint[ServerConfiguration]):
 
     def _keep(self, connect_key: int, reply: Publication, lease: _AnswerRoute | None) -> None:
         until = time.monotonic_ns() + int(self.config.handshake_timeout * 2e9)
+        if lease is not None and not lease.pinned:
+            lease.pinned = True
+            lease.users += 1
         previous = self._finished_reply.pop(connect_key, None)
         if previous is not None and previous[1] is not None:
             self._let_go_of_route(previous[1])
@@ -808,6 +881,13 @@ class Server(EndPoint[ServerConfiguration]):
                 del self._finished_reply[connect_key]
                 if lease is not None:
                     self._let_go_of_route(lease)
+        for route in list(self._answer_routes.values()):
+            if route.pinned and (now_ns is None or route.route_id not in live):
+                self._unpin(route)
+
+    def _unpin(self, route: _AnswerRoute) -> None:
+        route.pinned = False
+        self._let_go_of_route(route)
 
     async def _close_quietly(self, resource: Publication | Subscription) -> None:
         try:
@@ -834,11 +914,12 @@ class Server(EndPoint[ServerConfiguration]):
             await self._free_pending(pending)
         self._pending.clear()
         self._let_go_of_replies(None)
-        for resource in (self._udp_handshake, self._ipc_handshake, self._ipc_reply):
+        for resource in (self._udp_handshake, self._ipc_handshake, self._ipc_reply, self._control_anchor):
             if resource is not None:
                 await self._close_quietly(resource)
         self._udp_handshake = self._ipc_handshake = None
         self._ipc_reply = None
+        self._control_anchor = None
         if self._port_claim is not None:
             self._port_claim.close()
             self._port_claim = None
@@ -856,6 +937,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._answer_routes.clear()
         self._udp_handshake = self._ipc_handshake = None
         self._ipc_reply = None
+        self._control_anchor = None
         self._handlers.clear()
         self._image_watches.clear()
         self._bound = False

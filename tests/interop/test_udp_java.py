@@ -518,3 +518,35 @@ def test_wireshark_decodes_our_traffic(aeron_dir: Path, tmp_path: Path) -> None:
     assert data
     assert {value for row in data for value in row[0].split(",")} == {str(publication.session_id & 0xFFFF_FFFF)}
     assert {value for row in data for value in row[1].split(",")} == {str(STREAM_ID)}
+
+
+def test_java_dynamic_control_publisher_to_our_subscriber_naming_its_session(
+    aeron_java: AeronJava, start_drivers: StartDrivers, tmp_path: Path
+) -> None:
+    """Aeron 1.15.1's dynamic multi-destination control mode with our subscriber on ``control=`` that names the
+    publication's session (as our end point's clients do behind a NAT): its setup-eliciting status messages for that
+    session and stream, sent to the control address, make the Java publication send there."""
+    drivers: Drivers = start_drivers(None)
+    session = 0x1357_9BDF
+    control = f"127.0.0.1:{free_udp_port()}"
+    publication_channel = f"aeron:udp?control={control}|control-mode=dynamic|session-id={session}"
+    received: list[str] = []
+    with Aeron.connect(aeron_dir=drivers.ours.aeron_dir) as aeron:
+        subscription = aeron.add_subscription(
+            f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|control={control}|session-id={session}", STREAM_ID
+        )
+        props = sample_props(drivers.java.aeron_dir, publication_channel, **{"aeron.sample.messages": 5})
+        published = aeron_java.run("io.aeron.samples.BasicPublisher", props=props, timeout_s=60)
+        (tmp_path / "basic-publisher.log").write_text(published.stdout + published.stderr)
+        assert published.returncode == 0, published.stdout + published.stderr
+        offered = [int(i) for i in re.findall(r"Offering (\d+)/5 - yay!", published.stdout)]
+        assert offered, published.stdout  # the first offers may precede the connection, the later ones cannot
+        execute_until(
+            lambda: len(received) >= len(offered),
+            lambda: subscription.poll(lambda payload, header: received.append(bytes(payload).decode()), 10),
+            timeout_s=30,
+            interval_s=0.001,
+            description=f"{offered} from the dynamic control BasicPublisher",
+        )
+        assert subscription.images == () or all(i.session_id == session for i in subscription.images)
+    assert received == [f"Hello World! {i}" for i in offered]

@@ -7,6 +7,7 @@ directory), real mmap'd logs and real UDP sockets on 127.0.0.1. Every wait here 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import shutil
 import socket
 import time
@@ -37,6 +38,7 @@ from endpoint.config import (
     REPLY_STREAM_ID,
 )
 from endpoint.handshake.protocol import ClientHandshake, CookieReceived
+from endpoint.handshake.routes import answer_session
 from endpoint.messages import register_internal_messages
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "RawHandshakePeer",
     "Unlisted",
     "client_config",
+    "free_server_port",
     "free_udp_port",
     "make_serialization",
     "raw_driver",
@@ -136,6 +139,23 @@ def free_udp_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def free_server_port(host: str = "127.0.0.1") -> int:
+    """A UDP port free on ``host`` right now whose next one (the server's control port) is free too."""
+    for _ in range(64):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as first:
+            first.bind((host, 0))
+            port = int(first.getsockname()[1])
+            if port >= 65535:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as second:
+                try:
+                    second.bind((host, port + 1))
+                except OSError:
+                    continue
+                return port
+    raise AssertionError(f"no pair of free UDP ports on {host} in 64 tries")
+
+
 def server_config(aeron_dir: Path, port: int, **overrides: Any) -> ServerConfiguration:
     settings: dict[str, Any] = {
         "port": port,
@@ -179,13 +199,17 @@ async def running_server(config: ServerConfiguration) -> AsyncIterator[Server]:
 
 @asynccontextmanager
 async def connected_client(
-    config: ClientConfiguration, port: int, host: str = "127.0.0.1", timeout: float = 15.0
+    config: ClientConfiguration,
+    port: int,
+    host: str = "127.0.0.1",
+    timeout: float = 15.0,
+    control_port: int | None = None,
 ) -> AsyncIterator[tuple[Client, Connection]]:
-    """A client connected to ``host:port``, closed on the way out."""
+    """A client connected to ``host:port`` (and the server's ``control_port``), closed on the way out."""
     client = Client(config)
     try:
         async with asyncio.timeout(timeout):
-            connection = await client.connect(host, port)
+            connection = await client.connect(host, port, control_port=control_port)
         yield client, connection
     finally:
         async with asyncio.timeout(30):
@@ -277,10 +301,19 @@ class RawHandshakePeer:
             peer = cls(True, publication, reply, 0)
         else:
             reply_port = free_udp_port(local_ip)
-            reply = await aeron.add_subscription_async(f"aeron:udp?endpoint={local_ip}:{reply_port}", REPLY_STREAM_ID)
+            # As a client does: the route's session names both streams (the answers' is the next one), and the
+            # answer subscription's status messages go to the server's control port (port + 1), which then answers
+            # this socket.
+            session = -2 * (secrets.randbelow(1 << 30) + 1)
+            reply = await aeron.add_subscription_async(
+                f"aeron:udp?endpoint={local_ip}:{reply_port}|control=127.0.0.1:{server_port + 1}"
+                f"|session-id={answer_session(session)}",
+                REPLY_STREAM_ID,
+            )
             interface = "" if local_ip == "127.0.0.1" else f"|interface={local_ip}"
             publication = await aeron.add_exclusive_publication_async(
-                f"aeron:udp?endpoint=127.0.0.1:{server_port}|term-length=65536{interface}", HANDSHAKE_STREAM_ID
+                f"aeron:udp?endpoint=127.0.0.1:{server_port}|term-length=65536|session-id={session}{interface}",
+                HANDSHAKE_STREAM_ID,
             )
             peer = cls(False, publication, reply, reply_port)
         peer.local_ip = local_ip

@@ -273,6 +273,7 @@ class DriverSystemCounterId(enum.IntEnum):
     AGENT_COMMANDS_DEFERRED = 4
     SETUPS_NOT_ELICITED = 5
     IMAGES_EVICTED_SILENT = 6
+    DYNAMIC_DESTINATIONS_REFUSED = 7
 
     @property
     def label(self) -> str:
@@ -287,6 +288,7 @@ _DRIVER_SYSTEM_COUNTER_LABELS: dict[DriverSystemCounterId, str] = {
     DriverSystemCounterId.AGENT_COMMANDS_DEFERRED: "Agent commands deferred: queue full",
     DriverSystemCounterId.SETUPS_NOT_ELICITED: "Unknown sessions dropped: too many awaiting SETUP",
     DriverSystemCounterId.IMAGES_EVICTED_SILENT: "Images evicted: silent, to make room for a new one",
+    DriverSystemCounterId.DYNAMIC_DESTINATIONS_REFUSED: "Dynamic destinations refused: publication full",
 }
 
 CONTROL_PROTOCOL_VERSION = (1 << 16) | (0 << 8) | 0

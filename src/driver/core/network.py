@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import random
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -66,7 +67,13 @@ from driver.core.publication_image import ImageCounters, ImageState, Publication
 from driver.core.receiver import Receiver
 from driver.core.retransmit import RETRANSMIT_UNICAST_DELAY_NS, RetransmitHandler
 from driver.core.sender import Sender
-from driver.errors import ChannelEndpointError, ControlProtocolError, ErrorCode, MalformedFrameError
+from driver.errors import (
+    ChannelEndpointError,
+    ControlProtocolError,
+    ErrorCode,
+    InvalidChannelError,
+    MalformedFrameError,
+)
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.current_metadata import LOG_TYPE_PUBLICATION_IMAGE, CurrentLogMetadata, write_current_metadata
 from driver.logbuffer.log_buffers import LogBuffers
@@ -74,7 +81,7 @@ from driver.media.endpoints import EndpointCounters, FeedbackHandler, ReceiveCha
 from driver.media.os_buffers import os_socket_buffer_lengths
 from driver.media.transport import Address
 from driver.media.udp_channel import UdpChannel, destination_address
-from driver.uri import parse_size
+from driver.uri import RECEIVER_HOST_PARAM_NAME, ChannelUri, parse_size
 from driver.wire.error import ErrorFrame
 from driver.wire.setup import check_setup
 
@@ -100,6 +107,19 @@ _REASONS = {
 
 def _size_param(value: str | None, default: int) -> int:
     return parse_size(value) if value is not None else default
+
+
+def _receiver_host(uri: ChannelUri) -> str | None:
+    """``receiver-host=``, in the form sockets report addresses (compressed IPv6)."""
+    value = uri.get(RECEIVER_HOST_PARAM_NAME)
+    if value is None:
+        return None
+    try:
+        ip = ipaddress.ip_address(value.strip("[]"))
+    except ValueError:
+        raise InvalidChannelError(RECEIVER_HOST_PARAM_NAME, value, "an IPv4 or IPv6 address") from None
+    # As inet_ntop writes it (an IPv4-mapped address as ::ffff:1.2.3.4, which ``str`` would not)
+    return socket.inet_ntop(socket.AF_INET6, ip.packed) if ip.version == 6 else str(ip)
 
 
 class ConductorServices(Protocol):
@@ -174,6 +194,7 @@ class NetworkResources:
             short_sends=sc.get(SystemCounterId.SHORT_SENDS),
             bytes_sent=sc.get(SystemCounterId.BYTES_SENT),
             setups_not_elicited=sc.get(DriverSystemCounterId.SETUPS_NOT_ELICITED),
+            destinations_refused=sc.get(DriverSystemCounterId.DYNAMIC_DESTINATIONS_REFUSED),
         )
         self.sender_counters = SenderCounters(
             bytes_sent=sc.get(SystemCounterId.BYTES_SENT),
@@ -302,6 +323,7 @@ class NetworkResources:
     ) -> NetworkPublication:
         conductor = self._conductor
         uri = channel.channel_uri
+        receiver_host = _receiver_host(uri)
         flow_control = new_flow_control(
             uri.get("fc"), is_multicast=channel.is_multicast or channel.has_explicit_control
         )
@@ -361,6 +383,7 @@ class NetworkResources:
             is_exclusive=is_exclusive,
             signal_eos=uri.get("eos", "true") != "false",
             now_ns=conductor.now_ns(),
+            destinations=endpoint.destinations_for(params.session_id is not None, receiver_host),
         )
         endpoint.ref_count += 1
         self.publications.append(publication)
@@ -414,7 +437,9 @@ class NetworkResources:
             self.receive_endpoints[endpoint.channel.canonical_form] = endpoint
         endpoint.ref_count += 1
         link.endpoint = endpoint
-        conductor.receiver_command(functools.partial(self._receiver.on_add_subscription, endpoint, link.stream_id))
+        conductor.receiver_command(
+            functools.partial(self._receiver.on_add_subscription, endpoint, link.stream_id, link.session_id)
+        )
         for image in self.images:
             if image.state is ImageState.ACTIVE and self._matches(link, image):
                 linked = [p.publication for p in link.positions.values() if isinstance(p.publication, PublicationImage)]
@@ -575,7 +600,9 @@ class NetworkResources:
         for image in self.images:
             if image.correlation_id in released:
                 self._push_subscribers(image, tuple(released[image.correlation_id]))
-        conductor.receiver_command(functools.partial(self._receiver.on_remove_subscription, endpoint, link.stream_id))
+        conductor.receiver_command(
+            functools.partial(self._receiver.on_remove_subscription, endpoint, link.stream_id, link.session_id)
+        )
         still_subscribed = any(
             other.endpoint is endpoint and other.stream_id == link.stream_id
             for other in conductor.subscription_links

@@ -31,6 +31,7 @@ from driver.core.retransmit import RetransmitHandler
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.logbuffer.scanner import scan_for_availability
+from driver.media.endpoints import DynamicDestinations
 from driver.wire.data import HEARTBEAT_EOS_FLAGS, HEARTBEAT_FLAGS, write_heartbeat
 from driver.wire.setup import write_setup
 
@@ -73,11 +74,15 @@ class NetworkPublication(DriverPublication):
         is_exclusive: bool,
         now_ns: int,
         signal_eos: bool = True,
+        destinations: DynamicDestinations | None = None,
     ) -> None:
         super().__init__(log, publisher_limit, now_ns)
         self.registration_id = registration_id
         self.channel = channel
         self.endpoint = endpoint
+        self.destinations = destinations
+        """A private publication's own destinations on a dynamic control channel (what it sends through then)."""
+        self._out: SendEndpoint = destinations if destinations is not None else endpoint
         self.session_id = session_id
         self.stream_id = stream_id
         self.publisher_position = publisher_position
@@ -192,7 +197,7 @@ class NetworkPublication(DriverPublication):
         available, padding = scan_for_availability(self._terms[index], term_offset, window if window < mtu else mtu)
         if available <= 0:
             return 0  # nothing new (the common idle cycle)
-        send = self.endpoint.send
+        send = self._out.send
         bytes_sent = 0
         for datagrams in range(MAX_DATAGRAMS_PER_CYCLE):
             if datagrams:
@@ -234,7 +239,7 @@ class NetworkPublication(DriverPublication):
                 self.mtu,
                 self.multicast_ttl,
             )
-            self.endpoint.send(self._control_view[:length])
+            self._out.send(self._control_view[:length])
 
     def _heartbeat_check(self, now_ns: int, active_term_id: int, term_offset: int) -> int:
         signal_eos = self.is_end_of_stream and self.signal_eos
@@ -243,7 +248,7 @@ class NetworkPublication(DriverPublication):
             return 0
         flags = HEARTBEAT_EOS_FLAGS if signal_eos else HEARTBEAT_FLAGS
         length = write_heartbeat(self._control, 0, self.session_id, self.stream_id, active_term_id, term_offset, flags)
-        sent = self.endpoint.send(self._control_view[:length])
+        sent = self._out.send(self._control_view[:length])
         if sent == length:
             self.counters.heartbeats_sent.increment()
             if signal_eos:
@@ -304,7 +309,7 @@ class NetworkPublication(DriverPublication):
             available, padding = scan_for_availability(term, offset, min(remaining, self.mtu))
             if available <= 0:
                 break
-            if self.endpoint.send(view[offset : offset + available]) != available:
+            if self._out.send(view[offset : offset + available]) != available:
                 self.counters.short_sends.increment()
                 break
             self.counters.retransmits_sent.increment()

@@ -181,6 +181,15 @@ class PublicationImage:
 
     # -- receiver thread ------------------------------------------------------------------------
 
+    def follow_source(self, address: Address) -> None:
+        """The publisher's frames now come from ``address``: a NAT in between changed its public port (a
+        rebinding). Status messages and NAKs follow it, or the publisher would hear nothing and stall. Only frames
+        the image took move it (they name this session and stream and fit its window), so a stray or forged frame
+        from elsewhere does not; 1.15.1 keeps the first address for the image's life."""
+        if self.control_address == self.source_address:
+            self.control_address = address
+        self.source_address = address
+
     def insert_packet(self, term_id: int, term_offset: int, packet: memoryview, length: int, now_ns: int) -> int:
         """Insert a validated data datagram (or heartbeat); returns the bytes taken."""
         position = (lbd.int32(term_id - self.initial_term_id) << self.position_bits) + term_offset

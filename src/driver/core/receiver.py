@@ -23,7 +23,7 @@ from driver.concurrent.counters import AtomicCounter
 from driver.core.agenda import Agenda, no_wake
 from driver.core.command_queues import CommandQueue
 from driver.core.publication_image import PublicationImage
-from driver.media.endpoints import ReceiveChannelEndpoint
+from driver.media.endpoints import CONTROL_ELICIT_INTERVAL_NS, ReceiveChannelEndpoint
 from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints
 
 __all__ = ["FEW_IMAGES", "Receiver"]
@@ -68,13 +68,16 @@ class Receiver:
             endpoints = self._ready.ready()
         for endpoint in endpoints:
             work += endpoint.poll(now_ns)
+        for endpoint in self.endpoints:
+            if now_ns >= endpoint.next_elicit_ns:
+                endpoint.elicit_waiting(now_ns)
         if len(self.images) > FEW_IMAGES:
             work += self._track_due(now_ns)
         else:
             for image in self.images:
                 work += image.track_rebuild(now_ns)
         if now_ns >= self._next_expiry_ns:
-            self._next_expiry_ns = now_ns + 100_000_000
+            self._next_expiry_ns = now_ns + CONTROL_ELICIT_INTERVAL_NS  # also how often to ask for SETUPs
             for endpoint in self.endpoints:
                 endpoint.expire_pending(now_ns, PENDING_SETUP_TIMEOUT_NS)
                 endpoint.elicit_from_control(now_ns, PENDING_SETUP_TIMEOUT_NS)
@@ -102,20 +105,20 @@ class Receiver:
 
     # -- commands from the conductor --------------------------------------------------------------
 
-    def on_add_subscription(self, endpoint: ReceiveChannelEndpoint, stream_id: int) -> None:
+    def on_add_subscription(
+        self, endpoint: ReceiveChannelEndpoint, stream_id: int, session_id: int | None = None
+    ) -> None:
         if endpoint not in self.endpoints:
             self.endpoints.append(endpoint)
             self._ready.add(endpoint)
             self.sockets_version += 1
-        endpoint.stream_ref_counts[stream_id] = endpoint.stream_ref_counts.get(stream_id, 0) + 1
+        endpoint.add_stream(stream_id, session_id, self._clock.nano_time())
         endpoint.claim_setups(stream_id, self._clock.nano_time())
 
-    def on_remove_subscription(self, endpoint: ReceiveChannelEndpoint, stream_id: int) -> None:
-        count = endpoint.stream_ref_counts.get(stream_id, 0) - 1
-        if count > 0:
-            endpoint.stream_ref_counts[stream_id] = count
-        else:
-            endpoint.stream_ref_counts.pop(stream_id, None)
+    def on_remove_subscription(
+        self, endpoint: ReceiveChannelEndpoint, stream_id: int, session_id: int | None = None
+    ) -> None:
+        endpoint.remove_stream(stream_id, session_id)
 
     def on_new_image(self, endpoint: ReceiveChannelEndpoint, image: PublicationImage) -> None:
         key = (image.session_id, image.stream_id)

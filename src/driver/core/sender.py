@@ -118,7 +118,7 @@ class Sender:
             self.sockets_version += 1
             if endpoint.is_dynamic:
                 self._dynamic.append(endpoint)
-        endpoint.publications[(publication.session_id, publication.stream_id)] = publication
+        endpoint.attach((publication.session_id, publication.stream_id), publication, publication.destinations)
         self.publications.append(publication)
         self._agenda.add(publication, publication.waiting_entry)
         self._frames_stale = True
@@ -132,9 +132,7 @@ class Sender:
         if self._agenda.remove(publication):
             self._frames_stale = True
         publication.wake = no_wake
-        key = (publication.session_id, publication.stream_id)
-        if endpoint.publications.get(key) is publication:
-            del endpoint.publications[key]
+        endpoint.detach((publication.session_id, publication.stream_id), publication)
         done()
 
     def wake(self, publication: NetworkPublication) -> None:

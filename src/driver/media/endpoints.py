@@ -5,6 +5,21 @@ channel: data, SETUP and heartbeats leave through it to the channel's
 destination(s), and the receivers' status messages, NAKs and RTT measurements
 come back to it and are routed to the publication by (session id, stream id).
 
+On a ``control-mode=dynamic`` channel the destinations are learnt from the
+status messages that arrive (multi-destination cast, as Aeron's dynamic
+control mode): a receiver behind a NAT is reached at the public address and
+port its status messages come from. A publication given its own session id
+(``session-id=``) is *private*: its :class:`DynamicDestinations` learn only
+from status messages naming its session and stream, at most
+``MAX_DESTINATIONS_PER_PUBLICATION`` of them, each forgotten after
+``DESTINATION_TIMEOUT_NS`` of silence; nobody who does not know both ids can
+make it send anywhere, and with ``receiver-host=`` only receivers at that IP
+address count. The other publications share the channel's destinations,
+as 1.15.1 does (every receiver that speaks to the control address), bounded by
+``MAX_SHARED_DESTINATIONS``. A receiver whose NAT mapping changes (a rebinding)
+speaks from a new port: it is a new destination, and the old one is forgotten
+when silent, or gives way to the new one when the publication is full.
+
 A ``ReceiveChannelEndpoint`` is shared by every subscription of one UDP channel:
 data, SETUP and RTTM frames arrive on it and are dispatched by stream and
 session — to an existing image, to the conductor to create one from a SETUP, or
@@ -58,6 +73,20 @@ __all__ = [
 
 RECEIVE_BUFFER_LENGTH = 65536
 DESTINATION_TIMEOUT_NS = 5_000_000_000
+"""A dynamic destination with no status message for this long is forgotten (1.15.1's value)."""
+MAX_DESTINATIONS_PER_PUBLICATION = 4
+"""Receivers one private publication on a dynamic channel sends to at once (one, and the new addresses of a
+rebinding NAT until the old ones time out)."""
+DESTINATION_RECLAIM_NS = 1_000_000_000
+"""A private publication full of destinations gives the place of one silent this long to a new address (a live
+receiver sends a status message at least every 200 ms)."""
+MAX_SHARED_DESTINATIONS = 1024
+"""Destinations a dynamic channel shares among its publications without a session id of their own."""
+FIRST_CONTROL_ELICIT_NS = 5_000_000
+_NEVER = 1 << 62
+CONTROL_ELICIT_INTERVAL_NS = 100_000_000
+"""How often, at most, a subscription on ``control=`` that names its session asks that publication for a SETUP
+until its image is there (the first asks come faster: ``FIRST_CONTROL_ELICIT_NS``, doubling)."""
 UNCLAIMED_SETUP_TTL_NS = 1_000_000_000
 """How long a SETUP for a stream nobody subscribes to is kept for a subscription that may come (see claim_setups)."""
 MAX_UNCLAIMED_SETUPS = 64
@@ -98,6 +127,11 @@ class ImageHandler(Protocol):
 
     def insert_packet(self, term_id: int, term_offset: int, packet: memoryview, length: int, now_ns: int) -> int: ...
 
+    @property
+    def source_address(self) -> Address: ...
+
+    def follow_source(self, address: Address) -> None: ...
+
     def on_rttm(self, echo_timestamp_ns: int, reception_delta_ns: int, now_ns: int) -> None: ...
 
 
@@ -117,6 +151,7 @@ class EndpointCounters:
         short_sends: AtomicCounter,
         bytes_sent: AtomicCounter,
         setups_not_elicited: AtomicCounter | None = None,
+        destinations_refused: AtomicCounter | None = None,
     ) -> None:
         self.bytes_received = bytes_received
         self.invalid_packets = invalid_packets
@@ -126,11 +161,65 @@ class EndpointCounters:
         self.short_sends = short_sends
         self.bytes_sent = bytes_sent
         self.setups_not_elicited = setups_not_elicited
+        self.destinations_refused = destinations_refused
 
 
 def _receive_buffer() -> tuple[bytearray, memoryview]:
     raw = bytearray(RECEIVE_BUFFER_LENGTH)
     return raw, memoryview(raw)
+
+
+class DynamicDestinations:
+    """Where one private publication on a dynamic control channel sends: the addresses whose status messages named
+    its session and stream lately (sender thread only).
+
+    Bounded (``MAX_DESTINATIONS_PER_PUBLICATION``); a new address when full
+    takes the place of the one silent longest if that one has been silent for
+    ``DESTINATION_RECLAIM_NS``, else it is refused (counted): a live receiver
+    is never pushed out by another.
+    """
+
+    __slots__ = ("_last_seen_ns", "_send", "addresses", "host")
+
+    def __init__(self, send: Callable[[memoryview, Address], int], host: str | None = None) -> None:
+        self._send = send
+        self.host = host
+        """Only receivers at this IP address (``receiver-host=``, in the form sockets report it), if given."""
+        self.addresses: list[Address] = []
+        self._last_seen_ns: dict[Address, int] = {}
+
+    def send(self, data: memoryview) -> int:
+        """Send to every destination; the fewest bytes any took (all of them when there is none, as 1.15.1)."""
+        result = len(data)
+        for address in self.addresses:
+            sent = self._send(data, address)
+            if sent < result:
+                result = sent
+        return result
+
+    def on_status_message(self, address: Address, now_ns: int) -> bool:
+        """A status message naming the publication came from ``address``; False if it could not be a destination."""
+        seen = self._last_seen_ns
+        if address in seen:
+            seen[address] = now_ns
+            return True
+        if self.host is not None and address[0] != self.host:
+            return False
+        if len(self.addresses) >= MAX_DESTINATIONS_PER_PUBLICATION:
+            quietest = min(self.addresses, key=seen.__getitem__)
+            if now_ns - seen[quietest] < DESTINATION_RECLAIM_NS:
+                return False
+            self.addresses.remove(quietest)
+            del seen[quietest]
+        self.addresses.append(address)
+        seen[address] = now_ns
+        return True
+
+    def expire(self, now_ns: int, timeout_ns: int) -> None:
+        for address, seen in list(self._last_seen_ns.items()):
+            if now_ns - seen > timeout_ns:
+                del self._last_seen_ns[address]
+                self.addresses.remove(address)
 
 
 class SendChannelEndpoint:
@@ -170,6 +259,7 @@ class SendChannelEndpoint:
                 send_faults=send_faults,
                 receive_faults=receive_faults,
                 description=f"send endpoint {channel.original_uri_string}",
+                family=channel.protocol_family,
             )
         self.transport.status_indicator_id = status_indicator.id
         self.destinations: list[Address] = []
@@ -182,10 +272,28 @@ class SendChannelEndpoint:
         if not (self.is_manual or self.is_dynamic):
             self.destinations.append((channel.remote_data[0], channel.remote_data[1]))
         self.publications: dict[tuple[int, int], FeedbackHandler] = {}
+        self.private: dict[tuple[int, int], DynamicDestinations] = {}
+        """Dynamic channels: the destinations of each private publication, by (session, stream)."""
         self.ref_count = 0
         self._buffer, self._view = _receive_buffer()
         self._send = self.transport.send
         self._reply = bytearray(64)
+
+    def destinations_for(self, private: bool, host: str | None = None) -> DynamicDestinations | None:
+        """What a new publication sends through: destinations of its own if it is private (has its own session
+        id) on a dynamic channel, only at ``host`` if given; else None (the endpoint's :meth:`send`)."""
+        return DynamicDestinations(self.transport.send, host) if private and self.is_dynamic else None
+
+    def attach(self, key: tuple[int, int], publication: FeedbackHandler, own: DynamicDestinations | None) -> None:
+        """Sender thread: route feedback for ``key`` (session, stream) to ``publication``."""
+        self.publications[key] = publication
+        if own is not None:
+            self.private[key] = own
+
+    def detach(self, key: tuple[int, int], publication: FeedbackHandler) -> None:
+        if self.publications.get(key) is publication:
+            del self.publications[key]
+            self.private.pop(key, None)
 
     def send(self, data: memoryview) -> int:
         """Send to every destination; returns the length if the first destination took it."""
@@ -213,6 +321,25 @@ class SendChannelEndpoint:
             if now_ns - seen > timeout_ns:
                 del self._last_seen_ns[address]
                 self.remove_destination(address)
+        for own in self.private.values():
+            own.expire(now_ns, timeout_ns)
+
+    def _learn(self, session_id: int, stream_id: int, address: Address, now_ns: int) -> None:
+        """Dynamic MDC: ``address`` spoke; a destination of the private publication it named, else a shared one."""
+        own = self.private.get((session_id, stream_id))
+        if own is not None:
+            accepted = own.on_status_message(address, now_ns)
+        elif address in self._last_seen_ns:
+            self._last_seen_ns[address] = now_ns
+            return
+        elif len(self.destinations) < MAX_SHARED_DESTINATIONS:
+            self.destinations.append(address)
+            self._last_seen_ns[address] = now_ns
+            return
+        else:
+            accepted = False
+        if not accepted and self.counters.destinations_refused is not None:
+            self.counters.destinations_refused.increment()
 
     def poll(self, now_ns: int, limit: int = 16) -> int:
         """Read up to ``limit`` control datagrams and route them; returns how many were read."""
@@ -262,13 +389,15 @@ class SendChannelEndpoint:
     def _on_status_message(self, view: memoryview, address: Address, now_ns: int) -> None:
         _, _, flags, _, session_id, stream_id, term_id, term_offset, window, receiver_id = _unpack_sm(view, 0)
         self.counters.status_messages_received.increment()
-        if self.is_dynamic:  # as 1.15.1: every receiver that speaks to the control address is a destination
-            self.add_destination(address)
-            self._last_seen_ns[address] = now_ns
+        if self.is_dynamic:
+            self._learn(session_id, stream_id, address, now_ns)
         if session_id == 0 and stream_id == 0 and flags & SEND_SETUP_FLAG and (self.is_dynamic or self.is_manual):
-            # A subscriber on ``control=`` asking every publication here for a SETUP (it knows no session yet).
-            for each in self.publications.values():
-                each.on_status_message(flags, term_id, term_offset, window, receiver_id, now_ns)
+            # A subscriber on ``control=`` asking every publication here for a SETUP (it knows no session yet);
+            # private publications answer only those who name them (no forged SM makes them all send at once).
+            private = self.private
+            for key, each in self.publications.items():
+                if key not in private:
+                    each.on_status_message(flags, term_id, term_offset, window, receiver_id, now_ns)
             return
         publication = self.publications.get((session_id, stream_id))
         if publication is not None:
@@ -322,10 +451,20 @@ class ReceiveChannelEndpoint:
             send_faults=send_faults,
             receive_faults=receive_faults,
             description=f"receive endpoint {channel.original_uri_string}",
+            family=channel.protocol_family,
         )
         self.transport.status_indicator_id = status_indicator.id
         self._on_setup = on_setup
         self.stream_ref_counts: dict[int, int] = {}
+        self.control_sessions: dict[tuple[int, int], int] = {}
+        """``control=`` channels: the (session, stream) pairs subscriptions name, with how many do; each is asked
+        for its SETUP until its image is there."""
+        self._open_subscriptions = 0
+        """``control=`` channels: subscriptions that name no session (asked for with 0/0, as 1.15.1)."""
+        self._waiting: dict[tuple[int, int], tuple[int, int]] = {}
+        """``control=`` sessions asked for whose image has not come: when to ask next, and the wait after that."""
+        self.next_elicit_ns = _NEVER
+        """When :meth:`elicit_waiting` is next due (the receiver checks this every duty cycle)."""
         self.images: dict[tuple[int, int], ImageHandler] = {}
         self.pending_setups: dict[tuple[int, int], int] = {}  # (session, stream) -> time of elicit
         self.cooldowns: dict[tuple[int, int], int] = {}  # (session, stream) -> until
@@ -388,7 +527,8 @@ class ReceiveChannelEndpoint:
         image = self.images.get(key)
         if image is not None:
             validate_data_datagram(view, length, image.term_length)
-            image.insert_packet(term_id, term_offset, view, length, now_ns)
+            if image.insert_packet(term_id, term_offset, view, length, now_ns) and address != image.source_address:
+                image.follow_source(address)
             return
         if view[5] & 0x20 or key in self.cooldowns or key in self.pending_setups:  # EOS, cooling down, asked
             return
@@ -406,20 +546,87 @@ class ReceiveChannelEndpoint:
         self.send_control(memoryview(self._control)[:n], address)
         self.counters.status_messages_sent.increment()
 
+    def add_stream(self, stream_id: int, session_id: int | None, now_ns: int = 0) -> None:
+        """Receiver thread: a subscription to ``stream_id`` (of ``session_id`` only, if given) came."""
+        self.stream_ref_counts[stream_id] = self.stream_ref_counts.get(stream_id, 0) + 1
+        if not self.channel.has_explicit_control or self.channel.is_multicast:
+            return
+        if session_id is None:
+            self._open_subscriptions += 1
+            return
+        key = (session_id, stream_id)
+        self.control_sessions[key] = self.control_sessions.get(key, 0) + 1
+        if key not in self.images:  # at once: the publication may be there already (a server's grant said so)
+            self._ask(key, now_ns)
+
+    def _ask(self, key: tuple[int, int], now_ns: int) -> None:
+        """Ask for ``key``'s SETUP now, then again after a doubling wait (see :meth:`elicit_waiting`)."""
+        self.elicit_setup(key[0], key[1], self._control_address())
+        self._waiting[key] = (now_ns + FIRST_CONTROL_ELICIT_NS, FIRST_CONTROL_ELICIT_NS)
+        self.next_elicit_ns = min(self.next_elicit_ns, now_ns + FIRST_CONTROL_ELICIT_NS)
+
+    def elicit_waiting(self, now_ns: int) -> None:
+        """Receiver thread, when ``next_elicit_ns`` is due: ask again for the sessions named on ``control=`` whose
+        image has not come, 5 ms after the first ask, then 10, 20, ... up to every ``CONTROL_ELICIT_INTERVAL_NS``
+        (the publication may be made only just after our subscription: a server answering a HELLO)."""
+        images = self.images
+        upcoming = _NEVER
+        for key, (due, wait) in list(self._waiting.items()):
+            if key in images or key not in self.control_sessions:
+                del self._waiting[key]
+                continue
+            if now_ns >= due:
+                self.elicit_setup(key[0], key[1], self._control_address())
+                wait = min(wait * 2, CONTROL_ELICIT_INTERVAL_NS)
+                due = now_ns + wait
+                self._waiting[key] = (due, wait)
+            upcoming = min(upcoming, due)
+        self.next_elicit_ns = upcoming
+
+    def remove_stream(self, stream_id: int, session_id: int | None) -> None:
+        count = self.stream_ref_counts.get(stream_id, 0) - 1
+        if count > 0:
+            self.stream_ref_counts[stream_id] = count
+        else:
+            self.stream_ref_counts.pop(stream_id, None)
+        if not self.channel.has_explicit_control or self.channel.is_multicast:
+            return
+        if session_id is None:
+            self._open_subscriptions -= 1
+            return
+        key = (session_id, stream_id)
+        left = self.control_sessions.get(key, 0) - 1
+        if left > 0:
+            self.control_sessions[key] = left
+        else:
+            self.control_sessions.pop(key, None)
+
+    def _control_address(self) -> Address:
+        return (self.channel.local_control[0], self.channel.local_control[1])
+
     def elicit_from_control(self, now_ns: int, interval_ns: int) -> None:
         """``control=`` on a unicast subscription (MDC): ask the publisher there for SETUPs while subscribed.
 
-        The publisher cannot know us before we speak, so, as 1.15.1 does, a
-        setup-eliciting SM for session 0 / stream 0 goes to the control address
-        every ``interval_ns`` while any stream is subscribed.
+        The publisher cannot know us before we speak. A subscription that
+        names its session asks that session's publication until its image is
+        there (see :meth:`elicit_waiting`; this restarts the asking for one whose
+        image went): such a publication answers only those who name it (a private
+        publication, see :class:`SendChannelEndpoint`), and the status
+        messages from our socket teach it our address, through a NAT too. The
+        others, as 1.15.1, send a setup-eliciting SM for session 0 / stream 0
+        every ``interval_ns``.
         """
         channel = self.channel
         if not channel.has_explicit_control or channel.is_multicast or not self.stream_ref_counts:
             return
-        if now_ns - self._next_control_elicit_ns < 0:
+        images = self.images
+        for key in self.control_sessions:
+            if key not in images and key not in self._waiting:  # (its image went, say)
+                self._ask(key, now_ns)
+        if self._open_subscriptions <= 0 or now_ns - self._next_control_elicit_ns < 0:
             return
         self._next_control_elicit_ns = now_ns + interval_ns
-        self.elicit_setup(0, 0, (channel.local_control[0], channel.local_control[1]))
+        self.elicit_setup(0, 0, self._control_address())
 
     def _on_setup_frame(self, view: memoryview, address: Address, now_ns: int) -> None:
         fields = _unpack_setup(view, 0)

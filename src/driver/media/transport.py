@@ -52,9 +52,16 @@ class UdpTransport:
         send_faults: FaultSpec | None = None,
         receive_faults: FaultSpec | None = None,
         description: str = "",
+        family: socket.AddressFamily = socket.AF_INET,
     ) -> None:
+        """``family``: the channel's (its endpoint's); an IPv6 ``bind_address`` makes it IPv6 whatever it says,
+        and an IPv6 socket asked to bind the IPv4 wildcard binds IPv6's (``::``)."""
         self.description = description or f"udp {bind_address[0]}:{bind_address[1]}"
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        if ":" in bind_address[0]:
+            family = socket.AF_INET6
+        elif family == socket.AF_INET6 and bind_address[0] == "0.0.0.0":
+            bind_address = ("::", bind_address[1])
+        sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             if multicast_group is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

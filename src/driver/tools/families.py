@@ -179,6 +179,9 @@ _SYSTEM: dict[str, Family] = {
     DriverSystemCounterId.IMAGES_EVICTED_SILENT.label: _counter(
         "images_evicted", "Silent images evicted to make room for a new one."
     ),
+    DriverSystemCounterId.DYNAMIC_DESTINATIONS_REFUSED.label: _counter(
+        "dynamic_destinations_refused", "Receivers not added as dynamic destinations: the publication was full."
+    ),
 }
 
 IMAGES_REFUSED = _counter("images_refused", "Images the driver refused to create, by reason.")

@@ -28,7 +28,7 @@ from driver.client.publication import Publication
 from driver.client.subscription import Subscription
 from endpoint.handshake.protocol import answer_key
 
-__all__ = ["LINGER_NS", "HandshakeRoute", "HandshakeRoutes"]
+__all__ = ["LINGER_NS", "HandshakeRoute", "HandshakeRoutes", "answer_session"]
 
 _log = logging.getLogger("endpoint")
 
@@ -36,6 +36,12 @@ LINGER_NS = 1_000_000_000
 _SPIN_NS = 20_000_000
 """After a packet goes out, its answer usually comes within milliseconds: keep the poller spinning this long."""
 _FRAGMENTS_PER_POLL = 64
+
+
+def answer_session(route_session: int) -> int:
+    """The session of a server's answers to the client route whose handshake publication has ``route_session``:
+    the next one (int32), so that the two never clash on one driver (clients pick even route sessions)."""
+    return ((route_session + 1 + (1 << 31)) & 0xFFFF_FFFF) - (1 << 31)
 
 
 class HandshakeRoute:
@@ -49,6 +55,8 @@ class HandshakeRoute:
         reply: Subscription,
         local: tuple[str, int] | None,
         server: tuple[str, int],
+        *,
+        control: str | None = None,
     ) -> None:
         self.owner = owner
         """The shared driver whose client made the resources."""
@@ -57,6 +65,8 @@ class HandshakeRoute:
         self.reply = reply
         self.local = local
         self.server = server
+        self.control = control
+        """UDP: the server's control address, where the status messages of our subscriptions on ``local`` go."""
         self.users = 0
         self.idle_since_ns = 0
         self.broken = False

@@ -14,7 +14,7 @@ import pytest
 
 from endpoint.listeners import _global_error_listeners
 from endpoint.registry import registry
-from support.endpoints import free_udp_port
+from support.endpoints import free_server_port
 from support.logged_process import LoggedProcess
 
 SERVER_PROCESS = Path(__file__).with_name("server_process.py")
@@ -22,8 +22,8 @@ SERVER_PROCESS = Path(__file__).with_name("server_process.py")
 
 @pytest.fixture
 def port() -> int:
-    """A UDP port on 127.0.0.1 that was free a moment ago (the server's)."""
-    return free_udp_port()
+    """A UDP port on 127.0.0.1 that was free a moment ago with the next one (the server's port and control port)."""
+    return free_server_port()
 
 
 @pytest.fixture

@@ -501,7 +501,10 @@ async def test_a_raw_handshake_completes_and_a_rejection_is_sealed(
                 # The granted term length: the server's subscription takes no longer term than it granted.
                 term = int(grant["term_length"])
                 pub_channel = f"aeron:udp?endpoint=127.0.0.1:{port}|session-id={session_in}|term-length={term}"
-                sub_channel = f"aeron:udp?endpoint=127.0.0.1:{peer.reply_port}|session-id={session_out}"
+                sub_channel = (
+                    f"aeron:udp?endpoint=127.0.0.1:{peer.reply_port}|control=127.0.0.1:{port + 1}"
+                    f"|session-id={session_out}"
+                )
             sub = await aeron.add_subscription_async(sub_channel, stream_out)
             pub = await aeron.add_exclusive_publication_async(pub_channel, stream_in)
             try:

@@ -98,7 +98,7 @@ async def test_a_client_with_a_fixed_port_reconnects_after_its_route_closed(
     async with running_server(server_config(aeron_dir, port)) as server:
         client = Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=6.0))
         try:
-            answer_routes: list[tuple[str, int, int]] = []
+            answer_routes: list[tuple[str, int]] = []
             for _ in range(3):
                 conn = await client.connect("127.0.0.1", port)
                 answer_routes += [key for key in server._answer_routes if key not in answer_routes]
@@ -106,9 +106,9 @@ async def test_a_client_with_a_fixed_port_reconnects_after_its_route_closed(
                 (route,) = _routes().polled
                 _routes().tick(route.idle_since_ns + LINGER_NS)
                 await wait_until(lambda: route.reply.is_closed, 5, what="the route closed")  # noqa: B023
-            # One answer route per client route, though all three answered the same address and port.
+            # One answer route per client route (its session), though all three answered the same address and port.
             assert len(answer_routes) == 3
-            assert {key[:2] for key in answer_routes} == {("127.0.0.1", local_port)}
+            assert {key[0] for key in answer_routes} == {"127.0.0.1"}
         finally:
             await client.close()
 
@@ -179,3 +179,34 @@ async def test_an_ipc_route_is_drained_while_nobody_waits_on_it(aeron_dir: Path,
                 await asyncio.sleep(0.001)
         assert sent == 128, f"the answer stream stalled after {sent} packets"
         await wait_until(lambda: route.unclaimed - before == 128, 5, what="every answer read")
+
+
+async def test_a_client_with_a_local_address_sends_from_it_too(aeron_dir: Path, client_dir: Path, port: int) -> None:
+    """The server answers only the address a client's HELLO came from: a client bound to a local address of its
+    choosing (a loopback alias here) sends from it as well, and is known to the server by it."""
+    async with running_server(server_config(aeron_dir, port)) as server:
+        client = Client(client_config("udp", aeron_dir, client_dir, local_address="127.0.0.5"))
+        try:
+            conn = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
+            assert await conn.ping() > 0
+            (at_server,) = server.connections
+            assert at_server.remote_address.startswith("127.0.0.5:")
+        finally:
+            await client.close()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+async def test_a_server_on_every_ipv6_address_answers_ipv4_and_ipv6_clients(
+    aeron_dir: Path, client_dir: Path, port: int, host: str
+) -> None:
+    """Listening on ``::`` (both families on Linux): an IPv4 client is seen as ``::ffff:a.b.c.d``, and the server's
+    streams admit it at that address as the kernel writes it."""
+    async with running_server(server_config(aeron_dir, port, listen_address="::")) as server:
+        client = Client(client_config("udp", aeron_dir, client_dir))
+        try:
+            conn = await asyncio.wait_for(client.connect(host, port), 15)
+            assert await conn.ping() > 0
+            (at_server,) = server.connections
+            assert at_server.remote_address.rpartition(":")[0] in ("::ffff:127.0.0.1", "::1")
+        finally:
+            await client.close()

@@ -27,7 +27,7 @@ from support.endpoints import (
     Num,
     client_config,
     connected_client,
-    free_udp_port,
+    free_server_port,
     running_server,
     server_config,
     wait_until,
@@ -65,7 +65,7 @@ async def hostile_pair(
     errors: dict[str, Errors] = {"server": [], "bystander": [], "client": []}
     async with (
         running_server(server_config(aeron_dir, port, **overrides)) as server,
-        running_server(server_config(aeron_dir, free_udp_port(), **overrides)) as bystander,
+        running_server(server_config(aeron_dir, free_server_port(), **overrides)) as bystander,
         connected_client(client_config(transport, aeron_dir, client_dir, **{**overrides, **(client or {})}), port) as (
             the_client,
             conn,

@@ -12,12 +12,12 @@ from driver.client import Aeron
 from endpoint import Client, ClientConfiguration, Server
 from endpoint.registry import registry
 from support.driver_process import DriverProcess
-from support.endpoints import client_config, free_udp_port, running_server, server_config, wait_until
+from support.endpoints import client_config, free_server_port, free_udp_port, running_server, server_config, wait_until
 
 
 async def test_end_points_with_equal_settings_share_one_driver_until_the_last_closes(aeron_dir: Path) -> None:
-    first = Server(server_config(aeron_dir, free_udp_port()))
-    second = Server(server_config(aeron_dir, free_udp_port()))
+    first = Server(server_config(aeron_dir, free_server_port()))
+    second = Server(server_config(aeron_dir, free_server_port()))
     await first.bind()
     try:
         await second.bind()
@@ -38,7 +38,7 @@ async def test_end_points_with_equal_settings_share_one_driver_until_the_last_cl
 
 async def test_concurrent_starts_and_closes_make_and_free_exactly_one_driver(aeron_dir: Path) -> None:
     clients = [Client(ClientConfiguration(aeron_dir=aeron_dir)) for _ in range(12)]
-    server = Server(server_config(aeron_dir, free_udp_port()))
+    server = Server(server_config(aeron_dir, free_server_port()))
     await asyncio.gather(server.bind(), *(c._lease_driver() for c in clients))
     try:
         drivers = {id(c._shared) for c in clients} | {id(server._shared)}
@@ -55,7 +55,7 @@ async def test_concurrent_starts_and_closes_make_and_free_exactly_one_driver(aer
 async def test_a_live_driver_in_the_directory_is_attached_to_and_left_running(aeron_dir: Path, tmp_path: Path) -> None:
     standalone = DriverProcess.start(aeron_dir, tmp_path / "driver.log")
     try:
-        server = Server(server_config(aeron_dir, free_udp_port()))
+        server = Server(server_config(aeron_dir, free_server_port()))
         await server.bind()
         try:
             assert server._shared is not None
@@ -69,8 +69,8 @@ async def test_a_live_driver_in_the_directory_is_attached_to_and_left_running(ae
 
 
 async def test_unique_directories_give_each_end_point_its_own_driver(aeron_dir: Path) -> None:
-    a = Server(server_config(aeron_dir, free_udp_port(), unique_aeron_dir=True))
-    b = Server(server_config(aeron_dir, free_udp_port(), unique_aeron_dir=True))
+    a = Server(server_config(aeron_dir, free_server_port(), unique_aeron_dir=True))
+    b = Server(server_config(aeron_dir, free_server_port(), unique_aeron_dir=True))
     await a.bind()
     await b.bind()
     try:
@@ -89,7 +89,7 @@ async def test_unique_directories_give_each_end_point_its_own_driver(aeron_dir: 
 async def test_the_loop_runs_an_invoker_driver_and_a_keeper_runs_it_while_the_loop_is_blocked(aeron_dir: Path) -> None:
     """By default the embedded driver has no thread: the loop's poller runs it, and while the loop is blocked
     (here: a blocking call to that very driver through another client) a keeper thread does."""
-    server = Server(server_config(aeron_dir, free_udp_port(), driver_timeout=3.0))
+    server = Server(server_config(aeron_dir, free_server_port(), driver_timeout=3.0))
     await server.bind()
     try:
         shared = server._shared

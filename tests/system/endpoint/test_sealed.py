@@ -105,7 +105,9 @@ async def open_pair(
     async with running_server(server_config(aeron_dir, port, **(server or {}))) as srv:
         at_server.listen(srv, "server")
         config = client_config(transport, aeron_dir, client_dir, **(client or {}))
-        async with connected_client(config, connect_port or port) as (cli, conn):
+        # Through a relay (which carries what the client sends), the client's status messages still go to the
+        # server's control port.
+        async with connected_client(config, connect_port or port, control_port=port + 1) as (cli, conn):
             at_client.listen(cli, "client")
             server_conn = await wait_until(
                 lambda: next((c for c in srv.connections if c.id == conn.id), None), BOUND, what="server connection"

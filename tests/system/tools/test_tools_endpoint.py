@@ -29,7 +29,7 @@ from support.endpoints import (
     Chat,
     client_config,
     connected_client,
-    free_udp_port,
+    free_server_port,
     running_server,
     server_config,
     wait_until,
@@ -53,7 +53,7 @@ def tools(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[st
 
 async def test_tools_find_a_default_end_point(monkeypatch: pytest.MonkeyPatch, aeron_dir: Path) -> None:
     monkeypatch.setenv("AERON_DIR", str(aeron_dir))
-    config = ServerConfiguration(port=free_udp_port())
+    config = ServerConfiguration(port=free_server_port())
     assert config.aeron_dir is None
     async with running_server(config):
         assert (aeron_dir / "cnc.dat").is_file()
@@ -92,7 +92,7 @@ def scrape(directory: Path) -> str:
 async def test_exporter_on_end_points_passes_promtool(aeron_dir: Path, client_dir: Path) -> None:
     """A server and a UDP client exchanging messages: every family is well formed and the positions carry
     their stream, session and channel."""
-    port = free_udp_port()
+    port = free_server_port()
     async with running_server(server_config(aeron_dir, port)) as server:
         received: list[object] = []
         server.on_message(Chat)(lambda connection, message: received.append(message))
@@ -193,7 +193,7 @@ def test_grafana_dashboard_is_valid_promql() -> None:
 async def test_grafana_dashboard_names_only_exported_families(aeron_dir: Path, client_dir: Path) -> None:
     """Run the exporter on a server's driver and on a UDP client's (an IPC client on the server's too): every
     metric a dashboard query names is one those scrapes contain."""
-    port = free_udp_port()
+    port = free_server_port()
     exported: set[str] = set()
     async with running_server(server_config(aeron_dir, port)) as server:
         received: list[object] = []
@@ -241,7 +241,7 @@ def connections_json(directory: Path) -> dict[str, Any]:
 async def test_connections_lists_each_connection_with_rtt_rates_and_age(aeron_dir: Path, client_dir: Path) -> None:
     """A server with a UDP and an IPC client: ``aeron-tools connections`` sees every connection from its driver's
     counters, with peer, transport, a measured round trip, bytes and messages each way; a closed one is gone."""
-    port = free_udp_port()
+    port = free_server_port()
     fast = {"ping_interval": 0.1, "peer_timeout": 5.0}
     async with running_server(server_config(aeron_dir, port, **fast)) as server:
         received: list[object] = []
@@ -303,7 +303,7 @@ async def test_connections_lists_each_connection_with_rtt_rates_and_age(aeron_di
 
 async def test_a_server_keeps_its_own_figures_in_the_counters_file(aeron_dir: Path, client_dir: Path) -> None:
     """Connections, handshake packets and drops by reason, exported as families of their own."""
-    port = free_udp_port()
+    port = free_server_port()
     async with running_server(server_config(aeron_dir, port)) as server:
         async with connected_client(client_config("udp", aeron_dir, client_dir), port):
 

@@ -306,7 +306,7 @@ def tmux() -> Iterator[list[str]]:
 def test_live_view_in_a_terminal(driver_process: DriverProcess, traffic: Traffic, tmux: list[str]) -> None:
     command = f"{sys.executable} -m driver.tools stat -d {driver_process.aeron_dir} --interval 0.3"
     subprocess.run(
-        [*tmux, "new-session", "-d", "-s", "live", "-x", "180", "-y", "60", command],
+        [*tmux, "new-session", "-d", "-s", "live", "-x", "180", "-y", "80", command],
         check=True,
         timeout=10,
         env={**os.environ, "TERM": "xterm-256color"},
