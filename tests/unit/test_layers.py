@@ -57,6 +57,7 @@ SANS_IO = (
     "endpoint.connection.liveness",
     "endpoint.connection.core",
     "endpoint.connection.sealing",
+    "endpoint.connection.session",
     "endpoint.rpc.correlation",
     "endpoint.reconnect",
     "endpoint.messages",
