@@ -4,6 +4,7 @@ import logging as _logging
 
 from endpoint.client import Client
 from endpoint.config import ClientConfiguration, Configuration, ServerConfiguration
+from endpoint.connection.buffered import Session
 from endpoint.connection.shell import Connection
 from endpoint.drivers import (
     DriverInfo,
@@ -89,6 +90,7 @@ __all__ = [
     "Server",
     "ServerConfiguration",
     "ServerError",
+    "Session",
     "SessionBufferFullError",
     "SessionExpiredError",
     "StreamAbortedError",

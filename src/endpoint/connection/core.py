@@ -20,6 +20,7 @@ from typing import Any
 from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.connection.liveness import PEER_TIMED_OUT, Liveness, Verdict
 from endpoint.connection.sealing import Opener
+from endpoint.connection.session import SESSION_EXT
 from endpoint.errors import SealError, SerializationError
 from endpoint.messages import (
     CHUNK_EXT,
@@ -88,6 +89,9 @@ class ConnectionCore:
         self._opener: Opener | None = None
         self.on_whole: Callable[[memoryview], None] = self.on_message
         """Every whole message of the peer's goes through here: read as is, or opened first."""
+        self.on_session: Callable[[memoryview], None] | None = None
+        """Frames of a buffered session (:mod:`endpoint.connection.session`) go here once the connection carries
+        one; without one such a frame is undecodable like any other junk."""
 
     # ------------------------------------------------------------------ reading
 
@@ -152,9 +156,14 @@ class ConnectionCore:
         if not len(payload):
             self._malformed("an empty message")
             return
-        if payload[0] == 0xC9 and len(payload) > 9 and payload[5] == CHUNK_EXT:
-            self._chunk(payload)
-            return
+        if payload[0] == 0xC9 and len(payload) > 9:  # ext32: a stream chunk or session frame (or a huge message)
+            ext = payload[5]
+            if ext == CHUNK_EXT:
+                self._chunk(payload)
+                return
+            if ext == SESSION_EXT and self.on_session is not None:
+                self.on_session(payload)
+                return
         try:
             message = self._decode(payload)
         except SerializationError as exc:
