@@ -41,7 +41,7 @@ from endpoint.config import (
 from endpoint.connection.buffered import Session
 from endpoint.connection.session import SessionLog, SessionTable, TableStats
 from endpoint.connection.shell import Connection
-from endpoint.errors import AllocationError, ConnectionClosedError, RejectReason, ServerError
+from endpoint.errors import AllocationError, BudgetExceededError, ConnectionClosedError, RejectReason, ServerError
 from endpoint.handshake.keystore import default_config_dir, load_or_create_private_key
 from endpoint.handshake.protocol import (
     PROTOCOL_VERSION,
@@ -293,11 +293,19 @@ class Server(EndPoint[ServerConfiguration]):
         return self
 
     def broadcast(self, message: object) -> int:
-        """Send ``message`` to every open connection without waiting; returns how many accepted it."""
+        """Send ``message`` to every open connection without waiting; returns how many accepted it (a connection
+        carrying a buffered session accepts it when its session keeps it)."""
         data = self.config.serialization.encode(message)
         sent = 0
         for connection in self._polled:
             if connection._closing:
+                continue
+            session = connection.session
+            if session is not None:  # kept and numbered like any send in the session (not counted when full)
+                try:
+                    sent += session.send_nowait(message)
+                except BudgetExceededError:
+                    pass
                 continue
             if len(data) > connection.max_message_length:
                 connection.send_nowait(message)  # raises MessageTooLargeError with the details
