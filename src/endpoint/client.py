@@ -323,7 +323,12 @@ class Client(EndPoint[ClientConfiguration]):
         """What DONE claims: our session, when we opted in and the server offers sessions (an old or opted-out
         server is told nothing, and the connection has no session)."""
         timeout_ms = grant.get("session_timeout_ms")
-        if self._session_key is None or type(timeout_ms) is not int or timeout_ms <= 0:
+        if self._session_key is None:
+            return None
+        if type(timeout_ms) is not int or timeout_ms <= 0:
+            # This server offers no sessions (any more): what our session kept cannot be delivered, and sends go
+            # on the plain connection from now on.
+            self._end_session("the server offers no buffered sessions")
             return None
         self._session_timeout = timeout_ms / 1000
         session = self.session
