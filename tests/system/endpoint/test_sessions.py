@@ -46,7 +46,8 @@ def session_client(aeron_dir: Path, client_dir: Path, tmp_path: Path, **override
         **FAST,
     }
     settings.update(overrides)
-    return Client(client_config("udp", aeron_dir, client_dir, **settings))
+    transport = settings.pop("transport", "udp")
+    return Client(client_config(transport, aeron_dir, client_dir, **settings))
 
 
 class Seen:
@@ -67,13 +68,14 @@ async def _lose(client: Client) -> Connection:
     return connection
 
 
+@pytest.mark.parametrize(("transport", "sealed"), [("udp", False), ("udp", True), ("ipc", False)])
 async def test_a_lost_connection_resumes_the_session_with_nothing_lost_or_doubled(
-    aeron_dir: Path, client_dir: Path, port: int, tmp_path: Path
+    aeron_dir: Path, client_dir: Path, port: int, tmp_path: Path, transport: str, sealed: bool
 ) -> None:
-    server = session_server(aeron_dir, port)
+    server = session_server(aeron_dir, port, sealed=sealed)
     at_server = Seen(server)
     async with asyncio.timeout(60), running_server_of(server):
-        client = session_client(aeron_dir, client_dir, tmp_path)
+        client = session_client(aeron_dir, client_dir, tmp_path, transport=transport)
         at_client = Seen(client)
         async with client:
             first = await client.connect("127.0.0.1", port)
@@ -110,6 +112,7 @@ async def test_a_lost_connection_resumes_the_session_with_nothing_lost_or_double
             assert at_client.nums == [1000 + i for i in range(150)]
             assert client.session is first.session
             assert client.connection is not None
+            assert client.connection.sealed is sealed
             assert client.connection.resumed
             assert server_side.lost  # the old connection went without a goodbye (timed out, or taken over)
             assert server.session_stats.resumed == 1
