@@ -840,8 +840,10 @@ class Server(EndPoint[ServerConfiguration]):
             return
         if connection.lost:
             session.detach(connection)  # its client may come back within session_timeout
-        elif self._sessions.close(session.public_key) is session:
-            session.end(connection.close_reason or "closed")  # a goodbye ends the session for good
+            return
+        if self._sessions.get(session.public_key) is session:
+            self._sessions.close(session.public_key)
+        session.end(connection.close_reason or "closed")  # a goodbye ends the session for good
 
     def _after_connection_closed(self, connection: Connection) -> None:
         ids = self._ids_of.pop(connection.id, None)

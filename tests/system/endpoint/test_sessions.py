@@ -184,6 +184,9 @@ async def test_past_the_timeout_the_server_drops_the_session_and_tells_its_liste
             assert session is not None
             await _lose(client)
             await server_side.send(Num(1))  # kept for a client that never comes back
+            client_session = client.session
+            assert client_session is not None
+            await client.send(Num(3))  # kept by the client's side, for a connection that never comes
             await wait_until(lambda: expired, 15, what="the session to expire")
             assert expired == [session]
             assert session.ended
@@ -193,10 +196,17 @@ async def test_past_the_timeout_the_server_drops_the_session_and_tells_its_liste
             assert server.session_stats.expired == 1
             with pytest.raises(SessionExpiredError):
                 await server_side.send(Num(2))
+            # The client's side ends too (the server's timeout came with the grant); its kept sends are dropped.
+            await wait_until(lambda: client_session.ended, 10, what="the client's session to expire")
+            assert client_session.dropped == 1
+            assert client.buffered_dropped == 1
+            with pytest.raises(SessionExpiredError):
+                await client_session.send(Num(4))
             # The client, back later, gets a new session (the old one is gone with what it kept).
             await client.connect("127.0.0.1", port)
             await wait_until(lambda: len(at_server.connects) == 2, 10, what="the second connect")
             assert at_server.connects[1].session is not session
+            assert client.session is not client_session
             assert not at_server.connects[1].resumed
 
 
