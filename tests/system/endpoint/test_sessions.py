@@ -23,6 +23,7 @@ from endpoint import (
     SessionBufferFullError,
     SessionExpiredError,
 )
+from endpoint.connection.counters import endpoint_stats
 from support.endpoints import Num, client_config, server_config, wait_until
 
 pytestmark = [pytest.mark.slow]
@@ -118,6 +119,10 @@ async def test_a_lost_connection_resumes_the_session_with_nothing_lost_or_double
             assert server.session_stats.resumed == 1
             assert server.session_stats.opened == 1
             await wait_until(lambda: server_session.kept == 0 and first.session.kept == 0, 5, what="acks")
+            figures = endpoint_stats(server)  # what the driver's counters file carries for operators
+            assert figures["sessions"] == 1
+            assert figures["session_events:resumed"] == 1
+            assert figures["session_events:opened"] == 1
             assert server.broadcast(Num(2000)) == 1  # a broadcast goes through the session too
             await wait_until(lambda: at_client.nums[-1:] == [2000], 10, what="the broadcast")
             assert server_session.log.last_seq == 151
