@@ -310,8 +310,11 @@ class Client(EndPoint[ClientConfiguration]):
             aeron = self._shared.client() if self._shared else None
             await wait_connected(connection._pub, cfg.handshake_timeout, aeron)
             await wait_image(connection._sub, cfg.handshake_timeout, aeron)
-            if done.session is not None and offer is not None:
-                self._join_session(connection, done.session.session_id, done.session.resumed, done.session.sync)
+            if offer is not None:
+                if done.session is not None:
+                    self._join_session(connection, done.session.session_id, done.session.resumed, done.session.sync)
+                else:  # the server holds sessions for others only (max_sessions): this connection goes without
+                    self._end_session("the server has no room for our session (its max_sessions)")
         except BaseException:
             await self._discard(connection)
             raise

@@ -215,6 +215,42 @@ async def test_past_the_timeout_the_server_drops_the_session_and_tells_its_liste
             assert not at_server.connects[1].resumed
 
 
+async def test_a_full_table_evicts_the_longest_detached_session_or_connects_without_one(
+    aeron_dir: Path, client_dir: Path, port: int, tmp_path: Path
+) -> None:
+    server = session_server(aeron_dir, port, max_sessions=1)
+    gone: list[Session] = []
+    server.on_session_expired(gone.append)
+    at_server = Seen(server)
+    async with asyncio.timeout(60), running_server_of(server):
+        first, second, third = (session_client(aeron_dir, client_dir, tmp_path, auto_reconnect=False) for _ in "abc")
+        async with first, second, third:
+            await first.connect("127.0.0.1", port)
+            await wait_until(lambda: len(at_server.connects) == 1, 10, what="the first on_connect")
+            held = at_server.connects[0].session
+            assert held is not None
+            # The one session held is connected: the second client connects without one, and sends plainly.
+            plain = await second.connect("127.0.0.1", port)
+            assert plain.session is None
+            assert second.session is not None
+            assert second.session.ended
+            await second.send(Num(5))
+            await wait_until(lambda: at_server.nums == [5], 10, what="the plain message")
+            assert at_server.connects[1].session is None
+            assert server.session_stats.refused == 1
+            # Once the first client's connection is lost, its (detached) session gives way to a new client's.
+            await _lose(first)
+            await wait_until(lambda: held.connection is None, 10, what="the server to notice the loss")
+            await held.send(Num(6))  # kept, then dropped with the session
+            connection = await third.connect("127.0.0.1", port)
+            assert connection.session is not None
+            assert gone == [held]
+            assert held.end_reason == "evicted"
+            assert held.dropped == 1
+            assert server.session_stats.evicted == 1
+            assert [s.public_key for s in server.sessions] == [connection.session.public_key]
+
+
 async def test_a_graceful_close_ends_the_session_on_both_ends(
     aeron_dir: Path, client_dir: Path, port: int, tmp_path: Path
 ) -> None:
