@@ -151,7 +151,17 @@ class Session:
     def keep_and_offer(self, body: bytes) -> None:
         if self.ended:
             raise SessionExpiredError(f"{self!r}: the session ended ({self.end_reason})", self.end_reason)
-        self.log.keep(body)
+        log = self.log
+        frame = log.keep(body)
+        connection = self.connection
+        # The common case first: connected, nothing older waiting to be offered.
+        if connection is not None and self._retry is None and log.offered == log.last_seq - 1:
+            try:
+                if not connection._closing and connection.outbox.offer_now(frame):
+                    log.offered = log.last_seq
+                    return
+            except ConnectionClosedError:
+                return  # kept: the next connection offers it
         self._pump()
 
     def _pump(self) -> None:

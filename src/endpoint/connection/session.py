@@ -16,7 +16,7 @@ dropped with everything it kept (:class:`SessionTable` on the server, bounded).
 
 Frames (a hand-built msgpack ext value, like stream chunks, so they need no registered type and do not change
 the registration hash): ``0xC9``, the 4-byte big-endian ext length, :data:`SESSION_EXT`, one kind byte
-(:data:`DATA` or :data:`ACK`), the 8-byte little-endian sequence number, then (DATA only) the encoded message.
+(:data:`DATA` or :data:`ACK`), the 8-byte big-endian sequence number, then (DATA only) the encoded message.
 
 Nothing here reads a clock, touches a socket or needs an event loop: time comes in as ``now_ns``.
 """
@@ -52,41 +52,36 @@ SESSION_EXT = 3
 """msgpack ext code of a session frame (registered objects use 1, stream chunks 2)."""
 DATA, ACK = 1, 2
 FRAME_HEADER_LENGTH = 15
-"""0xC9, ext length (4, big-endian), ext code, kind, sequence number (8, little-endian)."""
+"""0xC9, ext length (4, big-endian), ext code, kind, sequence number (8, big-endian)."""
 ACK_EVERY = 32
 """A receiver acknowledges at once after this many messages not yet acknowledged (else on its tick)."""
 
 _HEADER = struct.Struct(">BIBBQ")
-_SEQ = struct.Struct("<Q")
 _U64 = (1 << 64) - 1
 
 
 def data_frame(seq: int, body: bytes) -> bytes:
     """A DATA frame carrying the encoded message ``body`` as number ``seq``."""
-    return b"".join(
-        (bytes((0xC9,)), (len(body) + 9).to_bytes(4, "big"), bytes((SESSION_EXT, DATA)), _SEQ.pack(seq), body)
-    )
+    return _HEADER.pack(0xC9, len(body) + 9, SESSION_EXT, DATA, seq) + body
 
 
 def ack_frame(delivered: int) -> bytes:
     """An ACK frame: every number up to ``delivered`` was delivered here."""
-    return bytes((0xC9, 0, 0, 0, 9, SESSION_EXT, ACK)) + _SEQ.pack(delivered)
+    return _HEADER.pack(0xC9, 9, SESSION_EXT, ACK, delivered)
 
 
 def parse_frame(payload: memoryview) -> tuple[int, int, memoryview] | None:
     """(kind, seq, body) of a session frame, or None when it is not a well-formed one (the caller counts it)."""
-    if len(payload) < FRAME_HEADER_LENGTH or payload[0] != 0xC9 or payload[5] != SESSION_EXT:
+    if len(payload) < FRAME_HEADER_LENGTH:
         return None
-    if int.from_bytes(payload[1:5], "big") != len(payload) - 6:
+    marker, length, ext, kind, seq = _HEADER.unpack_from(payload)
+    if marker != 0xC9 or ext != SESSION_EXT or length != len(payload) - 6:
         return None
-    kind = payload[6]
-    if kind != DATA and kind != ACK:
-        return None
-    (seq,) = _SEQ.unpack_from(payload, 7)
-    body = payload[FRAME_HEADER_LENGTH:]
-    if kind == ACK and len(body):
-        return None
-    return kind, seq, body
+    if kind == DATA:
+        return kind, seq, payload[FRAME_HEADER_LENGTH:]
+    if kind == ACK and length == 9:
+        return kind, seq, payload[FRAME_HEADER_LENGTH:]
+    return None
 
 
 @attrs.frozen
