@@ -105,7 +105,9 @@ class _MaxPositionFlowControl:
         position_bits_to_shift: int,
     ) -> int:
         # computePosition with the int32 wrap of the term count, inlined: this runs per SM.
-        position = (int32(term_id - initial_term_id) << position_bits_to_shift) + term_offset
+        position = (
+            int32(term_id - initial_term_id) << position_bits_to_shift
+        ) + term_offset
         if position > self._last_position:
             self._last_position = position
         self._time_of_last_sm_ns = now_ns
@@ -194,7 +196,9 @@ class MinMulticastFlowControl:
         initial_term_id: int,
         position_bits_to_shift: int,
     ) -> int:
-        position = (int32(term_id - initial_term_id) << position_bits_to_shift) + term_offset
+        position = (
+            int32(term_id - initial_term_id) << position_bits_to_shift
+        ) + term_offset
         limit = position + window
         receivers = self._receivers
         receiver = receivers.get(receiver_id)

@@ -65,6 +65,7 @@ ReservedValueSupplier = Callable[[memoryview, int, int], int]
 """(term view, frame offset, frame length) -> reserved value stored at header offset 24."""
 
 
+
 def fragmented_required_length(length: int, max_payload_length: int) -> int:
     """Bytes a message of ``length`` takes when split into frames of at most ``max_payload_length``."""
     full, remaining = divmod(length, max_payload_length)
@@ -165,6 +166,7 @@ class TermAppender(_PartitionAppender):
     FAILED = FAILED
 
     __slots__ = ()
+
 
     def raw_tail_volatile(self) -> int:
         return self.metadata.get_long_volatile(self._tail_offset)
@@ -295,6 +297,7 @@ class ExclusiveTermAppender(_PartitionAppender):
     FAILED = EXCLUSIVE_FAILED
 
     __slots__ = ()
+
 
     def _end_of_term(self, header: HeaderWriter, term_id: int, term_offset: int) -> int:
         _pad_to_end(self.term, term_offset, header, self.term_length, term_id)

@@ -65,7 +65,9 @@ class FragmentAssembler:
 
     __slots__ = ("_builders", "delegate", "initial_buffer_length")
 
-    def __init__(self, delegate: Callable[[memoryview, Header], object], initial_buffer_length: int = 0) -> None:
+    def __init__(
+        self, delegate: Callable[[memoryview, Header], object], initial_buffer_length: int = 0
+    ) -> None:
         self.delegate = delegate
         self.initial_buffer_length = initial_buffer_length
         self._builders: dict[int, BufferBuilder] = {}

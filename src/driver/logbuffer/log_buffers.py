@@ -95,7 +95,8 @@ class LogBuffers:
         usable = _usable_space(file_path.parent)
         if usable < length:
             raise StorageSpaceError(
-                f"insufficient usable storage for new log of length={length} in {file_path.parent} (usable={usable})"
+                f"insufficient usable storage for new log of length={length} in {file_path.parent} "
+                f"(usable={usable})"
             )
         fd = os.open(file_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
         try:
