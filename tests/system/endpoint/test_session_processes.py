@@ -4,8 +4,9 @@ A client process (its own embedded driver, UDP) is SIGKILLed and started again w
 the server's listeners see the same session come back (``conn.session`` is the same object, ``conn.resumed``),
 and what the server sent meanwhile reaches the new process once and in order. In a network namespace of the
 test's own, a server process and a client process stream numbered messages to each other through their session
-while every UDP datagram in the namespace is dropped for a while (an nftables rule, then none): when the
-network returns, each side has every number exactly once, in order.
+while the network is taken away for a while — every UDP datagram dropped (an nftables rule), or the interface
+down (sends fail, both drivers restart) — and given back: each side then has every number exactly once, in
+order, and the client's new connection resumed the same session.
 """
 
 from __future__ import annotations
@@ -31,12 +32,17 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 PEER = Path(__file__).with_name("session_peer.py")
 
 
+def lines(process: LoggedProcess) -> list[str]:
+    """Its complete lines so far (a line being written as we read is left for the next look)."""
+    return process.output().split("\n")[:-1]
+
+
 def got(process: LoggedProcess) -> list[int]:
-    return [int(line.split()[1]) for line in process.output().splitlines() if line.startswith("got ")]
+    return [int(line.split()[1]) for line in lines(process) if line.startswith("got ")]
 
 
 def connects(process: LoggedProcess) -> list[str]:
-    return [line for line in process.output().splitlines() if line.startswith("connect ")]
+    return [line for line in lines(process) if line.startswith("connect ")]
 
 
 async def test_a_killed_client_restarted_with_its_key_file_resumes_its_session(
@@ -126,9 +132,22 @@ def namespace() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
 
 
+CUTS = {
+    # Every datagram dropped on the way in: sends succeed, nothing arrives (a dead link, a firewall).
+    "dropped": (
+        ("nft", "add", "rule", "inet", "cut", "input", "meta", "l4proto", "udp", "drop"),
+        ("nft", "flush", "chain", "inet", "cut", "input"),
+    ),
+    # The interface goes down: sends fail, which the drivers take as critical and restart (both ends).
+    "link down": (("ip", "link", "set", "lo", "down"), ("ip", "link", "set", "lo", "up")),
+}
+
+
+@pytest.mark.parametrize("how", list(CUTS))
 def test_the_network_taken_away_and_given_back_loses_and_doubles_nothing_either_way(
-    namespace: str, aeron_dir: Path, tmp_path: Path
+    namespace: str, aeron_dir: Path, tmp_path: Path, how: str
 ) -> None:
+    cut, restore = CUTS[how]
     count = 600
     port = "24513"
 
@@ -145,8 +164,7 @@ def test_the_network_taken_away_and_given_back_loses_and_doubles_nothing_either_
             wait(partial(server.has, "serving"), 30, "the server to serve", server)
             with peer("client", "--key-path", str(tmp_path / "client.key")) as client:
                 wait(lambda: len(got(server)) > 40 and len(got(client)) > 40, 30, "both streams", server, client)
-                cut = ("nft", "add", "rule", "inet", "cut", "input", "meta", "l4proto", "udp", "drop")
-                _ip("netns", "exec", namespace, *cut)  # every datagram in the namespace is dropped from now on
+                _ip("netns", "exec", namespace, *cut)
                 before = (len(got(server)), len(got(client)))
                 # Cut off until both ends have declared the connection lost (peer_timeout 1.5 s), sending all along.
                 wait(lambda: server.has("lost ") and client.has("lost "), 30, "both ends to lose it", server, client)
@@ -155,7 +173,7 @@ def test_the_network_taken_away_and_given_back_loses_and_doubles_nothing_either_
                 wait(lambda: server.output().count("sent ") > more, 30, "sends while detached", server)
                 assert len(got(server)) <= before[0] + 20, "the cut let messages through"
                 assert len(got(client)) <= before[1] + 20, "the cut let messages through"
-                _ip("netns", "exec", namespace, "nft", "flush", "chain", "inet", "cut", "input")
+                _ip("netns", "exec", namespace, *restore)
                 wait(
                     lambda: len(got(server)) >= count and len(got(client)) >= count,
                     60,
