@@ -2,10 +2,11 @@
 
 ``--role server`` binds (``buffered_sessions``); ``--role client`` connects with its session key file. Either
 prints one line per event, flushed: ``connect <session id> <resumed>``, ``lost <reason>`` or ``closed <reason>``
-when a connection ends, ``got <n>`` for each Num its listeners get, ``sent <n>``, ``done sending``. With
-``--send N`` it sends Num(0) .. Num(N-1) through its session, one every ``--interval`` seconds, whether or not a
-connection carries the session at that moment (the session keeps them); a server sends to the first session
-that connects. Runs until ``--duration`` is up or it is killed.
+when a connection ends, ``error <type> <text>`` for what reaches ``on_error``, ``got <n>`` for each Num its
+listeners get, ``sent <n>``, ``done sending``. With ``--send N`` it sends Num(0) .. Num(N-1) through its
+session, one every ``--interval`` seconds, whether or not a connection carries the session at that moment (the
+session keeps them); a server sends to the first session that connects. Runs until ``--duration`` is up or it
+is killed.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ async def main(args: argparse.Namespace) -> None:
     endpoint.on_connect(on_connect)
     endpoint.on_disconnect(lambda conn: say("lost" if conn.lost else "closed", conn.close_reason or "-"))
     endpoint.on_message(Num, lambda conn, num: say("got", num.i))
+    endpoint.on_error(lambda conn, exc: say("error", type(exc).__name__, exc))
     deadline = time.monotonic() + args.duration
     async with endpoint:
         if isinstance(endpoint, Server):

@@ -5,7 +5,7 @@ the server's listeners see the same session come back (``conn.session`` is the s
 and what the server sent meanwhile reaches the new process once and in order. In a network namespace of the
 test's own, a server process and a client process stream numbered messages to each other through their session
 while the network is taken away for a while — every UDP datagram dropped (an nftables rule), or the interface
-down (sends fail, both drivers restart) — and given back: each side then has every number exactly once, in
+itself down — and given back: each side then has every number exactly once, in
 order, and the client's new connection resumed the same session.
 """
 
@@ -138,7 +138,7 @@ CUTS = {
         ("nft", "add", "rule", "inet", "cut", "input", "meta", "l4proto", "udp", "drop"),
         ("nft", "flush", "chain", "inet", "cut", "input"),
     ),
-    # The interface goes down: sends fail, which the drivers take as critical and restart (both ends).
+    # The interface itself goes down (and comes up again): a network removed rather than filtered.
     "link down": (("ip", "link", "set", "lo", "down"), ("ip", "link", "set", "lo", "up")),
 }
 
