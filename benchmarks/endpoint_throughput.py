@@ -21,7 +21,9 @@ process; over UDP each process has its own directory and embedded driver
 the default 64 KiB terms (``term_length``/``ipc_term_length``, which the server
 grants) and again with 1 MiB terms, since how far a publisher may run ahead of
 its subscriber is bounded by the term: a term over IPC, half a term over UDP.
-``--profile`` runs our sender and receiver under cProfile and prints the top
+The ``buffered session`` rows send with ``await conn.send`` on a connection that carries a buffered session
+(``buffered_sessions=True`` on both ends): every message numbered, kept until acknowledged, and acknowledged
+back. ``--profile`` runs our sender and receiver under cProfile and prints the top
 entries.
 
 Peers: a plain asyncio TCP server (``asyncio.start_server``; it feeds
@@ -77,8 +79,10 @@ def endpoint_sink(
     out: Any,
     profile: bool,
     sealed: bool = False,
+    buffered: bool = False,
 ) -> None:
-    """Server process: count ``Move`` messages with a sync listener (``sealed``: seal every connection)."""
+    """Server process: count ``Move`` messages with a sync listener (``sealed``: seal every connection;
+    ``buffered``: offer buffered sessions)."""
 
     async def serve() -> None:
         from endpoint import Server, ServerConfiguration
@@ -92,6 +96,7 @@ def endpoint_sink(
             ipc_term_length=term_length,
             threading_mode=threading,
             sealed=sealed,
+            buffered_sessions=buffered,
         )
         server = Server(config)
         count = 0
@@ -131,9 +136,11 @@ def endpoint_source(
     out: Any,
     profile: bool,
     sealed: bool = False,
+    buffered: bool = False,
 ) -> None:
     """Client process: connect, then send ``messages`` Moves with ``send_nowait`` or ``await send``
-    (``sealed``: ask for a sealed connection)."""
+    (``sealed``: ask for a sealed connection; ``buffered``: claim a buffered session, every send kept until
+    acknowledged)."""
 
     async def send_all() -> None:
         from endpoint import Client, ClientConfiguration
@@ -144,6 +151,7 @@ def endpoint_source(
             prefer_ipc=not udp,
             threading_mode=threading,
             sealed=sealed,
+            buffered_sessions=buffered,
         )
         try:
             async with Client(config) as client:
@@ -152,6 +160,8 @@ def endpoint_source(
                 conn = await client.connect("127.0.0.1", port)
                 if conn.sealed != sealed:
                     raise RuntimeError(f"asked for sealed={sealed}, the connection has sealed={conn.sealed}")
+                if (conn.session is not None) != buffered:
+                    raise RuntimeError(f"asked for buffered={buffered}, the connection has session={conn.session}")
                 start, cpu_start = time.perf_counter(), time.process_time()
                 if mode == "send_nowait":
                     send_nowait = conn.send_nowait
@@ -196,9 +206,17 @@ def _collect(out: Any, sent_out: Any) -> Result:
 
 
 def run_endpoint(
-    messages: int, mode: str, udp: bool, term_length: int, threading: str, profile: bool, sealed: bool = False
+    messages: int,
+    mode: str,
+    udp: bool,
+    term_length: int,
+    threading: str,
+    profile: bool,
+    sealed: bool = False,
+    buffered: bool = False,
 ) -> Result:
-    """One sender process and one receiver process over one connection (``sealed``: a sealed connection)."""
+    """One sender process and one receiver process over one connection (``sealed``: a sealed connection;
+    ``buffered``: carrying a buffered session)."""
     with children() as group:
         ctx = group.ctx
         ready, stop, done, out, sent_out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
@@ -207,7 +225,18 @@ def run_endpoint(
         group.dirs += [server_dir, client_dir]
         port = free_udp_port()
         server = group.start(
-            endpoint_sink, str(server_dir), port, messages, term_length, threading, ready, stop, out, profile, sealed
+            endpoint_sink,
+            str(server_dir),
+            port,
+            messages,
+            term_length,
+            threading,
+            ready,
+            stop,
+            out,
+            profile,
+            sealed,
+            buffered,
         )
         client = group.start(
             endpoint_source,
@@ -222,6 +251,7 @@ def run_endpoint(
             sent_out,
             profile,
             sealed,
+            buffered,
         )
         result = _collect(out, sent_out)
         done.set()
@@ -403,6 +433,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                     rows[f"endpoint {transport}, {label}{suffix}{driver}"] = functools.partial(
                         run_endpoint, n, mode, transport == "UDP", term_length, threading, args.profile
                     )
+    for transport in ("IPC", "UDP"):  # what buffered sessions cost: every message numbered, kept and acknowledged
+        rows[f"endpoint {transport}, await send, buffered session"] = functools.partial(
+            run_endpoint, n, "send", transport == "UDP", args.term_length, modes[0], args.profile, False, True
+        )
     results: dict[str, Result] = {}
     failed: list[str] = []
     for name, run in rows.items():

@@ -5,7 +5,7 @@ environment form the C driver reads (``AERON_MTU_LENGTH``: upper case, dots to
 underscores). Values given as text are parsed the Aeron way: sizes take k/m/g,
 durations ns/us/ms/s (plain numbers are ns), booleans are "true"/anything else.
 Construction only converts; :meth:`DriverContext.conclude` checks every field
-and raises :class:`~driver.errors.ConfigurationError` naming the property, the
+and raises :class:`~driver.errors.DriverConfigurationError` naming the property, the
 value and the allowed range, so a bad setting fails before any file is made.
 
 Settings this implementation adds: ``aeron.cnc.version`` (``AERON_CNC_VERSION``:

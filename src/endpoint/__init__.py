@@ -4,6 +4,7 @@ import logging as _logging
 
 from endpoint.client import Client
 from endpoint.config import ClientConfiguration, Configuration, ServerConfiguration
+from endpoint.connection.buffered import Session
 from endpoint.connection.shell import Connection
 from endpoint.drivers import (
     DriverInfo,
@@ -37,6 +38,8 @@ from endpoint.errors import (
     SealError,
     SerializationError,
     ServerError,
+    SessionBufferFullError,
+    SessionExpiredError,
     StreamAbortedError,
     StreamCancelledError,
     StreamChecksumError,
@@ -89,6 +92,9 @@ __all__ = [
     "Server",
     "ServerConfiguration",
     "ServerError",
+    "Session",
+    "SessionBufferFullError",
+    "SessionExpiredError",
     "StreamAbortedError",
     "StreamCancelledError",
     "StreamChecksumError",

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -227,6 +228,17 @@ class EndPoint(Generic[ConfigT]):
     def _after_connection_closed(self, connection: Connection) -> None:
         """Hook: the server frees the connection's ids here."""
 
+    def _tell(self, listeners: tuple[Callable[..., Any], ...], *args: Any) -> None:
+        """Call each listener (an async one as a task of ours); a failure reaches ``on_error``, never the caller."""
+        for listener in listeners:
+            try:
+                result = listener(*args)
+            except Exception as exc:
+                self._notify_error(None, exc)
+                continue
+            if inspect.isawaitable(result):
+                self._spawn(_awaited(result))
+
     # ------------------------------------------------------------------ life cycle
 
     async def _lease_driver(self) -> SharedDriver:
@@ -432,3 +444,7 @@ class EndPoint(Generic[ConfigT]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable

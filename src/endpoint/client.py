@@ -17,11 +17,10 @@ import asyncio
 import collections
 import contextlib
 import functools
-import inspect
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
@@ -48,6 +47,8 @@ from endpoint.config import (
     REPLY_STREAM_ID,
     ClientConfiguration,
 )
+from endpoint.connection.buffered import Session
+from endpoint.connection.session import SessionLog
 from endpoint.connection.shell import Connection
 from endpoint.errors import (
     BudgetExceededError,
@@ -60,8 +61,16 @@ from endpoint.errors import (
     ReconnectFailedError,
     RejectReason,
 )
-from endpoint.handshake.keystore import KnownServers, default_config_dir
-from endpoint.handshake.protocol import Accepted, ClientHandshake, Completed, CookieReceived, HandshakeStats, Rejected
+from endpoint.handshake.keystore import KnownServers, default_config_dir, load_or_create_private_key
+from endpoint.handshake.protocol import (
+    Accepted,
+    ClientHandshake,
+    Completed,
+    CookieReceived,
+    HandshakeStats,
+    Rejected,
+    SessionOffer,
+)
 from endpoint.handshake.routes import HandshakeRoute, answer_session
 from endpoint.reconnect import Reconnecting, ReconnectSchedule
 
@@ -114,6 +123,11 @@ class Client(EndPoint[ClientConfiguration]):
         """``client.send`` calls refused while reconnecting because the buffer was full (BudgetExceededError)."""
         self.buffered_dropped = 0
         """Kept messages dropped undelivered: reconnecting gave up, or the client closed first."""
+        self._session_key = load_or_create_private_key(cfg.session_key_path) if cfg.buffered_sessions else None
+        self.session: Session | None = None
+        """The buffered session (with ``buffered_sessions``, once a server granted one): the same object across
+        reconnects; sends through it are kept until the server acknowledges them."""
+        self._session_timeout = 0.0
 
     async def __aenter__(self) -> Client:
         return self
@@ -322,10 +336,12 @@ class Client(EndPoint[ClientConfiguration]):
             self._add_stats(handshake)
             raise ClientError(f"the server at {address} did not grant the sealed connection asked for: {sealed!r}")
         connection = await self._open_connection(route, grant)
+        offer = self._session_offer(grant)
         try:
             # A server that gave up on us after its answer (its stream found no subscriber in time, say) no longer
             # knows this connect key and drops our DONEs: after a few we start over with a fresh HELLO.
-            done = await self._exchange(route, handshake, handshake.done, step, _DONE_SENDS)
+            done_packet = functools.partial(handshake.done, offer)
+            done = await self._exchange(route, handshake, done_packet, step, _DONE_SENDS)
             if isinstance(done, Rejected):
                 raise ClientRejectedError(done.reason, done.text, authenticated=done.authenticated)
             if not isinstance(done, Completed):
@@ -341,12 +357,54 @@ class Client(EndPoint[ClientConfiguration]):
             aeron = self._shared.client() if self._shared else None
             await wait_connected(connection._pub, cfg.handshake_timeout, aeron)
             await wait_image(connection._sub, cfg.handshake_timeout, aeron)
+            if offer is not None:
+                if done.session is not None:
+                    self._join_session(connection, done.session.session_id, done.session.resumed, done.session.sync)
+                else:  # the server holds sessions for others only (max_sessions): this connection goes without
+                    self._end_session("the server has no room for our session (its max_sessions)")
         except BaseException:
             await self._discard(connection)
             raise
         finally:
             self._add_stats(handshake)
         return connection
+
+    def _session_offer(self, grant: dict[str, Any]) -> SessionOffer | None:
+        """What DONE claims: our session, when we opted in and the server offers sessions (an old or opted-out
+        server is told nothing, and the connection has no session)."""
+        timeout_ms = grant.get("session_timeout_ms")
+        if self._session_key is None:
+            return None
+        if type(timeout_ms) is not int or timeout_ms <= 0:
+            # This server offers no sessions (any more): what our session kept cannot be delivered, and sends go
+            # on the plain connection from now on.
+            self._end_session("the server offers no buffered sessions")
+            return None
+        self._session_timeout = timeout_ms / 1000
+        session = self.session
+        if session is None or session.ended:
+            cfg = self.config
+            log = SessionLog(
+                max_messages=cfg.max_buffered_messages, max_bytes=cfg.max_buffered_bytes, now_ns=time.monotonic_ns()
+            )
+            session = self.session = Session(
+                session_id=0,
+                public_key=self._session_key.public_key().public_bytes_raw(),
+                log=log,
+                encode=cfg.serialization.encode,
+                send_timeout=cfg.send_timeout,
+                timeout=self._session_timeout,
+            )
+        session.timeout = self._session_timeout
+        return SessionOffer(self._session_key, session.log.sync())
+
+    def _join_session(self, connection: Connection, session_id: int, resumed: bool, sync: Any) -> None:
+        """The server answered our claim: take up its sync and carry the session on ``connection``."""
+        session = self.session
+        assert session is not None
+        session.id = session_id
+        session.resume(sync, time.monotonic_ns())
+        session.attach(connection, resumed=resumed)
 
     def _add_stats(self, handshake: ClientHandshake) -> None:
         if handshake.hint is not None:
@@ -458,6 +516,10 @@ class Client(EndPoint[ClientConfiguration]):
         With ``buffer_while_reconnecting``, a message sent while the client reconnects is kept (returns at once)
         and delivered in order on the new connection; BudgetExceededError when the buffer is full.
         """
+        session = self.session
+        if session is not None and not session.ended:
+            await session.send(message)
+            return
         if self._buffering():
             self._keep(message)
             return
@@ -473,6 +535,9 @@ class Client(EndPoint[ClientConfiguration]):
             self._keep(message)
 
     def send_nowait(self, message: object) -> bool:
+        session = self.session
+        if session is not None and not session.ended:
+            return session.send_nowait(message)
         return self._current().send_nowait(message)
 
     def _current(self) -> Connection:
@@ -489,6 +554,12 @@ class Client(EndPoint[ClientConfiguration]):
 
     def _connection_released(self, connection: Connection) -> None:
         super()._connection_released(connection)
+        session = connection.session
+        if session is not None and session.connection is connection:
+            if connection.lost or (connection.closed_by_peer and connection.close_reason == END_POINT_CLOSED):
+                session.detach(connection)  # we (or whoever) may connect again within the session's timeout
+            else:
+                self._end_session(connection.close_reason or "closed")
         if connection is not self.connection or not self.config.auto_reconnect or self._closing:
             return
         if connection.lost or (connection.closed_by_peer and connection.close_reason == END_POINT_CLOSED):
@@ -515,6 +586,20 @@ class Client(EndPoint[ClientConfiguration]):
         self._awaiting_reconnect = False
         await super().close()
         self._drop_outbox()
+        self._end_session("the client closed")
+
+    def _end_session(self, reason: str) -> None:
+        session = self.session
+        if session is not None and not session.ended:
+            dropped = session.end(reason)
+            self.buffered_dropped += dropped
+            if dropped:
+                _log.info("buffered session ended (%s); %d kept message(s) dropped", reason, dropped)
+
+    def _tick_extra(self, now_ns: int) -> None:
+        session = self.session
+        if session is not None and not session.ended and session.log.expired(now_ns, int(session.timeout * 1e9)):
+            self._end_session("expired: no connection within the session timeout")
 
     async def _lease_again(self) -> bool:
         if self.config.auto_reconnect and self._target is not None:
@@ -608,6 +693,7 @@ class Client(EndPoint[ClientConfiguration]):
             permanent=permanent,
             undelivered=undelivered,
         )
+        self._end_session("reconnecting gave up")
         _log.warning("%s", error)  # once: with no on_error listener it is not logged again as an error
         if self.listeners.has_error_listeners():
             self._notify_error(None, error)
@@ -674,21 +760,6 @@ class Client(EndPoint[ClientConfiguration]):
             _log.info("dropped %d message(s) kept for a reconnect that did not happen", len(self._outbox))
         self._outbox.clear()
         self._outbox_bytes = 0
-
-    def _tell(self, listeners: tuple[Callable[..., Any], ...], *args: Any) -> None:
-        """Call each listener (an async one as a task of ours); a failure reaches ``on_error``, never the caller."""
-        for listener in listeners:
-            try:
-                result = listener(*args)
-            except Exception as exc:
-                self._notify_error(None, exc)
-                continue
-            if inspect.isawaitable(result):
-                self._spawn(_awaited(result))
-
-
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
 
 
 def _hello_now(handshake: ClientHandshake) -> bytes:

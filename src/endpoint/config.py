@@ -250,6 +250,18 @@ class Configuration:
     neither read nor inject. A client asks for it in its HELLO; a server seals a connection when either end asks,
     so a server with ``sealed=True`` seals every connection. Costs a few microseconds per message each way."""
 
+    buffered_sessions: bool = attrs.field(default=False, validator=_bool)
+    """Buffered sessions (both ends must opt in; see docs/endpoint.md): a session is the client's key, not a
+    connection. Messages sent either way while its connection is down are kept (``max_buffered_*``) and delivered
+    once and in order after a reconnect within the server's ``session_timeout``. A server offers sessions, a client
+    claims its one; with either end not opted in, connections are as without."""
+    max_buffered_messages: int = attrs.field(default=1024, validator=_int_range(1, 1 << 20))
+    """Messages kept for a peer that has not acknowledged them: per buffered session (each end, each direction),
+    and by a client's ``send`` while reconnecting (``buffer_while_reconnecting``). Past it: SessionBufferFullError
+    (a BudgetExceededError)."""
+    max_buffered_bytes: int = attrs.field(default=4 << 20, validator=_int_range(1024, 1 << 30))
+    """Encoded bytes of those kept messages."""
+
     on_unhandled: UnhandledPolicy = attrs.field(default="log_once", validator=_one_of("ignore", "log_once", "error"))
     """What becomes of a message no listener takes (none for its class, no catch-all): it is always dropped and
     counted (``connection.unhandled_messages``, the end point's ``unhandled_messages``); ``log_once`` also logs one
@@ -333,6 +345,12 @@ class ServerConfiguration(Configuration):
     """UDP connections that are not sealed carry newest-wins messages (``send_unreliable``) on an Aeron stream of
     their own each way, ``reliable=false`` (loss is skipped, never repaired, so a lost snapshot holds back none after
     it), opened on first use. False: they ride the reliable stream (still newest-wins, but loss is repaired first)."""
+    session_timeout: float = attrs.field(default=120.0, validator=_positive_seconds())
+    """With ``buffered_sessions``: how long a session outlives its lost connection; past it the session and what it
+    kept are dropped (counted, ``on_session_expired`` told). Keep it above the clients' ``peer_timeout``."""
+    max_sessions: int = attrs.field(default=1024, validator=_int_range(1, 1 << 20))
+    """Buffered sessions held at once (connected or waiting for their client); a new one makes the longest-detached
+    give way, and with none detached the client connects without a session (counted)."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -370,11 +388,12 @@ class ClientConfiguration(Configuration):
     buffer_while_reconnecting: bool = attrs.field(default=False, validator=_bool)
     """With ``auto_reconnect``: ``client.send`` while the client reconnects keeps the message (bounded by
     ``max_buffered_messages`` and ``max_buffered_bytes``; BudgetExceededError past them) and the new connection
-    delivers the kept ones once, in order, before later ones; they are dropped if reconnecting gives up."""
-    max_buffered_messages: int = attrs.field(default=1024, validator=_int_range(1, 1 << 20))
-    """Messages ``client.send`` may keep while reconnecting (see ``buffer_while_reconnecting``)."""
-    max_buffered_bytes: int = attrs.field(default=4 << 20, validator=_int_range(1024, 1 << 30))
-    """Encoded bytes of the messages kept while reconnecting."""
+    delivers the kept ones once, in order, before later ones; they are dropped if reconnecting gives up. (Only
+    what this client sends; ``buffered_sessions`` keeps both directions, exactly once, across process restarts.)"""
+    session_key_path: Path | None = attrs.field(default=None, converter=_optional_path)
+    """With ``buffered_sessions``: the client's X25519 private key file, its session's identity (created on first
+    use, 0o600). A restarted process with the same file resumes the same session on the server; None: a key in
+    memory, so the session survives reconnects of this client object only."""
     known_servers_path: Path | None = attrs.field(default=None, converter=_optional_path)
     """Trust-on-first-use store of server keys; None: ``known_servers.json`` in the user's configuration directory
     (see ``ServerConfiguration.key_path``)."""

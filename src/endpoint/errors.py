@@ -34,6 +34,8 @@ __all__ = [
     "SealError",
     "SerializationError",
     "ServerError",
+    "SessionBufferFullError",
+    "SessionExpiredError",
     "StreamAbortedError",
     "StreamCancelledError",
     "StreamChecksumError",
@@ -82,6 +84,13 @@ class BudgetExceededError(EndpointError):
     def __init__(self, message: str, budget: str) -> None:
         super().__init__(message)
         self.budget = budget
+
+
+class SessionBufferFullError(BudgetExceededError):
+    """A buffered session already keeps as many messages (or bytes) as it may until the peer acknowledges them
+    (``budget`` names the bound: ``max_buffered_messages`` or ``max_buffered_bytes``); the message was not kept.
+    Raised at once while the session has no connection; while it has one, after waiting ``send_timeout`` for
+    acknowledgements to make room."""
 
 
 class AllocationError(EndpointError):
@@ -182,6 +191,11 @@ class ConnectionClosedError(EndpointError):
     def __init__(self, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class SessionExpiredError(ConnectionClosedError):
+    """The buffered session is gone (ended by a graceful close, or no connection came back within its timeout):
+    what it kept was dropped, and nothing more is kept for it."""
 
 
 class UnhandledMessageError(EndpointError):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from endpoint.connection.newest import Sequencer, frame
 from endpoint.connection.shell import Connection
-from endpoint.errors import ConnectionClosedError, MessageTooLargeError, ServerError, TransmitError
+from endpoint.errors import BudgetExceededError, ConnectionClosedError, MessageTooLargeError, ServerError, TransmitError
 
 if TYPE_CHECKING:
     from endpoint.serialization import Serialization
@@ -144,10 +144,11 @@ class Group:
         taken = 0
         for connection in members:
             try:
-                if connection.outbox.offer_now(data):
+                session = connection.session  # numbered and kept like any send in the session
+                if session.send_nowait(message) if session is not None else connection.outbox.offer_now(data):
                     taken += 1
                     continue
-            except ConnectionClosedError:
+            except (ConnectionClosedError, BudgetExceededError):
                 pass
             self.refused += 1
         return taken
@@ -173,7 +174,8 @@ class Group:
     async def send(self, message: object, *, timeout: float | None = None) -> int:
         """Send ``message`` to every member, encoded once, waiting out each member's back pressure (for up to
         ``timeout``, default ``send_timeout``) side by side; returns how many members took it. A member that closes
-        or stays full meanwhile is counted in :attr:`refused`."""
+        or stays full meanwhile is counted in :attr:`refused`. A member carrying a buffered session gets it
+        through its session (numbered, kept until acknowledged)."""
         members = self.members
         data = self._serialization.encode(message)
         self._check_length(data, message, members)
@@ -181,6 +183,9 @@ class Group:
         waits = []
         taken = 0
         for connection in members:
+            if connection.session is not None:
+                waits.append(connection.session.send(message, timeout))
+                continue
             try:
                 if connection.outbox.offer_now(data):
                     taken += 1
@@ -191,7 +196,7 @@ class Group:
             waits.append(connection.outbox.send_bytes(data, timeout))
         if waits:
             for outcome in await asyncio.gather(*waits, return_exceptions=True):
-                if isinstance(outcome, (ConnectionClosedError, TransmitError)):
+                if isinstance(outcome, (ConnectionClosedError, TransmitError, BudgetExceededError)):
                     self.refused += 1
                 elif isinstance(outcome, BaseException):
                     raise outcome

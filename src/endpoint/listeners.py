@@ -71,6 +71,8 @@ class ListenerManager(Generic[C]):
         """A client's ``on_reconnecting`` listeners (told a :class:`~endpoint.reconnect.Reconnecting`)."""
         self.reconnected: tuple[Callable[[C], Any], ...] = ()
         """A client's ``on_reconnected`` listeners (told the new connection)."""
+        self.session_expired: tuple[Callable[[Any], Any], ...] = ()
+        """A server's ``on_session_expired`` listeners (told the :class:`~endpoint.Session` dropped)."""
         self._by_type: dict[type, tuple[Callable[[C, Any], Any], ...]] = {}
         self._resolved: dict[type, tuple[tuple[Callable[[C, Any], Any], ...], bool]] = {}
 
@@ -100,6 +102,10 @@ class ListenerManager(Generic[C]):
         self.reconnected = (*self.reconnected, listener)
         return listener
 
+    def add_session_expired(self, listener: F) -> F:
+        self.session_expired = (*self.session_expired, listener)
+        return listener
+
     def add_message(self, message_type: type, listener: F) -> F:
         if not isinstance(message_type, type):
             raise TypeError(f"on_message needs a class, got {message_type!r}")
@@ -110,7 +116,7 @@ class ListenerManager(Generic[C]):
     def remove(self, listener: Callable[..., Any]) -> bool:
         """Remove ``listener`` wherever it is registered; True if it was."""
         found = False
-        for name in ("connect", "disconnect", "error", "stream", "reconnecting", "reconnected"):
+        for name in ("connect", "disconnect", "error", "stream", "reconnecting", "reconnected", "session_expired"):
             current = getattr(self, name)
             if listener in current:
                 setattr(self, name, tuple(x for x in current if x != listener))
@@ -129,7 +135,7 @@ class ListenerManager(Generic[C]):
 
     def clear(self) -> None:
         self.connect = self.disconnect = self.error = self.stream = ()
-        self.reconnecting = self.reconnected = ()
+        self.reconnecting = self.reconnected = self.session_expired = ()
         self._by_type.clear()
         self._resolved = {}
 

@@ -148,9 +148,14 @@ _INTERNAL: tuple[tuple[type, int], ...] = (
 
 INTERNAL_TYPE_IDS: dict[type, int] = dict(_INTERNAL)
 
+# The msgpack ext codes a connection frames by hand, so a reader knows each kind from its first six bytes (registered
+# objects use serialization.ATTRS_EXT, 1). One place, so two kinds never share a code.
 CHUNK_EXT = 2
-"""msgpack ext code of a stream chunk (registered objects use 1): a chunk is not encoded by the codec, but
-framed by hand as a msgpack ext value, so a reader knows it from its first six bytes."""
+"""A stream chunk: not encoded by the codec but framed as a msgpack ext value."""
+NEWEST_EXT = 3
+"""A newest-wins message (:mod:`endpoint.connection.newest`)."""
+SESSION_EXT = 4
+"""A buffered session's data or acknowledgement (:mod:`endpoint.connection.session`)."""
 CHUNK_HEADER_LENGTH = 10
 """0xC9, the 4-byte big-endian ext length, the ext code, then the 4-byte little-endian stream id."""
 

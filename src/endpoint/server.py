@@ -28,7 +28,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -54,12 +54,22 @@ from endpoint.config import (
     REPLY_STREAM_ID,
     ServerConfiguration,
 )
+from endpoint.connection.buffered import Session
 from endpoint.connection.newest import frame
+from endpoint.connection.session import SessionLog, SessionTable, TableStats
 from endpoint.connection.shell import Connection
 from endpoint.errors import AllocationError, BudgetExceededError, ConnectionClosedError, RejectReason, ServerError
 from endpoint.groups import Group
 from endpoint.handshake.keystore import default_config_dir, load_or_create_private_key
-from endpoint.handshake.protocol import PROTOCOL_VERSION, Bounce, Done, Hello, ServerHandshake
+from endpoint.handshake.protocol import (
+    PROTOCOL_VERSION,
+    Bounce,
+    Done,
+    Hello,
+    ServerHandshake,
+    SessionClaim,
+    SessionGranted,
+)
 from endpoint.handshake.routes import answer_session
 from endpoint.ids import IdAllocator
 
@@ -74,6 +84,9 @@ _PORT_PAIR_ATTEMPTS = 16
 
 AddressFilter = Callable[[str, str], bool]
 """``filter(ip, tag) -> allowed``."""
+SessionListener = TypeVar("SessionListener", bound=Callable[[Session], Any])
+SESSION_TAKEN_OVER = "the session resumed on a new connection"
+"""Close reason of a connection whose session a newer connection of the same client took."""
 
 
 @attrs.define
@@ -163,8 +176,28 @@ class Server(EndPoint[ServerConfiguration]):
         self._groups: dict[str, Group] = {}
         self._bound = False
         self._stopped = asyncio.Event()
+        self._sessions: SessionTable[Session] = SessionTable(
+            max_sessions=cfg.max_sessions, timeout_ns=int(cfg.session_timeout * 1e9)
+        )
+        self._last_session_number = 0
 
     # ------------------------------------------------------------------ user API
+
+    def on_session_expired(self, listener: SessionListener) -> SessionListener:
+        """``listener(session)``, sync or async, when a buffered session is dropped with what it kept: its client
+        did not come back within ``session_timeout`` (``end_reason`` "expired"), or it gave way to a new one at
+        ``max_sessions`` ("evicted")."""
+        return self.listeners.add_session_expired(listener)
+
+    @property
+    def sessions(self) -> list[Session]:
+        """The buffered sessions held now, connected or waiting for their client."""
+        return list(self._sessions)
+
+    @property
+    def session_stats(self) -> TableStats:
+        """Sessions opened, resumed, expired, evicted, refused (table full of connected ones) and closed."""
+        return self._sessions.stats
 
     def filter(self, rule: AddressFilter) -> AddressFilter:
         """Add ``rule(ip, tag) -> bool``; a UDP client must pass every rule (IPC clients are local, never filtered)."""
@@ -337,8 +370,9 @@ class Server(EndPoint[ServerConfiguration]):
         return self
 
     def broadcast(self, message: object) -> int:
-        """Send ``message`` to every open connection without waiting, encoded once; returns how many accepted it.
-        A class registered ``unreliable=True`` goes newest-wins (see ``Connection.send_unreliable``)."""
+        """Send ``message`` to every open connection without waiting, encoded once; returns how many accepted it (a
+        connection carrying a buffered session accepts it when its session keeps it). A class registered
+        ``unreliable=True`` goes newest-wins (see ``Connection.send_unreliable``), never through a session."""
         if type(message) in self.config.serialization.unreliable:
             newest = frame(self.sequencer.next(type(message)), self.config.serialization.encode(message))
             taken = 0
@@ -350,6 +384,13 @@ class Server(EndPoint[ServerConfiguration]):
         sent = 0
         for connection in self._polled:
             if connection._closing:
+                continue
+            session = connection.session
+            if session is not None:  # kept and numbered like any send in the session (not counted when full)
+                try:
+                    sent += session.send_nowait(message)
+                except BudgetExceededError:
+                    pass
                 continue
             if len(data) > connection.max_message_length:
                 connection.send_nowait(message)  # raises MessageTooLargeError with the details
@@ -515,6 +556,9 @@ class Server(EndPoint[ServerConfiguration]):
             reply.offer(packet)
 
     def _tick_extra(self, now_ns: int) -> None:
+        if len(self._sessions):
+            for session in self._sessions.expire(now_ns):
+                self._end_session(session, "expired")
         if self._handshake is None:
             return
         if self._finished_reply or self._answer_routes:
@@ -650,6 +694,8 @@ class Server(EndPoint[ServerConfiguration]):
             if len(pending.ids) == 6:
                 # Newest-wins messages get a reliable=false stream each way (UDP, unsealed; opened on first use).
                 grant["unreliable_session_in"], grant["unreliable_session_out"] = pending.ids[4:6]
+            if cfg.buffered_sessions:
+                grant["session_timeout_ms"] = int(cfg.session_timeout * 1000)  # an offer: a client may claim one
             await self._send_reply(reply, handshake.accept(hello.connect_key, grant, time.time_ns()), timeout)
         except Exception as exc:
             # Evicted meanwhile, or no answer route free (the client asks again): nothing to report.
@@ -795,6 +841,8 @@ class Server(EndPoint[ServerConfiguration]):
             await self._free_pending(pending)
             return
         timeout = self.config.handshake_timeout
+        session: Session | None = None
+        granted: SessionGranted | None = None
         try:
             assert pending.subscription is not None
             assert pending.publication is not None
@@ -834,8 +882,11 @@ class Server(EndPoint[ServerConfiguration]):
                 )
             if self.config.sealed or pending.hello.sealed:
                 connection._seal_with(done.keys, client=False, inbound_session_id=pending.ids[0])
-            await self._send_reply(pending.reply, handshake.complete(done.connect_key), timeout)
+            session, granted = self._take_session(done.session)
+            await self._send_reply(pending.reply, handshake.complete(done.connect_key, granted), timeout)
         except Exception as exc:
+            if session is not None and session.connection is None:
+                session.log.detach(time.monotonic_ns())  # resumed on paper only: it still waits for its client
             handshake.abandon(done.connect_key)
             await self._free_pending(pending)
             if not self._closing:
@@ -846,6 +897,8 @@ class Server(EndPoint[ServerConfiguration]):
             self._address_of[connection.id] = pending.address
         self._keep_reply(done.connect_key, pending)
         self.handshakes_accepted += 1
+        if session is not None and granted is not None:
+            session.attach(connection, resumed=granted.resumed)
         self._add_connection(connection)
         if self._shutting_down:  # close began while this handshake finished: it goes the way of the others
             await connection.close(END_POINT_CLOSED)
@@ -854,6 +907,53 @@ class Server(EndPoint[ServerConfiguration]):
         """This connection carries newest-wins messages on streams of their own (else on its reliable stream)."""
         cfg = self.config
         return cfg.unreliable_streams and not pending.is_ipc and not (cfg.sealed or pending.hello.sealed)
+
+    def _take_session(self, claim: SessionClaim | None) -> tuple[Session | None, SessionGranted | None]:
+        """The session a DONE claims, resumed or opened, and the answer for DONE_ACK; (None, None) when the client
+        claimed none, this server offers none, or the table is full of connected sessions."""
+        cfg = self.config
+        if claim is None or not cfg.buffered_sessions:
+            return None, None
+        now = time.monotonic_ns()
+        log = SessionLog(max_messages=cfg.max_buffered_messages, max_bytes=cfg.max_buffered_bytes, now_ns=now)
+        fresh = Session(
+            session_id=self._last_session_number + 1,
+            public_key=claim.public_key,
+            log=log,
+            encode=cfg.serialization.encode,
+            send_timeout=cfg.send_timeout,
+            timeout=cfg.session_timeout,
+        )
+        opened = self._sessions.open(claim.public_key, now, fresh, log)
+        self._tell_evicted()
+        if opened is None:
+            return None, None
+        session, resumed = opened
+        if not resumed:
+            self._last_session_number += 1
+        old = session.connection
+        if old is not None:
+            # The client came back before its old connection timed out here (killed and restarted, or its
+            # network changed): the new connection takes the session, the old one goes without a goodbye.
+            session.detach(old, now)
+            old._lose(SESSION_TAKEN_OVER)
+        sync = session.resume(claim.sync, now)
+        return session, SessionGranted(session.id, resumed, sync)
+
+    def _tell_evicted(self) -> None:
+        table = self._sessions
+        for session in table.evicted:
+            self._end_session(session, "evicted")
+        table.evicted.clear()
+
+    def _end_session(self, session: Session, reason: str) -> None:
+        """Drop a session the table let go of (expired or evicted): what it kept, and tell the listeners."""
+        old = session.connection
+        dropped = session.end(reason)
+        if old is not None:
+            old._lose(f"session {reason}")
+        _log.info("buffered session %d %s; %d kept message(s) dropped", session.id, reason, dropped)
+        self._tell(self.listeners.session_expired, session)
 
     def _keep_reply(self, connect_key: int, pending: _Pending) -> None:
         """Keep the answer route open a while, so a client that lost the last answer can get it again."""
@@ -895,6 +995,18 @@ class Server(EndPoint[ServerConfiguration]):
         except Exception as exc:  # the driver may be gone; nothing else to free
             _log.debug("closing %r failed: %s", resource, exc)
 
+    def _connection_released(self, connection: Connection) -> None:
+        super()._connection_released(connection)
+        session = connection.session
+        if session is None or session.connection is not connection:
+            return
+        if connection.lost:
+            session.detach(connection)  # its client may come back within session_timeout
+            return
+        if self._sessions.get(session.public_key) is session:
+            self._sessions.close(session.public_key)
+        session.end(connection.close_reason or "closed")  # a goodbye ends the session for good
+
     def _after_connection_closed(self, connection: Connection) -> None:
         ids = self._ids_of.pop(connection.id, None)
         if ids is not None:
@@ -908,6 +1020,8 @@ class Server(EndPoint[ServerConfiguration]):
     async def close(self) -> None:
         self._shutting_down = True
         await super().close()
+        for session in self._sessions.clear():
+            session.end("the server closed")
 
     async def _close_extra(self) -> None:
         for pending in list(self._pending.values()):

@@ -58,6 +58,7 @@ SANS_IO = (
     "endpoint.connection.core",
     "endpoint.connection.newest",
     "endpoint.connection.sealing",
+    "endpoint.connection.session",
     "endpoint.rpc.correlation",
     "endpoint.reconnect",
     "endpoint.messages",

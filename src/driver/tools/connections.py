@@ -48,6 +48,7 @@ __all__ = [
     "MESSAGES_SENT_TYPE_ID",
     "REJECT_REASONS",
     "RTT_TYPE_ID",
+    "SESSION_EVENTS",
     "ConnectionKey",
     "ConnectionRow",
     "ConnectionsReading",
@@ -102,6 +103,8 @@ REJECT_REASONS = (
     "server_busy",
 )
 """Why a server turned a client away (the end point's ``RejectReason`` names, lower case): ``rejections:<reason>``."""
+SESSION_EVENTS = ("opened", "resumed", "expired", "evicted", "refused", "closed")
+"""What became of a server's buffered sessions (its ``session_stats``): ``session_events:<event>``."""
 ENDPOINT_STAT_NAMES = (
     "connections",
     "decode_errors",
@@ -112,6 +115,8 @@ ENDPOINT_STAT_NAMES = (
     *(f"handshake_drops:{reason}" for reason in HANDSHAKE_DROP_REASONS),
     "handshakes_accepted",
     *(f"rejections:{reason}" for reason in REJECT_REASONS),
+    "sessions",
+    *(f"session_events:{event}" for event in SESSION_EVENTS),
 )
 """The figures a server keeps in its driver's counters file, one counter each."""
 _STAT_FIXED = struct.Struct("<iBxxxii")

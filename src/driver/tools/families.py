@@ -268,11 +268,19 @@ _ENDPOINT_STAT: dict[str, Family] = {
     "handshakes_accepted": Family(
         "aeron_endpoint_handshakes_accepted", "counter", "Handshakes a server end point turned into connections."
     ),
+    "sessions": _gauge(
+        "aeron_endpoint_sessions", "Buffered sessions a server end point holds, connected or waiting for their client."
+    ),
 }
 HANDSHAKE_DROPS = Family(
     "aeron_endpoint_handshake_drops", "counter", "Handshake packets a server end point dropped, by reason."
 )
 REJECTIONS = Family("aeron_endpoint_rejections", "counter", "Clients a server end point turned away, by reason.")
+SESSION_EVENTS = Family(
+    "aeron_endpoint_session_events",
+    "counter",
+    "Buffered sessions a server end point opened, resumed, expired, evicted, refused or closed, by event.",
+)
 _STAT_LABEL = re.compile(r"endpoint-stat: (server|client) (\d+) pid=(\d+) ([\w:]+)")
 _CONNECTION_LABEL = re.compile(r"[\w-]+: (-?\d+) (server|client) (ipc|udp) (\S*) out=(-?\d+)/(-?\d+) in=.*")
 UNCLASSIFIED = _gauge("aeron_unclassified", "A counter of a type this exporter does not know, by type id and label.")
@@ -293,6 +301,7 @@ FAMILIES: tuple[Family, ...] = (
     *_ENDPOINT_STAT.values(),
     HANDSHAKE_DROPS,
     REJECTIONS,
+    SESSION_EVENTS,
     UNCLASSIFIED,
 )
 """Every family :func:`classify` can answer, in the order the exporter renders them."""
@@ -359,6 +368,8 @@ def classify(sample: CounterSample) -> tuple[Family, Labels]:
                 return HANDSHAKE_DROPS, (*labels, ("reason", name.partition(":")[2]))
             if name.startswith("rejections:"):
                 return REJECTIONS, (*labels, ("reason", name.partition(":")[2]))
+            if name.startswith("session_events:"):
+                return SESSION_EVENTS, (*labels, ("event", name.partition(":")[2]))
             family = _ENDPOINT_STAT.get(name)
             if family is not None:
                 return family, labels

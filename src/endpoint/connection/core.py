@@ -20,13 +20,15 @@ from typing import Any
 
 from driver.logbuffer.frame import BEGIN_FRAG_FLAG, END_FRAG_FLAG
 from endpoint.connection.liveness import PEER_TIMED_OUT, Liveness, Verdict
-from endpoint.connection.newest import NEWEST_EXT, NEWEST_HEADER_LENGTH, NewestFilter, is_newest, sequence_of
+from endpoint.connection.newest import NEWEST_HEADER_LENGTH, NewestFilter, is_newest, sequence_of
 from endpoint.connection.sealing import Opener
 from endpoint.errors import SealError, SerializationError
 from endpoint.messages import (
     CHUNK_EXT,
     INTERNAL_TYPE_IDS,
+    NEWEST_EXT,
     SAMPLE_SEQ,
+    SESSION_EXT,
     Disconnect,
     Ping,
     Pong,
@@ -94,6 +96,9 @@ class ConnectionCore:
         """Newest-wins messages delivered (not superseded when they arrived)."""
         self.on_whole: Callable[[memoryview], None] = self.on_message
         """Every whole message of the peer's goes through here: read as is, or opened first."""
+        self.on_session: Callable[[memoryview], None] | None = None
+        """Frames of a buffered session (:mod:`endpoint.connection.session`) go here once the connection carries
+        one; without one such a frame is undecodable like any other junk."""
 
     # ------------------------------------------------------------------ reading
 
@@ -171,12 +176,16 @@ class ConnectionCore:
         if not len(payload):
             self._malformed("an empty message")
             return
-        if payload[0] == 0xC9 and len(payload) > 9:
-            if payload[5] == CHUNK_EXT:
+        if payload[0] == 0xC9 and len(payload) > 9:  # ext32: a chunk, newest-wins or session frame (or a huge message)
+            ext = payload[5]
+            if ext == CHUNK_EXT:
                 self._chunk(payload)
                 return
-            if payload[5] == NEWEST_EXT:
+            if ext == NEWEST_EXT:
                 self._on_newest(payload)
+                return
+            if ext == SESSION_EXT and self.on_session is not None:
+                self.on_session(payload)
                 return
         try:
             message = self._decode(payload)

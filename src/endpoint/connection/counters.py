@@ -30,6 +30,7 @@ from driver.tools.connections import (
     MESSAGES_RECEIVED_TYPE_ID,
     MESSAGES_SENT_TYPE_ID,
     RTT_TYPE_ID,
+    SESSION_EVENTS,
     ConnectionKey,
     EndpointStatKey,
 )
@@ -180,6 +181,11 @@ def endpoint_stats(endpoint: Any) -> dict[str, int]:
     rejections = getattr(endpoint, "rejections", {})
     for reason, count in rejections.items():
         stats[f"rejections:{reason.name.lower()}"] = count
+    sessions = getattr(endpoint, "_sessions", None)
+    if sessions is not None:
+        stats["sessions"] = len(sessions)
+        for event in SESSION_EVENTS:
+            stats[f"session_events:{event}"] = getattr(sessions.stats, event)
     return stats
 
 

@@ -18,6 +18,8 @@ Pure: bytes and numbers in, decisions out.
 
 from __future__ import annotations
 
+from endpoint.messages import NEWEST_EXT
+
 __all__ = [
     "MAX_NEWEST_CLASSES",
     "NEWEST_EXT",
@@ -29,8 +31,6 @@ __all__ = [
     "sequence_of",
 ]
 
-NEWEST_EXT = 3
-"""msgpack ext code of a newest-wins frame (registered objects use 1, stream chunks 2)."""
 NEWEST_HEADER_LENGTH = 14
 """0xC9, the 4-byte big-endian ext length, the ext code, the 8-byte little-endian sequence."""
 MAX_NEWEST_CLASSES = 1024

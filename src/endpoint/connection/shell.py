@@ -75,6 +75,7 @@ from endpoint.streaming import MESSAGE, Progress, StreamManager, StreamSource
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
+    from endpoint.connection.buffered import Session
     from endpoint.handshake.protocol import SealingKeys
 
 __all__ = ["Connection", "ConnectionOwner", "UnhandledMessageError"]
@@ -178,6 +179,11 @@ class Connection:
         """Round-trip time in seconds of the last answered ping."""
         self.sealed = False
         """Every message each way is sealed (see :meth:`_seal_with`)."""
+        self.session: Session | None = None
+        """The buffered session this connection carries (the same object on every connection of the session), or
+        None: sends then go through it (kept until acknowledged, delivered once and in order across reconnects)."""
+        self.resumed = False
+        """This connection resumed a buffered session that an earlier connection carried."""
         report = functools.partial(endpoint._notify_error, self)
         """Errors while handling this connection's messages reach ``on_error`` with it (and no other end point)."""
         self.outbox = Outbox(
@@ -361,6 +367,12 @@ class Connection:
             self._refused = self._refused_sealed = None
         return result
 
+    def _join_session(self, session: Session, resumed: bool) -> None:
+        """Carry ``session`` (before anything is read): its frames go to it, sends through it."""
+        self.session = session
+        self.resumed = resumed
+        self._core.on_session = functools.partial(session.on_frame, self)
+
     def _seal_failed(self, exc: SealError) -> None:
         """A forged, replayed or tampered message holds its place in the log, so the connection cannot go on:
         count it, report it with this connection, tell the peer (sealed, so it believes us) and close."""
@@ -387,10 +399,13 @@ class Connection:
 
         Raises ConnectionClosedError when closed, MessageTooLargeError or
         SerializationError for a message that can never be sent. A class registered ``unreliable=True`` goes
-        :meth:`send_unreliable`.
+        :meth:`send_unreliable`. On a buffered session: True once kept (SessionBufferFullError at its bounds), even
+        after the connection was lost.
         """
         if type(message) in self._newest_classes:
             return self.send_unreliable(message)
+        if self.session is not None:
+            return self.session.send_nowait(message)
         self.outbox.ensure_open()
         return self.outbox.offer_now(self._encoded(message))
 
@@ -475,9 +490,15 @@ class Connection:
         A message longer than the connection's max message length (up to ``max_message_size``) goes as a
         stream of chunks and reaches the peer's listeners whole; ``timeout`` then bounds each chunk's wait.
         A class registered ``unreliable=True`` goes :meth:`send_unreliable` (nothing to wait for).
+
+        On a buffered session (:attr:`session`) the message is kept until the peer acknowledges it, and sent on
+        whichever connection carries the session: see :meth:`Session.send <endpoint.Session.send>`.
         """
         if type(message) in self._newest_classes:
             self.send_unreliable(message)
+            return
+        if self.session is not None:
+            await self.session.send(message, timeout)
             return
         self.outbox.ensure_open()
         data = self._encode(message)
@@ -692,6 +713,8 @@ class Connection:
             return
         if verdict is Verdict.KEEPALIVE and self.outbox.send_control(Ping(0, time.perf_counter_ns())):
             core.kept_alive(now_ns, self.outbox.sent)
+        if self.session is not None:
+            self.session.tick(self)
 
     def _tick_unreliable(self) -> None:
         """Subscribe to the peer's unreliable stream once its first newest-wins frame came the reliable way, and

@@ -30,6 +30,11 @@ What each step proves:
   Its payload is the grant or the sealed rejection reason.
 - DONE and DONE_ACK are sealed with Noise's per-direction keys (``split``):
   the client holds its ephemeral key, the server completed the same transcript.
+- A buffered session (see :mod:`endpoint.connection.session`; offered by the server in the grant) is claimed in
+  DONE: the client's long-lived public key, proof that it holds the private key (a MAC under the X25519
+  secret of its key and the server's, over a key exported from this handshake, so it cannot be replayed into
+  another), and its :class:`SessionSync`; DONE_ACK answers with the session's id, whether it resumed, and the
+  server's sync. A peer that does not know sessions never sends nor gets the extra element.
 - A sealed connection (the client asks in HELLO, bound into the prologue;
   the grant says what the server decided) seals its messages under two keys
   of their own, derived from the finished handshake (:class:`SealingKeys`,
@@ -60,8 +65,9 @@ from typing import Literal, TypeAlias
 
 import attrs
 import msgpack  # type: ignore[import-untyped]
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
+from endpoint.connection.session import SessionSync
 from endpoint.errors import ConfigurationError, HandshakeError, RejectReason
 from endpoint.handshake.noise import CipherState, HandshakeState, NoiseError, Pattern
 
@@ -87,6 +93,9 @@ __all__ = [
     "Reply",
     "SealingKeys",
     "ServerHandshake",
+    "SessionClaim",
+    "SessionGranted",
+    "SessionOffer",
     "answer_key",
     "unsealed_reject",
 ]
@@ -103,6 +112,7 @@ MAX_TEXT_LENGTH = 256
 MAX_ADDRESS_LENGTH = 64
 COOKIE_LENGTH = 24
 _COOKIE_MAC_LENGTH = 16
+_SESSION_PROOF_LENGTH = 16
 _KEY_HINT_LENGTH = 8
 _U64_MAX = (1 << 64) - 1
 _I64_MIN = -(1 << 63)
@@ -187,14 +197,50 @@ def _sealing_keys(noise: HandshakeState) -> SealingKeys:
 
 
 @attrs.frozen
+class SessionOffer:
+    """What a client claiming a buffered session puts in DONE: its long-lived key and its sync."""
+
+    private_key: X25519PrivateKey = attrs.field(repr=False)
+    sync: SessionSync
+
+
+@attrs.frozen
+class SessionClaim:
+    """A client proved it holds the private key of ``public_key`` (its session) and said ``sync``."""
+
+    public_key: bytes
+    sync: SessionSync
+
+
+@attrs.frozen
+class SessionGranted:
+    """The server's answer to a session claim: the session's id (stable while the server keeps it), whether the
+    connection resumed a session it kept, and the server's sync."""
+
+    session_id: int
+    resumed: bool
+    sync: SessionSync
+
+
+def _session_proof(private_key: X25519PrivateKey, peer_public: bytes, noise: HandshakeState) -> bytes:
+    """MAC under the X25519 secret of a client's session key and the server's static key, over a key exported
+    from this handshake: only the holder of either private key makes it, and only for this handshake."""
+    shared = private_key.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    binding = noise.export_key(b"session proof")
+    return hmac.new(shared, b"endpoint-session" + binding, hashlib.sha256).digest()[:_SESSION_PROOF_LENGTH]
+
+
+@attrs.frozen
 class Done:
     """The client proved it holds the key and has set up its side; the glue starts the connection and calls complete.
 
-    ``keys``: the connection's sealing keys (used when the connection is sealed)."""
+    ``keys``: the connection's sealing keys (used when the connection is sealed); ``session``: the buffered session
+    the client proved it holds (None: it claimed none)."""
 
     connect_key: int
     connection_id: int
     keys: SealingKeys | None = attrs.field(default=None, eq=False)
+    session: SessionClaim | None = None
 
 
 @attrs.frozen
@@ -224,6 +270,8 @@ class Completed:
 
     connection_id: int
     keys: SealingKeys | None = attrs.field(default=None, eq=False)
+    session: SessionGranted | None = None
+    """The server's answer to the session claimed in DONE (None: none claimed, or the server held none for us)."""
 
 
 @attrs.define
@@ -467,10 +515,19 @@ def _checked_length(data: bytes, what: str) -> bytes:
     return data
 
 
-def _single_int(payload: object) -> int:
-    if type(payload) is not list or len(payload) != 1:
-        raise HandshakeError("sealed payload must be [connection_id]")
-    return _int(payload[0], _I64_MIN, _U64_MAX, "connection id")
+def _id_and_extra(payload: object) -> tuple[int, object]:
+    """[connection_id] or [connection_id, session element] (None when absent)."""
+    if type(payload) is not list or len(payload) not in (1, 2):
+        raise HandshakeError("sealed payload must be [connection_id] or [connection_id, session]")
+    connection_id = _int(payload[0], _I64_MIN, _U64_MAX, "connection id")
+    return connection_id, payload[1] if len(payload) == 2 else None
+
+
+def _sync(value: object) -> SessionSync:
+    sync = SessionSync.from_list(value)
+    if sync is None:
+        raise HandshakeError("malformed session sync")
+    return sync
 
 
 def _seal(cipher: CipherState, kind: Kind, connect_key: int, payload: object) -> bytes:
@@ -540,6 +597,8 @@ class _Pending:
     receive: CipherState | None = None
     done_packet: bytes | None = None
     keys: SealingKeys | None = None
+    claimed: bool = False
+    """DONE claimed a buffered session (DONE_ACK must answer it)."""
 
 
 @attrs.define
@@ -790,14 +849,37 @@ class ServerHandshake:
         if payload is None:
             self.stats.spoofed += 1
             return None
-        if _single_int(payload) != entry.connection_id:
+        connection_id, extra = _id_and_extra(payload)
+        if connection_id != entry.connection_id:
             raise HandshakeError("DONE names another connection id than the one granted")
+        claim = None
+        if extra is not None:
+            claim = self._session_claim(extra, entry)
+            if claim is None:
+                self.stats.spoofed += 1
+                return None
         assert entry.connection_id is not None
         assert entry.keys is not None
         entry.state = "done"
         entry.done_packet = message.blob
         entry.updated_ns = now_ns
-        return Done(connect_key=key, connection_id=entry.connection_id, keys=entry.keys)
+        entry.claimed = claim is not None
+        return Done(connect_key=key, connection_id=entry.connection_id, keys=entry.keys, session=claim)
+
+    def _session_claim(self, extra: object, entry: _Pending) -> SessionClaim | None:
+        """The session DONE claims, or None when its proof does not hold (HandshakeError when malformed)."""
+        if type(extra) is not list or len(extra) != 3:
+            raise HandshakeError("a session claim must be [public key, proof, sync]")
+        public = _bytes(extra[0], KEY_LENGTH, "session key")
+        proof = _bytes(extra[1], _SESSION_PROOF_LENGTH, "session proof")
+        sync = _sync(extra[2])
+        try:
+            expected = _session_proof(self._private_key, public, entry.noise)
+        except ValueError:  # a low-order point: no secret, no session
+            return None
+        if not hmac.compare_digest(expected, proof):
+            return None
+        return SessionClaim(public, sync)
 
     def _prune_seen(self, now_ns: int) -> None:
         # A connect key is remembered while a cookie naming it could still be good (two periods).
@@ -850,12 +932,16 @@ class ServerHandshake:
         self._remember_finished(connect_key, entry, None, packet)
         return packet
 
-    def complete(self, connect_key: int) -> bytes:
-        """DONE_ACK; ends the handshake. KeyError when it is not pending, RuntimeError before DONE arrived."""
+    def complete(self, connect_key: int, session: SessionGranted | None = None) -> bytes:
+        """DONE_ACK, answering the session DONE claimed with ``session`` (None: the server holds none for the
+        client); ends the handshake. KeyError when it is not pending, RuntimeError before DONE arrived."""
         entry = self._pending[connect_key]
         if entry.state != "done" or entry.connection_id is None or entry.send is None:
             raise RuntimeError(f"handshake {connect_key:#x} has not received DONE")
-        packet = _seal(entry.send, Kind.DONE_ACK, connect_key, [entry.connection_id])
+        payload: list[object] = [entry.connection_id]
+        if entry.claimed:  # only then: a client that knows no sessions reads exactly [connection_id]
+            payload.append(None if session is None else [session.session_id, session.resumed, session.sync.as_list()])
+        packet = _seal(entry.send, Kind.DONE_ACK, connect_key, payload)
         self._remove(connect_key)
         self._remember_finished(connect_key, entry, entry.connection_id, packet)
         return packet
@@ -983,6 +1069,7 @@ class ClientHandshake:
         self._receive: CipherState | None = None
         self._keys: SealingKeys | None = None
         self._done: bytes | None = None
+        self._claimed = False
         self._state: _ClientState = "new"
         self._cookie_resends = 0
         if len(self._hello_packet((1 << 63) - 1)) > MAX_PACKET_LENGTH:
@@ -1061,13 +1148,22 @@ class ClientHandshake:
             ]
         )
 
-    def done(self) -> bytes:
-        """DONE sealed with the client->server key; the same bytes on every call, so it may be resent."""
+    def done(self, session: SessionOffer | None = None) -> bytes:
+        """DONE sealed with the client->server key, claiming ``session`` (only when the grant offered sessions: a
+        server that knows none would drop it); the same bytes on every call, so it may be resent (the session
+        of the first call is the one claimed)."""
         if self._state not in ("accepted", "done_sent") or self._send is None:
             raise RuntimeError(f"DONE makes no sense in state {self._state!r}")
         self._state = "done_sent"
         if self._done is None:
-            self._done = _seal(self._send, Kind.DONE, self.connect_key, [self.connection_id])
+            payload: list[object] = [self.connection_id]
+            if session is not None:
+                assert self.server_public is not None
+                public = session.private_key.public_key().public_bytes_raw()
+                proof = _session_proof(session.private_key, self.server_public, self._noise)
+                payload.append([public, proof, session.sync.as_list()])
+                self._claimed = True
+            self._done = _seal(self._send, Kind.DONE, self.connect_key, payload)
         return self._done
 
     def receive(self, data: bytes | memoryview) -> Accepted | Rejected | Completed | CookieReceived | None:
@@ -1185,9 +1281,17 @@ class ClientHandshake:
         if payload is None:
             self.stats.spoofed += 1
             return None
-        connection_id = _single_int(payload)
+        connection_id, extra = _id_and_extra(payload)
         if connection_id != self.connection_id:
             raise HandshakeError("DONE_ACK names another connection id than the one granted")
+        granted = None
+        if extra is not None:
+            if not self._claimed or type(extra) is not list or len(extra) != 3:
+                raise HandshakeError("DONE_ACK answers a session claim that was not made, or is malformed")
+            session_id = _int(extra[0], 1, _U64_MAX, "session id")
+            if type(extra[1]) is not bool:
+                raise HandshakeError("DONE_ACK's resumed flag must be a bool")
+            granted = SessionGranted(session_id, extra[1], _sync(extra[2]))
         self._state = "completed"
         assert self._keys is not None
-        return Completed(connection_id, self._keys)
+        return Completed(connection_id, self._keys, granted)

@@ -200,3 +200,19 @@ def test_liveness_keepalive_when_quiet_dead_after_the_timeout_and_not_reading_is
     assert core.tick(2_300 * MS, sent=6, reading=True) is not Verdict.DEAD
     assert core.tick(2_300 * MS + 1, sent=7, reading=True) is Verdict.DEAD
     assert core.dead_reason(2_300 * MS + 1).startswith(PEER_TIMED_OUT)
+
+
+def test_session_frames_go_to_the_session_once_the_connection_carries_one() -> None:
+    from endpoint.connection.session import ack_frame, data_frame
+
+    core, shell, ser = make()
+    frame = data_frame(1, ser.encode(Move(1)))
+    feed(core, frame)  # no session: the frame is junk to the decoder, like any unknown ext value
+    assert shell.kinds() == ["undecodable"]
+    frames: list[bytes] = []
+    core.on_session = lambda payload: frames.append(bytes(payload))
+    feed(core, frame)
+    feed(core, ack_frame(1))
+    feed(core, ser.encode(Move(2)))  # plain messages still go straight to delivery
+    assert frames == [frame, ack_frame(1)]
+    assert shell.kinds() == ["undecodable", "deliver"]

@@ -581,3 +581,83 @@ def test_an_abandoned_handshake_may_be_asked_again() -> None:
     server.abandon(client.connect_key)
     assert isinstance(server.receive(client.hello(T0), SRC, T0), Hello)
     assert server.stats.replayed == 0
+
+
+# ------------------------------------------------------------------------------------------------ buffered sessions
+
+
+def test_a_session_claim_proves_the_clients_key_and_gets_the_servers_sync() -> None:
+    from endpoint.connection.session import SessionSync
+    from endpoint.handshake.protocol import SessionClaim, SessionGranted, SessionOffer
+
+    server, client = make_server(), make_client()
+    session_key = X25519PrivateKey.generate()
+    accepted(server, client, 5)
+    mine = SessionSync(11, 3, 22, 7)
+    done = server.receive(client.done(SessionOffer(session_key, mine)), SRC, T0)
+    public = session_key.public_key().public_bytes_raw()
+    assert done == Done(client.connect_key, 5, session=SessionClaim(public, mine))
+    granted = SessionGranted(9, True, SessionSync(22, 8, 11, 2))
+    assert client.receive(server.complete(client.connect_key, granted)) == Completed(5, session=granted)
+
+
+def test_a_server_without_a_session_for_the_claim_answers_none() -> None:
+    from endpoint.connection.session import SessionSync
+    from endpoint.handshake.protocol import SessionOffer
+
+    server, client = make_server(), make_client()
+    accepted(server, client, 5)
+    offer = SessionOffer(X25519PrivateKey.generate(), SessionSync(1, 1, 0, 0))
+    assert isinstance(server.receive(client.done(offer), SRC, T0), Done)
+    assert client.receive(server.complete(client.connect_key, None)) == Completed(5, session=None)
+
+
+def test_old_peers_see_exactly_one_connection_id() -> None:
+    """A client that claims nothing gets [connection_id] even from a server that offers sessions; a claim-less
+    DONE_ACK answers a claim with no session."""
+    from endpoint.connection.session import SessionSync
+    from endpoint.handshake.protocol import SessionGranted
+
+    server, client = make_server(), make_client()
+    complete(server, client, 6)  # no claim: complete() ignores a session answer too
+    server, client = make_server(), make_client()
+    accepted(server, client, 6)
+    server.receive(client.done(), SRC, T0)
+    ack = server.complete(client.connect_key, SessionGranted(1, False, SessionSync(1, 1, 0, 0)))
+    assert client.receive(ack) == Completed(6)
+
+
+def test_a_session_claim_with_a_forged_proof_or_replayed_into_another_handshake_is_dropped() -> None:
+    from endpoint.connection.session import SessionSync
+    from endpoint.handshake.protocol import SessionOffer, _seal, _session_proof
+
+    session_key = X25519PrivateKey.generate()
+    public = session_key.public_key().public_bytes_raw()
+    sync = [1, 1, 0, 0]
+    server, client = make_server(), make_client()
+    accepted(server, client, 5)
+    assert client._send is not None
+    forged = _seal(client._send, Kind.DONE, client.connect_key, [5, [public, bytes(16), sync]])
+    assert server.receive(forged, SRC, T0) is None
+    assert server.stats.spoofed == 1
+    # A proof made for one handshake does not open another, even between the same two keys.
+    key = X25519PrivateKey.generate()
+    first_server, first = make_server(key=key), make_client()
+    accepted(first_server, first, 5)
+    first.done(SessionOffer(session_key, SessionSync(1, 1, 0, 0)))
+    stolen = _session_proof(session_key, first_server.public_key, first._noise)
+    second_server, second = make_server(key=key), make_client()
+    accepted(second_server, second, 5)
+    assert second._send is not None
+    replay = _seal(second._send, Kind.DONE, second.connect_key, [5, [public, stolen, sync]])
+    assert second_server.receive(replay, SRC, T0) is None
+    assert second_server.stats.spoofed == 1
+    # The same DONE with the proof made for this handshake goes through (so the drops above were the proof's).
+    third_server, third = make_server(key=key), make_client()
+    accepted(third_server, third, 5)
+    assert third._send is not None
+    good = _session_proof(session_key, third_server.public_key, third._noise)
+    done = third_server.receive(_seal(third._send, Kind.DONE, third.connect_key, [5, [public, good, sync]]), SRC, T0)
+    assert isinstance(done, Done)
+    assert done.session is not None
+    assert done.session.public_key == public
