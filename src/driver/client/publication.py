@@ -46,8 +46,6 @@ from driver.logbuffer.offer_result import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from typing_extensions import Buffer
 
 __all__ = [
@@ -94,7 +92,7 @@ class Publication(abc.ABC):
         "_is_closed",
         "_limit",
         "_log",
-        "_native_offer",
+        "_writer",
         "channel",
         "channel_status_id",
         "initial_term_id",
@@ -136,7 +134,7 @@ class Publication(abc.ABC):
         self.registration_id = registration_id
         appender = self._APPENDER(log.metadata, log.terms, log.term_views, position_limit)
         self._appender = appender
-        self._native_offer: Callable[..., int] = appender.native.offer
+        self._writer = appender.native  # its offer is called as self._writer.offer: a specialised method call
         self.term_buffer_length = appender.term_length
         self.max_message_length = appender.max_message_length
         self.max_payload_length = appender.max_payload_length
@@ -277,7 +275,7 @@ class Publication(abc.ABC):
         if self._is_closed:
             return CLOSED
         if reserved_value_supplier is None:
-            result = self._native_offer(buffer, offset, length)
+            result = self._writer.offer(buffer, offset, length)
             if result > 0:
                 return result
             if result:

@@ -31,7 +31,7 @@ the active partition's tail, answer ``ADMIN_ACTION`` while a rotation is half
 done, answer flow control at the limit (``BACK_PRESSURED``, ``NOT_CONNECTED``,
 ``MAX_POSITION_EXCEEDED``), append through the term appenders above, and rotate
 the log after a claim that ran off the term. The client's publications call
-them; nothing else writes a log.
+them (the driver only cleans, unblocks and pads what they wrote).
 
 The native ``PublicationWriter`` (C) accelerates :meth:`LogAppender.offer` for
 a message that fits one frame: it runs the same steps in one call and answers 0
