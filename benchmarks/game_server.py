@@ -2,7 +2,7 @@
 
     python benchmarks/game_server.py [--players 200,500,1000] [--duration 20] [--idle-seconds 5]
                                      [--processes 4] [--tcp/--no-tcp] [--idle-only] [--unreliable]
-                                     [--overload 1.5 [--capacity N]] [--profile] [--uvloop/--no-uvloop]
+                                     [--overload 1.5 [--capacity N]] [--profile] [--uvloop/--no-uvloop] [--quick]
 
 One server process (a ``Server`` with its embedded driver and default settings, on uvloop when it is
 installed) and ``--players`` clients spread over ``--processes`` client processes, each process with a
@@ -661,7 +661,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
                 errors.append(first)
         note(f"{transport}: {connected} connected in {connect_s:.1f} s (server holds {signals['connected'].value})")
         # Over UDP the handshakes' own streams close a few seconds after the last handshake.
-        time.sleep(args.settle + (5.0 if endpoint else 0.0))
+        time.sleep(args.settle + (args.handshake_settle if endpoint else 0.0))
         before = _cpu([server.pid])[0]
         time.sleep(args.idle_seconds)
         idle_cpu = (_cpu([server.pid])[0] - before) / args.idle_seconds * 100
@@ -782,6 +782,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of play measured per count")
     parser.add_argument("--idle-seconds", type=float, default=5.0, help="seconds of the idle measurement")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds to wait after connecting, before idle")
+    parser.add_argument(
+        "--handshake-settle", type=float, default=5.0, help="more seconds over UDP, for the handshake streams to close"
+    )
     parser.add_argument("--processes", type=int, default=4, help="client processes (each with a driver)")
     parser.add_argument("--concurrency", type=int, default=16, help="handshakes in flight per client process")
     parser.add_argument("--tcp", action=argparse.BooleanOptionalAction, default=True, help="asyncio TCP beside it")
@@ -792,7 +795,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--overload", type=float, default=0.0, help="one more run at this factor of the capacity")
     parser.add_argument("--capacity", type=int, default=0, help="players the server serves (default: from this run)")
     parser.add_argument("--profile", action="store_true", help="cProfile the end point server (stderr)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 20 players, 2 processes, 2 s of play")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.players, args.processes, args.duration, args.idle_seconds = "20", 2, 2.0, 1.0
+        args.settle, args.handshake_settle = 0.2, 1.0
     _on_sigterm()
     counts = [int(n) for n in args.players.split(",") if n.strip()]
     endpoint_transport = "udp"

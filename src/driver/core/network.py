@@ -360,6 +360,7 @@ class NetworkResources:
             multicast_ttl=channel.multicast_ttl,
             is_exclusive=is_exclusive,
             signal_eos=uri.get("eos", "true") != "false",
+            heartbeat_interval_ns=self._ctx.publication_heartbeat_interval_ns,
             now_ns=conductor.now_ns(),
         )
         endpoint.ref_count += 1

@@ -25,8 +25,7 @@ def test_a_subscription_after_the_setup_connects_without_its_repeat(
 ) -> None:
     # No repeated SETUP and no heartbeat (whose arrival would make the receiver elicit a SETUP) for a minute.
     monkeypatch.setattr(network_publication, "SETUP_INTERVAL_NS", 60_000_000_000)
-    monkeypatch.setattr(network_publication, "HEARTBEAT_INTERVAL_NS", 60_000_000_000)
-    publisher_driver = udp.embedded("pub")
+    publisher_driver = udp.embedded("pub", publication_heartbeat_interval_ns=60_000_000_000)
     subscriber_driver = udp.embedded("sub")
     subscriber = udp.client(subscriber_driver.aeron_dir)
     publisher = udp.client(publisher_driver.aeron_dir)
