@@ -528,7 +528,7 @@ def test_the_udp_timers_reach_the_embedded_driver(tmp_path: Path) -> None:
 
     default_config = Configuration(aeron_dir=tmp_path / "a")
     default = SharedDriver(default_config.driver_key(), default_config)._driver_context()
-    assert default.publication_heartbeat_interval_ns == 1_000_000_000
+    assert default.publication_heartbeat_interval_ns == 2_000_000_000
     assert default.status_message_timeout_ns == 1_000_000_000
     config = Configuration(aeron_dir=tmp_path / "b", heartbeat_interval=0.1, status_message_interval=0.2)
     ctx = SharedDriver(config.driver_key(), config)._driver_context()
