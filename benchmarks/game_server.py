@@ -230,7 +230,14 @@ def _on_sigterm() -> None:
 
 
 def endpoint_game_server(
-    aeron_dir: str, port: int, players: int, unreliable: bool, use_uvloop: bool, profile: bool, signals: Any
+    aeron_dir: str,
+    port: int,
+    players: int,
+    unreliable: bool,
+    use_uvloop: bool,
+    profile: bool,
+    signals: Any,
+    settings: dict[str, Any],
 ) -> None:
     """The game server on a ``Server`` with default settings: players join on connect, steer on ``Input``,
     get a ``Snapshot`` each tick."""
@@ -241,7 +248,7 @@ def endpoint_game_server(
         from endpoint.errors import ConnectionClosedError
 
         config = ServerConfiguration(
-            port=port, listen_address="127.0.0.1", aeron_dir=aeron_dir, serialization=game_serialization()
+            port=port, listen_address="127.0.0.1", aeron_dir=aeron_dir, serialization=game_serialization(), **settings
         )
         server = Server(config)
         world = World(players)
@@ -366,7 +373,14 @@ async def _send_inputs(senders: Sequence[Callable[[Input], object]], tally: Clie
 
 
 def endpoint_game_clients(
-    aeron_dir: str, port: int, count: int, concurrency: int, use_uvloop: bool, signals: Any, out: Any
+    aeron_dir: str,
+    port: int,
+    count: int,
+    concurrency: int,
+    use_uvloop: bool,
+    signals: Any,
+    out: Any,
+    settings: dict[str, Any],
 ) -> None:
     """``count`` UDP players in one process (sharing its driver): connect, wait for play, play, report."""
     _on_sigterm()
@@ -391,7 +405,11 @@ def endpoint_game_clients(
         for index in range(count):
             client = Client(
                 ClientConfiguration(
-                    aeron_dir=aeron_dir, serialization=game_serialization(), prefer_ipc=False, connect_timeout=60.0
+                    aeron_dir=aeron_dir,
+                    serialization=game_serialization(),
+                    prefer_ipc=False,
+                    connect_timeout=60.0,
+                    **settings,
                 )
             )
             client.on_message(Snapshot)(functools.partial(on_snapshot, index))
@@ -587,6 +605,8 @@ class Result(NamedTuple):
     refused: int
     refused_inputs: int
     error: str
+    udp_drops: int = 0
+    """Datagrams the kernel dropped for a full socket receive buffer while measured (the whole machine)."""
 
     @property
     def lost(self) -> int:
@@ -624,6 +644,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         out = ctx.Queue()
         port = free_port_both()
         uv = args.uvloop
+        settings: dict[str, Any] = {"socket_rcvbuf": args.rcvbuf} if args.rcvbuf else {}
         if endpoint:
             server_dir = fresh_aeron_dir("game-srv")
             group.dirs.append(server_dir)
@@ -636,6 +657,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
                 uv,
                 profile,
                 signals,
+                settings,
             )
         else:
             server = group.start(tcp_game_server, port, players, uv, signals)
@@ -647,7 +669,17 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
                 client_dir = fresh_aeron_dir("game-cli")
                 group.dirs.append(client_dir)
                 crowd.append(
-                    group.start(endpoint_game_clients, str(client_dir), port, share, args.concurrency, uv, signals, out)
+                    group.start(
+                        endpoint_game_clients,
+                        str(client_dir),
+                        port,
+                        share,
+                        args.concurrency,
+                        uv,
+                        signals,
+                        out,
+                        settings,
+                    )
                 )
             else:
                 crowd.append(group.start(tcp_game_clients, port, share, args.concurrency, uv, signals, out))
@@ -682,6 +714,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         signals["play"].set()
         time.sleep(WARMUP_S)
         pids = [server.pid, *(p.pid for p in crowd)]
+        drops = udp_receive_buffer_errors()
         before_all = _cpu(pids)
         began = time.monotonic()
         signals["measure"].set()
@@ -689,6 +722,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         signals["done"].set()
         elapsed = time.monotonic() - began
         after_all = _cpu(pids)
+        drops = udp_receive_buffer_errors() - drops
         cpu = [(a - b) / elapsed * 100 for a, b in zip(after_all, before_all, strict=True)]
         snapshots: list[int] = []
         staleness: list[int] = []
@@ -733,7 +767,17 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         stats["refused"],
         refused_inputs,
         "; ".join(errors),
+        drops,
     )
+
+
+def udp_receive_buffer_errors() -> int:
+    """The machine's UDP datagrams dropped so far for a full receive buffer (``RcvbufErrors``, /proc/net/snmp)."""
+    try:
+        lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines() if line.startswith("Udp:")]
+        return int(lines[1][lines[0].index("RcvbufErrors")])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 # -- main ---------------------------------------------------------------------------------------------------------
@@ -753,6 +797,7 @@ def _row(r: Result) -> tuple[object, ...]:
         f"{r.skipped}",
         f"{r.refused}",
         f"{r.client_cpu:.0f}",
+        f"{r.udp_drops}",
     )
 
 
@@ -769,6 +814,7 @@ _HEADER = [
     "skipped",
     "refused",
     "clients CPU %",
+    "UDP drops",
 ]
 
 
@@ -785,6 +831,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--handshake-settle", type=float, default=5.0, help="more seconds over UDP, for the handshake streams to close"
     )
+    parser.add_argument("--rcvbuf", type=int, default=0, help="socket_rcvbuf of every end point's driver (0: default)")
     parser.add_argument("--processes", type=int, default=4, help="client processes (each with a driver)")
     parser.add_argument("--concurrency", type=int, default=16, help="handshakes in flight per client process")
     parser.add_argument("--tcp", action=argparse.BooleanOptionalAction, default=True, help="asyncio TCP beside it")

@@ -203,8 +203,11 @@ class Configuration:
     term_length: int = attrs.field(default=64 * 1024, validator=_power_of_two(64 * 1024, 1 << 30))
     """Term length of each connection's UDP logs; 64 KiB keeps a thousand connections small."""
     ipc_term_length: int = attrs.field(default=64 * 1024, validator=_power_of_two(64 * 1024, 1 << 30))
-    socket_rcvbuf: int = attrs.field(default=0, validator=_int_range(0, 1 << 30))
-    """SO_RCVBUF of the driver's sockets; 0 keeps the driver default."""
+    socket_rcvbuf: int = attrs.field(default=4 << 20, validator=_int_range(0, 1 << 30))
+    """SO_RCVBUF of the driver's sockets (the kernel caps it at ``net.core.rmem_max``); 0 keeps the driver default
+    (Aeron's 128 KiB). A server's one UDP socket takes every client's datagrams: 128 KiB holds about 150 small ones,
+    a few milliseconds of a thousand players, so one late tick overflowed it, and the loss, NAKs and retransmits that
+    followed took down hundreds of connections at once; 4 MiB rides out a late tick."""
     socket_sndbuf: int = attrs.field(default=0, validator=_int_range(0, 1 << 30))
     heartbeat_interval: float = attrs.field(default=2.0, validator=_positive_seconds(5.0))
     """How often the driver heartbeats a UDP stream with nothing to send (Aeron: every 100 ms). An idle connection's

@@ -15,7 +15,10 @@ The end point's poller ticks at least every half ``ping_interval``, which keeps 
 within ``peer_timeout`` plus one ``ping_interval``.
 
 While this end is not reading the peer (a stream's consumer or the listeners are behind), the silence is
-ours: the clock restarts when reading resumes.
+ours: the clock restarts when reading resumes. So is a silence while the peer's stream keeps reaching our
+driver (its receiver high-water mark moves: the peer's process wrote new messages) but this end has not read
+them yet, because it is overloaded or a gap waits for a retransmit: liveness is judged by what the peer
+sent, not by how late we got to read it (:meth:`ConnectionCore.tick` takes the mark).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from driver.client.publication import Publication
 from driver.client.subscription import Image, Subscription
+from driver.concurrent.system_counters import RECEIVER_HWM_TYPE_ID
 from endpoint.config import Configuration
 from endpoint.connection.core import ConnectionCore
 from endpoint.connection.liveness import Verdict
@@ -180,6 +181,8 @@ class Connection:
             name=self.__repr__,
         )
         """Every send of this connection, its calls and its streams goes through here (see :mod:`~.outbox`)."""
+        self._hwm_counter_id: int | None = None
+        """The receiver high-water mark counter of the peer's image (UDP), looked up once it is needed; -1: none."""
         self._sealer: Sealer | None = None
         self._refused: Buffer | None = None
         self._refused_sealed: bytes | None = None
@@ -551,7 +554,11 @@ class Connection:
         reading = not self._not_reading()
         self.streams.tick(now_ns, reading)
         core = self._core
-        verdict = core.tick(now_ns, self.outbox.sent, reading)
+        liveness = core.liveness
+        hwm = None
+        if liveness.silent_for_ns(now_ns) > 2 * liveness.ping_interval_ns:  # quiet a while: has it sent anything?
+            hwm = self._peer_hwm()
+        verdict = core.tick(now_ns, self.outbox.sent, reading, hwm)
         if verdict is Verdict.DEAD:
             self._lose(core.dead_reason(now_ns))
             return
@@ -561,6 +568,23 @@ class Connection:
             return
         if verdict is Verdict.KEEPALIVE and self.outbox.send_control(Ping(0, time.perf_counter_ns())):
             core.kept_alive(now_ns, self.outbox.sent)
+
+    def _peer_hwm(self) -> int | None:
+        """How far the peer's stream has reached our driver (gaps included), None when unknown (IPC, not mapped).
+
+        The counter is found by the image's registration id, once per connection: a scan of the counters, paid
+        only by a connection whose peer has been quiet for two ping intervals."""
+        image = self._image
+        if image is None or self.is_ipc:
+            return None
+        reader = self._sub._conductor.counters_reader
+        counter_id = self._hwm_counter_id
+        if counter_id is None:
+            counter_id = reader.find_by_type_id_and_registration_id(RECEIVER_HWM_TYPE_ID, image.correlation_id)
+            self._hwm_counter_id = counter_id = counter_id if counter_id >= 0 else -1
+        if counter_id < 0:
+            return None
+        return reader.get_counter_value(counter_id)
 
     # ------------------------------------------------------------------ closing
 
