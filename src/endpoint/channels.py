@@ -67,9 +67,11 @@ def data_channel(
     mtu: int | None,
     *,
     max_term_length: int | None = None,
+    heartbeat_interval: float | None = None,
 ) -> str:
     """A connection's stream: IPC when ``endpoint`` is None, else UDP to/at ``endpoint``; tagged with its session.
-    ``max_term_length``: as for :func:`udp_channel` (UDP subscriptions)."""
+    ``max_term_length``: as for :func:`udp_channel` (UDP subscriptions). ``heartbeat_interval`` (UDP
+    publications, seconds): how often the driver heartbeats the stream while it is idle."""
     params = [f"session-id={session_id}"]
     if endpoint is not None:
         params.insert(0, f"endpoint={endpoint}")
@@ -79,6 +81,8 @@ def data_channel(
         params.append(f"mtu={mtu}")
     if max_term_length is not None and endpoint is not None:
         params.append(f"max-term-length={max_term_length}")
+    if heartbeat_interval is not None and endpoint is not None:
+        params.append(f"heartbeat-interval={round(heartbeat_interval * 1000)}ms")
     return ("aeron:ipc?" if endpoint is None else "aeron:udp?") + "|".join(params)
 
 

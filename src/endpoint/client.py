@@ -353,7 +353,13 @@ class Client(EndPoint[ClientConfiguration]):
         else:
             assert route.local is not None
             server = f"{bracket(route.server[0])}:{route.server[1]}"
-            pub_channel = data_channel(server, session_in, int(grant["term_length"]), int(grant["mtu"]))
+            pub_channel = data_channel(
+                server,
+                session_in,
+                int(grant["term_length"]),
+                int(grant["mtu"]),
+                heartbeat_interval=self.config.heartbeat_interval,
+            )
             sub_channel = data_channel(
                 f"{bracket(route.local[0])}:{route.local[1]}",
                 session_out,

@@ -210,9 +210,10 @@ class Configuration:
     followed took down hundreds of connections at once; 4 MiB rides out a late tick."""
     socket_sndbuf: int = attrs.field(default=0, validator=_int_range(0, 1 << 30))
     heartbeat_interval: float = attrs.field(default=2.0, validator=_positive_seconds(5.0))
-    """How often the driver heartbeats a UDP stream with nothing to send (Aeron: every 100 ms). An idle connection's
-    keepalive pings (every ``ping_interval`` to one and a half) already prove the stream alive, so heartbeats only
-    cost a datagram at both ends; at most 5 s, half the receivers' image liveness timeout."""
+    """How often the driver heartbeats a connection's UDP stream with nothing to send (Aeron: every 100 ms; set on
+    the connection's channel, so handshake streams keep Aeron's). An idle connection's keepalive pings (every
+    ``ping_interval`` to one and a half) already prove the stream alive, so heartbeats only cost a datagram at
+    both ends; at most 5 s, half the receivers' image liveness timeout."""
     status_message_interval: float = attrs.field(default=1.0, validator=_positive_seconds(2.5))
     """How often the driver sends a status message for a UDP stream it receives when no reading triggered one
     (Aeron: every 200 ms). Status messages also go whenever the reader moves a quarter window, so this bounds only
@@ -293,7 +294,6 @@ class Configuration:
             self.mtu,
             self.socket_rcvbuf,
             self.socket_sndbuf,
-            self.heartbeat_interval,
             self.status_message_interval,
             self.launch_driver,
             self.driver_timeout,

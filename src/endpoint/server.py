@@ -501,7 +501,13 @@ class Server(EndPoint[ServerConfiguration]):
                     None,
                     max_term_length=cfg.term_length,
                 )
-                pub_channel = data_channel(f"{bracket(address)}:{port}", session_out, cfg.term_length, cfg.mtu)
+                pub_channel = data_channel(
+                    f"{bracket(address)}:{port}",
+                    session_out,
+                    cfg.term_length,
+                    cfg.mtu,
+                    heartbeat_interval=cfg.heartbeat_interval,
+                )
             # The reply route and the connection's two streams at once (three driver round trips in parallel).
             # Our stream's SETUP reaches the client before it subscribes (after reading the grant); its driver
             # keeps that SETUP, so the stream connects as soon as it does.

@@ -64,3 +64,17 @@ def test_unclaimed_setups_are_bounded(udp: UdpDrivers) -> None:
         description="the newest SETUPs kept",
     )
     assert len(endpoint.unclaimed_setups) <= MAX_UNCLAIMED_SETUPS
+
+
+def test_a_channels_heartbeat_interval_overrides_the_drivers(udp: UdpDrivers) -> None:
+    """``heartbeat-interval`` on a publication's channel spaces its idle heartbeats; others keep the driver's."""
+    driver = udp.embedded("pub", publication_heartbeat_interval_ns=250_000_000)
+    client = udp.client(driver.aeron_dir)
+    port = free_udp_port()
+    spaced = client.add_exclusive_publication(f"aeron:udp?endpoint=127.0.0.1:{port}|heartbeat-interval=2s", 1)
+    plain = client.add_exclusive_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", 2)
+    by_session = {p.session_id: p for p in driver.conductor.network.publications}
+    assert by_session[spaced.session_id].heartbeat_interval_ns == 2_000_000_000
+    assert by_session[plain.session_id].heartbeat_interval_ns == 250_000_000
+    with pytest.raises(Exception, match="heartbeat-interval"):
+        client.add_exclusive_publication(f"aeron:udp?endpoint=127.0.0.1:{port}|heartbeat-interval=0", 3)

@@ -440,7 +440,6 @@ DRIVER_CHANGES: list[tuple[str, object]] = [
     ("mtu", 8192),
     ("socket_rcvbuf", 1 << 20),
     ("socket_sndbuf", 1 << 20),
-    ("heartbeat_interval", 0.1),
     ("status_message_interval", 0.2),
     ("launch_driver", False),
 ]
@@ -453,6 +452,7 @@ OTHER_CHANGES: list[tuple[str, object]] = [
     ("connect_timeout", 3.0),
     ("send_timeout", 1.0),
     ("ping_interval", 0.25),
+    ("heartbeat_interval", 0.1),
     ("peer_timeout", 60.0),
     ("close_timeout", 0.1),
     ("idle_strategy", "busy_spin"),
@@ -524,13 +524,18 @@ def test_resolved_aeron_dir(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_udp_timers_reach_the_embedded_driver(tmp_path: Path) -> None:
     """Heartbeats and status messages of idle UDP streams are spaced by the end point's settings (Aeron's 100 ms
     and 200 ms would cost a thousand idle connections thousands of datagrams a second)."""
+    from endpoint.channels import data_channel, udp_channel
     from endpoint.registry import SharedDriver
 
     default_config = Configuration(aeron_dir=tmp_path / "a")
     default = SharedDriver(default_config.driver_key(), default_config)._driver_context()
-    assert default.publication_heartbeat_interval_ns == 2_000_000_000
     assert default.status_message_timeout_ns == 1_000_000_000
-    config = Configuration(aeron_dir=tmp_path / "b", heartbeat_interval=0.1, status_message_interval=0.2)
+    assert default.publication_heartbeat_interval_ns == 100_000_000  # Aeron's, for the handshake streams
+    config = Configuration(aeron_dir=tmp_path / "b", status_message_interval=0.2)
     ctx = SharedDriver(config.driver_key(), config)._driver_context()
-    assert (ctx.publication_heartbeat_interval_ns, ctx.status_message_timeout_ns) == (100_000_000, 200_000_000)
+    assert ctx.status_message_timeout_ns == 200_000_000
     ctx.conclude()
+    # Connections' UDP publications carry the end point's heartbeat interval; handshake and IPC channels do not.
+    assert "heartbeat-interval=2000ms" in data_channel("127.0.0.1:40000", 7, 65536, 1408, heartbeat_interval=2.0)
+    assert "heartbeat" not in data_channel(None, 7, 65536, None, heartbeat_interval=2.0)
+    assert "heartbeat" not in udp_channel("127.0.0.1:40000", handshake=True)
