@@ -306,11 +306,15 @@ class EndPoint(Generic[ConfigT]):
             LoopPoller.for_running_loop().changed = True
 
     def _tick(self, now_ns: int) -> None:
-        if now_ns >= self._next_connection_tick_ns:
+        due_ns = self._next_connection_tick_ns
+        if now_ns >= due_ns:
             self._next_connection_tick_ns = now_ns + self._connection_tick_ns
+            # Held up (an overloaded loop, a starved process) past a whole interval: that time was ours, not
+            # the peers' silence; a dead peer is found that much later, a live one is not dropped for our delay.
+            stall_ns = now_ns - due_ns - self._connection_tick_ns if due_ns else 0
             for connection in self._polled:
                 try:
-                    connection._tick(now_ns)
+                    connection._tick(now_ns, stall_ns)
                 except Exception as exc:  # one connection's failure is its own, and the others still tick
                     self._notify_error(connection, exc)
         self._tick_extra(now_ns)

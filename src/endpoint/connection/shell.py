@@ -547,8 +547,9 @@ class Connection:
 
     # ------------------------------------------------------------------ liveness (poller, every tick)
 
-    def _tick(self, now_ns: int) -> None:
-        """Keepalive and dead-peer check (see :meth:`ConnectionCore.tick`), and streams that stalled."""
+    def _tick(self, now_ns: int, stall_ns: int = 0) -> None:
+        """Keepalive and dead-peer check (see :meth:`ConnectionCore.tick`), and streams that stalled; ``stall_ns``:
+        how much later than due the end point got round to it (its own delay, not the peer's silence)."""
         if self._closing:
             return
         reading = not self._not_reading()
@@ -558,7 +559,7 @@ class Connection:
         hwm = None
         if liveness.silent_for_ns(now_ns) > 2 * liveness.ping_interval_ns:  # quiet a while: has it sent anything?
             hwm = self._peer_hwm()
-        verdict = core.tick(now_ns, self.outbox.sent, reading, hwm)
+        verdict = core.tick(now_ns, self.outbox.sent, reading, hwm, stall_ns)
         if verdict is Verdict.DEAD:
             self._lose(core.dead_reason(now_ns))
             return
