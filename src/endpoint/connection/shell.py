@@ -28,11 +28,13 @@ import inspect
 import itertools
 import os
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from driver.client.publication import Publication
 from driver.client.subscription import Image, Subscription
+from driver.concurrent.counters import CountersReader
 from driver.concurrent.system_counters import RECEIVER_HWM_TYPE_ID
 from endpoint.config import Configuration
 from endpoint.connection.core import ConnectionCore
@@ -80,6 +82,22 @@ _QUEUED_CONTROL_ROOM = 1024
 """Internal messages beyond answers to calls one connection may have waiting on back pressure."""
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = 1, 2
 """Directions of a sealed connection (in each message's nonce and associated data)."""
+
+
+_HWM_RESCAN_NS = 1_000_000_000
+_hwm_index: weakref.WeakKeyDictionary[CountersReader, tuple[int, dict[int, int]]] = weakref.WeakKeyDictionary()
+"""Per counters file: when it was last scanned, and its receiver high-water mark counters by image registration id."""
+
+
+def _hwm_counter_of(reader: CountersReader, registration_id: int) -> int:
+    """The receiver high-water mark counter of an image, -1 if none. One scan of the counters serves every
+    connection (a thousand going quiet at once, as when the server falls behind, cost one scan, not a thousand);
+    an image the index lacks makes a new scan at most once a second."""
+    now_ns = time.monotonic_ns()
+    entry = _hwm_index.get(reader)
+    if entry is None or (registration_id not in entry[1] and now_ns - entry[0] > _HWM_RESCAN_NS):
+        entry = _hwm_index[reader] = (now_ns, reader.ids_by_registration_id(RECEIVER_HWM_TYPE_ID))
+    return entry[1].get(registration_id, -1)
 
 
 class _Poker(Protocol):
@@ -182,7 +200,7 @@ class Connection:
         )
         """Every send of this connection, its calls and its streams goes through here (see :mod:`~.outbox`)."""
         self._hwm_counter_id: int | None = None
-        """The receiver high-water mark counter of the peer's image (UDP), looked up once it is needed; -1: none."""
+        """The receiver high-water mark counter of the peer's image (UDP), looked up once it is needed."""
         self._sealer: Sealer | None = None
         self._refused: Buffer | None = None
         self._refused_sealed: bytes | None = None
@@ -573,18 +591,18 @@ class Connection:
     def _peer_hwm(self) -> int | None:
         """How far the peer's stream has reached our driver (gaps included), None when unknown (IPC, not mapped).
 
-        The counter is found by the image's registration id, once per connection: a scan of the counters, paid
-        only by a connection whose peer has been quiet for two ping intervals."""
+        The counter is found by the image's registration id, once per connection, and only for a connection
+        whose peer has been quiet for two ping intervals (see :func:`_hwm_counter_of`)."""
         image = self._image
         if image is None or self.is_ipc:
             return None
         reader = self._sub._conductor.counters_reader
         counter_id = self._hwm_counter_id
         if counter_id is None:
-            counter_id = reader.find_by_type_id_and_registration_id(RECEIVER_HWM_TYPE_ID, image.correlation_id)
-            self._hwm_counter_id = counter_id = counter_id if counter_id >= 0 else -1
-        if counter_id < 0:
-            return None
+            counter_id = _hwm_counter_of(reader, image.correlation_id)
+            if counter_id < 0:
+                return None  # not in the index yet: asked again next time
+            self._hwm_counter_id = counter_id
         return reader.get_counter_value(counter_id)
 
     # ------------------------------------------------------------------ closing
