@@ -645,6 +645,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         port = free_port_both()
         uv = args.uvloop
         settings: dict[str, Any] = {"socket_rcvbuf": args.rcvbuf} if args.rcvbuf else {}
+        server_settings = {**settings, "threading_mode": args.server_threading} if args.server_threading else settings
         if endpoint:
             server_dir = fresh_aeron_dir("game-srv")
             group.dirs.append(server_dir)
@@ -657,7 +658,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
                 uv,
                 profile,
                 signals,
-                settings,
+                server_settings,
             )
         else:
             server = group.start(tcp_game_server, port, players, uv, signals)
@@ -832,6 +833,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--handshake-settle", type=float, default=5.0, help="more seconds over UDP, for the handshake streams to close"
     )
     parser.add_argument("--rcvbuf", type=int, default=0, help="socket_rcvbuf of every end point's driver (0: default)")
+    parser.add_argument(
+        "--server-threading",
+        default="",
+        choices=["", "INVOKER", "SHARED", "SHARED_NETWORK", "DEDICATED"],
+        help="the server's embedded driver: on its event loop (INVOKER, the default) or in threads of its own",
+    )
     parser.add_argument("--processes", type=int, default=4, help="client processes (each with a driver)")
     parser.add_argument("--concurrency", type=int, default=16, help="handshakes in flight per client process")
     parser.add_argument("--tcp", action=argparse.BooleanOptionalAction, default=True, help="asyncio TCP beside it")
