@@ -50,6 +50,35 @@ def serialization() -> Serialization:
     return ser
 
 
+# -- the game benchmark's messages (benchmarks/game_server.py) -----------------------------------------------------
+
+
+@attrs.define(slots=True)
+class Input:
+    """A player's input, 20 a second: which way it steers."""
+
+    seq: int
+    dx: float
+    dy: float
+
+
+@attrs.define(slots=True)
+class Snapshot:
+    """What the server sends each player every tick: the tick, when it was sent (``time.monotonic_ns``, one clock
+    for every process on the machine) and its nearest players as ``[id, x, y]`` lists."""
+
+    tick: int
+    sent_ns: int
+    players: list[list[float]]
+
+
+def game_serialization() -> Serialization:
+    ser = Serialization()
+    ser.register(Input, type_id=1)
+    ser.register(Snapshot, type_id=2)
+    return ser
+
+
 # -- the RPC benchmark's interface (benchmarks/rpc_calls.py) ------------------------------------------------------
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "FRAME_ALIGNMENT",
     "GROUP_PARAM_NAME",
     "GROUP_TAG_PARAM_NAME",
+    "HEARTBEAT_INTERVAL_PARAM_NAME",
     "INITIAL_TERM_ID_PARAM_NAME",
     "INTERFACE_PARAM_NAME",
     "IPC_CHANNEL",
@@ -159,6 +160,9 @@ EVICT_SILENT_PARAM_NAME = "evict-silent"
 RECEIVER_HOST_PARAM_NAME = "receiver-host"
 """A private publication (``session-id=``) on a ``control-mode=dynamic`` channel: only receivers at this IP
 address become its destinations (a server answering a client it knows by address, through a NAT too)."""
+HEARTBEAT_INTERVAL_PARAM_NAME = "heartbeat-interval"
+"""A network publication's heartbeat interval when idle (the driver's ``publication_heartbeat_interval_ns`` when
+absent). Only the sending driver reads it: nothing changes on the wire but how often heartbeats go."""
 
 CONTROL_MODE_MANUAL = "manual"
 CONTROL_MODE_DYNAMIC = "dynamic"
@@ -269,6 +273,11 @@ def _check_positive_size(key: str, value: str) -> None:
     size = parse_size(value, key, error=InvalidChannelError)
     if not 0 < size <= _INT32_MAX:
         raise _bad(key, value, f"a size in 1..{_INT32_MAX}")
+
+
+def _check_positive_duration(key: str, value: str) -> None:
+    if parse_duration_ns(value, key, error=InvalidChannelError) <= 0:
+        raise _bad(key, value, "a duration > 0")
 
 
 def _check_duration(key: str, value: str) -> None:
@@ -423,6 +432,7 @@ _VALIDATORS: dict[str, _Validator] = {
     MAX_RESEND_PARAM_NAME: _check_max_resend,
     STREAM_ID_PARAM_NAME: _check_int32,
     MAX_TERM_LENGTH_PARAM_NAME: _check_term_length,
+    HEARTBEAT_INTERVAL_PARAM_NAME: _check_positive_duration,
     MAX_IMAGES_PARAM_NAME: _check_count,
     MAX_IMAGES_PER_SOURCE_PARAM_NAME: _check_count,
     EVICT_SILENT_PARAM_NAME: _check_bool,

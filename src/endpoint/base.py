@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from endpoint.config import Configuration
 from endpoint.connection.counters import ConnectionCounters, EndpointCounters, role_of
+from endpoint.connection.liveness import tick_interval_ns
 from endpoint.connection.newest import Sequencer
 from endpoint.connection.shell import Connection
 from endpoint.errors import (
@@ -42,6 +43,11 @@ if TYPE_CHECKING:
 __all__ = ["EndPoint", "MessageListenerDecorator"]
 
 _LEASE_RETRY_S = 0.1
+_CONNECTION_TICK_CEILING_NS = 500_000_000
+"""Connections' timers run every half ``ping_interval`` (the liveness promise: a dead peer is found within
+``peer_timeout`` plus one ``ping_interval``), at most every 500 ms and at least every 10 ms; not at every tick of
+the poller, which a thousand idle connections would pay for ten times a second."""
+_CONNECTION_TICK_FLOOR_NS = 10_000_000
 END_POINT_CLOSED = "end point closed"
 """The close reason of every connection of an end point that closes (a server shutting down, say)."""
 _log = logging.getLogger("endpoint")
@@ -90,6 +96,10 @@ class EndPoint(Generic[ConfigT]):
         self._loop_poller: LoopPoller | None = None
         self._closing = False
         self._restarting = False
+        self._connection_tick_ns = tick_interval_ns(
+            int(config.ping_interval * 1e9), _CONNECTION_TICK_CEILING_NS, _CONNECTION_TICK_FLOOR_NS
+        )
+        self._next_connection_tick_ns = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self.restarts = 0
         self.connection_counters = ConnectionCounters(role_of(self))
@@ -324,11 +334,17 @@ class EndPoint(Generic[ConfigT]):
             LoopPoller.for_running_loop().changed = True
 
     def _tick(self, now_ns: int) -> None:
-        for connection in self._polled:
-            try:
-                connection._tick(now_ns)
-            except Exception as exc:  # one connection's failure is its own, and the others still tick
-                self._notify_error(connection, exc)
+        due_ns = self._next_connection_tick_ns
+        if now_ns >= due_ns:
+            self._next_connection_tick_ns = now_ns + self._connection_tick_ns
+            # Held up (an overloaded loop, a starved process) past a whole interval: that time was ours, not
+            # the peers' silence; a dead peer is found that much later, a live one is not dropped for our delay.
+            stall_ns = now_ns - due_ns - self._connection_tick_ns if due_ns else 0
+            for connection in self._polled:
+                try:
+                    connection._tick(now_ns, stall_ns)
+                except Exception as exc:  # one connection's failure is its own, and the others still tick
+                    self._notify_error(connection, exc)
         self._tick_extra(now_ns)
         self.connection_counters.refresh(now_ns)
         shared = self._shared

@@ -79,10 +79,12 @@ def data_channel(
     max_term_length: int | None = None,
     reliable: bool = True,
     control: str | None = None,
+    heartbeat_interval: float | None = None,
 ) -> str:
     """A connection's stream: IPC when ``endpoint`` is None, else UDP to/at ``endpoint``; tagged with its session.
     ``max_term_length``, ``control``: as for :func:`udp_channel` (UDP subscriptions); ``reliable=False`` (UDP
-    subscriptions): loss is padded over, not asked for again."""
+    subscriptions): loss is padded over, not asked for again. ``heartbeat_interval`` (UDP publications, seconds):
+    how often the driver heartbeats the stream while it is idle."""
     params = [f"session-id={session_id}"]
     if endpoint is not None:
         params.insert(0, f"endpoint={endpoint}")
@@ -96,10 +98,20 @@ def data_channel(
         params.append(f"max-term-length={max_term_length}")
     if not reliable and endpoint is not None:
         params.append("reliable=false")
+    if heartbeat_interval is not None and endpoint is not None:
+        params.append(_heartbeat_param(heartbeat_interval))
     return ("aeron:ipc?" if endpoint is None else "aeron:udp?") + "|".join(params)
 
 
-def reply_channel(control: str, session_id: int, receiver_host: str, term_length: int, mtu: int | None = None) -> str:
+def reply_channel(
+    control: str,
+    session_id: int,
+    receiver_host: str,
+    term_length: int,
+    mtu: int | None = None,
+    *,
+    heartbeat_interval: float | None = None,
+) -> str:
     """A server's stream to one client (handshake answers, a connection's stream): it leaves from the server's
     control address and goes wherever the client's status messages naming ``session_id`` come from, if they come
     from ``receiver_host`` (Aeron's dynamic multi-destination control mode; the client's public address and port
@@ -113,7 +125,14 @@ def reply_channel(control: str, session_id: int, receiver_host: str, term_length
     ]
     if mtu is not None:
         params.append(f"mtu={mtu}")
+    if heartbeat_interval is not None:
+        params.append(_heartbeat_param(heartbeat_interval))
     return "aeron:udp?" + "|".join(params)
+
+
+def _heartbeat_param(seconds: float) -> str:
+    """How often the sending driver heartbeats an idle stream (read by our driver only; the wire is unchanged)."""
+    return f"heartbeat-interval={round(seconds * 1000)}ms"
 
 
 def host_of(source_identity: str) -> str:

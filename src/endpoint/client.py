@@ -458,7 +458,13 @@ class Client(EndPoint[ClientConfiguration]):
         else:
             assert route.local is not None
             server = f"{bracket(route.server[0])}:{route.server[1]}"
-            pub_channel = data_channel(server, session_in, int(grant["term_length"]), int(grant["mtu"]))
+            pub_channel = data_channel(
+                server,
+                session_in,
+                int(grant["term_length"]),
+                int(grant["mtu"]),
+                heartbeat_interval=self.config.heartbeat_interval,
+            )
             if self.config.local_address:
                 pub_channel += f"|interface={bracket(route.local[0])}"
             sub_channel = data_channel(
@@ -497,7 +503,16 @@ class Client(EndPoint[ClientConfiguration]):
                     ),
                     stream_out,
                 ),
-                (data_channel(server, u_session_in, int(grant["term_length"]), int(grant["mtu"])), stream_in),
+                (
+                    data_channel(
+                        server,
+                        u_session_in,
+                        int(grant["term_length"]),
+                        int(grant["mtu"]),
+                        heartbeat_interval=self.config.heartbeat_interval,
+                    ),
+                    stream_in,
+                ),
             )
         return connection
 

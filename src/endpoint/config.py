@@ -203,9 +203,21 @@ class Configuration:
     term_length: int = attrs.field(default=64 * 1024, validator=_power_of_two(64 * 1024, 1 << 30))
     """Term length of each connection's UDP logs; 64 KiB keeps a thousand connections small."""
     ipc_term_length: int = attrs.field(default=64 * 1024, validator=_power_of_two(64 * 1024, 1 << 30))
-    socket_rcvbuf: int = attrs.field(default=0, validator=_int_range(0, 1 << 30))
-    """SO_RCVBUF of the driver's sockets; 0 keeps the driver default."""
+    socket_rcvbuf: int = attrs.field(default=4 << 20, validator=_int_range(0, 1 << 30))
+    """SO_RCVBUF of the driver's sockets (the kernel caps it at ``net.core.rmem_max``); 0 keeps the driver default
+    (Aeron's 128 KiB). A server's one UDP socket takes every client's datagrams: 128 KiB holds about 150 small ones,
+    a few milliseconds of a thousand players, so one late tick overflowed it, and the loss, NAKs and retransmits that
+    followed took down hundreds of connections at once; 4 MiB rides out a late tick."""
     socket_sndbuf: int = attrs.field(default=0, validator=_int_range(0, 1 << 30))
+    heartbeat_interval: float = attrs.field(default=2.0, validator=_positive_seconds(5.0))
+    """How often the driver heartbeats a connection's UDP stream with nothing to send (Aeron: every 100 ms; set on
+    the connection's channel, so handshake streams keep Aeron's). An idle connection's keepalive pings (every
+    ``ping_interval`` to one and a half) already prove the stream alive, so heartbeats only cost a datagram at
+    both ends; at most 5 s, half the receivers' image liveness timeout."""
+    status_message_interval: float = attrs.field(default=1.0, validator=_positive_seconds(2.5))
+    """How often the driver sends a status message for a UDP stream it receives when no reading triggered one
+    (Aeron: every 200 ms). Status messages also go whenever the reader moves a quarter window, so this bounds only
+    idle streams and a sender's wait after a lost one; at most 2.5 s, half the publication connection timeout."""
 
     handshake_timeout: float = attrs.field(default=2.0, validator=_positive_seconds(600))
     """Time for one handshake step to be answered before the client retries it."""
@@ -294,6 +306,7 @@ class Configuration:
             self.mtu,
             self.socket_rcvbuf,
             self.socket_sndbuf,
+            self.status_message_interval,
             self.launch_driver,
             self.driver_timeout,
         )

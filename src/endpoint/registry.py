@@ -157,6 +157,10 @@ class SharedDriver:
             "dir_warn_if_exists": False,
             # Each connection holds about six counters; Aeron's 1 MiB default (8,192) runs out near a thousand.
             "counters_values_buffer_length": _COUNTERS_VALUES_LENGTH,
+            # Idle UDP connections: each status message is a datagram for both drivers to handle. (Heartbeats are
+            # spaced per stream, on the connections' channels: handshake streams keep Aeron's 100 ms, by which a
+            # live client's handshake holds its place against forged SETUPs.)
+            "status_message_timeout_ns": round(cfg.status_message_interval * 1e9),
         }
         for name in IDLE_STRATEGY_FIELDS:
             overrides[name] = cfg.driver_idle_strategy

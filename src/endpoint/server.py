@@ -659,7 +659,14 @@ class Server(EndPoint[ServerConfiguration]):
                     None,
                     max_term_length=cfg.term_length,
                 )
-                pub_channel = reply_channel(self._control, session_out, address, cfg.term_length, cfg.mtu)
+                pub_channel = reply_channel(
+                    self._control,
+                    session_out,
+                    address,
+                    cfg.term_length,
+                    cfg.mtu,
+                    heartbeat_interval=cfg.heartbeat_interval,
+                )
             # The reply route and the connection's two streams at once (three driver round trips in parallel).
             # Our stream sends nothing until the client, on reading the grant, subscribes and names it; its
             # subscription asks for it at once, so the stream connects as soon as it does.
@@ -876,7 +883,14 @@ class Server(EndPoint[ServerConfiguration]):
                         stream_in,
                     ),
                     (
-                        reply_channel(self._control, u_session_out, pending.address, cfg.term_length, cfg.mtu),
+                        reply_channel(
+                            self._control,
+                            u_session_out,
+                            pending.address,
+                            cfg.term_length,
+                            cfg.mtu,
+                            heartbeat_interval=cfg.heartbeat_interval,
+                        ),
                         stream_out,
                     ),
                 )

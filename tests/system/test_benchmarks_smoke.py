@@ -36,6 +36,7 @@ RUN_TIMEOUT_S = 240
             "endpoint_connections.py",
             ["(a) Handshakes per second", "concurrent IPC clients on one server", "(c) Idle CPU", "idle UDP clients"],
         ),
+        ("game_server.py", ["Game server: inputs and snapshots", "End point / asyncio TCP + msgpack, same run"]),
         (
             "rpc_calls.py",
             [

@@ -219,6 +219,22 @@ class CountersReader:
                 return counter_id
         return NULL_COUNTER_ID
 
+    def ids_by_registration_id(self, type_id: int) -> dict[int, int]:
+        """{int64 at the start of the key: counter id} of every allocated counter of ``type_id``: one scan for many
+        lookups (a server's thousand receiver high-water marks), where :meth:`find_by_type_id_and_registration_id`
+        scans once for each."""
+        metadata = self._metadata
+        limit = min(metadata.capacity // METADATA_LENGTH, self._max_counter_id)
+        found: dict[int, int] = {}
+        for counter_id in range(limit):
+            offset = counter_id * METADATA_LENGTH
+            state = metadata.get_int_volatile(offset)
+            if state == RECORD_UNUSED:
+                break
+            if state == RECORD_ALLOCATED and metadata.get_int(offset + TYPE_ID_OFFSET) == type_id:
+                found[metadata.get_long(offset + KEY_OFFSET)] = counter_id
+        return found
+
     def find_by_type_id_and_registration_id(self, type_id: int, registration_id: int) -> int:
         """Id of the allocated counter of ``type_id`` whose key starts with int64 ``registration_id``.
 

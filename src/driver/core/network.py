@@ -81,7 +81,7 @@ from driver.media.endpoints import EndpointCounters, FeedbackHandler, ReceiveCha
 from driver.media.os_buffers import os_socket_buffer_lengths
 from driver.media.transport import Address
 from driver.media.udp_channel import UdpChannel, destination_address
-from driver.uri import RECEIVER_HOST_PARAM_NAME, ChannelUri, parse_size
+from driver.uri import HEARTBEAT_INTERVAL_PARAM_NAME, RECEIVER_HOST_PARAM_NAME, ChannelUri, parse_size
 from driver.wire.error import ErrorFrame
 from driver.wire.setup import check_setup
 
@@ -382,6 +382,8 @@ class NetworkResources:
             multicast_ttl=channel.multicast_ttl,
             is_exclusive=is_exclusive,
             signal_eos=uri.get("eos", "true") != "false",
+            heartbeat_interval_ns=uri.get_duration_ns(HEARTBEAT_INTERVAL_PARAM_NAME)
+            or self._ctx.publication_heartbeat_interval_ns,
             now_ns=conductor.now_ns(),
             destinations=endpoint.destinations_for(params.session_id is not None, receiver_host),
         )

@@ -75,8 +75,12 @@ class NetworkPublication(DriverPublication):
         now_ns: int,
         signal_eos: bool = True,
         destinations: DynamicDestinations | None = None,
+        heartbeat_interval_ns: int = HEARTBEAT_INTERVAL_NS,
     ) -> None:
         super().__init__(log, publisher_limit, now_ns)
+        self.heartbeat_interval_ns = heartbeat_interval_ns
+        """An idle publication heartbeats this often (Aeron's 100 ms by default; the receiver only needs one well
+        within its image liveness timeout, and each costs both drivers a datagram)."""
         self.registration_id = registration_id
         self.channel = channel
         self.endpoint = endpoint
@@ -115,7 +119,7 @@ class NetworkPublication(DriverPublication):
         self.agenda_index = -1
         self.wake: Callable[[], None] = no_wake
         """Set by the sender: makes its next duty cycle visit this publication (feedback arrived)."""
-        self._time_of_last_send_or_heartbeat_ns = now_ns - HEARTBEAT_INTERVAL_NS - 1
+        self._time_of_last_send_or_heartbeat_ns = now_ns - heartbeat_interval_ns - 1
         self._time_of_last_setup_ns = now_ns - SETUP_INTERVAL_NS - 1
         self.should_send_setup = True
         self.is_end_of_stream = False
@@ -141,7 +145,7 @@ class NetworkPublication(DriverPublication):
         bytes_sent = self._send_data(now_ns, sender_position)
         if bytes_sent == 0:
             # An idle cycle: a heartbeat when one is due, and flow control's idle step where it has one.
-            if now_ns - self._time_of_last_send_or_heartbeat_ns > HEARTBEAT_INTERVAL_NS or self.is_end_of_stream:
+            if now_ns - self._time_of_last_send_or_heartbeat_ns > self.heartbeat_interval_ns or self.is_end_of_stream:
                 term_offset = sender_position & self.term_mask
                 active_term_id = lbd.int32((sender_position >> self.position_bits) + self.initial_term_id)
                 bytes_sent = self._heartbeat_check(now_ns, active_term_id, term_offset)
@@ -170,7 +174,7 @@ class NetworkPublication(DriverPublication):
             or (self.is_end_of_stream and self.signal_eos and not self.end_of_stream_sent)
         ):
             return 0
-        due = self._time_of_last_send_or_heartbeat_ns + HEARTBEAT_INTERVAL_NS + 1
+        due = self._time_of_last_send_or_heartbeat_ns + self.heartbeat_interval_ns + 1
         if self.should_send_setup:
             setup_due = self._time_of_last_setup_ns + SETUP_INTERVAL_NS + 1
             if setup_due < due:
@@ -243,7 +247,7 @@ class NetworkPublication(DriverPublication):
 
     def _heartbeat_check(self, now_ns: int, active_term_id: int, term_offset: int) -> int:
         signal_eos = self.is_end_of_stream and self.signal_eos
-        due = now_ns - self._time_of_last_send_or_heartbeat_ns > HEARTBEAT_INTERVAL_NS
+        due = now_ns - self._time_of_last_send_or_heartbeat_ns > self.heartbeat_interval_ns
         if not due and not (signal_eos and not self.end_of_stream_sent):  # the first EOS goes out at once
             return 0
         flags = HEARTBEAT_EOS_FLAGS if signal_eos else HEARTBEAT_FLAGS

@@ -88,6 +88,7 @@ class ConnectionCore:
         """Messages of the peer's that did not open (the first one ends the connection)."""
         self._control = 0
         self._seen_sent = 0
+        self._seen_hwm: int | None = None
         self._fragments: bytearray | None = None
         self._opener: Opener | None = None
         self.newest = NewestFilter()
@@ -243,15 +244,28 @@ class ConnectionCore:
 
     # ------------------------------------------------------------------ liveness
 
-    def tick(self, now_ns: int, sent: int, reading: bool) -> Verdict:
+    def tick(self, now_ns: int, sent: int, reading: bool, peer_hwm: int | None = None, stall_ns: int = 0) -> Verdict:
         """Whether the peer is alive, owed a keepalive or dead, given ``sent`` (messages of ours the driver took,
-        ever) and whether we read the peer now (if not, its silence is ours)."""
+        ever) and whether we read the peer now (if not, its silence is ours).
+
+        ``peer_hwm``: how far the peer's stream has reached our driver (its receiver high-water mark, gaps
+        included), passed while the peer has been quiet a while. When it moved since the last tick, the peer's
+        process wrote new messages and they arrived: the silence is our reading falling behind (an overloaded
+        loop, a gap waiting for a retransmit), not the peer's, so it counts as heard. None: not looked at.
+        ``stall_ns``: how much later than due this tick came (this end was held up): not the peer's silence."""
         liveness = self.liveness
         if sent != self._seen_sent:
             self._seen_sent = sent
             liveness.sent(now_ns)
         if not reading:
             liveness.not_reading(now_ns)
+        liveness.stalled(now_ns, stall_ns)
+        if peer_hwm is None:
+            self._seen_hwm = None
+        else:
+            if self._seen_hwm is not None and peer_hwm > self._seen_hwm:
+                liveness.heard(now_ns)
+            self._seen_hwm = peer_hwm
         return liveness.check(now_ns)
 
     def kept_alive(self, now_ns: int, sent: int) -> None:

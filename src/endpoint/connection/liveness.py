@@ -14,8 +14,13 @@ nanoseconds, so a peer that dies at ``t`` is declared dead no later than ``t + p
 The end point's poller ticks at least every half ``ping_interval``, which keeps the promise of detection
 within ``peer_timeout`` plus one ``ping_interval``.
 
+So is time this end did not run at all (its
+loop or its process held up past its next check): the deadline moves on by the stall.
 While this end is not reading the peer (a stream's consumer or the listeners are behind), the silence is
-ours: the clock restarts when reading resumes.
+ours: the clock restarts when reading resumes. So is a silence while the peer's stream keeps reaching our
+driver (its receiver high-water mark moves: the peer's process wrote new messages) but this end has not read
+them yet, because it is overloaded or a gap waits for a retransmit: liveness is judged by what the peer
+sent, not by how late we got to read it (:meth:`ConnectionCore.tick` takes the mark).
 """
 
 from __future__ import annotations
@@ -65,6 +70,12 @@ class Liveness:
     def not_reading(self, now_ns: int) -> None:
         """We are not reading the peer right now: its silence is not its fault."""
         self.heard(now_ns)
+
+    def stalled(self, now_ns: int, stall_ns: int) -> None:
+        """This end did not run at all for ``stall_ns`` (its loop or process was held up): that much of the
+        silence is ours, so the deadline moves on by it (never past now)."""
+        if stall_ns > 0:
+            self.last_heard_ns = min(now_ns, self.last_heard_ns + stall_ns)
 
     @property
     def deadline_ns(self) -> int:

@@ -35,11 +35,14 @@ import inspect
 import itertools
 import os
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from driver.client.publication import ADMIN_ACTION, CLOSED, NOT_CONNECTED, Publication
 from driver.client.subscription import Image, Subscription
+from driver.concurrent.counters import CountersReader
+from driver.concurrent.system_counters import RECEIVER_HWM_TYPE_ID
 from endpoint.config import Configuration
 from endpoint.connection.core import ConnectionCore
 from endpoint.connection.liveness import Verdict
@@ -88,6 +91,22 @@ _QUEUED_CONTROL_ROOM = 1024
 """Internal messages beyond answers to calls one connection may have waiting on back pressure."""
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = 1, 2
 """Directions of a sealed connection (in each message's nonce and associated data)."""
+
+
+_HWM_RESCAN_NS = 1_000_000_000
+_hwm_index: weakref.WeakKeyDictionary[CountersReader, tuple[int, dict[int, int]]] = weakref.WeakKeyDictionary()
+"""Per counters file: when it was last scanned, and its receiver high-water mark counters by image registration id."""
+
+
+def _hwm_counter_of(reader: CountersReader, registration_id: int) -> int:
+    """The receiver high-water mark counter of an image, -1 if none. One scan of the counters serves every
+    connection (a thousand going quiet at once, as when the server falls behind, cost one scan, not a thousand);
+    an image the index lacks makes a new scan at most once a second."""
+    now_ns = time.monotonic_ns()
+    entry = _hwm_index.get(reader)
+    if entry is None or (registration_id not in entry[1] and now_ns - entry[0] > _HWM_RESCAN_NS):
+        entry = _hwm_index[reader] = (now_ns, reader.ids_by_registration_id(RECEIVER_HWM_TYPE_ID))
+    return entry[1].get(registration_id, -1)
 
 
 class _Poker(Protocol):
@@ -197,6 +216,8 @@ class Connection:
             name=self.__repr__,
         )
         """Every send of this connection, its calls and its streams goes through here (see :mod:`~.outbox`)."""
+        self._hwm_counter_id: int | None = None
+        """The receiver high-water mark counter of the peer's image (UDP), looked up once it is needed."""
         self._sealer: Sealer | None = None
         self._refused: Buffer | None = None
         self._refused_sealed: bytes | None = None
@@ -694,8 +715,9 @@ class Connection:
 
     # ------------------------------------------------------------------ liveness (poller, every tick)
 
-    def _tick(self, now_ns: int) -> None:
-        """Keepalive and dead-peer check (see :meth:`ConnectionCore.tick`), and streams that stalled."""
+    def _tick(self, now_ns: int, stall_ns: int = 0) -> None:
+        """Keepalive and dead-peer check (see :meth:`ConnectionCore.tick`), and streams that stalled; ``stall_ns``:
+        how much later than due the end point got round to it (its own delay, not the peer's silence)."""
         if self._closing:
             return
         if self.unreliable_channels is not None:
@@ -703,7 +725,11 @@ class Connection:
         reading = not self._not_reading()
         self.streams.tick(now_ns, reading)
         core = self._core
-        verdict = core.tick(now_ns, self.outbox.sent, reading)
+        liveness = core.liveness
+        hwm = None
+        if liveness.silent_for_ns(now_ns) > 2 * liveness.ping_interval_ns:  # quiet a while: has it sent anything?
+            hwm = self._peer_hwm()
+        verdict = core.tick(now_ns, self.outbox.sent, reading, hwm, stall_ns)
         if verdict is Verdict.DEAD:
             self._lose(core.dead_reason(now_ns))
             return
@@ -734,6 +760,23 @@ class Connection:
             if images:
                 self._u_image = images[0]
                 self._endpoint._rebuild_poll_set()
+
+    def _peer_hwm(self) -> int | None:
+        """How far the peer's stream has reached our driver (gaps included), None when unknown (IPC, not mapped).
+
+        The counter is found by the image's registration id, once per connection, and only for a connection
+        whose peer has been quiet for two ping intervals (see :func:`_hwm_counter_of`)."""
+        image = self._image
+        if image is None or self.is_ipc:
+            return None
+        reader = self._sub._conductor.counters_reader
+        counter_id = self._hwm_counter_id
+        if counter_id is None:
+            counter_id = _hwm_counter_of(reader, image.correlation_id)
+            if counter_id < 0:
+                return None  # not in the index yet: asked again next time
+            self._hwm_counter_id = counter_id
+        return reader.get_counter_value(counter_id)
 
     # ------------------------------------------------------------------ closing
 

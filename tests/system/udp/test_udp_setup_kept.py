@@ -25,8 +25,7 @@ def test_a_subscription_after_the_setup_connects_without_its_repeat(
 ) -> None:
     # No repeated SETUP and no heartbeat (whose arrival would make the receiver elicit a SETUP) for a minute.
     monkeypatch.setattr(network_publication, "SETUP_INTERVAL_NS", 60_000_000_000)
-    monkeypatch.setattr(network_publication, "HEARTBEAT_INTERVAL_NS", 60_000_000_000)
-    publisher_driver = udp.embedded("pub")
+    publisher_driver = udp.embedded("pub", publication_heartbeat_interval_ns=60_000_000_000)
     subscriber_driver = udp.embedded("sub")
     subscriber = udp.client(subscriber_driver.aeron_dir)
     publisher = udp.client(publisher_driver.aeron_dir)
@@ -65,3 +64,17 @@ def test_unclaimed_setups_are_bounded(udp: UdpDrivers) -> None:
         description="the newest SETUPs kept",
     )
     assert len(endpoint.unclaimed_setups) <= MAX_UNCLAIMED_SETUPS
+
+
+def test_a_channels_heartbeat_interval_overrides_the_drivers(udp: UdpDrivers) -> None:
+    """``heartbeat-interval`` on a publication's channel spaces its idle heartbeats; others keep the driver's."""
+    driver = udp.embedded("pub", publication_heartbeat_interval_ns=250_000_000)
+    client = udp.client(driver.aeron_dir)
+    port = free_udp_port()
+    spaced = client.add_exclusive_publication(f"aeron:udp?endpoint=127.0.0.1:{port}|heartbeat-interval=2s", 1)
+    plain = client.add_exclusive_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", 2)
+    by_session = {p.session_id: p for p in driver.conductor.network.publications}
+    assert by_session[spaced.session_id].heartbeat_interval_ns == 2_000_000_000
+    assert by_session[plain.session_id].heartbeat_interval_ns == 250_000_000
+    with pytest.raises(Exception, match="heartbeat-interval"):
+        client.add_exclusive_publication(f"aeron:udp?endpoint=127.0.0.1:{port}|heartbeat-interval=0", 3)

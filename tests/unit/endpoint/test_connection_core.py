@@ -188,6 +188,47 @@ def test_sealed_messages_are_opened_and_the_first_failure_stops_reading() -> Non
     assert core.seal_failures == 1
 
 
+def test_a_peer_whose_stream_keeps_reaching_our_driver_is_alive_though_we_read_nothing() -> None:
+    """Overloaded, or behind a gap waiting for a retransmit: its messages arrive (the high-water mark moves) but
+    none is read. Judged by what it sent, it lives; once the mark stops, the timeout runs from the last move."""
+    core, _, _ = make()
+    step = TIMEOUT // 4
+    now = 0
+    for hwm in range(1, 13):  # three timeouts' worth of ticks, each seeing the mark a little further on
+        now += step
+        assert core.tick(now, sent=hwm, reading=True, peer_hwm=hwm * 64) is not Verdict.DEAD
+    last_move = now
+    while now - last_move <= TIMEOUT:
+        assert core.tick(now, sent=99, reading=True, peer_hwm=12 * 64) is not Verdict.DEAD
+        now += step
+    assert core.tick(now, sent=99, reading=True, peer_hwm=12 * 64) is Verdict.DEAD
+
+
+def test_time_this_end_was_held_up_is_not_the_peers_silence() -> None:
+    """A tick that comes late by a stall moves the deadline on by the stall (never past now)."""
+    core, _, _ = make()
+    assert core.tick(TIMEOUT // 2, sent=0, reading=True) is Verdict.KEEPALIVE
+    # Held up for three timeouts: a peer heard at 0 is not dead for it.
+    assert core.tick(3 * TIMEOUT, sent=1, reading=True, stall_ns=3 * TIMEOUT) is not Verdict.DEAD
+    assert core.liveness.last_heard_ns == 3 * TIMEOUT  # capped at now
+    # A stall shorter than the silence only shortens it.
+    core, _, _ = make()
+    assert core.tick(2 * TIMEOUT, sent=0, reading=True, stall_ns=TIMEOUT // 2) is Verdict.DEAD
+    core, _, _ = make()
+    assert core.tick(TIMEOUT + TIMEOUT // 2, sent=0, reading=True, stall_ns=TIMEOUT // 2) is not Verdict.DEAD
+    assert core.tick(2 * TIMEOUT, sent=0, reading=True) is Verdict.DEAD
+
+
+def test_the_first_look_at_the_mark_proves_nothing() -> None:
+    """Only a move between two looks counts: a mark first seen at the deadline is no evidence."""
+    core, _, _ = make()
+    assert core.tick(TIMEOUT + 1, sent=0, reading=True, peer_hwm=4096) is Verdict.DEAD
+    core, _, _ = make()
+    assert core.tick(TIMEOUT // 2, sent=0, reading=True, peer_hwm=4096) is not Verdict.DEAD
+    assert core.tick(TIMEOUT // 2 + 1, sent=0, reading=True) is not Verdict.DEAD  # not looked at: forgotten
+    assert core.tick(TIMEOUT + 1, sent=0, reading=True, peer_hwm=8192) is Verdict.DEAD
+
+
 def test_liveness_keepalive_when_quiet_dead_after_the_timeout_and_not_reading_is_ours() -> None:
     core, _, _ = make()
     assert core.tick(100 * MS, sent=0, reading=True) is Verdict.ALIVE

@@ -97,6 +97,8 @@ INVALID: list[tuple[type[Configuration], str, object, str]] = [
     (Configuration, "ping_interval", 3601, "seconds, > 0 and <= 3600"),
     (Configuration, "peer_timeout", 86_400.5, SECONDS_DAY),
     (Configuration, "close_timeout", 0, SECONDS_600),
+    *[(Configuration, "heartbeat_interval", v, "seconds, > 0 and <= 5") for v in (0, 5.5, -1, True)],
+    *[(Configuration, "status_message_interval", v, "seconds, > 0 and <= 2.5") for v in (0, 2.6, None)],
     *[(Configuration, "mtu", v, "an integer from 64 to 65504") for v in (63, 65505, 0, 1408.0, "1408", True)],
     *[
         (Configuration, name, v, "a power of two from 65536 to 1073741824")
@@ -438,6 +440,7 @@ DRIVER_CHANGES: list[tuple[str, object]] = [
     ("mtu", 8192),
     ("socket_rcvbuf", 1 << 20),
     ("socket_sndbuf", 1 << 20),
+    ("status_message_interval", 0.2),
     ("launch_driver", False),
 ]
 OTHER_CHANGES: list[tuple[str, object]] = [
@@ -449,6 +452,7 @@ OTHER_CHANGES: list[tuple[str, object]] = [
     ("connect_timeout", 3.0),
     ("send_timeout", 1.0),
     ("ping_interval", 0.25),
+    ("heartbeat_interval", 0.1),
     ("peer_timeout", 60.0),
     ("close_timeout", 0.1),
     ("idle_strategy", "busy_spin"),
@@ -515,3 +519,23 @@ def test_resolved_aeron_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Configuration(app_id="game").resolved_aeron_dir() == default_aeron_dir("game")
     assert Configuration().resolved_aeron_dir().name == "aeron-carol"
     assert ServerConfiguration(aeron_dir="/tmp/d").resolved_aeron_dir() == Path("/tmp/d")  # type: ignore[arg-type]
+
+
+def test_the_udp_timers_reach_the_embedded_driver(tmp_path: Path) -> None:
+    """Heartbeats and status messages of idle UDP streams are spaced by the end point's settings (Aeron's 100 ms
+    and 200 ms would cost a thousand idle connections thousands of datagrams a second)."""
+    from endpoint.channels import data_channel, udp_channel
+    from endpoint.registry import SharedDriver
+
+    default_config = Configuration(aeron_dir=tmp_path / "a")
+    default = SharedDriver(default_config.driver_key(), default_config)._driver_context()
+    assert default.status_message_timeout_ns == 1_000_000_000
+    assert default.publication_heartbeat_interval_ns == 100_000_000  # Aeron's, for the handshake streams
+    config = Configuration(aeron_dir=tmp_path / "b", status_message_interval=0.2)
+    ctx = SharedDriver(config.driver_key(), config)._driver_context()
+    assert ctx.status_message_timeout_ns == 200_000_000
+    ctx.conclude()
+    # Connections' UDP publications carry the end point's heartbeat interval; handshake and IPC channels do not.
+    assert "heartbeat-interval=2000ms" in data_channel("127.0.0.1:40000", 7, 65536, 1408, heartbeat_interval=2.0)
+    assert "heartbeat" not in data_channel(None, 7, 65536, None, heartbeat_interval=2.0)
+    assert "heartbeat" not in udp_channel("127.0.0.1:40000", handshake=True)

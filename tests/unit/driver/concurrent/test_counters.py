@@ -161,6 +161,18 @@ def test_for_each_skips_reclaimed_and_stops_at_unused() -> None:
     assert manager.find_by_type_id_and_registration_id(11, 101) == NULL_COUNTER_ID
 
 
+def test_ids_by_registration_id_is_one_scan_of_a_type() -> None:
+    meta, _, manager, _ = make()
+    for i in range(6):
+        manager.allocate(f"c{i}", 3 if i % 2 else 4, struct.pack("<q", 200 + i))
+    manager.free(3)
+    # A record of the type beyond the first unused one is not visited.
+    struct.pack_into("<iiqq", meta, 7 * METADATA_LENGTH, RECORD_ALLOCATED, 3, 0, 207)
+    assert manager.ids_by_registration_id(3) == {201: 1, 205: 5}
+    assert manager.ids_by_registration_id(4) == {200: 0, 202: 2, 204: 4}
+    assert manager.ids_by_registration_id(99) == {}
+
+
 def test_atomic_counter_operations() -> None:
     _, values, manager, _ = make()
     counter = manager.new_counter("ops")

@@ -1,0 +1,940 @@
+"""A game server's load: N players over UDP, inputs and snapshots at 20 Hz, asyncio TCP + msgpack beside it.
+
+    python benchmarks/game_server.py [--players 200,500,1000] [--duration 20] [--idle-seconds 5]
+                                     [--processes 4] [--tcp/--no-tcp] [--idle-only] [--unreliable]
+                                     [--overload 1.5 [--capacity N]] [--profile] [--uvloop/--no-uvloop] [--quick]
+
+One server process (a ``Server`` with its embedded driver and default settings, on uvloop when it is
+installed) and ``--players`` clients spread over ``--processes`` client processes, each process with a
+driver of its own (``prefer_ipc=False``: every player is a UDP connection). The server keeps a world of
+players that move; every player sends an ``Input`` at 20 Hz (steering its player) and the server sends
+every player, at 20 Hz, a ``Snapshot`` of its 16 nearest players (interest management by grid cell: the
+world grows with the players so a cell holds about 16) carrying the tick number and the time it was sent
+(``time.monotonic_ns``, one clock for every process on a machine), from which the client computes how
+stale the snapshot is when it is read. The tick never awaits a send: a snapshot back pressure refuses is
+counted and dropped (``send_nowait``; ``--unreliable`` uses ``conn.send_unreliable`` when the end point
+has it). A tick that comes due while an earlier one is still running is skipped and counted: the tick rate
+falls, the ticks do not pile up.
+
+Per player count, in this order: connect everyone; wait for the handshakes' own streams to close; the
+server's CPU over ``--idle-seconds`` with everyone connected and quiet (idle); then play: two seconds of
+warm-up, then ``--duration`` seconds measured: the server's CPU (``/proc/<pid>/stat``, every thread, the
+embedded driver's included), snapshots each client read per second (mean, and the worst client's),
+staleness p50/p99, connections lost (either side saw a disconnect), the tick rate the server kept and the
+ticks it skipped. With ``--tcp`` (the default) the same workload runs on asyncio TCP with msgpack
+(length-prefixed frames, streams on both sides, the same event loop) in the same run, and the end
+point's figures are printed as ratios of TCP's.
+
+``--idle-only`` measures only the idle phase. ``--overload F`` runs once more at F times the server's
+capacity (``--capacity``, or the most players this run served at 19.5 snapshots per second or more) and
+says how far the tick rate fell and whether any connection was lost. ``--profile`` runs the end point
+server under cProfile (its event loop thread, which with the default INVOKER mode also runs the driver)
+and prints where the time went.
+
+A thousand players keep both cores of a 2-core machine busy: keep such runs short.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import inspect
+import math
+import random
+import signal
+import struct
+import sys
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import fresh_aeron_dir, percentile, print_table
+from _endpoint_common import (
+    Input,
+    Snapshot,
+    children,
+    cpu_seconds,
+    free_port_both,
+    game_serialization,
+    wait_event,
+)
+
+TICK_HZ = 20
+INPUT_HZ = 20
+VIEW = 16
+"""Players in each snapshot."""
+DENSITY = 0.01
+"""Players per square metre of the world."""
+WARMUP_S = 2.0
+SERVED_RATE = 19.5
+"""Snapshots per second a player must get to count as served."""
+SEND_BUFFER_LIMIT = 64 * 1024
+"""Bytes a TCP connection may have waiting in its transport before a snapshot to it is dropped."""
+_T0 = time.monotonic()
+
+
+def note(text: str) -> None:
+    print(f"  [{time.monotonic() - _T0:6.1f} s] {text}", file=sys.stderr, flush=True)
+
+
+# -- the world ----------------------------------------------------------------------------------------------------
+
+
+class World:
+    """Players wandering a square world sized for :data:`DENSITY`; each one's view is the first :data:`VIEW`
+    players of its grid cell (cells hold about that many)."""
+
+    def __init__(self, players: int) -> None:
+        self.side = math.sqrt(max(players, VIEW) / DENSITY)
+        self.cell = math.sqrt(VIEW / DENSITY)
+        self.columns = max(1, int(self.side // self.cell))
+        self.players: dict[int, list[float]] = {}
+        """id -> [x, y, vx, vy]"""
+        self._random = random.Random(players)
+
+    def add(self, player: int) -> None:
+        r = self._random
+        self.players[player] = [r.uniform(0, self.side), r.uniform(0, self.side), r.uniform(-5, 5), r.uniform(-5, 5)]
+
+    def remove(self, player: int) -> None:
+        self.players.pop(player, None)
+
+    def steer(self, player: int, dx: float, dy: float) -> None:
+        state = self.players.get(player)
+        if state is not None:
+            state[2], state[3] = dx, dy
+
+    def step(self, dt: float) -> dict[int, list[list[float]]]:
+        """Move everyone by ``dt`` seconds; each player's view."""
+        side, cell, columns = self.side, self.cell, self.columns
+        last = columns - 1
+        cells: dict[int, list[list[float]]] = {}
+        where: dict[int, int] = {}
+        for player, state in self.players.items():
+            x, y = state[0] + state[2] * dt, state[1] + state[3] * dt
+            if not 0.0 <= x < side:
+                state[2] = -state[2]
+                x = min(max(x, 0.0), side - 0.001)
+            if not 0.0 <= y < side:
+                state[3] = -state[3]
+                y = min(max(y, 0.0), side - 0.001)
+            state[0], state[1] = x, y
+            key = min(int(x // cell), last) * columns + min(int(y // cell), last)
+            where[player] = key
+            members = cells.get(key)
+            entry = [player, round(x, 2), round(y, 2)]
+            if members is None:
+                cells[key] = [entry]
+            elif len(members) < VIEW:
+                members.append(entry)
+        return {player: cells[key] for player, key in where.items()}
+
+
+class TickStats:
+    """What the server's tick loop did while measured."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self.skipped = 0
+        self.refused = 0
+        self.sent = 0
+        self.lost = 0
+        self.inputs = 0
+        self.measured_s = 0.0
+
+
+async def tick_loop(
+    world: World, send_all: Callable[[int, dict[int, list[list[float]]], TickStats], None], signals: Any
+) -> TickStats:
+    """Run ticks at :data:`TICK_HZ` from ``play`` to ``done``; a tick that came due while the last one ran is
+    skipped (counted), never run late in a burst. Counts only between ``measure`` and ``done``."""
+    play, measure, done = signals["play"], signals["measure"], signals["done"]
+    stats, idle = TickStats(), TickStats()
+    await wait_event(play, 3600, interval=0.01)
+    period = 1.0 / TICK_HZ
+    start = time.monotonic()
+    tick = 0
+    measuring_since = 0.0
+    while not done.is_set():
+        due = start + tick * period
+        now = time.monotonic()
+        if now < due:
+            await asyncio.sleep(due - now)
+            continue
+        current = stats if measuring_since else idle
+        if not measuring_since and measure.is_set():
+            measuring_since = now
+            current = stats
+        behind = int((now - due) / period)
+        current.skipped += behind
+        tick += behind
+        send_all(tick, world.step(period * (1 + behind)), current)
+        current.ticks += 1
+        tick += 1
+        await asyncio.sleep(0)
+    stats.measured_s = time.monotonic() - measuring_since if measuring_since else 0.0
+    return stats
+
+
+# -- event loops --------------------------------------------------------------------------------------------------
+
+
+def run_loop(main: Callable[[], Coroutine[Any, Any, None]], use_uvloop: bool, profile: bool = False) -> None:
+    """Run ``main`` on uvloop (when asked and installed) or asyncio's loop; with ``profile`` under cProfile."""
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if use_uvloop:
+        try:
+            import uvloop
+
+            factory = uvloop.new_event_loop
+        except ImportError:
+            pass
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(main())
+    finally:
+        if profiler is not None:
+            profiler.disable()
+            _print_profile(profiler)
+
+
+def _print_profile(profiler: Any, top: int = 40) -> None:
+    import io
+    import pstats
+
+    for order in ("tottime", "cumulative"):
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(top)
+        body = text.getvalue()
+        start = body.find("   ncalls")
+        total = body[: body.find("   ncalls")].strip().splitlines()
+        print(f"\n--- cProfile of the end point server, by {order} ({total[-1] if total else ''}) ---", file=sys.stderr)
+        print(body[start:].rstrip(), file=sys.stderr, flush=True)
+
+
+def _on_sigterm() -> None:
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+
+
+# -- the end point server and clients -----------------------------------------------------------------------------
+
+
+def endpoint_game_server(
+    aeron_dir: str,
+    port: int,
+    players: int,
+    unreliable: bool,
+    use_uvloop: bool,
+    profile: bool,
+    signals: Any,
+    settings: dict[str, Any],
+) -> None:
+    """The game server on a ``Server`` with default settings: players join on connect, steer on ``Input``,
+    get a ``Snapshot`` each tick."""
+    _on_sigterm()
+
+    async def serve() -> None:
+        from endpoint import Connection, Server, ServerConfiguration
+        from endpoint.errors import ConnectionClosedError
+
+        config = ServerConfiguration(
+            port=port, listen_address="127.0.0.1", aeron_dir=aeron_dir, serialization=game_serialization(), **settings
+        )
+        server = Server(config)
+        world = World(players)
+        connections: dict[int, Connection] = {}
+        errors: list[str] = []
+        playing = [False]
+        stats_box: list[TickStats] = []
+        connected = signals["connected"]
+
+        @server.on_connect
+        def on_connect(conn: Connection) -> None:
+            connections[conn.id] = conn
+            world.add(conn.id)
+            connected.value += 1
+
+        @server.on_disconnect
+        def on_disconnect(conn: Connection) -> None:
+            connections.pop(conn.id, None)
+            world.remove(conn.id)
+            connected.value -= 1
+            if playing[0] and stats_box:
+                stats_box[0].lost += 1
+
+        @server.on_message(Input)
+        def on_input(conn: Connection, message: Input) -> None:
+            world.steer(conn.id, message.dx, message.dy)
+
+        @server.on_error
+        def on_error(conn: Connection | None, exc: BaseException) -> None:
+            if len(errors) < 20:
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+        now_ns = time.monotonic_ns
+        pending: set[asyncio.Future[Any]] = set()
+
+        def send_all(tick: int, views: dict[int, list[list[float]]], stats: TickStats) -> None:
+            if not stats_box or stats_box[0] is not stats:
+                stats_box[:] = [stats]
+            playing[0] = True
+            for player, conn in list(connections.items()):
+                view = views.get(player)
+                if view is None:
+                    continue
+                snapshot = Snapshot(tick, now_ns(), view)
+                try:
+                    if unreliable:
+                        result = conn.send_unreliable(snapshot)  # type: ignore[attr-defined]
+                        if inspect.isawaitable(result):  # an async send: never awaited in the tick
+                            pending.add(asyncio.ensure_future(result))
+                            pending.difference_update([f for f in pending if f.done()])
+                            result = True
+                    else:
+                        result = conn.send_nowait(snapshot)
+                except ConnectionClosedError:
+                    continue
+                if result is False:
+                    stats.refused += 1
+                else:
+                    stats.sent += 1
+
+        try:
+            async with server:
+                signals["ready"].set()
+                stats = await tick_loop(world, send_all, signals)
+                playing[0] = False
+                signals["out"].put(("server", stats.__dict__, errors[:5], repr(server.handshake_stats)))
+                await wait_event(signals["stop"], 300, interval=0.05)
+        except Exception as exc:
+            signals["out"].put(("server", None, [f"{type(exc).__name__}: {exc}"], ""))
+            raise
+
+    run_loop(serve, use_uvloop, profile)
+
+
+class ClientTally:
+    """One client process's figures over the measured window."""
+
+    def __init__(self, count: int) -> None:
+        self.snapshots = [0] * count
+        self.staleness_ns: list[int] = []
+        self.lost = 0
+        self.refused_inputs = 0
+        self.measuring = False
+        self.window_s = 0.0
+
+    def report(self) -> tuple[Any, ...]:
+        return ("played", self.snapshots, self.staleness_ns, self.lost, self.refused_inputs, self.window_s)
+
+
+async def _follow_window(tally: ClientTally, signals: Any) -> None:
+    """Measure between the parent's ``measure`` and ``done`` (polled, so handlers read a plain flag)."""
+    await wait_event(signals["measure"], 3600, interval=0.01)
+    began = time.monotonic()
+    tally.measuring = True
+    await wait_event(signals["done"], 3600, interval=0.01)
+    tally.measuring = False
+    tally.window_s = time.monotonic() - began
+
+
+async def _send_inputs(senders: Sequence[Callable[[Input], object]], tally: ClientTally, signals: Any) -> None:
+    """Every player sends an ``Input`` at :data:`INPUT_HZ`, spread over the period in ten slots."""
+    slots = 10
+    period = 1.0 / INPUT_HZ
+    r = random.Random(len(senders))
+    seq = 0
+    start = time.monotonic()
+    step = 0
+    done = signals["done"]
+    while not done.is_set():
+        due = start + step * period / slots
+        delay = due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        for send in senders[step % slots :: slots]:
+            seq += 1
+            try:
+                if send(Input(seq, r.uniform(-5, 5), r.uniform(-5, 5))) is False:
+                    tally.refused_inputs += 1
+            except Exception:
+                tally.refused_inputs += 1
+        step += 1
+
+
+def endpoint_game_clients(
+    aeron_dir: str,
+    port: int,
+    count: int,
+    concurrency: int,
+    use_uvloop: bool,
+    signals: Any,
+    out: Any,
+    settings: dict[str, Any],
+) -> None:
+    """``count`` UDP players in one process (sharing its driver): connect, wait for play, play, report."""
+    _on_sigterm()
+
+    async def run() -> None:
+        from endpoint import Client, ClientConfiguration, Connection
+
+        tally = ClientTally(count)
+        now_ns = time.monotonic_ns
+        connected_once = [False] * count
+
+        def on_snapshot(index: int, conn: Connection, snapshot: Snapshot) -> None:
+            if tally.measuring:
+                tally.snapshots[index] += 1
+                tally.staleness_ns.append(now_ns() - snapshot.sent_ns)
+
+        def on_disconnect(index: int, conn: Connection) -> None:
+            if connected_once[index] and not signals["stop"].is_set():
+                tally.lost += 1
+
+        clients = []
+        for index in range(count):
+            client = Client(
+                ClientConfiguration(
+                    aeron_dir=aeron_dir,
+                    serialization=game_serialization(),
+                    prefer_ipc=False,
+                    connect_timeout=60.0,
+                    **settings,
+                )
+            )
+            client.on_message(Snapshot)(functools.partial(on_snapshot, index))
+            client.on_disconnect(functools.partial(on_disconnect, index))
+            clients.append(client)
+        gate = asyncio.Semaphore(concurrency)
+
+        async def connect(index: int) -> None:
+            async with gate:
+                await clients[index].connect("127.0.0.1", port)
+                connected_once[index] = True
+
+        start = time.perf_counter()
+        outcomes = await asyncio.gather(*(connect(i) for i in range(count)), return_exceptions=True)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        first = f"{type(failed[0]).__name__}: {failed[0]}" if failed else ""
+        out.put(("connected", count - len(failed), time.perf_counter() - start, first))
+        if await wait_event(signals["play"], 600, interval=0.01):
+            senders = [c.send_nowait for c, ok in zip(clients, connected_once, strict=True) if ok]
+            window = asyncio.ensure_future(_follow_window(tally, signals))
+            await _send_inputs(senders, tally, signals)
+            await asyncio.wait_for(window, 60)
+            out.put(tally.report())
+        await wait_event(signals["stop"], 300, interval=0.05)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(c.close() for c in clients), return_exceptions=True), 30)
+
+    run_loop(run, use_uvloop)
+
+
+# -- the asyncio TCP + msgpack server and clients -----------------------------------------------------------------
+
+_LENGTH = struct.Struct("<I")
+
+
+def tcp_game_server(port: int, players: int, use_uvloop: bool, signals: Any) -> None:
+    """The same game on ``asyncio.start_server``: a frame is a 4-byte length and a msgpack array."""
+    _on_sigterm()
+
+    async def serve() -> None:
+        import msgpack
+
+        world = World(players)
+        writers: dict[int, asyncio.StreamWriter] = {}
+        ids = iter(range(1, 1 << 30))
+        playing = [False]
+        stats_box: list[TickStats] = []
+        connected = signals["connected"]
+        unpackb, pack_length = msgpack.unpackb, _LENGTH.pack
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            player = next(ids)
+            writers[player] = writer
+            world.add(player)
+            connected.value += 1
+            try:
+                while True:
+                    header = await reader.readexactly(4)
+                    _seq, dx, dy = unpackb(await reader.readexactly(_LENGTH.unpack(header)[0]))
+                    world.steer(player, dx, dy)
+            except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+                pass  # the player left, or the server is shutting down
+            finally:
+                writers.pop(player, None)
+                world.remove(player)
+                connected.value -= 1
+                if playing[0] and stats_box and not signals["done"].is_set():
+                    stats_box[0].lost += 1
+                writer.close()
+
+        packb = msgpack.Packer().pack
+        now_ns = time.monotonic_ns
+
+        def send_all(tick: int, views: dict[int, list[list[float]]], stats: TickStats) -> None:
+            if not stats_box or stats_box[0] is not stats:
+                stats_box[:] = [stats]
+            playing[0] = True
+            for player, writer in list(writers.items()):
+                view = views.get(player)
+                if view is None:
+                    continue
+                transport = writer.transport
+                if transport.is_closing():
+                    continue
+                if transport.get_write_buffer_size() > SEND_BUFFER_LIMIT:
+                    stats.refused += 1
+                    continue
+                body = packb([tick, now_ns(), view])
+                writer.write(pack_length(len(body)) + body)
+                stats.sent += 1
+
+        server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
+        async with server:
+            signals["ready"].set()
+            stats = await tick_loop(world, send_all, signals)
+            playing[0] = False
+            signals["out"].put(("server", stats.__dict__, [], ""))
+            await wait_event(signals["stop"], 300, interval=0.05)
+            for writer in list(writers.values()):
+                writer.close()
+
+    run_loop(serve, use_uvloop)
+
+
+def tcp_game_clients(port: int, count: int, concurrency: int, use_uvloop: bool, signals: Any, out: Any) -> None:
+    """``count`` TCP players in one process."""
+    _on_sigterm()
+
+    async def run() -> None:
+        import msgpack
+
+        tally = ClientTally(count)
+        now_ns = time.monotonic_ns
+        unpackb = msgpack.unpackb
+        gate = asyncio.Semaphore(concurrency)
+        writers: list[asyncio.StreamWriter | None] = [None] * count
+        readers: list[asyncio.Task[None]] = []
+
+        async def read(index: int, reader: asyncio.StreamReader) -> None:
+            try:
+                while True:
+                    header = await reader.readexactly(4)
+                    _tick, sent_ns, _view = unpackb(await reader.readexactly(_LENGTH.unpack(header)[0]))
+                    if tally.measuring:
+                        tally.snapshots[index] += 1
+                        tally.staleness_ns.append(now_ns() - sent_ns)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                if not signals["stop"].is_set():
+                    tally.lost += 1
+
+        async def connect(index: int) -> None:
+            async with gate:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 60)
+                writers[index] = writer
+                readers.append(asyncio.ensure_future(read(index, reader)))
+
+        start = time.perf_counter()
+        outcomes = await asyncio.gather(*(connect(i) for i in range(count)), return_exceptions=True)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        first = f"{type(failed[0]).__name__}: {failed[0]}" if failed else ""
+        out.put(("connected", count - len(failed), time.perf_counter() - start, first))
+        packb, pack_length = msgpack.Packer().pack, _LENGTH.pack
+
+        def sender(writer: asyncio.StreamWriter) -> Callable[[Input], object]:
+            def send(message: Input) -> bool:
+                if writer.transport.get_write_buffer_size() > SEND_BUFFER_LIMIT:
+                    return False
+                body = packb([message.seq, message.dx, message.dy])
+                writer.write(pack_length(len(body)) + body)
+                return True
+
+            return send
+
+        if await wait_event(signals["play"], 600, interval=0.01):
+            window = asyncio.ensure_future(_follow_window(tally, signals))
+            await _send_inputs([sender(w) for w in writers if w is not None], tally, signals)
+            await asyncio.wait_for(window, 60)
+            out.put(tally.report())
+        await wait_event(signals["stop"], 300, interval=0.05)
+        for writer in writers:
+            if writer is not None:
+                writer.close()
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+
+    run_loop(run, use_uvloop)
+
+
+# -- one measurement ----------------------------------------------------------------------------------------------
+
+
+class Result(NamedTuple):
+    transport: str
+    players: int
+    connected: int
+    connect_s: float
+    idle_cpu: float
+    """Server, % of one core, everyone connected and quiet."""
+    play_cpu: float
+    """Server, % of one core, while playing (measured window)."""
+    client_cpu: float
+    """All client processes together, % of one core, while playing."""
+    snaps_mean: float
+    snaps_min: float
+    stale_p50_ms: float
+    stale_p99_ms: float
+    stale_max_ms: float
+    lost_client: int
+    lost_server: int
+    tick_rate: float
+    skipped: int
+    refused: int
+    refused_inputs: int
+    error: str
+    udp_drops: int = 0
+    """Datagrams the kernel dropped for a full socket receive buffer while measured (the whole machine)."""
+
+    @property
+    def lost(self) -> int:
+        return max(self.lost_client, self.lost_server)
+
+
+def _get(queue: Any, timeout: float, what: str) -> Any:
+    try:
+        return queue.get(timeout=timeout)
+    except Exception as exc:  # queue.Empty
+        raise RuntimeError(f"no {what} within {timeout:g} s") from exc
+
+
+def _cpu(pids: Sequence[int]) -> list[float]:
+    out = []
+    for pid in pids:
+        try:
+            out.append(cpu_seconds(pid))
+        except OSError:
+            out.append(float("nan"))
+    return out
+
+
+def run_game(transport: str, players: int, args: argparse.Namespace, profile: bool = False) -> Result:
+    """One server and ``args.processes`` client processes, ``players`` players between them."""
+    endpoint = transport != "tcp"
+    processes = max(1, min(args.processes, players))
+    shares = [players // processes + (1 if i < players % processes else 0) for i in range(processes)]
+    with children() as group:
+        ctx = group.ctx
+        signals = {name: ctx.Event() for name in ("ready", "play", "measure", "done", "stop")} | {
+            "connected": ctx.Value("i", 0, lock=False),
+            "out": ctx.Queue(),
+        }
+        out = ctx.Queue()
+        port = free_port_both()
+        uv = args.uvloop
+        settings: dict[str, Any] = {"socket_rcvbuf": args.rcvbuf} if args.rcvbuf else {}
+        server_settings = {**settings, "threading_mode": args.server_threading} if args.server_threading else settings
+        if endpoint:
+            server_dir = fresh_aeron_dir("game-srv")
+            group.dirs.append(server_dir)
+            server = group.start(
+                endpoint_game_server,
+                str(server_dir),
+                port,
+                players,
+                transport == "udp-unreliable",
+                uv,
+                profile,
+                signals,
+                server_settings,
+            )
+        else:
+            server = group.start(tcp_game_server, port, players, uv, signals)
+        if not signals["ready"].wait(60):
+            raise RuntimeError(f"the {transport} server did not start")
+        crowd = []
+        for share in shares:
+            if endpoint:
+                client_dir = fresh_aeron_dir("game-cli")
+                group.dirs.append(client_dir)
+                crowd.append(
+                    group.start(
+                        endpoint_game_clients,
+                        str(client_dir),
+                        port,
+                        share,
+                        args.concurrency,
+                        uv,
+                        signals,
+                        out,
+                        settings,
+                    )
+                )
+            else:
+                crowd.append(group.start(tcp_game_clients, port, share, args.concurrency, uv, signals, out))
+        note(f"{transport}: {players} players connecting from {processes} processes")
+        connected, connect_s, errors = 0, 0.0, []
+        for _ in crowd:
+            _, got, seconds, first = _get(out, 120 + players / 5, "connect report")
+            connected += got
+            connect_s = max(connect_s, seconds)
+            if first:
+                errors.append(first)
+        note(f"{transport}: {connected} connected in {connect_s:.1f} s (server holds {signals['connected'].value})")
+        # Over UDP the handshakes' own streams close a few seconds after the last handshake.
+        time.sleep(args.settle + (args.handshake_settle if endpoint else 0.0))
+        before = _cpu([server.pid])[0]
+        time.sleep(args.idle_seconds)
+        idle_cpu = (_cpu([server.pid])[0] - before) / args.idle_seconds * 100
+        note(f"{transport}: idle server {idle_cpu:.1f} % of a core")
+        if args.idle_only:
+            signals["done"].set()
+            signals["play"].set()
+            signals["measure"].set()
+            signals["stop"].set()
+            _get(signals["out"], 60, "server report")
+            for proc in [*crowd, server]:
+                group.join(proc, 30)
+            nan = float("nan")
+            return Result(
+                transport, players, connected, connect_s, idle_cpu, nan, nan, nan, nan, nan, nan, nan, 0, 0, nan, 0, 0,
+                0, "; ".join(errors),
+            )  # fmt: skip
+        signals["play"].set()
+        time.sleep(WARMUP_S)
+        pids = [server.pid, *(p.pid for p in crowd)]
+        drops = udp_receive_buffer_errors()
+        before_all = _cpu(pids)
+        began = time.monotonic()
+        signals["measure"].set()
+        time.sleep(args.duration)
+        signals["done"].set()
+        elapsed = time.monotonic() - began
+        after_all = _cpu(pids)
+        drops = udp_receive_buffer_errors() - drops
+        cpu = [(a - b) / elapsed * 100 for a, b in zip(after_all, before_all, strict=True)]
+        snapshots: list[int] = []
+        staleness: list[int] = []
+        lost_client = refused_inputs = 0
+        window = float("nan")
+        for _ in crowd:
+            _, counts, stale, lost, refused, window_s = _get(out, 120, "play report")
+            snapshots += counts
+            staleness += stale
+            lost_client += lost
+            refused_inputs += refused
+            window = window_s
+        _, stats, server_errors, handshakes = _get(signals["out"], 120, "server report")
+        signals["stop"].set()
+        for proc in [*crowd, server]:
+            if not group.join(proc, 60):
+                errors.append(f"process {proc.pid} did not end within 60 s (stopped)")
+        if stats is None:
+            raise RuntimeError(f"{transport} server failed: {server_errors}")
+        if server_errors:
+            errors.append(f"server errors: {server_errors} {handshakes}")
+    rates = sorted(c / window for c in snapshots) if window == window and window > 0 else []
+    staleness.sort()
+    ms = 1e-6
+    return Result(
+        transport,
+        players,
+        connected,
+        connect_s,
+        idle_cpu,
+        cpu[0],
+        sum(cpu[1:]),
+        sum(rates) / len(rates) if rates else float("nan"),
+        rates[0] if rates else float("nan"),
+        percentile(staleness, 50) * ms,
+        percentile(staleness, 99) * ms,
+        (staleness[-1] if staleness else float("nan")) * ms,
+        lost_client,
+        stats["lost"],
+        stats["ticks"] / stats["measured_s"] if stats["measured_s"] else float("nan"),
+        stats["skipped"],
+        stats["refused"],
+        refused_inputs,
+        "; ".join(errors),
+        drops,
+    )
+
+
+def udp_receive_buffer_errors() -> int:
+    """The machine's UDP datagrams dropped so far for a full receive buffer (``RcvbufErrors``, /proc/net/snmp)."""
+    try:
+        lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines() if line.startswith("Udp:")]
+        return int(lines[1][lines[0].index("RcvbufErrors")])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+# -- main ---------------------------------------------------------------------------------------------------------
+
+
+def _row(r: Result) -> tuple[object, ...]:
+    return (
+        r.transport,
+        r.players,
+        f"{r.connected}",
+        f"{r.play_cpu:.0f} / {r.idle_cpu:.1f}",
+        f"{r.snaps_mean:.1f} / {r.snaps_min:.1f}",
+        f"{r.stale_p50_ms:.1f} / {r.stale_p99_ms:.1f}",
+        f"{r.stale_max_ms:.0f}",
+        f"{r.lost}",
+        f"{r.tick_rate:.1f}",
+        f"{r.skipped}",
+        f"{r.refused}",
+        f"{r.client_cpu:.0f}",
+        f"{r.udp_drops}",
+    )
+
+
+_HEADER = [
+    "",
+    "players",
+    "connected",
+    "server CPU % play / idle",
+    "snapshots/s mean / min",
+    "staleness ms p50 / p99",
+    "max ms",
+    "lost",
+    "ticks/s",
+    "skipped",
+    "refused",
+    "clients CPU %",
+    "UDP drops",
+]
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b and a == a and b == b else "-"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--players", default="200", help="player counts, comma-separated (e.g. 200,500,1000)")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds of play measured per count")
+    parser.add_argument("--idle-seconds", type=float, default=5.0, help="seconds of the idle measurement")
+    parser.add_argument("--settle", type=float, default=1.0, help="seconds to wait after connecting, before idle")
+    parser.add_argument(
+        "--handshake-settle", type=float, default=5.0, help="more seconds over UDP, for the handshake streams to close"
+    )
+    parser.add_argument("--rcvbuf", type=int, default=0, help="socket_rcvbuf of every end point's driver (0: default)")
+    parser.add_argument(
+        "--server-threading",
+        default="",
+        choices=["", "INVOKER", "SHARED", "SHARED_NETWORK", "DEDICATED"],
+        help="the server's embedded driver: on its event loop (INVOKER, the default) or in threads of its own",
+    )
+    parser.add_argument("--processes", type=int, default=4, help="client processes (each with a driver)")
+    parser.add_argument("--concurrency", type=int, default=16, help="handshakes in flight per client process")
+    parser.add_argument("--tcp", action=argparse.BooleanOptionalAction, default=True, help="asyncio TCP beside it")
+    parser.add_argument("--endpoint", action=argparse.BooleanOptionalAction, default=True, help="the end point")
+    parser.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=True, help="uvloop if installed")
+    parser.add_argument("--idle-only", action="store_true", help="connect and measure the idle server only")
+    parser.add_argument("--unreliable", action="store_true", help="snapshots by conn.send_unreliable")
+    parser.add_argument("--overload", type=float, default=0.0, help="one more run at this factor of the capacity")
+    parser.add_argument("--capacity", type=int, default=0, help="players the server serves (default: from this run)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the end point server (stderr)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 20 players, 2 processes, 2 s of play")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.players, args.processes, args.duration, args.idle_seconds = "20", 2, 2.0, 1.0
+        args.settle, args.handshake_settle = 0.2, 1.0
+    _on_sigterm()
+    counts = [int(n) for n in args.players.split(",") if n.strip()]
+    endpoint_transport = "udp"
+    if args.unreliable:
+        from endpoint import Connection
+
+        if not hasattr(Connection, "send_unreliable"):
+            sys.exit("--unreliable: this end point has no Connection.send_unreliable")
+        endpoint_transport = "udp-unreliable"
+    results: list[Result] = []
+    pairs: list[tuple[Result | None, Result | None]] = []
+    failed: list[str] = []
+
+    def one(transport: str, n: int) -> Result | None:
+        try:
+            result = run_game(transport, n, args, profile=args.profile and transport != "tcp")
+        except Exception as exc:
+            note(f"{transport} {n}: FAILED: {type(exc).__name__}: {exc}")
+            failed.append(f"{transport} {n}")
+            return None
+        note(
+            f"{transport} {n}: server {result.play_cpu:.0f}% playing, {result.snaps_mean:.1f} snapshots/s, "
+            f"p99 {result.stale_p99_ms:.1f} ms, lost {result.lost}"
+        )
+        results.append(result)
+        return result
+
+    for n in counts:
+        ours = one(endpoint_transport, n) if args.endpoint else None
+        theirs = one("tcp", n) if args.tcp else None
+        pairs.append((ours, theirs))
+    overload_result = None
+    if args.overload and args.endpoint and not args.idle_only:
+        capacity = args.capacity or max(
+            (r.players for r in results if r.transport != "tcp" and r.snaps_min >= SERVED_RATE), default=0
+        )
+        if capacity:
+            overload_result = one(endpoint_transport, round(capacity * args.overload))
+        else:
+            note("--overload: no player count was served at 19.5 snapshots/s; give --capacity")
+
+    print_table(
+        f"Game server: inputs and snapshots ({VIEW} players each) at {TICK_HZ} Hz, {args.processes} client processes, "
+        f"{args.duration:g} s measured ({'uvloop' if args.uvloop else 'asyncio loop'})",
+        _HEADER,
+        [_row(r) for r in results],
+    )
+    ratios = []
+    for ours, theirs in pairs:
+        if ours is None or theirs is None:
+            continue
+        ratios.append(
+            (
+                ours.players,
+                _ratio(ours.play_cpu, theirs.play_cpu),
+                _ratio(ours.idle_cpu, theirs.idle_cpu),
+                _ratio(ours.snaps_mean, theirs.snaps_mean),
+                _ratio(ours.stale_p99_ms, theirs.stale_p99_ms),
+            )
+        )
+    if ratios:
+        print_table(
+            "End point / asyncio TCP + msgpack, same run",
+            ["players", "server CPU playing", "server CPU idle", "snapshots/s", "staleness p99"],
+            ratios,
+        )
+    if overload_result is not None:
+        r = overload_result
+        print(
+            f"\n  overload: {r.players} players ({args.overload:g} x capacity): tick rate {r.tick_rate:.1f} of "
+            f"{TICK_HZ} ({r.skipped} ticks skipped), {r.snaps_mean:.1f} snapshots/s (worst client {r.snaps_min:.1f}), "
+            f"{r.lost} connections lost"
+        )
+    for r in results:
+        if r.error:
+            print(f"  {r.transport} {r.players}: {r.error}")
+        if r.refused_inputs:
+            print(f"  {r.transport} {r.players}: {r.refused_inputs} inputs refused by back pressure")
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""A server that falls behind reading a live peer keeps it: liveness is judged by what the peer sent.
+
+Over UDP the peer's messages reach the server's driver (its receiver high-water mark moves) whether or not the
+server gets round to reading them. Here the server's end point stops reading one connection, as an overloaded
+loop or a gap waiting for a retransmit would, for three peer timeouts: the connection must survive, and every
+message sent meanwhile is read, in order, once reading resumes. IPC has no such mark, and nothing changes there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from endpoint import Connection
+from support.endpoints import Num, client_config, connected_client, running_server, server_config, wait_until
+
+PING = 0.2
+TIMEOUT = 1.0
+
+
+async def test_a_peer_whose_messages_keep_arriving_outlives_a_reader_three_timeouts_late(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    received: list[int] = []
+    timing = {"ping_interval": PING, "peer_timeout": TIMEOUT}
+    async with running_server(server_config(aeron_dir, port, **timing)) as server:
+        server.on_message(Num, lambda conn, msg: received.append(msg.i))
+        async with connected_client(client_config("udp", aeron_dir, client_dir, **timing), port) as (_, conn):
+            await wait_until(lambda: server.connections, 5, what="the server's side")
+            (server_conn,) = server.connections
+            await conn.send(Num(0))
+            await wait_until(lambda: received == [0], 5, what="the first message")
+            behind = server_conn._poll
+            server_conn._poll = lambda: 0  # type: ignore[method-assign]  # the server reads nothing
+            try:
+                for i in range(1, 31):  # three timeouts of a live peer talking
+                    await conn.send(Num(i))
+                    await asyncio.sleep(TIMEOUT / 10)
+                assert received == [0]
+                assert not server_conn.is_closed, server_conn.close_reason
+                assert server_conn._peer_hwm() is not None
+            finally:
+                server_conn._poll = behind  # type: ignore[method-assign]
+            await wait_until(lambda: len(received) == 31, 5, what="the messages sent while the server was behind")
+            assert received == list(range(31))
+            assert not server_conn.is_closed
+            assert not conn.is_closed
+
+
+async def test_a_peer_that_stops_is_still_found_dead_while_the_server_is_behind(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """The mark only keeps a peer that is sending: one that falls silent times out as before."""
+    lost: list[Connection] = []
+    timing = {"ping_interval": PING, "peer_timeout": TIMEOUT}
+    async with running_server(server_config(aeron_dir, port, **timing)) as server:
+        server.on_disconnect(lost.append)
+        async with connected_client(client_config("udp", aeron_dir, client_dir, **timing), port) as (client, _):
+            await wait_until(lambda: server.connections, 5, what="the server's side")
+            (server_conn,) = server.connections
+            server_conn._poll = lambda: 0  # type: ignore[method-assign]
+            client._tick = lambda now_ns: None  # type: ignore[method-assign]  # the client sends no keepalives
+            await wait_until(lambda: lost, 10 * TIMEOUT, what="the silent peer found dead")
+            assert server_conn.lost
+            assert "peer timed out" in server_conn.close_reason
