@@ -22,6 +22,7 @@ from endpoint.messages import (
     Ping,
     Pong,
     RpcCall,
+    RpcReply,
     StreamCancel,
     register_internal_messages,
 )
@@ -147,10 +148,11 @@ def test_what_breaks_the_protocol_is_dropped_and_a_malformed_call_is_answered() 
     core, shell, ser = make()
     feed(core, b"")
     feed(core, b"\xc1")  # never valid msgpack
-    feed(core, ser.encode(Ping("x", None)))  # type: ignore[arg-type]
+    feed(core, ser.encode(Ping("x", None)))  # type: ignore[arg-type]  # typed fields: refused by the codec
     feed(core, ser.encode(RpcCall(9, "obj", "m", [], None)))  # type: ignore[arg-type]
+    feed(core, ser.encode(RpcReply("x", None)))  # type: ignore[arg-type]  # a dynamic class: checked after
     kinds = shell.kinds()
-    assert kinds == ["malformed", "undecodable", "malformed", "malformed_call", "malformed"]
+    assert kinds == ["malformed", "undecodable", "undecodable", "malformed_call", "malformed", "malformed"]
     assert isinstance(shell.events[1][1][1], SerializationError)
     assert shell.events[3][1][0] == 9
 
