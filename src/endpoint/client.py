@@ -58,6 +58,7 @@ from endpoint.errors import (
     EndpointClosedError,
     ReconnectFailedError,
     RejectReason,
+    SchemaMismatchError,
 )
 from endpoint.handshake.keystore import KnownServers, default_config_dir
 from endpoint.handshake.protocol import Accepted, ClientHandshake, Completed, CookieReceived, HandshakeStats, Rejected
@@ -236,6 +237,7 @@ class Client(EndPoint[ClientConfiguration]):
         step = cfg.handshake_timeout
         await wait_connected(route.publication, cfg.connect_timeout, self._shared.client() if self._shared else None)
         force_nx = False
+        schema: bytes | None = cfg.serialization.packed_schemas()
         while True:
             handshake = ClientHandshake(
                 registration_hash=cfg.serialization.registration_hash,
@@ -245,7 +247,12 @@ class Client(EndPoint[ClientConfiguration]):
                 claimed_address="" if route.is_ipc else local_address_towards(route.server[0]),
                 force_nx=force_nx,
                 sealed=cfg.sealed,
+                schema=schema,
             )
+            if schema is not None and handshake.hello_length > route.publication.max_payload_length:
+                # HELLO must travel as one frame: without the schemas, the server can only check they are equal.
+                schema = None
+                continue
             try:
                 answer = await self._exchange(route, handshake, functools.partial(_hello_now, handshake), step)
             except BaseException:
@@ -266,7 +273,7 @@ class Client(EndPoint[ClientConfiguration]):
         if isinstance(answer, Rejected):
             if not answer.authenticated:
                 _log.warning("unauthenticated rejection from %s: %s", address, answer.text)
-            raise ClientRejectedError(answer.reason, answer.text, authenticated=answer.authenticated)
+            raise _rejected(answer)
         if not isinstance(answer, Accepted):
             raise _Retry()
         grant = answer.grant
@@ -280,7 +287,7 @@ class Client(EndPoint[ClientConfiguration]):
             # knows this connect key and drops our DONEs: after a few we start over with a fresh HELLO.
             done = await self._exchange(route, handshake, handshake.done, step, _DONE_SENDS)
             if isinstance(done, Rejected):
-                raise ClientRejectedError(done.reason, done.text, authenticated=done.authenticated)
+                raise _rejected(done)
             if not isinstance(done, Completed):
                 raise ClientError(f"handshake with {address} ended with {done!r}")
             if sealed:
@@ -629,3 +636,18 @@ def _hello_now(handshake: ClientHandshake) -> bytes:
 
 class _Retry(Exception):
     """The handshake route broke; open a new one."""
+
+
+def _rejected(answer: Rejected) -> ClientRejectedError:
+    """The error for a rejection: SchemaMismatchError (naming the class and field) when the classes differ."""
+    if answer.reason is RejectReason.SERIALIZATION_MISMATCH:
+        detail = answer.detail or {}
+        type_id, class_name, field = detail.get("type_id", 0), detail.get("class", ""), detail.get("field", "")
+        return SchemaMismatchError(
+            answer.text,
+            type_id=type_id if type(type_id) is int else 0,
+            class_name=class_name if type(class_name) is str else "",
+            field=field if type(field) is str else "",
+            authenticated=answer.authenticated,
+        )
+    return ClientRejectedError(answer.reason, answer.text, authenticated=answer.authenticated)

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_PACKED_LENGTH",
     "MAX_TEXT_LENGTH",
     "ClassSchema",
+    "CompatibilityCheck",
     "FieldSchema",
     "Incompatibility",
     "describe",
@@ -155,11 +156,13 @@ def describe(cls: type, type_id: int, name: str, name_of: Callable[[type], str |
 # ------------------------------------------------------------------------------------------- the rules
 
 
-def incompatibility(ours: Sequence[ClassSchema], theirs: Sequence[ClassSchema]) -> Incompatibility | None:
+def incompatibility(
+    ours: Sequence[ClassSchema], theirs: Sequence[ClassSchema], here: str = "here", there: str = "the peer"
+) -> Incompatibility | None:
     """The first difference that stops the two sides from reading each other's messages; None when they can.
 
     Classes are compared in type id order, fields in our order (then the peer's extra ones), so the answer is
-    the same every time.
+    the same every time. ``here`` and ``there`` name the two sides in the problem's text.
     """
     by_id = {schema.type_id: schema for schema in theirs}
     for mine in sorted(ours, key=lambda schema: schema.type_id):
@@ -175,11 +178,12 @@ def incompatibility(ours: Sequence[ClassSchema], theirs: Sequence[ClassSchema]) 
                         mine.type_id,
                         mine.name,
                         field.name,
-                        "has no default here and the peer does not have it (add a default, or give it to both)",
+                        f"has no default on {here} and {there} does not have it (give it a default, or add it to "
+                        f"{there})",
                     )
             elif peer.type != field.type:
                 return Incompatibility(
-                    mine.type_id, mine.name, field.name, f"is {field.type} here but {peer.type} on the peer"
+                    mine.type_id, mine.name, field.name, f"is {field.type} on {here} but {peer.type} on {there}"
                 )
         mine_names = {field.name for field in mine.fields}
         for peer in other.fields:
@@ -188,7 +192,8 @@ def incompatibility(ours: Sequence[ClassSchema], theirs: Sequence[ClassSchema]) 
                     mine.type_id,
                     mine.name,
                     peer.name,
-                    "the peer has it without a default and it is not here (add it here, or give it a default there)",
+                    f"{there} has it without a default and {here} does not have it (give it a default on {there}, "
+                    f"or add it to {here})",
                 )
     return None
 
@@ -246,3 +251,49 @@ def unpack(data: bytes) -> list[ClassSchema]:
             fields.append(FieldSchema(_text(field[0], "a field name"), _text(field[1], "a type"), field[2]))
         schemas.append(ClassSchema(entry[0], _text(entry[1], "a class name"), tuple(fields)))
     return schemas
+
+
+class CompatibilityCheck:
+    """One end point's side of the handshake's check, with a bounded memory of the packed schemas already judged
+    (a thousand clients of one older version cost one comparison)."""
+
+    def __init__(
+        self,
+        registration_hash: bytes,
+        schemas: Sequence[ClassSchema],
+        *,
+        here: str = "the server",
+        there: str = "the client",
+        memory: int = 64,
+    ) -> None:
+        self.registration_hash = registration_hash
+        self.schemas = tuple(schemas)
+        self._here = here
+        self._there = there
+        self._memory = memory
+        self._judged: dict[bytes, Incompatibility | None] = {}
+
+    def verdict(self, their_hash: bytes, packed: bytes | None) -> Incompatibility | None:
+        """None when the peer whose registration hash and packed schemas these are can talk with us."""
+        if their_hash == self.registration_hash:
+            return None
+        if packed is None:
+            return Incompatibility(
+                0,
+                "",
+                "",
+                f"the registered classes differ, and {self._there}'s schemas did not fit in its handshake to be "
+                f"compared: register the same classes (fields, types, defaults) on both sides",
+            )
+        if packed in self._judged:
+            return self._judged[packed]
+        try:
+            theirs = unpack(packed)
+        except SerializationError as exc:
+            found: Incompatibility | None = Incompatibility(0, "", "", f"{self._there}'s schemas are malformed: {exc}")
+        else:
+            found = incompatibility(self.schemas, theirs, self._here, self._there)
+        if len(self._judged) >= self._memory:
+            self._judged.pop(next(iter(self._judged)))
+        self._judged[packed] = found
+        return found

@@ -29,7 +29,7 @@ import attrs
 import msgspec
 
 from endpoint.errors import ConfigurationError, SerializationError
-from endpoint.schema import ClassSchema, describe, resolved_fields
+from endpoint.schema import ClassSchema, describe, pack, resolved_fields
 
 __all__ = [
     "ATTRS_EXT",
@@ -191,6 +191,7 @@ class Serialization:
         self._by_id: dict[int, _Entry] = {}
         self._decoders: dict[int, Callable[[Any], object]] = {}
         self._schemas: list[ClassSchema] | None = None
+        self._packed: bytes | None = None
         self._highest_user_id = 0
         self._depth = 0
         self._encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
@@ -285,6 +286,15 @@ class Serialization:
             self._schemas = schemas
         return schemas
 
+    def packed_schemas(self) -> bytes:
+        """:meth:`schemas` packed for the handshake (:func:`endpoint.schema.pack`); made once when frozen."""
+        packed = self._packed
+        if packed is None:
+            packed = pack(self.schemas())
+            if self._frozen:
+                self._packed = packed
+        return packed
+
     def _type_ref(self, cls: type) -> str | None:
         type_id = self._ids.get(cls)
         return None if type_id is None else f"#{type_id}"
@@ -328,6 +338,7 @@ class Serialization:
         self._decoders[type_id] = entry.decode
         self._hash = None
         self._schemas = None
+        self._packed = None
         return True
 
     def _build(self, entry: _Entry) -> None:
