@@ -1,4 +1,5 @@
-"""Build hook for the native modules: atomic operations over shared memory, and datagram I/O for the driver."""
+"""Build hook for the native modules: atomic operations over shared memory, datagram I/O for the driver, and the
+end points' message codec (its common case; the Python codec stands in when it is not built)."""
 
 from setuptools import Extension, setup
 
@@ -12,6 +13,11 @@ setup(
         Extension(
             "driver.media._net",
             ["src/driver/media/_net.c"],
+            extra_compile_args=["-O2"],
+        ),
+        Extension(
+            "endpoint._codec",
+            ["src/endpoint/_codec.c"],
             extra_compile_args=["-O2"],
         ),
     ]

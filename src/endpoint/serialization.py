@@ -23,13 +23,16 @@ from __future__ import annotations
 import hashlib
 import typing
 from collections.abc import Callable
-from typing import Any, Final, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 import attrs
 import msgspec
 
 from endpoint.errors import ConfigurationError, SerializationError
 from endpoint.schema import ClassSchema, describe, pack, resolved_fields
+
+if TYPE_CHECKING:
+    from endpoint._codec import Codec
 
 __all__ = [
     "ATTRS_EXT",
@@ -58,6 +61,12 @@ the limit keeps decode far away from that.
 """
 
 _HASH_DOMAIN: Final = b"endpoint.serialization.v2"
+
+_Codec: type[Codec] | None
+try:
+    from endpoint._codec import Codec as _Codec
+except ImportError:  # not built: the Python codec does everything (slower, same bytes)
+    _Codec = None
 _SCALARS: Final = frozenset((int, float, str, bytes, bool, type(None)))
 _Ext: Final = msgspec.msgpack.Ext
 
@@ -197,6 +206,20 @@ class Serialization:
         self._encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
         self._encode_msgspec: Callable[[object], bytes] = self._encoder.encode
         self._any_decoder = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
+        self._typed_tags: dict[type, bytes] = {}
+        """Typed classes: the native codec encodes these itself."""
+        if _Codec is not None:
+            codec = _Codec(
+                self._typed_tags,
+                self._encode_msgspec,
+                self._decoders,
+                self._encode_slow,
+                self._decode_slow,
+                SerializationError,
+            )
+            # The C methods themselves, so a hot caller's ``ser.encode`` is one native call.
+            self.encode = codec.encode  # type: ignore[method-assign,assignment]
+            self.decode = codec.decode  # type: ignore[method-assign,assignment]
 
     # ------------------------------------------------------------------------------------------- registry
 
@@ -336,6 +359,8 @@ class Serialization:
         self._entries[cls] = entry
         self._by_id[type_id] = entry
         self._decoders[type_id] = entry.decode
+        if entry.typed:
+            self._typed_tags[cls] = entry.tag
         self._hash = None
         self._schemas = None
         self._packed = None
@@ -361,7 +386,14 @@ class Serialization:
             return self._encode_msgspec({name: walk(getattr(obj, name)) for name, _ in names})
 
         def decode(data: Any) -> object:
-            fields = any_decode(data)
+            level = self._depth + 1
+            if level > MAX_NESTING:
+                raise SerializationError(f"registered objects nested deeper than {MAX_NESTING} levels")
+            self._depth = level
+            try:
+                fields = any_decode(data)
+            finally:
+                self._depth = level - 1
             if type(fields) is not dict:
                 raise SerializationError(f"malformed {entry.name}: expected a map of its fields")
             return cls(**{alias: fields[name] for name, alias in names if name in fields})
@@ -372,7 +404,19 @@ class Serialization:
     # ------------------------------------------------------------------------------------------- codec
 
     def encode(self, message: object) -> bytes:
-        """One msgpack object; a registered top-level message is its header and one msgspec call."""
+        """One msgpack object; a registered top-level message is its header and one msgspec call.
+
+        Raises SerializationError for what cannot be encoded (naming the type). With the native codec built, the
+        instance's ``encode`` is its C method, which does typed classes and hands the rest to :meth:`_encode_slow`.
+        """
+        return self._encode_slow(message)
+
+    def decode(self, data: bytes | bytearray | memoryview) -> object:
+        """Inverse of :meth:`encode`; any failure on (untrusted) input is a SerializationError. With the native
+        codec built, the instance's ``decode`` is its C method (the common header read without a Python frame)."""
+        return self._decode_slow(data)
+
+    def _encode_slow(self, message: object) -> bytes:
         entry = self._entries.get(type(message))
         if entry is None:
             return self._encode_plain(message)
@@ -392,8 +436,7 @@ class Serialization:
             head = entry.head(length)
         return head + body
 
-    def decode(self, data: bytes | bytearray | memoryview) -> object:
-        """Inverse of :meth:`encode`; any failure on (untrusted) input is a SerializationError."""
+    def _decode_slow(self, data: bytes | bytearray | memoryview) -> object:
         try:
             first = data[0]
             if first == 0xC7 and data[2] == ATTRS_EXT and len(data) == data[1] + 3:
@@ -401,7 +444,6 @@ class Serialization:
             elif first == 0xC8 and data[3] == ATTRS_EXT and len(data) == (data[1] << 8 | data[2]) + 4:
                 start = 4
             else:
-                self._depth = 0
                 return self._any_decoder.decode(data)
             if len(data) <= start:
                 raise SerializationError("malformed registered object: empty")
@@ -419,8 +461,7 @@ class Serialization:
             decode = self._decoders.get(tag)
             if decode is None:
                 raise SerializationError(f"unknown type id {tag}")
-            self._depth = 1
-            return decode(memoryview(data)[start:])
+            return decode(data[start:])
         except SerializationError:
             raise
         except Exception as exc:
@@ -431,8 +472,7 @@ class Serialization:
         """A registered object nested in a dynamic field or a plain message."""
         if code != ATTRS_EXT:
             raise SerializationError(f"unknown msgpack ext code {code}")
-        level = self._depth + 1
-        if level > MAX_NESTING:
+        if self._depth >= MAX_NESTING:  # dynamic classes count the levels as they decode
             raise SerializationError(f"registered objects nested deeper than {MAX_NESTING} levels")
         if not len(data):
             raise SerializationError("malformed registered object: empty")
@@ -449,11 +489,7 @@ class Serialization:
         decode = self._decoders.get(tag)
         if decode is None:
             raise SerializationError(f"unknown type id {tag}")
-        self._depth = level
-        try:
-            return decode(data[start:])
-        finally:
-            self._depth = level - 1
+        return decode(data[start:])
 
     def _encode_plain(self, message: object) -> bytes:
         self._depth = 0

@@ -738,3 +738,50 @@ def test_corrupted_encodings_only_raise_serialization_error(value: Any, data: st
         _SER.decode(bytes(encoded[:cut]))
     except SerializationError:
         pass
+
+
+# ------------------------------------------------------------------------------------------- native and Python
+
+
+def test_the_native_codec_is_built_and_used() -> None:
+    import endpoint.serialization as module
+
+    assert module._Codec is not None, "endpoint._codec is not built (setup.py build_ext)"
+    assert type(make_ser().encode).__name__ == "builtin_function_or_method"
+
+
+@settings(max_examples=200)
+@given(values)
+def test_python_codec_writes_and_reads_what_the_native_one_does(value: Any) -> None:
+    import endpoint.serialization as module
+
+    saved = module._Codec
+    module._Codec = None
+    try:
+        python = make_ser()
+    finally:
+        module._Codec = saved
+    data = _SER.encode(value)
+    assert python.encode(value) == data
+    assert python.decode(data) == _SER.decode(data) == value
+    assert python.decode(memoryview(data)) == value
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\xc7\x04\x01\x01\x81\xa3seq", ext(1, {"seq": "x", "x": 1.0, "y": 2.0}), ext(99, {}), b"\xc7\x00\x01"],
+)
+def test_python_and_native_codecs_refuse_alike(data: bytes) -> None:
+    import endpoint.serialization as module
+
+    saved = module._Codec
+    module._Codec = None
+    try:
+        python = make_ser()
+    finally:
+        module._Codec = saved
+    with pytest.raises(SerializationError) as native_error:
+        make_ser().decode(data)
+    with pytest.raises(SerializationError) as python_error:
+        python.decode(data)
+    assert str(native_error.value) == str(python_error.value)
