@@ -1,7 +1,8 @@
 """A connection's protocol without I/O: fragments and time in, what to deliver and what to answer out.
 
 Theory of operation. The shell (:class:`endpoint.connection.shell.Connection`) polls the peer's image and hands
-each fragment to :meth:`ConnectionCore.on_fragment`, then tells :meth:`ConnectionCore.polled` how many it
+each fragment to :attr:`ConnectionCore.on_frame` (:meth:`~ConnectionCore.on_fragment`, or straight to
+:meth:`~ConnectionCore.on_message` while nothing is sealed), then tells :meth:`ConnectionCore.polled` how many it
 read and when. The core reassembles fragmented messages (bounded by what the peer's publication can send),
 opens sealed ones, decodes, drops and counts what breaks the protocol, and routes the rest through the
 callables it was built with: user messages to ``deliver`` (in the order they arrived), remote-call and
@@ -88,6 +89,9 @@ class ConnectionCore:
         self._opener: Opener | None = None
         self.on_whole: Callable[[memoryview], None] = self.on_message
         """Every whole message of the peer's goes through here: read as is, or opened first."""
+        self.on_frame: Callable[[memoryview, int], None] = self.on_message
+        """What the shell polls the peer's image with: :meth:`on_message` itself while nothing is sealed (a
+        whole message, the common case, costs no call more), :meth:`on_fragment` once everything is."""
 
     # ------------------------------------------------------------------ reading
 
@@ -95,6 +99,7 @@ class ConnectionCore:
         """Every message of the peer's is sealed from now on (before anything is read)."""
         self._opener = opener
         self.on_whole = self._open_sealed
+        self.on_frame = self.on_fragment
 
     def on_fragment(self, payload: memoryview, flags: int) -> None:
         """One fragment of the peer's. Whatever it is, an error handling it goes to ``report`` (the shell tells
@@ -145,49 +150,58 @@ class ConnectionCore:
             return
         self.on_message(memoryview(plain))
 
-    def on_message(self, payload: memoryview) -> None:
-        """One whole (opened) message of the peer's: classify, check and route it."""
-        if self.closed_by_peer:
-            return
-        if not len(payload):
-            self._malformed("an empty message")
-            return
-        if payload[0] == 0xC9 and len(payload) > 9 and payload[5] == CHUNK_EXT:
-            self._chunk(payload)
+    def on_message(self, payload: memoryview, flags: int = _UNFRAGMENTED) -> None:
+        """One whole (opened) message of the peer's: classify, check and route it. Also the image's handler of an
+        unsealed connection: a fragment of a longer message (``flags``) goes on to :meth:`on_fragment`. Whatever
+        it is, an error handling it goes to ``report``."""
+        if flags & _UNFRAGMENTED != _UNFRAGMENTED:
+            self.on_fragment(payload, flags)
             return
         try:
-            message = self._decode(payload)
-        except SerializationError as exc:
-            self._undecodable(payload, exc)
-            return
-        cls = type(message)
-        if cls in _INTERNAL_TYPES:
-            problem = internal_problem(message)
-            if problem is not None:
-                if cls is RpcCall and type(message.call_id) is int and message.call_id > 0:
-                    self._malformed_call(message.call_id, problem)  # the caller hears of it at once
-                self._malformed(problem)
+            if self.closed_by_peer:
                 return
-            if cls is Ping:
-                if message.seq == 0:  # a keepalive: heard, which is all it is for
-                    self._control += 1
+            length = len(payload)
+            if not length:
+                self._malformed("an empty message")
+                return
+            if payload[0] == 0xC9 and length > 9 and payload[5] == CHUNK_EXT:
+                self._chunk(payload)
+                return
+            try:
+                message = self._decode(payload)
+            except SerializationError as exc:
+                self._undecodable(payload, exc)
+                return
+            cls = type(message)
+            if cls in _INTERNAL_TYPES:
+                problem = internal_problem(message)
+                if problem is not None:
+                    if cls is RpcCall and type(message.call_id) is int and message.call_id > 0:
+                        self._malformed_call(message.call_id, problem)  # the caller hears of it at once
+                    self._malformed(problem)
                     return
-                if message.seq == SAMPLE_SEQ:  # a round-trip sample: answered, but no more work than a keepalive
-                    self._control += 1
-                self._send_control(Pong(message.seq, message.sent_ns))
+                if cls is Ping:
+                    if message.seq == 0:  # a keepalive: heard, which is all it is for
+                        self._control += 1
+                        return
+                    if message.seq == SAMPLE_SEQ:  # a round-trip sample: answered, but no more work than a keepalive
+                        self._control += 1
+                    self._send_control(Pong(message.seq, message.sent_ns))
+                    return
+                if cls is Pong:
+                    if message.seq == 0 or message.seq == SAMPLE_SEQ:
+                        self._control += 1
+                    self._pong(message)
+                    return
+                if cls is Disconnect:
+                    self.closed_by_peer = True
+                    self._peer_closed(message.reason)
+                    return
+                self._route(message)
                 return
-            if cls is Pong:
-                if message.seq == 0 or message.seq == SAMPLE_SEQ:
-                    self._control += 1
-                self._pong(message)
-                return
-            if cls is Disconnect:
-                self.closed_by_peer = True
-                self._peer_closed(message.reason)
-                return
-            self._route(message)
-            return
-        self._deliver(message, len(payload))
+            self._deliver(message, length)
+        except Exception as exc:
+            self._report(exc)
 
     # ------------------------------------------------------------------ liveness
 

@@ -422,7 +422,7 @@ class Connection:
             self._endpoint._rebuild_poll_set()
         if self._closed or self._not_reading():
             return 0
-        count = image.poll_payloads(self._core.on_fragment, _POLL_LIMIT)
+        count = image.poll_payloads(self._core.on_frame, _POLL_LIMIT)
         return self._core.polled(count, time.monotonic_ns()) if count else 0
 
     def _not_reading(self) -> bool:

@@ -84,7 +84,15 @@ def make(max_inbound: int = 1 << 16) -> tuple[ConnectionCore, Shell, Serializati
 
 
 def feed(core: ConnectionCore, data: bytes, flags: int = WHOLE) -> None:
-    core.on_fragment(memoryview(data), flags)
+    """As the shell's poll does: through ``on_frame`` (on_message while unsealed, on_fragment once sealed)."""
+    core.on_frame(memoryview(data), flags)
+
+
+def test_the_frame_handler_is_the_message_reader_until_sealed() -> None:
+    core, shell, ser = make()
+    assert core.on_frame == core.on_message
+    core.open_with(Opener(b"k" * 32, connection_id=5, session_id=6, direction=1))
+    assert core.on_frame == core.on_fragment
 
 
 def test_user_messages_are_delivered_in_order_with_their_encoded_size() -> None:
