@@ -89,7 +89,7 @@ def feed(core: ConnectionCore, data: bytes, flags: int = WHOLE) -> None:
 
 
 def test_the_frame_handler_is_the_message_reader_until_sealed() -> None:
-    core, shell, ser = make()
+    core, _, _ = make()
     assert core.on_frame == core.on_message
     core.open_with(Opener(b"k" * 32, connection_id=5, session_id=6, direction=1))
     assert core.on_frame == core.on_fragment
