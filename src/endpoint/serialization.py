@@ -57,7 +57,8 @@ MAX_NESTING: Final = 32
 """Most registered objects nested inside one another (as ext values) in one message.
 
 Each level is a nested C-level decode, so a few hundred levels of hostile input would go deep into the C stack;
-the limit keeps decode far away from that.
+the limit keeps decode far away from that. Encoding counts a registered top-level message as the first level;
+decoding counts the ext values inside a message, so it reads one level more than encoding ever writes.
 """
 
 _HASH_DOMAIN: Final = b"endpoint.serialization.v2"
@@ -368,37 +369,49 @@ class Serialization:
 
     def _build(self, entry: _Entry) -> None:
         cls = entry.cls
-        if _typed_class(cls, frozenset((cls,))):
-            try:
-                decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(cls, ext_hook=self._ext_hook)
-            except Exception:  # a type msgspec cannot check (a union of attrs classes, ...): decoded dynamically
-                pass
-            else:
-                entry.typed = True
-                entry.encode_body = self._encode_msgspec
-                entry.decode = decoder.decode
-                return
-        names = tuple(entry.init_names.items())
-        any_decode = self._any_decoder.decode
+        fields = resolved_fields(cls)
+        try:
+            # Any-typed fields included: msgspec hands the ext values found there to _ext_hook.
+            decoder: msgspec.msgpack.Decoder[Any] | None = msgspec.msgpack.Decoder(cls, ext_hook=self._ext_hook)
+        except Exception:  # a type msgspec cannot read (a union of attrs classes, no annotation...): Python reads it
+            decoder = None
+        if decoder is not None and _typed_class(cls, frozenset((cls,))):
+            entry.typed = True
+            entry.encode_body = self._encode_msgspec
+            entry.decode = decoder.decode
+            return
+        # Dynamic: walk the fields that may hold registered objects (all of them when msgspec cannot read the
+        # class: then nothing on the way in knows a field's class but the ext value's type id).
+        plan = tuple(
+            (
+                field.name,
+                decoder is None
+                or field.type is None
+                or field.name.startswith("_")
+                or not _typed(field.type, frozenset((cls,))),
+            )
+            for field in fields
+        )
 
         def encode_body(obj: object) -> bytes:
             walk = self._walk
-            return self._encode_msgspec({name: walk(getattr(obj, name)) for name, _ in names})
+            return self._encode_msgspec(
+                {name: walk(getattr(obj, name)) if walked else getattr(obj, name) for name, walked in plan}
+            )
+
+        entry.encode_body = encode_body
+        if decoder is not None:
+            entry.decode = decoder.decode
+            return
+        names = tuple(entry.init_names.items())
+        any_decode = self._any_decoder.decode
 
         def decode(data: Any) -> object:
-            level = self._depth + 1
-            if level > MAX_NESTING:
-                raise SerializationError(f"registered objects nested deeper than {MAX_NESTING} levels")
-            self._depth = level
-            try:
-                fields = any_decode(data)
-            finally:
-                self._depth = level - 1
+            fields = any_decode(data)
             if type(fields) is not dict:
                 raise SerializationError(f"malformed {entry.name}: expected a map of its fields")
             return cls(**{alias: fields[name] for name, alias in names if name in fields})
 
-        entry.encode_body = encode_body
         entry.decode = decode
 
     # ------------------------------------------------------------------------------------------- codec
@@ -472,7 +485,8 @@ class Serialization:
         """A registered object nested in a dynamic field or a plain message."""
         if code != ATTRS_EXT:
             raise SerializationError(f"unknown msgpack ext code {code}")
-        if self._depth >= MAX_NESTING:  # dynamic classes count the levels as they decode
+        level = self._depth + 1
+        if level > MAX_NESTING:
             raise SerializationError(f"registered objects nested deeper than {MAX_NESTING} levels")
         if not len(data):
             raise SerializationError("malformed registered object: empty")
@@ -489,7 +503,11 @@ class Serialization:
         decode = self._decoders.get(tag)
         if decode is None:
             raise SerializationError(f"unknown type id {tag}")
-        return decode(data[start:])
+        self._depth = level
+        try:
+            return decode(data[start:])
+        finally:
+            self._depth = level - 1
 
     def _encode_plain(self, message: object) -> bytes:
         self._depth = 0

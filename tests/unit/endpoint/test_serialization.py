@@ -660,7 +660,7 @@ def test_decode_validator_failure_is_a_serialization_error(ser: Serialization) -
         ser.decode(ext(8, {"payload": ext_obj(9, {"value": -5}), "tag": ""}))
 
 
-@pytest.mark.parametrize("depth", [MAX_NESTING + 1, 300, 5000])
+@pytest.mark.parametrize("depth", [MAX_NESTING + 2, 300, 5000])
 def test_decode_hostile_nesting_is_refused_not_crashed(ser: Serialization, depth: int) -> None:
     # Without a limit a few hundred nested ext levels overflow the C stack (seen: segfault near 200).
     data = msgpack.packb(None)
