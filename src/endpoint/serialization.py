@@ -525,9 +525,12 @@ class Serialization:
             return value
         entry = self._entries.get(cls)
         if entry is not None:
+            if entry.typed and self._depth < MAX_NESTING:  # nothing inside to walk, no level to count
+                return _Ext(ATTRS_EXT, entry.tag + self._encode_msgspec(value))
             return _Ext(ATTRS_EXT, self._nested(entry, value))
         if cls is list or cls is tuple:
-            return [self._walk(item) for item in value]  # type: ignore[attr-defined]
+            walk = self._walk
+            return [item if type(item) in _SCALARS else walk(item) for item in value]  # type: ignore[attr-defined]
         if cls is dict:
             return {self._key(key): self._walk(item) for key, item in value.items()}  # type: ignore[attr-defined]
         if attrs.has(cls):  # msgspec would write it as a map, which decodes as a dict: refuse, as for a class
