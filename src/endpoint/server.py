@@ -56,6 +56,7 @@ AddressFilter = Callable[[str, str], bool]
 """``filter(ip, tag) -> allowed``."""
 
 
+_DETAIL_NAME_LENGTH = 128
 _Refusal = tuple[RejectReason, str] | tuple[RejectReason, str, dict[str, int | str]]
 """Why a HELLO is turned away: the reason, its text and (for SERIALIZATION_MISMATCH) which class and field."""
 
@@ -443,10 +444,10 @@ class Server(EndPoint[ServerConfiguration]):
             )
         mismatch = self._schema_check().verdict(hello.registration_hash, hello.schema)
         if mismatch is not None:
-            detail: dict[str, int | str] = {
+            detail: dict[str, int | str] = {  # names as long as a peer's schema may hold would not fit: cut
                 "type_id": mismatch.type_id,
-                "class": mismatch.class_name,
-                "field": mismatch.field,
+                "class": mismatch.class_name[:_DETAIL_NAME_LENGTH],
+                "field": mismatch.field[:_DETAIL_NAME_LENGTH],
             }
             text = str(mismatch) if mismatch.class_name else mismatch.problem
             return RejectReason.SERIALIZATION_MISMATCH, text, detail
