@@ -238,6 +238,8 @@ class Client(EndPoint[ClientConfiguration]):
         await wait_connected(route.publication, cfg.connect_timeout, self._shared.client() if self._shared else None)
         force_nx = False
         schema: bytes | None = cfg.serialization.packed_schemas()
+        if len(schema) >= route.publication.max_payload_length:
+            schema = None  # HELLO must travel as one frame: without them, the server can only check they are equal
         while True:
             handshake = ClientHandshake(
                 registration_hash=cfg.serialization.registration_hash,
@@ -250,8 +252,7 @@ class Client(EndPoint[ClientConfiguration]):
                 schema=schema,
             )
             if schema is not None and handshake.hello_length > route.publication.max_payload_length:
-                # HELLO must travel as one frame: without the schemas, the server can only check they are equal.
-                schema = None
+                schema = None  # they fit, but not with the rest of HELLO
                 continue
             try:
                 answer = await self._exchange(route, handshake, functools.partial(_hello_now, handshake), step)

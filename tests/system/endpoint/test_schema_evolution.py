@@ -8,6 +8,9 @@ The server (this process) has version 1: ``Move(seq, x, note="")`` and ``Chat(te
 
 from __future__ import annotations
 
+import asyncio
+import random
+import string
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,8 +18,8 @@ from typing import Any
 import attrs
 import pytest
 
-from endpoint import RejectReason, Serialization
-from support.endpoints import running_server, server_config, wait_until
+from endpoint import Client, RejectReason, SchemaMismatchError, Serialization
+from support.endpoints import client_config, connected_client, running_server, server_config, wait_until
 from support.logged_process import LoggedProcess
 
 pytestmark = [pytest.mark.process]
@@ -94,3 +97,34 @@ async def test_an_incompatible_version_is_refused_naming_the_class_and_field(
         assert problem in line
         assert server.rejections[RejectReason.SERIALIZATION_MISMATCH] == 1
         assert server.connections == []
+
+
+def many_classes(seed: int, changed: bool = False) -> Serialization:
+    """Enough classes, with names that do not compress, that the packed schemas overflow one handshake frame."""
+    rng = random.Random(seed)
+    ser = Serialization()
+    for type_id in range(1, 81):
+        names = ["".join(rng.choice(string.ascii_letters) for _ in range(24)) for _ in range(3)]
+        kinds: list[type] = [int, str, float]
+        if changed and type_id == 80:
+            kinds[0] = bytes
+        ser.register(
+            attrs.make_class(f"C{type_id}", {n: attrs.field(type=k) for n, k in zip(names, kinds, strict=True)}),
+            type_id=type_id,
+        )
+    return ser
+
+
+async def test_schemas_too_big_for_the_handshake_need_equal_classes(aeron_dir: Path, port: int) -> None:
+    assert len(many_classes(1).packed_schemas()) > 2000
+    async with running_server(server_config(aeron_dir, port, serialization=many_classes(1))) as server:
+        async with connected_client(client_config("ipc", aeron_dir, aeron_dir, serialization=many_classes(1)), port):
+            pass  # equal classes: the hashes match, no schema needed
+        client = Client(client_config("ipc", aeron_dir, aeron_dir, serialization=many_classes(1, changed=True)))
+        try:
+            with pytest.raises(SchemaMismatchError, match="did not fit") as info:
+                await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
+            assert info.value.class_name == ""
+        finally:
+            await client.close()
+        assert server.rejections[RejectReason.SERIALIZATION_MISMATCH] == 1
