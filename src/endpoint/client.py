@@ -237,9 +237,9 @@ class Client(EndPoint[ClientConfiguration]):
         step = cfg.handshake_timeout
         await wait_connected(route.publication, cfg.connect_timeout, self._shared.client() if self._shared else None)
         force_nx = False
-        schema: bytes | None = cfg.serialization.packed_schemas()
-        if len(schema) >= route.publication.max_payload_length:
-            schema = None  # HELLO must travel as one frame: without them, the server can only check they are equal
+        packed = cfg.serialization.packed_schemas()
+        # HELLO must travel as one frame: without the schemas, the server can only check the classes are equal.
+        schema: bytes | None = packed if len(packed) < route.publication.max_payload_length else None
         while True:
             handshake = ClientHandshake(
                 registration_hash=cfg.serialization.registration_hash,
