@@ -1,7 +1,7 @@
 """The message codec alone, in one process: a registered ``Move(seq, x, y)`` encoded and decoded by the end
 points' ``Serialization``, beside msgpack-python packing and unpacking the tuple ``(seq, x, y)``.
 
-    python benchmarks/codec.py [--rounds 300000] [--repeat 7]
+    python benchmarks/codec.py [--rounds 300000] [--repeat 7] [--quick]
 
 Rows: encode (message to bytes), decode (bytes, as a memoryview into a larger buffer as the connection hands
 it, to the message), and, for the end point's own messages, a keepalive ``Ping`` (typed) and a remote call
@@ -36,7 +36,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=300_000)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 20,000 calls, best of 3")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.repeat = 20_000, 3
     ser = serialization()
     ser.register(Order)
     register_internal_messages(ser)
