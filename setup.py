@@ -2,8 +2,9 @@
 
 ``driver.concurrent._atomic`` (atomic access to shared buffers), ``driver.concurrent._watches`` (many positions
 checked in one call), ``driver.logbuffer._frames`` (frame writes, the offer and term scans),
-``driver.wire._datagrams`` (the DATA/PAD datagram check) and ``driver.media._net`` (datagram I/O). The first three
-share AtomicBuffer's layout through ``_atomic_buffer.h``.
+``driver.wire._datagrams`` (the DATA/PAD datagram check), ``driver.media._net`` (datagram I/O) and
+``endpoint._codec`` (the end points' message codec in its common case; the Python codec stands in when it is not
+built). The first three share AtomicBuffer's layout through ``_atomic_buffer.h``.
 """
 
 from setuptools import Extension, setup
@@ -27,5 +28,6 @@ setup(
         _native("driver.logbuffer._frames", "src/driver/logbuffer/_frames.c", atomic_buffer=True),
         _native("driver.wire._datagrams", "src/driver/wire/_datagrams.c"),
         _native("driver.media._net", "src/driver/media/_net.c"),
+        _native("endpoint._codec", "src/endpoint/_codec.c"),
     ]
 )

@@ -9,7 +9,8 @@ Run it with ``.venv/bin/python examples/demo.py``. In a few seconds it shows:
    with an X25519 key exchange, the server's key pinned on first use;
 3. typed messages (attrs classes registered on both sides) dispatched to the
    most specific listener, replies, a broadcast, and ping round-trip times;
-4. a client whose registered classes differ being turned away with a clear reason;
+4. a client whose message classes cannot talk with the server's (its ``Move`` has a
+   field the server's lacks, with no default) turned away, naming the class and field;
 5. the IPC client's stream recorded by an archive on the server's driver, and the
    recording read back on Apache Spark (an embedded ``local[2]`` session) to count
    positions per player (skipped, saying why, when pyspark or a Java 17+ is missing);
@@ -38,6 +39,7 @@ from endpoint import (
     ClientConfiguration,
     ClientRejectedError,
     Connection,
+    SchemaMismatchError,
     Serialization,
     Server,
     ServerConfiguration,
@@ -259,17 +261,24 @@ async def main() -> int:
                     break
                 await asyncio.sleep(0.01)
 
-            print("4. a client with different message classes is turned away")
+            print("4. a client whose message classes cannot talk with the server's is turned away")
 
             @attrs.define
-            class Stranger:
-                note: str
+            class MoveWithHealth:  # under Move's type id, with a field the server's Move lacks and no default
+                player: str
+                x: float
+                y: float
+                health: int
 
-            odd = Client(ClientConfiguration(aeron_dir=server_dir, serialization=messages(Stranger)))
+            odd_messages = Serialization()
+            odd_messages.register(MoveWithHealth, type_id=1)
+            odd = Client(ClientConfiguration(aeron_dir=server_dir, serialization=odd_messages))
             async with odd:
                 try:
                     await odd.connect("127.0.0.1", port)
                     print("  ... unexpectedly accepted")
+                except SchemaMismatchError as exc:
+                    print(f"  rejected: {exc.reason.name} ({exc.class_name}, field {exc.field!r})")
                 except ClientRejectedError as exc:
                     print(f"  rejected: {exc.reason.name}")
 

@@ -1,20 +1,22 @@
 """Message classes shared by the end point examples (echo, chat, game state).
 
-Both ends of a connection must register the same classes under the same type
-ids: the handshake compares a hash of the registrations (type id, module and
-class name, field names) and turns a client away with
-``RejectReason.SERIALIZATION_MISMATCH`` if they differ. Keeping every message in
+Both ends of a connection register the classes under the same type ids. The
+handshake compares the two sides' classes field by field: a field added or
+removed with a default is fine (the older side ignores it or fills it in), a
+field whose type changed, or one without a default on one side only, turns the
+client away with ``RejectReason.SERIALIZATION_MISMATCH`` (a
+``SchemaMismatchError`` naming the class and field). Keeping every message in
 one module that both programs import, and registering them in one function,
-is the simplest way to get that right.
+is the simplest way to keep them in step.
 
-Messages are plain attrs classes. They travel as msgpack arrays of their
-fields in declaration order, so fields must be positional (no ``kw_only``) and
-hold msgpack types: ints, floats, str, bytes, bool, None, lists, dicts, or other
-registered classes. A list comes back as a list (never a tuple).
+Messages are plain attrs classes. They travel as msgpack maps of their fields
+by name; annotate the fields with concrete types (``int``, ``list[float]``...)
+and they are encoded and decoded natively, and checked on arrival. They hold
+msgpack types: ints, floats, str, bytes, bool, None, lists, tuples, dicts, or
+other attrs classes.
 
 The examples run as ``python examples/<name>.py``, which puts ``examples/`` on
-``sys.path``: this module is then ``messages`` in every process, and the class
-names the hash covers (``messages.Line``...) agree between server and clients.
+``sys.path``: this module is then ``messages`` in every process.
 """
 
 from __future__ import annotations

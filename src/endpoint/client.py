@@ -60,6 +60,7 @@ from endpoint.errors import (
     EndpointClosedError,
     ReconnectFailedError,
     RejectReason,
+    SchemaMismatchError,
 )
 from endpoint.handshake.keystore import KnownServers, default_config_dir, load_or_create_private_key
 from endpoint.handshake.protocol import (
@@ -295,6 +296,9 @@ class Client(EndPoint[ClientConfiguration]):
         step = cfg.handshake_timeout
         await wait_connected(route.publication, cfg.connect_timeout, self._shared.client() if self._shared else None)
         force_nx = False
+        packed = cfg.serialization.packed_schemas()
+        # HELLO must travel as one frame: without the schemas, the server can only check the classes are equal.
+        schema: bytes | None = packed if len(packed) < route.publication.max_payload_length else None
         while True:
             handshake = ClientHandshake(
                 registration_hash=cfg.serialization.registration_hash,
@@ -304,7 +308,11 @@ class Client(EndPoint[ClientConfiguration]):
                 claimed_address="" if route.is_ipc else local_address_towards(route.server[0]),
                 force_nx=force_nx,
                 sealed=cfg.sealed,
+                schema=schema,
             )
+            if schema is not None and handshake.hello_length > route.publication.max_payload_length:
+                schema = None  # they fit, but not with the rest of HELLO
+                continue
             try:
                 answer = await self._exchange(
                     route, handshake, functools.partial(_hello_now, handshake), step, _HELLO_SENDS
@@ -327,7 +335,7 @@ class Client(EndPoint[ClientConfiguration]):
         if isinstance(answer, Rejected):
             if not answer.authenticated:
                 _log.warning("unauthenticated rejection from %s: %s", address, answer.text)
-            raise ClientRejectedError(answer.reason, answer.text, authenticated=answer.authenticated)
+            raise _rejected(answer)
         if not isinstance(answer, Accepted):
             raise _Retry()
         grant = answer.grant
@@ -343,7 +351,7 @@ class Client(EndPoint[ClientConfiguration]):
             done_packet = functools.partial(handshake.done, offer)
             done = await self._exchange(route, handshake, done_packet, step, _DONE_SENDS)
             if isinstance(done, Rejected):
-                raise ClientRejectedError(done.reason, done.text, authenticated=done.authenticated)
+                raise _rejected(done)
             if not isinstance(done, Completed):
                 raise ClientError(f"handshake with {address} ended with {done!r}")
             if sealed:
@@ -783,3 +791,18 @@ def _hello_now(handshake: ClientHandshake) -> bytes:
 
 class _Retry(Exception):
     """The handshake route broke; open a new one."""
+
+
+def _rejected(answer: Rejected) -> ClientRejectedError:
+    """The error for a rejection: SchemaMismatchError (naming the class and field) when the classes differ."""
+    if answer.reason is RejectReason.SERIALIZATION_MISMATCH:
+        detail = answer.detail or {}
+        type_id, class_name, field = detail.get("type_id", 0), detail.get("class", ""), detail.get("field", "")
+        return SchemaMismatchError(
+            answer.text,
+            type_id=type_id if type(type_id) is int else 0,
+            class_name=class_name if type(class_name) is str else "",
+            field=field if type(field) is str else "",
+            authenticated=answer.authenticated,
+        )
+    return ClientRejectedError(answer.reason, answer.text, authenticated=answer.authenticated)

@@ -31,6 +31,7 @@ __all__ = [
     "RemoteError",
     "RpcError",
     "RpcTimeoutError",
+    "SchemaMismatchError",
     "SealError",
     "SerializationError",
     "ServerError",
@@ -143,6 +144,23 @@ class ClientRejectedError(ClientError):
             RejectReason.SHUTTING_DOWN,
             RejectReason.SERVER_BUSY,
         )
+
+
+class SchemaMismatchError(ClientRejectedError):
+    """The server found the client's message classes incompatible with its own (SERIALIZATION_MISMATCH).
+
+    ``class_name`` (the server's name for it), ``type_id`` and ``field`` say which; empty (0) when the server did
+    not say (the client's schemas did not fit in the handshake, so only exact equality could be checked).
+    See docs/endpoint.md for what may differ between versions.
+    """
+
+    def __init__(
+        self, message: str, *, type_id: int = 0, class_name: str = "", field: str = "", authenticated: bool = True
+    ) -> None:
+        super().__init__(RejectReason.SERIALIZATION_MISMATCH, message, authenticated=authenticated)
+        self.type_id = type_id
+        self.class_name = class_name
+        self.field = field
 
 
 class ClientTimeoutError(ClientError, TimeoutError):

@@ -288,7 +288,9 @@ class LoopPoller:
     def poke(self) -> None:
         """A connection on this loop just sent: an answer may follow soon, so spin again (waking a nap)."""
         self._poked = True
-        self._end_nap()
+        wake = self._wake  # _end_nap written out: this runs for every message sent
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
     def _end_nap(self) -> None:
         """A datagram reached the driver: run a round now, but spin on only if that round finds work (a

@@ -1,24 +1,38 @@
-"""Message codec of the end points: msgpack, with attrs classes registered under small integer ids.
+"""Message codec of the end points: msgpack through msgspec, with attrs classes registered under small integer ids.
 
-A registered attrs instance travels as a msgpack ext value (code :data:`ATTRS_EXT`) whose data is the msgpack
-array ``[type_id, field0, field1, ...]`` in attrs field order; everything else is plain msgpack. Both peers must
-register the same classes under the same ids, which :attr:`Serialization.registration_hash` lets the handshake check.
+A registered attrs instance travels as a msgpack ext value (code :data:`ATTRS_EXT`) whose data is the type id
+(a msgpack uint) followed by a msgpack map of field name to value; everything else is plain msgpack. Keying the
+fields by name is what lets two versions of a class talk: a reader ignores names it does not know and fills the
+ones that did not come from their defaults (see :mod:`endpoint.schema` for the rules the handshake checks).
 
-The hot path (one small registered message) is tuned for pure Python: per-class ``attrgetter`` and constructor
-lookups, a reusable packer, and the outer ext header written by hand rather than through ``msgpack.ExtType``.
+Two kinds of registered class:
+
+- *typed*: every field's annotation is a concrete type msgspec can check (``int``, ``str``, ``list[float]``,
+  ``Vec2``, ``bytes | None``...). msgspec encodes the instance and decodes it, checking each field's type, in one
+  C call each way; a nested attrs value in a typed field travels as a plain map (its class is in the annotation).
+- *dynamic*: a field is ``Any`` (or unannotated, or of a type msgspec cannot check). Its fields are walked in
+  Python so that registered objects anywhere inside them travel as ext values with their type id, and decoded
+  back into their classes, as in plain (unregistered) messages.
+
+The hot path is one small typed message: a dict lookup and one msgspec call to encode, a few byte reads of the
+header and one msgspec call on a memoryview to decode.
 """
 
 from __future__ import annotations
 
 import hashlib
-import operator
+import typing
 from collections.abc import Callable
-from typing import Any, Final, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 import attrs
-import msgpack  # type: ignore[import-untyped]
+import msgspec
 
 from endpoint.errors import ConfigurationError, SerializationError
+from endpoint.schema import ClassSchema, describe, pack, resolved_fields
+
+if TYPE_CHECKING:
+    from endpoint._codec import Codec
 
 __all__ = [
     "ATTRS_EXT",
@@ -40,25 +54,39 @@ INTERNAL_TYPE_ID_MIN: Final = 0x7F00
 """Ids from here up belong to the end point's own control messages."""
 INTERNAL_TYPE_ID_MAX: Final = 0x7FFF
 MAX_NESTING: Final = 32
-"""Most registered objects nested inside one another in one message.
+"""Most registered objects nested inside one another (as ext values) in one message.
 
-Each level costs one C-level ``unpackb`` frame of ~45 KiB of stack, so a few hundred levels of hostile input
-would overflow the C stack and kill the process; the limit keeps decode far away from that.
+Each level is a nested C-level decode, so a few hundred levels of hostile input would go deep into the C stack;
+the limit keeps decode far away from that. Encoding counts a registered top-level message as the first level;
+decoding counts the ext values inside a message, so it reads one level more than encoding ever writes.
 """
 
-_HASH_DOMAIN: Final = b"endpoint.serialization.v1"
+_HASH_DOMAIN: Final = b"endpoint.serialization.v2"
 
-_unpackb: Final[Callable[..., Any]] = msgpack.unpackb
-_ExtType: Final[type] = msgpack.ExtType
-# msgpack.ExtType.__new__ only validates in Python (code is our constant, data comes from a packer): skip it.
-_new_tuple: Final = tuple.__new__
+_Codec: type[Codec] | None
+try:
+    from endpoint._codec import Codec as _Codec
+except ImportError:  # not built: the Python codec does everything (slower, same bytes)
+    _Codec = None
+_SCALARS: Final = frozenset((int, float, str, bytes, bool, type(None)))
+_Ext: Final = msgspec.msgpack.Ext
+
+
+def _type_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _uint(value: int) -> bytes:
+    """msgpack's shortest uint encoding of a type id."""
+    if value < 0x80:
+        return bytes((value,))
+    if value <= 0xFF:
+        return bytes((0xCC, value))
+    return b"\xcd" + value.to_bytes(2, "big")
 
 
 def _ext_header(length: int) -> bytes:
-    """Header msgpack itself writes for an ext value of code ATTRS_EXT with ``length`` data bytes."""
-    fixext = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}.get(length)
-    if fixext is not None:
-        return bytes((fixext, ATTRS_EXT))
+    """ext8/16/32 header of code ATTRS_EXT for ``length`` data bytes (never fixext: one shape per length band)."""
     if length <= 0xFF:
         return bytes((0xC7, length, ATTRS_EXT))
     if length <= 0xFFFF:
@@ -68,56 +96,93 @@ def _ext_header(length: int) -> bytes:
     raise SerializationError(f"registered object too large to encode: {length} bytes")
 
 
-_EXT_HEADERS: Final = tuple(_ext_header(n) for n in range(256))
+_EXT8: Final = tuple(_ext_header(n) for n in range(256))
 
 
-def _type_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
+class _ExtKey:
+    """A registered object used as a map key, encoded: msgspec's Ext is unhashable, this stands in for it."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __hash__(self) -> int:
+        return hash(self.data)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _ExtKey and other.data == self.data
 
 
-def _tuple_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
-    """``attrgetter`` returns a bare value for one name and refuses none; always give back a tuple."""
-    if len(names) >= 2:
-        return operator.attrgetter(*names)
-    if len(names) == 1:
-        single = operator.attrgetter(names[0])
-        return lambda obj: (single(obj),)
-    return lambda obj: ()
+def _enc_hook(obj: object) -> object:
+    if type(obj) is _ExtKey:
+        return _Ext(ATTRS_EXT, obj.data)
+    if isinstance(obj, int):  # ints beyond 64 bits
+        raise SerializationError(f"cannot encode int {obj:.3g}: outside msgpack's 64-bit range")
+    kind = "unregistered attrs class" if attrs.has(type(obj)) else "unsupported type"
+    raise SerializationError(f"cannot encode {_type_name(type(obj))}: {kind}")
 
 
-def _make_decoder(
-    by_id: dict[int, tuple[type, int]],
-) -> tuple[Callable[[int, bytes], object], Callable[[Any], object]]:
-    """Build the ext hook and the top-level fast path; closures keep the per-call lookups to cell loads."""
-    depth = 0
+def _encode_error(name: str, exc: Exception) -> SerializationError:
+    if isinstance(exc, OverflowError):
+        return SerializationError(f"cannot encode {name}: an int outside msgpack's 64-bit range")
+    return SerializationError(f"cannot encode {name}: {type(exc).__name__}: {exc}")
 
-    def unpack_attrs(data: Any) -> object:
-        nonlocal depth
-        if depth >= MAX_NESTING:
-            raise SerializationError(f"registered objects nested deeper than {MAX_NESTING} levels")
-        depth += 1
-        try:
-            values = _unpackb(data, ext_hook=ext_hook, raw=False, strict_map_key=False)
-        finally:
-            depth -= 1
-        if type(values) is not list or not values:
-            raise SerializationError("malformed registered object: expected a non-empty array")
-        try:
-            cls, length = by_id[values[0]]
-        except (KeyError, TypeError):
-            raise SerializationError(f"unknown type id {values[0]!r:.40}") from None
-        if len(values) != length:
-            raise SerializationError(
-                f"type id {values[0]} ({_type_name(cls)}) has {length - 1} fields, got {len(values) - 1}"
-            )
-        return cls(*values[1:])
 
-    def ext_hook(code: int, data: bytes) -> object:
-        if code != ATTRS_EXT:
-            raise SerializationError(f"unknown msgpack ext code {code}")
-        return unpack_attrs(data)
+def _typed(tp: object, seen: frozenset[type] = frozenset()) -> bool:
+    """True when msgspec can check ``tp`` all the way down (no Any, object or untyped part)."""
+    if tp in seen:
+        return True  # a class that contains itself: its fields are being checked already
+    if tp is Any or tp is object or tp is None or isinstance(tp, (str, typing.TypeVar)):
+        return tp is None
+    origin = typing.get_origin(tp)
+    if origin is not None:
+        if origin is typing.Literal:
+            return True
+        return all(arg is Ellipsis or _typed(arg, seen) for arg in typing.get_args(tp))
+    if isinstance(tp, type) and attrs.has(tp):
+        return _typed_class(tp, seen | {tp})
+    return True
 
-    return ext_hook, unpack_attrs
+
+def _typed_class(cls: type, seen: frozenset[type]) -> bool:
+    # msgspec leaves fields named with a leading underscore out of what it writes: those go the dynamic way.
+    return all(
+        field.type is not None and not field.name.startswith("_") and _typed(field.type, seen)
+        for field in resolved_fields(cls)
+    )
+    return True
+
+
+class _Entry:
+    """One registered class: how it is encoded and decoded."""
+
+    __slots__ = ("cls", "decode", "encode_body", "heads", "init_names", "name", "tag", "type_id", "typed")
+
+    def __init__(self, cls: type, type_id: int, name: str) -> None:
+        self.cls = cls
+        self.type_id = type_id
+        self.name = name
+        self.tag = _uint(type_id)
+        self.heads: dict[int, bytes] = {}
+        """Body length -> ext header and type id, made on first use (a class sees few lengths)."""
+        self.typed = False
+        self.encode_body: Callable[[object], bytes] = _unset
+        self.decode: Callable[[Any], object] = _unset
+        fields = resolved_fields(cls)
+        self.init_names: dict[str, str] = {field.name: field.alias or field.name for field in fields}
+
+    def head(self, body_length: int) -> bytes:
+        head = self.heads.get(body_length)
+        if head is None:
+            head = _ext_header(len(self.tag) + body_length) + self.tag
+            if len(self.heads) < 256:
+                self.heads[body_length] = head
+        return head
+
+
+def _unset(_: object) -> Any:  # pragma: no cover - replaced before use
+    raise AssertionError("codec entry not built")
 
 
 class Serialization:
@@ -132,17 +197,32 @@ class Serialization:
         self._ids: dict[type, int] = {}
         self._names: dict[int, tuple[str, tuple[str, ...]]] = {}
         self._classes: dict[int, type] = {}
-        self._encoders: dict[type, tuple[tuple[int], Callable[[Any], tuple[Any, ...]]]] = {}
-        self._constructors: dict[int, tuple[type, int]] = {}
+        self._entries: dict[type, _Entry] = {}
+        self._by_id: dict[int, _Entry] = {}
+        self._decoders: dict[int, Callable[[Any], object]] = {}
+        self._schemas: list[ClassSchema] | None = None
+        self._packed: bytes | None = None
         self._highest_user_id = 0
         self.unreliable: frozenset[type] = frozenset()
         """Classes registered ``unreliable=True``: ``send`` sends them newest-wins (see ``send_unreliable``)."""
-        # One packer per nesting level: a packer cannot be re-entered from its own ``default``.
-        self._packers: list[Any] = [self._new_packer()]
-        self._pack_top: Callable[[object], bytes] = self._packers[0].pack
-        # Ext levels open while a packer runs; a registered top-level message counts as level 1.
-        self._depth = 1
-        self._ext_hook, self._unpack_attrs = _make_decoder(self._constructors)
+        self._depth = 0
+        self._encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+        self._encode_msgspec: Callable[[object], bytes] = self._encoder.encode
+        self._any_decoder = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
+        self._typed_tags: dict[type, bytes] = {}
+        """Typed classes: the native codec encodes these itself."""
+        if _Codec is not None:
+            codec = _Codec(
+                self._typed_tags,
+                self._encode_msgspec,
+                self._decoders,
+                self._encode_slow,
+                self._decode_slow,
+                SerializationError,
+            )
+            # The C methods themselves, so a hot caller's ``ser.encode`` is one native call.
+            self.encode = codec.encode  # type: ignore[method-assign,assignment]
+            self.decode = codec.decode  # type: ignore[method-assign,assignment]
 
     # ------------------------------------------------------------------------------------------- registry
 
@@ -208,18 +288,48 @@ class Serialization:
 
     @property
     def registration_hash(self) -> bytes:
-        """SHA-256 over :meth:`registrations`; peers with equal hashes decode each other's messages."""
+        """SHA-256 over :meth:`schemas` (names aside): peers with equal hashes read each other's messages as they
+        are, with no check needed."""
         if self._hash is not None:
             return self._hash
-        body = msgpack.packb([_HASH_DOMAIN, [list(r) for r in self.registrations()]], use_bin_type=True)
+        body = msgspec.msgpack.encode(
+            [_HASH_DOMAIN, [[s.type_id, [list(attrs.astuple(f)) for f in s.fields]] for s in self.schemas()]]
+        )
         digest = hashlib.sha256(body).digest()
         if self._frozen:
             self._hash = digest
         return digest
 
     def registrations(self) -> list[tuple[int, str, tuple[str, ...]]]:
-        """``(type_id, "module.QualName", field names)`` sorted by id: exactly what the hash covers."""
+        """``(type_id, "module.QualName", field names)`` sorted by id."""
         return [(type_id, *self._names[type_id]) for type_id in sorted(self._names)]
+
+    def schemas(self) -> list[ClassSchema]:
+        """Every registered class's fields with their types and whether they have defaults, sorted by id: what
+        the handshake compares (see :mod:`endpoint.schema`)."""
+        if self._schemas is not None:
+            return self._schemas
+        name_of = self._type_ref
+        schemas = [
+            describe(self._classes[type_id], type_id, self._names[type_id][0], name_of)
+            for type_id in sorted(self._classes)
+        ]
+        if self._frozen:
+            self._schemas = schemas
+        return schemas
+
+    def packed_schemas(self) -> bytes:
+        """:meth:`schemas` packed for the handshake (:func:`endpoint.schema.pack`); made once when frozen."""
+        packed = self._packed
+        if packed is None:
+            packed = pack(self.schemas())
+            if self._frozen:
+                self._packed = packed
+        return packed
+
+    def _type_ref(self, cls: type) -> str | None:
+        type_id = self._ids.get(cls)
+        return None if type_id is None else f"#{type_id}"
 
     def type_id_of(self, cls: type) -> int | None:
         return self._ids.get(cls)
@@ -243,95 +353,210 @@ class Serialization:
         taken_by = self._classes.get(type_id)
         if taken_by is not None:
             raise ConfigurationError(f"type id {type_id} for {name} is already taken by {_type_name(taken_by)}")
-        fields = attrs.fields(cls)
+        fields = resolved_fields(cls)
         for field in fields:
             if not field.init:
                 raise ConfigurationError(
                     f"{name} (type id {type_id}): field {field.name!r} has init=False; decoding builds "
-                    "instances positionally from every field"
+                    "instances from the fields that arrive"
                 )
-            if field.kw_only:
-                raise ConfigurationError(
-                    f"{name} (type id {type_id}): field {field.name!r} is keyword-only; decoding builds "
-                    "instances positionally from every field"
-                )
-        names = tuple(field.name for field in fields)
+        entry = _Entry(cls, type_id, name)
+        self._build(entry)
         self._ids[cls] = type_id
         self._classes[type_id] = cls
-        self._names[type_id] = (name, names)
-        self._encoders[cls] = ((type_id,), _tuple_getter(names))
-        self._constructors[type_id] = (cls, len(names) + 1)
+        self._names[type_id] = (name, tuple(field.name for field in fields))
+        self._entries[cls] = entry
+        self._by_id[type_id] = entry
+        self._decoders[type_id] = entry.decode
+        if entry.typed:
+            self._typed_tags[cls] = entry.tag
         self._hash = None
+        self._schemas = None
+        self._packed = None
         return True
+
+    def _build(self, entry: _Entry) -> None:
+        cls = entry.cls
+        fields = resolved_fields(cls)
+        try:
+            # Any-typed fields included: msgspec hands the ext values found there to _ext_hook.
+            decoder: msgspec.msgpack.Decoder[Any] | None = msgspec.msgpack.Decoder(cls, ext_hook=self._ext_hook)
+        except Exception:  # a type msgspec cannot read (a union of attrs classes, no annotation...): Python reads it
+            decoder = None
+        if decoder is not None and _typed_class(cls, frozenset((cls,))):
+            entry.typed = True
+            entry.encode_body = self._encode_msgspec
+            entry.decode = decoder.decode
+            return
+        # Dynamic: walk the fields that may hold registered objects (all of them when msgspec cannot read the
+        # class: then nothing on the way in knows a field's class but the ext value's type id).
+        plan = tuple(
+            (
+                field.name,
+                decoder is None
+                or field.type is None
+                or field.name.startswith("_")
+                or not _typed(field.type, frozenset((cls,))),
+            )
+            for field in fields
+        )
+
+        def encode_body(obj: object) -> bytes:
+            walk = self._walk
+            return self._encode_msgspec(
+                {name: walk(getattr(obj, name)) if walked else getattr(obj, name) for name, walked in plan}
+            )
+
+        entry.encode_body = encode_body
+        if decoder is not None:
+            entry.decode = decoder.decode
+            return
+        names = tuple(entry.init_names.items())
+        any_decode = self._any_decoder.decode
+
+        def decode(data: Any) -> object:
+            fields = any_decode(data)
+            if type(fields) is not dict:
+                raise SerializationError(f"malformed {entry.name}: expected a map of its fields")
+            return cls(**{alias: fields[name] for name, alias in names if name in fields})
+
+        entry.decode = decode
 
     # ------------------------------------------------------------------------------------------- codec
 
     def encode(self, message: object) -> bytes:
-        """One msgpack object; a registered top-level message skips ``default`` and ``ExtType`` entirely."""
-        try:
-            head, getter = self._encoders[type(message)]
-        except KeyError:
-            return self._encode_plain(message)
-        try:
-            inner = self._pack_top(head + getter(message))
-        except SerializationError:
-            raise
-        except Exception as exc:
-            raise SerializationError(f"cannot encode {_type_name(type(message))}: {exc}") from exc
-        length = len(inner)
-        if length < 256:
-            return _EXT_HEADERS[length] + inner
-        return _ext_header(length) + inner
+        """One msgpack object; a registered top-level message is its header and one msgspec call.
+
+        Raises SerializationError for what cannot be encoded (naming the type). With the native codec built, the
+        instance's ``encode`` is its C method, which does typed classes and hands the rest to :meth:`_encode_slow`.
+        """
+        return self._encode_slow(message)
 
     def decode(self, data: bytes | bytearray | memoryview) -> object:
-        """Inverse of :meth:`encode`; any failure on (untrusted) input is a SerializationError."""
+        """Inverse of :meth:`encode`; any failure on (untrusted) input is a SerializationError. With the native
+        codec built, the instance's ``decode`` is its C method (the common header read without a Python frame)."""
+        return self._decode_slow(data)
+
+    def _encode_slow(self, message: object) -> bytes:
+        entry = self._entries.get(type(message))
+        if entry is None:
+            return self._encode_plain(message)
+        self._depth = 1
         try:
-            # Fast path: the whole message is one registered object in an ext8 or fixext frame.
-            first = data[0]
-            if first == 0xC7:
-                if data[2] == ATTRS_EXT and len(data) == data[1] + 3:
-                    return self._unpack_attrs(data[3:])
-            elif 0xD4 <= first <= 0xD8 and data[1] == ATTRS_EXT and len(data) == (1 << (first - 0xD4)) + 2:
-                return self._unpack_attrs(data[2:])
-            return _unpackb(data, ext_hook=self._ext_hook, raw=False, strict_map_key=False)
+            body = entry.encode_body(message)
         except SerializationError:
             raise
         except Exception as exc:
-            # Untrusted input: msgpack's errors, ValueError, TypeError, IndexError, errors of attrs validators...
+            raise _encode_error(entry.name, exc) from exc
+        finally:
+            self._depth = 0
+        length = len(body)
+        heads = entry.heads
+        head = heads.get(length)
+        if head is None:
+            head = entry.head(length)
+        return head + body
+
+    def _decode_slow(self, data: bytes | bytearray | memoryview) -> object:
+        try:
+            first = data[0]
+            if first == 0xC7 and data[2] == ATTRS_EXT and len(data) == data[1] + 3:
+                start = 3
+            elif first == 0xC8 and data[3] == ATTRS_EXT and len(data) == (data[1] << 8 | data[2]) + 4:
+                start = 4
+            else:
+                return self._any_decoder.decode(data)
+            if len(data) <= start:
+                raise SerializationError("malformed registered object: empty")
+            tag = data[start]
+            if tag < 0x80:
+                start += 1
+            elif tag == 0xCD:
+                tag = data[start + 1] << 8 | data[start + 2]
+                start += 3
+            elif tag == 0xCC:
+                tag = data[start + 1]
+                start += 2
+            else:
+                raise SerializationError(f"malformed registered object: no type id (starts with {tag:#x})")
+            decode = self._decoders.get(tag)
+            if decode is None:
+                raise SerializationError(f"unknown type id {tag}")
+            return decode(data[start:])
+        except SerializationError:
+            raise
+        except Exception as exc:
+            # Untrusted input: msgspec's errors, ValueError, TypeError, IndexError, errors of attrs validators...
             raise SerializationError(f"malformed message: {type(exc).__name__}: {exc}") from exc
+
+    def _ext_hook(self, code: int, data: memoryview) -> object:
+        """A registered object nested in a dynamic field or a plain message."""
+        if code != ATTRS_EXT:
+            raise SerializationError(f"unknown msgpack ext code {code}")
+        level = self._depth + 1
+        if level > MAX_NESTING:
+            raise SerializationError(f"registered objects nested deeper than {MAX_NESTING} levels")
+        if not len(data):
+            raise SerializationError("malformed registered object: empty")
+        tag = data[0]
+        start = 1
+        if tag == 0xCD and len(data) >= 3:
+            tag = data[1] << 8 | data[2]
+            start = 3
+        elif tag == 0xCC and len(data) >= 2:
+            tag = data[1]
+            start = 2
+        elif tag >= 0x80:
+            raise SerializationError(f"malformed registered object: no type id (starts with {tag:#x})")
+        decode = self._decoders.get(tag)
+        if decode is None:
+            raise SerializationError(f"unknown type id {tag}")
+        self._depth = level
+        try:
+            return decode(data[start:])
+        finally:
+            self._depth = level - 1
 
     def _encode_plain(self, message: object) -> bytes:
         self._depth = 0
         try:
-            return self._pack_top(message)
+            return self._encode_msgspec(self._walk(message))
         except SerializationError:
             raise
         except Exception as exc:
-            raise SerializationError(f"cannot encode {_type_name(type(message))}: {exc}") from exc
-        finally:
-            self._depth = 1
+            raise _encode_error(_type_name(type(message)), exc) from exc
 
-    def _default(self, obj: object) -> object:
-        """Packer fallback: registered attrs instances nested in a message become ext values."""
-        try:
-            head, getter = self._encoders[type(obj)]
-        except KeyError:
-            if isinstance(obj, int):  # msgpack hands ints beyond 64 bits to ``default``
-                raise SerializationError(f"cannot encode int {obj:.3g}: outside msgpack's 64-bit range") from None
-            kind = "unregistered attrs class" if attrs.has(type(obj)) else "unsupported type"
-            raise SerializationError(f"cannot encode {_type_name(type(obj))}: {kind}") from None
+    def _walk(self, value: object) -> object:
+        """A value of a dynamic field or plain message, with every registered object in it made an ext value."""
+        cls = type(value)
+        if cls in _SCALARS:
+            return value
+        entry = self._entries.get(cls)
+        if entry is not None:
+            if entry.typed and self._depth < MAX_NESTING:  # nothing inside to walk, no level to count
+                return _Ext(ATTRS_EXT, entry.tag + self._encode_msgspec(value))
+            return _Ext(ATTRS_EXT, self._nested(entry, value))
+        if cls is list or cls is tuple:
+            walk = self._walk
+            return [item if type(item) in _SCALARS else walk(item) for item in value]  # type: ignore[attr-defined]
+        if cls is dict:
+            return {self._key(key): self._walk(item) for key, item in value.items()}  # type: ignore[attr-defined]
+        if attrs.has(cls):  # msgspec would write it as a map, which decodes as a dict: refuse, as for a class
+            raise SerializationError(f"cannot encode {_type_name(cls)}: unregistered attrs class")
+        return value  # msgspec encodes it, or _enc_hook names why not
+
+    def _key(self, key: object) -> object:
+        entry = self._entries.get(type(key))
+        if entry is not None:
+            return _ExtKey(self._nested(entry, key))
+        return key
+
+    def _nested(self, entry: _Entry, obj: object) -> bytes:
         level = self._depth + 1
         if level > MAX_NESTING:
             raise SerializationError(f"registered objects nested deeper than {MAX_NESTING} levels")
-        packers = self._packers
-        if level >= len(packers):
-            packers.extend(self._new_packer() for _ in range(level + 1 - len(packers)))
         self._depth = level
         try:
-            inner = packers[level].pack(head + getter(obj))
+            return entry.tag + entry.encode_body(obj)
         finally:
             self._depth = level - 1
-        return _new_tuple(_ExtType, (ATTRS_EXT, inner))
-
-    def _new_packer(self) -> Any:
-        return msgpack.Packer(default=self._default, use_bin_type=True, autoreset=True)

@@ -72,6 +72,7 @@ from endpoint.handshake.protocol import (
 )
 from endpoint.handshake.routes import answer_session
 from endpoint.ids import IdAllocator
+from endpoint.schema import CompatibilityCheck
 
 __all__ = ["Server"]
 
@@ -87,6 +88,11 @@ AddressFilter = Callable[[str, str], bool]
 SessionListener = TypeVar("SessionListener", bound=Callable[[Session], Any])
 SESSION_TAKEN_OVER = "the session resumed on a new connection"
 """Close reason of a connection whose session a newer connection of the same client took."""
+
+
+_DETAIL_NAME_LENGTH = 128
+_Refusal = tuple[RejectReason, str] | tuple[RejectReason, str, dict[str, int | str]]
+"""Why a HELLO is turned away: the reason, its text and (for SERIALIZATION_MISMATCH) which class and field."""
 
 
 @attrs.define
@@ -159,6 +165,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._handlers: dict[int, Callable[[memoryview, Any], None]] = {}
         self._image_watches: dict[bool, tuple[tuple[Image, ...], FrameWatch]] = {}
         self._pending: dict[int, _Pending] = {}
+        self._compatibility: CompatibilityCheck | None = None
         self._shutting_down = False
         """``close`` began: new handshakes are refused (SHUTTING_DOWN) while the connections close, so a client
         reconnecting at once does not get a connection that the closing server would then drop."""
@@ -578,7 +585,14 @@ class Server(EndPoint[ServerConfiguration]):
 
     # ------------------------------------------------------------------ HELLO
 
-    def _check(self, hello: Hello, is_ipc: bool, address: str) -> tuple[RejectReason, str] | None:
+    def _schema_check(self) -> CompatibilityCheck:
+        check = self._compatibility
+        if check is None:
+            ser = self.config.serialization  # frozen since the end point started: its schemas are final
+            check = self._compatibility = CompatibilityCheck(ser.registration_hash, ser.schemas())
+        return check
+
+    def _check(self, hello: Hello, is_ipc: bool, address: str) -> _Refusal | None:
         cfg = self.config
         if self._closing or self._shutting_down:
             return RejectReason.SHUTTING_DOWN, "the server is shutting down"
@@ -586,11 +600,15 @@ class Server(EndPoint[ServerConfiguration]):
             return RejectReason.VERSION_MISMATCH, (
                 f"client speaks handshake version {hello.protocol_version}, server {PROTOCOL_VERSION}"
             )
-        if hello.registration_hash != cfg.serialization.registration_hash:
-            return RejectReason.SERIALIZATION_MISMATCH, (
-                "the client's registered message classes differ from the server's: register the same classes "
-                "with the same ids on both sides"
-            )
+        mismatch = self._schema_check().verdict(hello.registration_hash, hello.schema)
+        if mismatch is not None:
+            detail: dict[str, int | str] = {  # names as long as a peer's schema may hold would not fit: cut
+                "type_id": mismatch.type_id,
+                "class": mismatch.class_name[:_DETAIL_NAME_LENGTH],
+                "field": mismatch.field[:_DETAIL_NAME_LENGTH],
+            }
+            text = str(mismatch) if mismatch.class_name else mismatch.problem
+            return RejectReason.SERIALIZATION_MISMATCH, text, detail
         live = len(self._connections) + len(self._pending)
         if cfg.max_clients and live >= cfg.max_clients:
             return RejectReason.SERVER_FULL, f"server is full ({cfg.max_clients} clients)"
@@ -628,7 +646,7 @@ class Server(EndPoint[ServerConfiguration]):
             if not is_ipc and (not isinstance(port, int) or not 0 < port < 65536):
                 handshake.abandon(hello.connect_key)
                 return
-            refusal = self._check(hello, is_ipc, address)
+            refusal: _Refusal | None = self._check(hello, is_ipc, address)
             if refusal is None:
                 try:
                     pending.ids = self._allocate_ids(6 if self._unreliable_streams(pending) else 4)

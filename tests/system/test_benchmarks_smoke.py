@@ -21,6 +21,7 @@ RUN_TIMEOUT_S = 240
     ("script", "titles"),
     [
         ("endpoint_throughput.py", ["End point throughput, one way"]),
+        ("codec.py", ["Message codec, one process", "endpoint Move(seq, x, y)", "msgpack-python (seq, x, y)"]),
         ("endpoint_latency.py", ["End point round trip"]),
         (
             "endpoint_hostile.py",

@@ -1,7 +1,8 @@
 """A connection's protocol without I/O: fragments and time in, what to deliver and what to answer out.
 
 Theory of operation. The shell (:class:`endpoint.connection.shell.Connection`) polls the peer's image and hands
-each fragment to :meth:`ConnectionCore.on_fragment`, then tells :meth:`ConnectionCore.polled` how many it
+each fragment to :attr:`ConnectionCore.on_frame` (:meth:`~ConnectionCore.on_fragment`, or straight to
+:meth:`~ConnectionCore.on_message` while nothing is sealed), then tells :meth:`ConnectionCore.polled` how many it
 read and when. The core reassembles fragmented messages (bounded by what the peer's publication can send),
 opens sealed ones, decodes, drops and counts what breaks the protocol, and routes the rest through the
 callables it was built with: user messages to ``deliver`` (in the order they arrived), remote-call and
@@ -100,6 +101,9 @@ class ConnectionCore:
         self.on_session: Callable[[memoryview], None] | None = None
         """Frames of a buffered session (:mod:`endpoint.connection.session`) go here once the connection carries
         one; without one such a frame is undecodable like any other junk."""
+        self.on_frame: Callable[[memoryview, int], None] = self.on_message
+        """What the shell polls the peer's image with: :meth:`on_message` itself while nothing is sealed (a
+        whole message, the common case, costs no call more), :meth:`on_fragment` once everything is."""
 
     # ------------------------------------------------------------------ reading
 
@@ -107,6 +111,7 @@ class ConnectionCore:
         """Every message of the peer's is sealed from now on (before anything is read)."""
         self._opener = opener
         self.on_whole = self._open_sealed
+        self.on_frame = self.on_fragment
 
     def on_fragment(self, payload: memoryview, flags: int) -> None:
         """One fragment of the peer's. Whatever it is, an error handling it goes to ``report`` (the shell tells
@@ -170,57 +175,66 @@ class ConnectionCore:
             return
         self.on_message(memoryview(plain))
 
-    def on_message(self, payload: memoryview) -> None:
-        """One whole (opened) message of the peer's: classify, check and route it."""
-        if self.closed_by_peer:
+    def on_message(self, payload: memoryview, flags: int = _UNFRAGMENTED) -> None:
+        """One whole (opened) message of the peer's: classify, check and route it. Also the image's handler of an
+        unsealed connection: a fragment of a longer message (``flags``) goes on to :meth:`on_fragment`. Whatever
+        it is, an error handling it goes to ``report``."""
+        if flags & _UNFRAGMENTED != _UNFRAGMENTED:
+            self.on_fragment(payload, flags)
             return
-        if not len(payload):
-            self._malformed("an empty message")
-            return
-        if payload[0] == 0xC9 and len(payload) > 9:  # ext32: a chunk, newest-wins or session frame (or a huge message)
-            ext = payload[5]
-            if ext == CHUNK_EXT:
-                self._chunk(payload)
-                return
-            if ext == NEWEST_EXT:
-                self._on_newest(payload)
-                return
-            if ext == SESSION_EXT and self.on_session is not None:
-                self.on_session(payload)
-                return
         try:
-            message = self._decode(payload)
-        except SerializationError as exc:
-            self._undecodable(payload, exc)
-            return
-        cls = type(message)
-        if cls in _INTERNAL_TYPES:
-            problem = internal_problem(message)
-            if problem is not None:
-                if cls is RpcCall and type(message.call_id) is int and message.call_id > 0:
-                    self._malformed_call(message.call_id, problem)  # the caller hears of it at once
-                self._malformed(problem)
+            if self.closed_by_peer:
                 return
-            if cls is Ping:
-                if message.seq == 0:  # a keepalive: heard, which is all it is for
-                    self._control += 1
+            length = len(payload)
+            if not length:
+                self._malformed("an empty message")
+                return
+            if payload[0] == 0xC9 and length > 9:  # ext32: a chunk, newest-wins or session frame (or a huge message)
+                ext = payload[5]
+                if ext == CHUNK_EXT:
+                    self._chunk(payload)
                     return
-                if message.seq == SAMPLE_SEQ:  # a round-trip sample: answered, but no more work than a keepalive
-                    self._control += 1
-                self._send_control(Pong(message.seq, message.sent_ns))
+                if ext == NEWEST_EXT:
+                    self._on_newest(payload)
+                    return
+                if ext == SESSION_EXT and self.on_session is not None:
+                    self.on_session(payload)
+                    return
+            try:
+                message = self._decode(payload)
+            except SerializationError as exc:
+                self._undecodable(payload, exc)
                 return
-            if cls is Pong:
-                if message.seq == 0 or message.seq == SAMPLE_SEQ:
-                    self._control += 1
-                self._pong(message)
+            cls = type(message)
+            if cls in _INTERNAL_TYPES:
+                problem = internal_problem(message)
+                if problem is not None:
+                    if cls is RpcCall and type(message.call_id) is int and message.call_id > 0:
+                        self._malformed_call(message.call_id, problem)  # the caller hears of it at once
+                    self._malformed(problem)
+                    return
+                if cls is Ping:
+                    if message.seq == 0:  # a keepalive: heard, which is all it is for
+                        self._control += 1
+                        return
+                    if message.seq == SAMPLE_SEQ:  # a round-trip sample: answered, but no more work than a keepalive
+                        self._control += 1
+                    self._send_control(Pong(message.seq, message.sent_ns))
+                    return
+                if cls is Pong:
+                    if message.seq == 0 or message.seq == SAMPLE_SEQ:
+                        self._control += 1
+                    self._pong(message)
+                    return
+                if cls is Disconnect:
+                    self.closed_by_peer = True
+                    self._peer_closed(message.reason)
+                    return
+                self._route(message)
                 return
-            if cls is Disconnect:
-                self.closed_by_peer = True
-                self._peer_closed(message.reason)
-                return
-            self._route(message)
-            return
-        self._deliver(message, len(payload))
+            self._deliver(message, length)
+        except Exception as exc:
+            self._report(exc)
 
     def _on_newest(self, payload: memoryview) -> None:
         """A newest-wins frame: a user message, delivered only if no newer one of its class was."""

@@ -406,15 +406,6 @@ class Connection:
 
     # ------------------------------------------------------------------ sending
 
-    def _encoded(self, message: object) -> bytes:
-        data = self._encode(message)
-        if len(data) > self._max_length:
-            raise MessageTooLargeError(
-                f"{type(message).__name__} encodes to {len(data)} bytes; this connection carries at most "
-                f"{self._max_length} (raise term_length, or stream it)"
-            )
-        return data
-
     def send_nowait(self, message: object) -> bool:
         """Hand ``message`` to the driver now; False when back pressure (or a reconnecting peer) refused it.
 
@@ -427,8 +418,17 @@ class Connection:
             return self.send_unreliable(message)
         if self.session is not None:
             return self.session.send_nowait(message)
-        self.outbox.ensure_open()
-        return self.outbox.offer_now(self._encoded(message))
+        # The common path with no call of its own: the outbox's guard and the length check written out.
+        outbox = self.outbox
+        if outbox.closing:
+            raise self._closed_error()
+        data = self._encode(message)
+        if len(data) > self._max_length:
+            raise MessageTooLargeError(
+                f"{type(message).__name__} encodes to {len(data)} bytes; this connection carries at most "
+                f"{self._max_length} (raise term_length, or stream it)"
+            )
+        return outbox.offer_now(data)
 
     def send_unreliable(self, message: object) -> bool:
         """Send ``message`` newest-wins: now or never, and never delivered after a newer message of its class.
@@ -590,7 +590,7 @@ class Connection:
             self._endpoint._rebuild_poll_set()
         if self._closed or self._not_reading():
             return 0
-        count = image.poll_payloads(self._core.on_fragment, _POLL_LIMIT)
+        count = image.poll_payloads(self._core.on_frame, _POLL_LIMIT)
         unreliable = self._u_image
         if unreliable is not None:
             count += unreliable.poll_payloads(self._core.on_unreliable_fragment, _POLL_LIMIT)
@@ -630,7 +630,8 @@ class Connection:
     def _dispatch(self, message: Any, size: int) -> None:
         """A user message, in the order it came: to its sync listeners now, or behind the inbox."""
         cls = type(message)
-        listeners, any_async = self._listeners.message_listeners(cls)
+        resolved = self._listeners._resolved.get(cls)  # the listener manager's cache, read without a call
+        listeners, any_async = resolved if resolved is not None else self._listeners.message_listeners(cls)
         if not listeners:
             self.unhandled_messages += 1
             self._endpoint._on_unhandled(self, cls)

@@ -18,7 +18,7 @@ What each step proves:
   someone who receives at the address and route it claims (return
   routability), so a flood from forged addresses costs the server no state.
 - The prologue binds magic, protocol version, connect key, registration hash,
-  reply route, tag and the address the client claims to send from: an
+  message schemas, reply route, tag and the address the client claims to send from: an
   on-path change of any of them gives the two ends different transcripts,
   and the answer does not open. The server also drops a HELLO with a valid
   cookie whose claimed address is not the one it came from, so a HELLO re-sent
@@ -100,8 +100,9 @@ __all__ = [
     "unsealed_reject",
 ]
 
-PROTOCOL_VERSION = 2
-"""2: Noise NX/NK with a cookie round. Version 1 (one X25519 exchange) and 2 refuse each other with VERSION_MISMATCH."""
+PROTOCOL_VERSION = 3
+"""3: HELLO carries the client's message schemas (see :mod:`endpoint.schema`), and messages are encoded by field
+name. 2: Noise NX/NK with a cookie round. 1: one X25519 exchange. Any two refuse each other with VERSION_MISMATCH."""
 MAGIC = 0xE9D0
 MAX_PACKET_LENGTH = 4096
 """Longer packets are malformed; also caps what the encoders may produce."""
@@ -110,6 +111,8 @@ MAX_TAG_LENGTH = 32
 MAX_TEXT_LENGTH = 256
 """REJECT texts are cut to this many characters."""
 MAX_ADDRESS_LENGTH = 64
+MAX_DETAIL_ENTRIES = 8
+"""A rejection's detail (which class and field, for SERIALIZATION_MISMATCH) has at most this many entries."""
 COOKIE_LENGTH = 24
 _COOKIE_MAC_LENGTH = 16
 _SESSION_PROOF_LENGTH = 16
@@ -165,6 +168,8 @@ class Hello:
     pattern: Pattern = "NX"
     sealed: bool = False
     """The client asks for a sealed connection (bound into the transcript: nobody on the path can strip it)."""
+    schema: bytes | None = None
+    """The client's message schemas, packed (:func:`endpoint.schema.pack`); None when they did not fit."""
 
 
 @attrs.frozen
@@ -256,6 +261,8 @@ class Rejected:
     reason: RejectReason
     text: str
     authenticated: bool
+    detail: dict[str, int | str] | None = None
+    """What exactly was refused, when the server said (SERIALIZATION_MISMATCH: ``type_id``, ``class``, ``field``)."""
 
 
 @attrs.frozen
@@ -313,6 +320,7 @@ class _HelloMsg:
     claimed_address: str = ""
     key_hint: bytes | None = None
     sealed: bool = False
+    schema: bytes | None = None
 
 
 @attrs.frozen
@@ -430,6 +438,15 @@ def _optional_bytes(value: object, length: int, what: str) -> bytes | None:
     return None if value is None else _bytes(value, length, what)
 
 
+def _detail(value: object) -> dict[str, int | str]:
+    if type(value) is not dict or len(value) > MAX_DETAIL_ENTRIES:
+        raise HandshakeError(f"rejection detail must be a map of at most {MAX_DETAIL_ENTRIES} entries")
+    for key, item in value.items():
+        if type(key) is not str or not (type(item) is int or (type(item) is str and len(item) <= MAX_TEXT_LENGTH)):
+            raise HandshakeError("rejection detail must map str to int or short str")
+    return value
+
+
 def _decode(data: bytes | memoryview) -> _Message:
     if len(data) > MAX_PACKET_LENGTH:
         raise HandshakeError(f"packet longer than {MAX_PACKET_LENGTH} bytes")
@@ -456,7 +473,7 @@ def _decode(data: bytes | memoryview) -> _Message:
         _int(fields[8], 0, (1 << 63) - 1, "timestamp")
         if version != PROTOCOL_VERSION:
             return _HelloMsg(**common)  # type: ignore[arg-type]
-        if n != 15:
+        if n != 16:
             raise HandshakeError("HELLO has the wrong number of fields")
         if type(fields[14]) is not bool:
             raise HandshakeError("HELLO's sealed flag must be a bool")
@@ -472,6 +489,7 @@ def _decode(data: bytes | memoryview) -> _Message:
             claimed_address=_str(fields[12], MAX_ADDRESS_LENGTH, "claimed address"),
             key_hint=_optional_bytes(fields[13], _KEY_HINT_LENGTH, "key hint"),
             sealed=fields[14],
+            schema=None if fields[15] is None else _blob(fields[15], "schema"),
         )
     if kind == Kind.REJECT and n == 8:
         # fields 3..5 held version 1's seal; version 2 never seals this kind, so they are not read.
@@ -497,11 +515,23 @@ def _prologue(
     tag: str,
     claimed_address: str,
     sealed: bool,
+    schema: bytes | None,
 ) -> bytes:
-    """Everything the client says in HELLO besides the Noise message (its wish to seal too), so an on-path change
-    of any of it shows."""
+    """Everything the client says in HELLO besides the Noise message (its wish to seal and its schemas too), so an
+    on-path change of any of it shows."""
     return _pack(
-        ["endpoint-handshake", MAGIC, version, connect_key, registration_hash, reply, tag, claimed_address, sealed]
+        [
+            "endpoint-handshake",
+            MAGIC,
+            version,
+            connect_key,
+            registration_hash,
+            reply,
+            tag,
+            claimed_address,
+            sealed,
+            schema,
+        ]
     )
 
 
@@ -762,6 +792,7 @@ class ServerHandshake:
                 message.tag,
                 message.claimed_address,
                 message.sealed,
+                message.schema,
             ),
             static=self._private_key,
         )
@@ -790,6 +821,7 @@ class ServerHandshake:
             protocol_version=message.protocol_version,
             pattern=message.pattern,
             sealed=message.sealed,
+            schema=message.schema,
         )
 
     def _make_room(self, source: str) -> bool:
@@ -921,13 +953,19 @@ class ServerHandshake:
         entry.updated_ns = now_ns
         return packet
 
-    def reject(self, connect_key: int, reason: RejectReason, text: str) -> bytes:
-        """Sealed rejection (``text`` cut to MAX_TEXT_LENGTH); ends the handshake. KeyError when it is not pending,
-        RuntimeError when it was already accepted."""
+    def reject(
+        self, connect_key: int, reason: RejectReason, text: str, detail: dict[str, int | str] | None = None
+    ) -> bytes:
+        """Sealed rejection (``text`` cut to MAX_TEXT_LENGTH, ``detail`` saying what exactly was refused); ends the
+        handshake. KeyError when it is not pending, RuntimeError when it was already accepted, HandshakeError for
+        a detail that is not one."""
         entry = self._pending[connect_key]
         if entry.state != "hello":
             raise RuntimeError(f"handshake {connect_key:#x} was already accepted")
-        packet = self._answer(connect_key, entry, [int(Kind.REJECT), int(RejectReason(reason)), text[:MAX_TEXT_LENGTH]])
+        payload: list[object] = [int(Kind.REJECT), int(RejectReason(reason)), text[:MAX_TEXT_LENGTH]]
+        if detail is not None:
+            payload.append(_detail(detail))
+        packet = self._answer(connect_key, entry, payload)
         self._remove(connect_key)
         self._remember_finished(connect_key, entry, None, packet)
         return packet
@@ -1026,6 +1064,7 @@ class ClientHandshake:
         claimed_address: str = "",
         force_nx: bool = False,
         sealed: bool = False,
+        schema: bytes | None = None,
     ) -> None:
         if type(registration_hash) is not bytes or len(registration_hash) != 32:
             raise ConfigurationError("registration_hash must be 32 bytes")
@@ -1053,6 +1092,10 @@ class ClientHandshake:
         self.claimed_address = claimed_address
         self.sealed = bool(sealed)
         """Ask the server for a sealed connection (the grant's ``sealed`` says what it decided)."""
+        if schema is not None and type(schema) is not bytes:
+            raise ConfigurationError("schema must be bytes or None")
+        self.schema = schema
+        """Our message schemas, packed, for a server whose registration hash differs to check (None: not sent)."""
         self.expected_server_key = expected_server_key
         self.pattern: Pattern = "NK" if expected_server_key is not None and not force_nx else "NX"
         self.stats = HandshakeStats()
@@ -1072,8 +1115,10 @@ class ClientHandshake:
         self._claimed = False
         self._state: _ClientState = "new"
         self._cookie_resends = 0
-        if len(self._hello_packet((1 << 63) - 1)) > MAX_PACKET_LENGTH:
-            raise ConfigurationError(f"reply and tag make HELLO longer than {MAX_PACKET_LENGTH} bytes")
+        self.hello_length = len(self._hello_packet((1 << 63) - 1))
+        """The longest HELLO this handshake sends (a caller keeps it within one frame of its stream)."""
+        if self.hello_length > MAX_PACKET_LENGTH:
+            raise ConfigurationError(f"reply, tag and schema make HELLO longer than {MAX_PACKET_LENGTH} bytes")
 
     def _initiator(self) -> tuple[HandshakeState, bytes]:
         """The Noise initiator over what HELLO says now, and its first message (the same ephemeral key each time,
@@ -1089,6 +1134,7 @@ class ClientHandshake:
                 self.tag,
                 self.claimed_address,
                 self.sealed,
+                self.schema,
             ),
             remote_static=self.expected_server_key if self.pattern == "NK" else None,
             ephemeral=self._ephemeral,
@@ -1145,6 +1191,7 @@ class ClientHandshake:
                 self.claimed_address,
                 hint,
                 self.sealed,
+                self.schema,
             ]
         )
 
@@ -1250,9 +1297,14 @@ class ClientHandshake:
                 f"server public key {server_public.hex()} differs from the stored {self.expected_server_key.hex()}",
                 authenticated=True,
             )
-        if payload[0] == Kind.REJECT and len(payload) == 3:
+        if payload[0] == Kind.REJECT and len(payload) in (3, 4):
             self._state = "rejected"
-            return Rejected(_reason(payload[1]), _str(payload[2], MAX_TEXT_LENGTH, "reject text"), authenticated=True)
+            return Rejected(
+                _reason(payload[1]),
+                _str(payload[2], MAX_TEXT_LENGTH, "reject text"),
+                authenticated=True,
+                detail=_detail(payload[3]) if len(payload) == 4 else None,
+            )
         if payload[0] == Kind.HELLO_ACK and len(payload) == 2:
             grant = _grant(payload[1])
             self.grant = grant

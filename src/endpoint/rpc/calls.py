@@ -258,13 +258,15 @@ def _failure_error(failure: RpcFailure, object_id: int, method: str) -> Exceptio
 
 
 def _peek_internal(payload: memoryview) -> tuple[int, int] | None:
-    """``(type id, first field)`` of a registered-class message, decoding nothing else; None if it is not one."""
+    """``(type id, call_id field)`` of a registered-class message, decoding nothing else; None if it is not one."""
     try:
         outer = msgpack.unpackb(payload, ext_hook=msgpack.ExtType, raw=False)
         if isinstance(outer, msgpack.ExtType) and outer.code == ATTRS_EXT:
-            inner = msgpack.unpackb(outer.data, ext_hook=msgpack.ExtType, raw=False)
-            if isinstance(inner, list) and len(inner) >= 2 and type(inner[0]) is int and type(inner[1]) is int:
-                return inner[0], inner[1]
+            unpacker = msgpack.Unpacker(ext_hook=msgpack.ExtType, raw=False, strict_map_key=False)
+            unpacker.feed(outer.data)
+            type_id, fields = next(unpacker), next(unpacker)
+            if type(type_id) is int and type(fields) is dict and type(fields.get("call_id")) is int:
+                return type_id, fields["call_id"]
     except Exception:
         return None
     return None

@@ -66,7 +66,7 @@ def _hello(payload: bytes) -> list[Any] | None:
         fields = msgpack.unpackb(payload)
     except Exception:
         return None
-    if type(fields) is list and len(fields) == 15 and fields[0] == MAGIC and fields[1] == Kind.HELLO:
+    if type(fields) is list and len(fields) == 16 and fields[0] == MAGIC and fields[1] == Kind.HELLO:
         return fields
     return None
 
@@ -211,7 +211,7 @@ async def test_a_flipped_registration_hash_ends_in_a_timeout_never_a_believed_re
             with pytest.raises(ClientTimeoutError):
                 await client.connect("127.0.0.1", relay.port, control_port=server.control_port)
             assert relay.rewritten >= 2
-            # The server refused the hash it saw (sealed), under a transcript the client does not share.
+            # The server answered the hash it saw (sealed), under a transcript the client does not share.
             assert client.handshake_stats.spoofed >= 1
             assert server.connections == []
             await wait_until(lambda: server._pending == {}, 5)

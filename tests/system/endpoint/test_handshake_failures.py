@@ -23,6 +23,7 @@ from endpoint import (
     ClientTimeoutError,
     Connection,
     RejectReason,
+    SchemaMismatchError,
     Server,
 )
 from endpoint.handshake.keystore import default_config_dir
@@ -169,22 +170,32 @@ async def test_a_failing_filter_rule_rejects_and_reports(aeron_dir: Path, client
 
 
 @attrs.define
-class OnlyOnTheClient:
+class ValueOnTheClient:
     value: int
 
 
+@attrs.define
+class ValueOnTheServer:
+    value: str
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_different_message_classes_are_a_serialization_mismatch(
+async def test_incompatible_message_classes_are_a_serialization_mismatch(
     transport: str, aeron_dir: Path, client_dir: Path, port: int
 ) -> None:
-    async with running_server(server_config(aeron_dir, port)) as server:
+    """The same type id, a field of another type (docs/endpoint.md lists what may differ and what may not)."""
+    server_ser = make_serialization(extra=[ValueOnTheServer])
+    async with running_server(server_config(aeron_dir, port, serialization=server_ser)) as server:
         config = client_config(
-            transport, aeron_dir, client_dir, serialization=make_serialization(extra=[OnlyOnTheClient])
+            transport, aeron_dir, client_dir, serialization=make_serialization(extra=[ValueOnTheClient])
         )
         client = Client(config)
         try:
             error = await rejected(client, port)
             assert error.reason is RejectReason.SERIALIZATION_MISMATCH
+            assert isinstance(error, SchemaMismatchError)
+            assert (error.class_name, error.field) == (f"{__name__}.ValueOnTheServer", "value")
+            assert "is str on the server but int on the client" in str(error)
         finally:
             await client.close()
         assert server.connections == []
@@ -263,11 +274,12 @@ async def test_keys_and_pins_persist_by_default_and_a_pin_needs_a_finished_hands
     A client turned away pins nothing; one that connected pins the key, which a restarted server still has."""
     config_dir = default_config_dir()
     pins = config_dir / "known_servers.json"
-    async with running_server(server_config(aeron_dir, port)) as server:
+    server_ser = make_serialization(extra=[ValueOnTheServer])
+    async with running_server(server_config(aeron_dir, port, serialization=server_ser)) as server:
         first_key = server.public_key
         assert (config_dir / f"server-{port}.key").stat().st_mode & 0o777 == 0o600
         refused = Client(
-            client_config("udp", aeron_dir, client_dir, serialization=make_serialization(extra=[OnlyOnTheClient]))
+            client_config("udp", aeron_dir, client_dir, serialization=make_serialization(extra=[ValueOnTheClient]))
         )
         try:
             error = await rejected(refused, port)

@@ -110,7 +110,10 @@ async def test_malformed_messages_are_dropped_counted_and_reported_with_their_co
         for where, error in errors["server"]:
             assert where is server_conn
             assert isinstance(error, SerializationError)
-        assert sum(isinstance(e, MalformedMessageError) for _, e in errors["server"]) == len(hostile) - 1
+        # The codec itself refuses a field of the wrong type (Ping, Pong, both RpcCalls, Disconnect), as it does
+        # bytes that are no msgpack: those are undecodable; the rest (values out of range, and the empty message)
+        # fail the internal messages' own checks.
+        assert sum(isinstance(e, MalformedMessageError) for _, e in errors["server"]) == 4
         assert errors["bystander"] == []
         assert not server_conn.is_closed
         assert not conn.is_closed

@@ -32,14 +32,15 @@ from endpoint import (
     ReconnectFailedError,
     Reconnecting,
     RejectReason,
+    Serialization,
 )
 from support.endpoints import (
+    MESSAGE_CLASSES,
     TRANSPORTS,
     Ack,
     Blob,
     Num,
     client_config,
-    make_serialization,
     running_server,
     server_config,
     wait_until,
@@ -51,9 +52,17 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 @attrs.define
 class Extra:
-    """Registered by one server only: its serialization differs from the client's."""
+    """Registered by one server only, under the type id of the client's Move: their classes cannot talk."""
 
     n: int
+
+
+def incompatible_serialization() -> Serialization:
+    ser = Serialization()
+    ser.register(Extra, type_id=1)
+    for type_id, cls in enumerate(MESSAGE_CLASSES[1:], start=2):
+        ser.register(cls, type_id=type_id)
+    return ser
 
 
 @attrs.define
@@ -249,7 +258,7 @@ async def test_a_server_that_cannot_take_the_client_ends_the_retrying_at_once(
         await wait_until(lambda: seen.kinds("reconnecting"), 30, 0.02, "the client to start reconnecting")
         if change == "serialization":
             changed = server_config(
-                aeron_dir, port, key_path=tmp_path / "first.key", serialization=make_serialization([Extra])
+                aeron_dir, port, key_path=tmp_path / "first.key", serialization=incompatible_serialization()
             )
             expected = RejectReason.SERIALIZATION_MISMATCH
         else:
@@ -283,7 +292,7 @@ async def test_giving_up_with_no_error_listener_is_logged_once_at_warning(
         async with running_server(server_config(aeron_dir, port)):
             await client.connect("127.0.0.1", port)
         await wait_until(lambda: client._reconnect_task is not None, 30, 0.02, "the client to start reconnecting")
-        async with running_server(server_config(aeron_dir, port, serialization=make_serialization([Extra]))):
+        async with running_server(server_config(aeron_dir, port, serialization=incompatible_serialization())):
             reconnect = client._reconnect_task
             assert reconnect is not None
             await wait_until(reconnect.done, 60, 0.02, "the client to give up at the rejection")

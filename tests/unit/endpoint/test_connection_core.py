@@ -83,7 +83,15 @@ def make(max_inbound: int = 1 << 16) -> tuple[ConnectionCore, Shell, Serializati
 
 
 def feed(core: ConnectionCore, data: bytes, flags: int = WHOLE) -> None:
-    core.on_fragment(memoryview(data), flags)
+    """As the shell's poll does: through ``on_frame`` (on_message while unsealed, on_fragment once sealed)."""
+    core.on_frame(memoryview(data), flags)
+
+
+def test_the_frame_handler_is_the_message_reader_until_sealed() -> None:
+    core, _, _ = make()
+    assert core.on_frame == core.on_message
+    core.open_with(Opener(b"k" * 32, connection_id=5, session_id=6, direction=1))
+    assert core.on_frame == core.on_fragment
 
 
 def test_user_messages_are_delivered_in_order_with_their_encoded_size() -> None:
@@ -147,12 +155,15 @@ def test_what_breaks_the_protocol_is_dropped_and_a_malformed_call_is_answered() 
     core, shell, ser = make()
     feed(core, b"")
     feed(core, b"\xc1")  # never valid msgpack
+    # Fields of the wrong type are refused by the codec itself (annotations are checked on arrival)...
     feed(core, ser.encode(Ping("x", None)))  # type: ignore[arg-type]
-    feed(core, ser.encode(RpcCall(9, "obj", "m", [], None)))  # type: ignore[arg-type]
+    feed(core, ser.encode(RpcCall(8, "obj", "m", [], None)))  # type: ignore[arg-type]
+    # ... values out of range by the internal messages' own checks (a call with a usable id answered at once).
+    feed(core, ser.encode(RpcCall(9, 1 << 40, "m", [], None)))
     kinds = shell.kinds()
-    assert kinds == ["malformed", "undecodable", "malformed", "malformed_call", "malformed"]
+    assert kinds == ["malformed", "undecodable", "undecodable", "undecodable", "malformed_call", "malformed"]
     assert isinstance(shell.events[1][1][1], SerializationError)
-    assert shell.events[3][1][0] == 9
+    assert shell.events[4][1][0] == 9
 
 
 def test_nothing_after_the_peers_disconnect_is_read() -> None:

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from endpoint.errors import ClientRejectedError, ConfigurationError, RejectReason
+from endpoint.errors import ClientRejectedError, ConfigurationError, HandshakeError, RejectReason
 from endpoint.handshake.protocol import (
     COOKIE_LENGTH,
     MAGIC,
@@ -437,7 +437,69 @@ def test_expire_frees_idle_handshakes_only() -> None:
     assert server.is_pending(new.connect_key)
 
 
+# ------------------------------------------------------------------------------------------------ schemas
+
+
+SCHEMA = b"packed schemas of the client"
+
+
+def test_the_clients_schema_reaches_the_server_and_a_rejection_names_what_differs() -> None:
+    server, client = make_server(), make_client(schema=SCHEMA)
+    assert client.hello_length == len(client.hello(T0))
+    hello = hello_with_cookie(server, client)
+    assert isinstance(hello, Hello)
+    assert hello.schema == SCHEMA
+    detail: dict[str, int | str] = {"type_id": 3, "class": "game.Move", "field": "speed"}
+    answer = server.reject(hello.connect_key, RejectReason.SERIALIZATION_MISMATCH, "speed differs", detail)
+    assert client.receive(answer) == Rejected(
+        RejectReason.SERIALIZATION_MISMATCH, "speed differs", authenticated=True, detail=detail
+    )
+
+
+def test_no_schema_is_none_at_the_server() -> None:
+    server, client = make_server(), make_client()
+    hello = hello_with_cookie(server, client)
+    assert isinstance(hello, Hello)
+    assert hello.schema is None
+
+
+def test_a_rewritten_schema_breaks_the_transcript() -> None:
+    """The schema is in the prologue: a server judging schemas an attacker swapped in gets no answer believed."""
+    server, client = make_server(), make_client(schema=SCHEMA)
+    bounce = server.receive(client.hello(T0), SRC, T0)
+    assert isinstance(bounce, Bounce)
+    client.receive(bounce.packet)
+    fields = msgpack.unpackb(client.hello(T0))
+    fields[15] = b"other schemas"
+    hello = server.receive(msgpack.packb(fields), SRC, T0)
+    assert isinstance(hello, Hello)
+    assert hello.schema == b"other schemas"
+    assert client.receive(server.accept(hello.connect_key, grant_for(3), T0)) is None
+    assert client.stats.spoofed == 1
+
+
+@pytest.mark.parametrize("detail", [{"a": [1]}, {1: "x"}, {f"k{i}": i for i in range(9)}, {"a": "x" * 300}])
+def test_a_malformed_rejection_detail_is_refused(detail: Any) -> None:
+    server, client = make_server(), make_client()
+    hello = hello_with_cookie(server, client)
+    assert isinstance(hello, Hello)
+    with pytest.raises(HandshakeError):
+        server.reject(hello.connect_key, RejectReason.SERIALIZATION_MISMATCH, "x", detail)
+
+
 # ------------------------------------------------------------------------------------------------ versions
+
+
+def test_a_version_2_hello_is_refused_by_version() -> None:
+    """Version 2 (messages as positional arrays, no schemas): refused, unsealed, in the layout it reads."""
+    server = make_server()
+    fields = msgpack.unpackb(make_client().hello(T0))
+    fields[2] = 2
+    bounce = server.receive(msgpack.packb(fields[:15]), SRC, T0)
+    assert isinstance(bounce, Bounce)
+    fields = msgpack.unpackb(bounce.packet)
+    assert fields[6] == RejectReason.VERSION_MISMATCH
+    assert "version 2" in fields[7]
 
 
 def test_a_version_1_hello_is_refused_unsealed_in_version_1_layout() -> None:

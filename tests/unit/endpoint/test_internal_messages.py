@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from endpoint.errors import SerializationError
 from endpoint.messages import (
     Disconnect,
     Ping,
@@ -79,7 +80,11 @@ def test_each_malformed_field_is_named(message: object, field: str) -> None:
 def test_what_a_peer_can_make_the_codec_build_is_caught() -> None:
     serialization = Serialization()
     register_internal_messages(serialization)
-    decoded = serialization.decode(serialization.encode(StreamOpen("1", [], {}, "x", None)))
+    # Fields of the wrong type never get past the codec (it checks annotations on arrival)...
+    with pytest.raises(SerializationError, match="stream_id"):
+        serialization.decode(serialization.encode(StreamOpen("1", [], {}, "x", None)))  # type: ignore[arg-type]
+    # ... values of the right type but out of range do, and the checks here catch them.
+    decoded = serialization.decode(serialization.encode(StreamOpen(1 << 40, 7, "", -9, None)))
     assert type(decoded) is StreamOpen
     assert internal_problem(decoded) is not None
 
