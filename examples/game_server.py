@@ -83,10 +83,8 @@ CELL = 25.0
 """Players in one cell of a room share the list of nearest players (computed once per cell per tick)."""
 SPEED = 10.0
 """World units per second at full input."""
-CONNECTS_AT_ONCE = 8
+CONNECTS_AT_ONCE = 4
 """Handshakes a bot process runs side by side: enough to fill a server quickly, few enough not to swamp it."""
-CHATTY = 0.02
-"""Chance per input that a bot says something (about one line every 2.5 s at 20 Hz)."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -105,6 +103,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     bots.add_argument("--bots", type=int, default=100, help="bot players in all (default: %(default)s)")
     bots.add_argument("--processes", type=int, default=4, help="bot processes (default: %(default)s)")
     bots.add_argument("--input-rate", type=float, default=20.0, help="inputs per bot per second (default: %(default)s)")
+    bots.add_argument("--chat-every", type=float, default=20.0, help="mean seconds between a bot's chat lines")
     bots.add_argument("--connect-timeout", type=float, default=60.0, help="seconds for a bot to connect")
     bots.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     bots.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
@@ -365,11 +364,12 @@ class Tally:
 class Bot:
     """One player: a Client of its own, wandering about, chatting, timing the snapshots it gets."""
 
-    def __init__(self, index: int, config: ClientConfiguration, tally: Tally) -> None:
+    def __init__(self, index: int, config: ClientConfiguration, tally: Tally, chatty: float) -> None:
         self.name = f"bot{index}"
         self.client = Client(config)
         self.conn: Connection | None = None
         self.tally = tally
+        self.chatty = chatty  # chance per input that the bot says something
         self.rng = random.Random(index)
         self.heading = self.rng.uniform(0, 2 * math.pi)
         self.seq = 0
@@ -419,7 +419,7 @@ class Bot:
         self.seq += 1
         try:
             conn.send_nowait(Input(self.seq, math.cos(self.heading), math.sin(self.heading)))  # newest-wins
-            if self.rng.random() < CHATTY:
+            if self.rng.random() < self.chatty:
                 conn.send_nowait(Say(f"hello from {self.name}"))
             if stats_due:
                 conn.send_nowait(Stats(self.received, self.ages_us))
@@ -438,7 +438,8 @@ async def run_worker(args: argparse.Namespace) -> int:
         connect_timeout=args.connect_timeout,
     )
     tally = Tally()
-    bots = [Bot(args.first + i, config, tally) for i in range(args.bots)]
+    chatty = 1.0 / (args.chat_every * args.input_rate)
+    bots = [Bot(args.first + i, config, tally, chatty) for i in range(args.bots)]
     limit = asyncio.Semaphore(CONNECTS_AT_ONCE)
 
     async def connect(bot: Bot) -> None:
@@ -506,7 +507,8 @@ async def run_bots(args: argparse.Namespace) -> int:
                 *(sys.executable, __file__, "bots", "--worker", str(worker), "--first", str(first)),
                 *("--bots", str(count), "--host", args.host, "--port", str(args.port)),
                 *("--aeron-dir", f"{base}-{worker}", "--duration", str(args.duration)),
-                *("--input-rate", str(args.input_rate), "--connect-timeout", str(args.connect_timeout)),
+                *("--input-rate", str(args.input_rate), "--chat-every", str(args.chat_every)),
+                *("--connect-timeout", str(args.connect_timeout)),
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
             )

@@ -309,7 +309,7 @@ def test_game_server_with_bots_in_rooms(dirs: Dirs, port: int, tmp_path: Path, e
     with example("game_server.py", server_args, tmp_path, env) as server:
         server.wait_for_output("Ctrl-C stops")
         bot_args = ["bots", "--port", str(port), "--aeron-dir", dirs.own("bots"), "--bots", "20", "--processes", "2"]
-        with example("game_server.py", [*bot_args, "--duration", "4"], tmp_path, env) as bots:
+        with example("game_server.py", [*bot_args, "--duration", "4", "--chat-every", "1"], tmp_path, env) as bots:
             assert bots.wait(120) == 0, bots.output()
         server.wait_for_output("players=0 ")  # every bot left
         server.signal(signal.SIGTERM)
