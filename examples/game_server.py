@@ -147,17 +147,18 @@ class Room:
 class Game:
     """The server side: rooms, players, the tick loop, and the figures the bots send in."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, config: ServerConfiguration | None = None) -> None:
+        """``config`` (a test's, say) must carry :func:`make_serialization`'s messages; by default from ``args``."""
         self.args = args
-        self.server = Server(
-            ServerConfiguration(
+        if config is None:
+            config = ServerConfiguration(
                 port=args.port,
                 listen_address=args.host,
                 aeron_dir=args.aeron_dir,
                 serialization=make_serialization(),
                 max_clients=20_000,
             )
-        )
+        self.server = Server(config)
         self.rooms: dict[str, Room] = {}
         self.players: dict[int, Player] = {}  # connection id -> player, once it said Hello
         self.rng = random.Random(1)
