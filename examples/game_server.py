@@ -67,6 +67,8 @@ import endpoint
 from endpoint import (
     Client,
     ClientConfiguration,
+    ClientRejectedError,
+    ClientTimeoutError,
     Connection,
     ConnectionClosedError,
     EndpointError,
@@ -85,6 +87,8 @@ SPEED = 10.0
 """World units per second at full input."""
 CONNECTS_AT_ONCE = 4
 """Handshakes a bot process runs side by side: enough to fill a server quickly, few enough not to swamp it."""
+RETRY = frozenset({"SERVER_BUSY", "SERVER_FULL", "TOO_MANY_FROM_ADDRESS"})
+"""Rejections a bot tries again after (a busy server); the others (a mismatch, a filter) are for good."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -442,34 +446,51 @@ async def run_worker(args: argparse.Namespace) -> int:
     chatty = 1.0 / (args.chat_every * args.input_rate)
     bots = [Bot(args.first + i, config, tally, chatty) for i in range(args.bots)]
     limit = asyncio.Semaphore(CONNECTS_AT_ONCE)
+    connect_deadline = time.monotonic() + args.connect_timeout
 
     async def connect(bot: Bot) -> None:
+        """Connect, trying again (as a game client would) until ``--connect-timeout`` has passed."""
         async with limit:
-            bot.conn = await bot.client.connect(args.host, args.port)
-            tally.connected += 1
+            while True:
+                try:
+                    bot.conn = await bot.client.connect(args.host, args.port)
+                    tally.connected += 1
+                    return
+                except (ClientTimeoutError, ClientRejectedError) as exc:
+                    if time.monotonic() >= connect_deadline or (
+                        isinstance(exc, ClientRejectedError) and exc.reason.name not in RETRY
+                    ):
+                        raise
+                    await asyncio.sleep(random.uniform(0.1, 0.5))
 
-    try:
+    async def connect_all() -> float:
         results = await asyncio.gather(*(connect(bot) for bot in bots), return_exceptions=True)
-        end = time.monotonic() + args.duration if args.duration else math.inf  # --duration of play, once connected
         failures = [r for r in results if isinstance(r, BaseException)]
         print(f"{name}: {tally.connected}/{len(bots)} connected", flush=True)
         for failure in failures[:3]:
             print(f"{name}: connect failed: {type(failure).__name__}: {failure}", flush=True)
-        # One loop drives every bot of the process (not a task per bot).
+        return time.monotonic() + args.duration if args.duration else math.inf  # --duration of play, once connected
+
+    connecting = asyncio.create_task(connect_all())
+    try:
+        # One loop drives every bot of the process (not a task per bot); a bot plays as soon as it is connected.
         period = 1.0 / args.input_rate
         per_second = max(1, round(args.input_rate))
         n = 0
-        live = [bot for bot in bots if bot.conn is not None]
-        while live and time.monotonic() < end:
+        while not connecting.done() or time.monotonic() < connecting.result():
             n += 1
-            live = [bot for bot in live if not bot.done.is_set()]
-            for bot in live:
-                bot.play(n % per_second == 0)
+            for bot in bots:
+                if bot.conn is not None and not bot.done.is_set():
+                    bot.play(n % per_second == 0)
+            if connecting.done() and all(bot.conn is None or bot.done.is_set() for bot in bots):
+                break  # nobody left playing (the server closed, say)
             await asyncio.sleep(period)
     except EndpointError as exc:
         print(f"{name}: {type(exc).__name__}: {exc}", flush=True)
         return 1
     finally:
+        connecting.cancel()
+        await asyncio.gather(connecting, return_exceptions=True)
         await asyncio.gather(*(bot.client.close() for bot in bots), return_exceptions=True)
         ages = sorted(a for bot in bots for a in bot.all_ages_us)
         t = tally
