@@ -87,6 +87,8 @@ SPEED = 10.0
 """World units per second at full input."""
 CONNECTS_AT_ONCE = 4
 """Handshakes a bot process runs side by side: enough to fill a server quickly, few enough not to swamp it."""
+STOP_BOTS_WITHIN = 20.0
+"""Seconds the bot processes get to close their clients (gracefully, so the server sees them leave) when stopped."""
 RETRY = frozenset({"SERVER_BUSY", "SERVER_FULL", "TOO_MANY_FROM_ADDRESS"})
 """Rejections a bot tries again after (a busy server); the others (a mismatch, a filter) are for good."""
 
@@ -491,7 +493,6 @@ async def run_worker(args: argparse.Namespace) -> int:
     finally:
         connecting.cancel()
         await asyncio.gather(connecting, return_exceptions=True)
-        await asyncio.gather(*(bot.client.close() for bot in bots), return_exceptions=True)
         ages = sorted(a for bot in bots for a in bot.all_ages_us)
         t = tally
         print(
@@ -500,6 +501,7 @@ async def run_worker(args: argparse.Namespace) -> int:
             f"p50_ms={percentile(ages, 0.5) / 1000:.1f} p99_ms={percentile(ages, 0.99) / 1000:.1f}",
             flush=True,
         )
+        await asyncio.gather(*(bot.client.close() for bot in bots), return_exceptions=True)
     return 0
 
 
@@ -542,12 +544,14 @@ async def run_bots(args: argparse.Namespace) -> int:
         for process in processes:  # stopped early (Ctrl-C, SIGTERM): each bot process closes its clients
             if process.returncode is None:
                 process.terminate()
-        for process in processes:
-            try:
-                await asyncio.wait_for(process.wait(), 15.0)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        try:
+            await asyncio.wait_for(asyncio.gather(*(process.wait() for process in processes)), STOP_BOTS_WITHIN)
+        except TimeoutError:
+            for process in processes:
+                if process.returncode is None:
+                    print(f"bots: process {process.pid} did not stop; killing it", flush=True)
+                    process.kill()
+                    await process.wait()
         await asyncio.gather(*relays, return_exceptions=True)
         summary = " ".join(f"{key}={int(value)}" for key, value in totals.items())
         print(f"bots: {args.bots} bots in {args.processes} processes: {summary}", flush=True)
@@ -560,8 +564,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return endpoint.run(lambda: run_server(args))
     if args.worker is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
-        return endpoint.run(lambda: run_worker(args), signals=(signal.SIGTERM,))
-    return endpoint.run(lambda: run_bots(args))
+        return endpoint.run(lambda: run_worker(args), signals=(signal.SIGTERM,), shutdown_timeout=STOP_BOTS_WITHIN)
+    return endpoint.run(lambda: run_bots(args), shutdown_timeout=STOP_BOTS_WITHIN + 10.0)
 
 
 if __name__ == "__main__":

@@ -339,6 +339,34 @@ def test_game_server_with_bots_in_rooms(dirs: Dirs, port: int, tmp_path: Path, e
     assert dirs.left_behind() == []
 
 
+def test_game_server_and_bots_stop_cleanly_on_signals(
+    dirs: Dirs, port: int, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Bots with no --duration play until SIGTERM, then close their clients and sum up; the server stops on SIGINT."""
+    server_args = ["server", "--port", str(port), "--aeron-dir", dirs.server]
+    with example("game_server.py", server_args, tmp_path, env) as server:
+        server.wait_for_output("Ctrl-C stops")
+        bot_args = ["bots", "--port", str(port), "--aeron-dir", dirs.own("bots"), "--bots", "8", "--processes", "2"]
+        with example("game_server.py", bot_args, tmp_path, env) as bots:
+            bots.wait_for_output("bots[0]: 4/4 connected", timeout_s=90)
+            bots.wait_for_output("bots[1]: 4/4 connected", timeout_s=90)
+            server.wait_for_output("players=8 ", timeout_s=60)
+            bots.signal(signal.SIGTERM)
+            assert bots.wait(60) == 0, bots.output()
+        server.wait_for_output("players=0 ", timeout_s=60)
+        server.signal(signal.SIGINT)
+        assert server.wait(30) == 0, server.output()
+        played, served = bots.output(), server.output()
+    match = re.search(r"^bots: 8 bots in 2 processes: (.*)$", played, re.MULTILINE)
+    assert match, played
+    totals = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", match.group(1))}
+    assert totals["connected"] == 8, totals
+    assert totals["lost"] == 0, totals
+    assert "server: closed after " in served
+    assert "Traceback" not in played + served
+    assert dirs.left_behind() == []
+
+
 # --------------------------------------------------------------------------- RPC (inventory)
 
 
