@@ -491,8 +491,7 @@ async def run_worker(args: argparse.Namespace) -> int:
         print(f"{name}: {type(exc).__name__}: {exc}", flush=True)
         return 1
     finally:
-        connecting.cancel()
-        await asyncio.gather(connecting, return_exceptions=True)
+        connecting.cancel()  # the totals first: closing many clients on a starved machine can outlast our stop time
         ages = sorted(a for bot in bots for a in bot.all_ages_us)
         t = tally
         print(
@@ -501,6 +500,7 @@ async def run_worker(args: argparse.Namespace) -> int:
             f"p50_ms={percentile(ages, 0.5) / 1000:.1f} p99_ms={percentile(ages, 0.99) / 1000:.1f}",
             flush=True,
         )
+        await asyncio.gather(connecting, return_exceptions=True)
         await asyncio.gather(*(bot.client.close() for bot in bots), return_exceptions=True)
     return 0
 
