@@ -118,7 +118,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--duration must not be negative")
     if args.role == "server" and (args.rate <= 0 or args.room_size < 1 or args.nearby < 1):
         p.error("--rate, --room-size and --nearby must be positive")
-    if args.role == "bots" and not (1 <= args.processes <= args.bots and args.input_rate > 0):
+    if args.role == "bots" and args.worker is None and not (1 <= args.processes <= args.bots and args.input_rate > 0):
         p.error("--processes must be from 1 to --bots, and --input-rate positive")
     return args
 
