@@ -1,4 +1,4 @@
-"""The end point examples (echo, chat, game state, RPC, file transfer) run as real processes, with small parameters.
+"""The end point examples (echo, chat, game state and server, RPC, file transfer) run as real processes, small.
 
 Each test gets its own driver directories (the ``aeron_dir`` fixture for the
 server, ``<aeron_dir>-<name>`` for end points that must not share its driver)
@@ -297,6 +297,73 @@ def test_game_state_stops_early_on_sigterm(dirs: Dirs, port: int, tmp_path: Path
     assert summary["connected"] == 4
     assert summary["snapshots_received"] > 0
     assert "Traceback" not in out
+    assert dirs.left_behind() == []
+
+
+# --------------------------------------------------------------------------- game server (rooms, UDP bots)
+
+
+def test_game_server_with_bots_in_rooms(dirs: Dirs, port: int, tmp_path: Path, env: dict[str, str]) -> None:
+    """20 UDP bots in 2 processes, rooms of 8: all connect, get snapshots newest-wins and their rooms' events."""
+    server_args = ["server", "--port", str(port), "--aeron-dir", dirs.server, "--room-size", "8"]
+    with example("game_server.py", server_args, tmp_path, env) as server:
+        server.wait_for_output("Ctrl-C stops")
+        bot_args = ["bots", "--port", str(port), "--aeron-dir", dirs.own("bots"), "--bots", "20", "--processes", "2"]
+        with example("game_server.py", [*bot_args, "--duration", "4", "--chat-every", "1"], tmp_path, env) as bots:
+            assert bots.wait(120) == 0, bots.output()
+        server.wait_for_output("players=0 ")  # every bot left
+        server.signal(signal.SIGTERM)
+        assert server.wait(30) == 0, server.output()
+        played, served = bots.output(), server.output()
+    assert f"open UDP {port} and {port + 1} (control port)" in served
+    assert sorted(re.findall(r"^bots\[(\d)\]: (\d+)/(\d+) connected", played, re.MULTILINE)) == [
+        ("0", "10", "10"),
+        ("1", "10", "10"),
+    ], played
+    match = re.search(r"^bots: 20 bots in 2 processes: (.*)$", played, re.MULTILINE)
+    assert match, played
+    totals = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", match.group(1))}
+    assert totals["connected"] == 20, totals
+    assert totals["welcomed"] == 20, totals
+    assert totals["lost"] == 0, totals
+    assert totals["snapshots"] > 0, totals
+    # Room events, reliable: each bot hears itself and later arrivals join its room; rooms of 8.
+    assert totals["joined"] >= 20, totals
+    assert totals["chat"] > 0, totals
+    assert totals["scored"] > 0, totals
+    rooms = [int(n) for n in re.findall(r"^server: t=\d+s players=\d+ rooms=(\d+) ", served, re.MULTILINE)]
+    assert max(rooms) >= 2, served  # 10 bots at once at least (a process's), 8 a room
+    assert re.search(r"snapshots/s/player=(?!0\.0 )[\d.]+ ", served), served
+    assert re.search(r"^server: closed after \d+ ticks \(\d+ late\) with 0 players; \d+ rooms made", served, re.M)
+    assert "Traceback" not in played + served
+    assert dirs.left_behind() == []
+
+
+def test_game_server_and_bots_stop_cleanly_on_signals(
+    dirs: Dirs, port: int, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Bots with no --duration play until SIGTERM, then close their clients and sum up; the server stops on SIGINT."""
+    server_args = ["server", "--port", str(port), "--aeron-dir", dirs.server]
+    with example("game_server.py", server_args, tmp_path, env) as server:
+        server.wait_for_output("Ctrl-C stops")
+        bot_args = ["bots", "--port", str(port), "--aeron-dir", dirs.own("bots"), "--bots", "8", "--processes", "2"]
+        with example("game_server.py", bot_args, tmp_path, env) as bots:
+            bots.wait_for_output("bots[0]: 4/4 connected", timeout_s=90)
+            bots.wait_for_output("bots[1]: 4/4 connected", timeout_s=90)
+            server.wait_for_output("players=8 ", timeout_s=60)
+            bots.signal(signal.SIGTERM)
+            assert bots.wait(60) == 0, bots.output()
+        server.wait_for_output("players=0 ", timeout_s=60)
+        server.signal(signal.SIGINT)
+        assert server.wait(30) == 0, server.output()
+        played, served = bots.output(), server.output()
+    match = re.search(r"^bots: 8 bots in 2 processes: (.*)$", played, re.MULTILINE)
+    assert match, played
+    totals = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", match.group(1))}
+    assert totals["connected"] == 8, totals
+    assert totals["lost"] == 0, totals
+    assert "server: closed after " in served
+    assert "Traceback" not in played + served
     assert dirs.left_behind() == []
 
 

@@ -352,3 +352,19 @@ def test_the_examples_in_the_testing_guide_pass(pytester: pytest.Pytester) -> No
     pytester.makepyfile(**files)
     result = _run(pytester)
     result.assert_outcomes(passed=4)
+
+
+def test_the_room_test_in_the_games_guide_passes(pytester: pytest.Pytester) -> None:
+    """docs/games.md's test of the game server example, beside copies of the example as a user would have them."""
+    root = SOURCE_ROOT.parent
+    guide = (root / "docs" / "games.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", guide, re.DOTALL) if b.startswith("# test_game_rooms.py\n")]
+    assert len(blocks) == 1
+    examples = root / "examples"
+    pytester.makepyfile(
+        test_game_rooms=blocks[0].partition("\n")[2],
+        game_server=(examples / "game_server.py").read_text(),
+        game_messages=(examples / "game_messages.py").read_text(),
+    )
+    result = _run(pytester, "test_game_rooms.py")
+    result.assert_outcomes(passed=1)
