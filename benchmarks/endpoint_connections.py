@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import math
 import os
 import signal
@@ -110,13 +111,35 @@ def endpoint_server(
     _endpoint_server(aeron_dir, port, connected, ready, stop, out)
 
 
+_SERVER_CONFIG_ENV = "BENCH_SERVER_CONFIG"
+
+
 def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop: Any, out: Any) -> None:
+
+    # The garbage collector's time (full collections grow with the objects every connection holds).
+    gc_time = [0.0, 0.0, 0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_time[1] = time.perf_counter()
+        else:
+            gc_time[0] += time.perf_counter() - gc_time[1]
+            gc_time[2] += 1
+
+    gc.callbacks.append(on_gc)
 
     async def serve() -> None:
         from endpoint import Connection, Server, ServerConfiguration
 
+        # Integer settings to override, as NAME=VALUE,... (the storm phases' --storm-server-config).
+        extra = {
+            name: int(value)
+            for name, value in (
+                item.split("=", 1) for item in os.environ.get(_SERVER_CONFIG_ENV, "").split(",") if item
+            )
+        }
         config = ServerConfiguration(
-            port=port, listen_address="127.0.0.1", aeron_dir=aeron_dir, serialization=serialization()
+            port=port, listen_address="127.0.0.1", aeron_dir=aeron_dir, serialization=serialization(), **extra
         )
         server = Server(config)
         errors: list[str] = []
@@ -137,7 +160,8 @@ def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop
             async with server:
                 ready.set()
                 await wait_event(stop, 3600, interval=0.1)
-                out.put(("server", len(errors), errors[:3], repr(server.handshake_stats)))
+                gc_note = f"; gc {gc_time[0]:.2f} s in {gc_time[2]} collections" if gc_time[2] else ""
+                out.put(("server", len(errors), errors[:3], repr(server.handshake_stats) + gc_note))
         except Exception as exc:
             out.put(("server", -1, [f"{type(exc).__name__}: {exc}"], ""))
             raise
@@ -355,6 +379,8 @@ class Storm(NamedTuple):
     failures: dict[str, int]
     """Client-side failures by exception type and first words."""
     server_stats: str
+    client_cpu_ms: float = float("nan")
+    """The client processes' CPU time over their connects (drivers included) per connection made."""
 
 
 def storm_clients(
@@ -370,22 +396,24 @@ def storm_clients(
         clients = [Client(_client_config(str(aeron_dir), True, connect_timeout=30.0, local_port=p)) for p in ports]
         await asyncio.sleep(0)
         await wait_event(go, 120, interval=0.01)
-        start = time.time()
+        start, cpu = time.time(), time.process_time()
         outcomes = await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients), return_exceptions=True)
-        end = time.time()
+        end, cpu = time.time(), time.process_time() - cpu
         failures: dict[str, int] = {}
         for o in outcomes:
             if isinstance(o, BaseException):
                 reason = f"{type(o).__name__}: {' '.join(str(o).split()[:8])}"
                 failures[reason] = failures.get(reason, 0) + 1
-        out.put((count - sum(failures.values()), start, end, failures))
+        out.put((count - sum(failures.values()), start, end, failures, cpu))
         await wait_event(release, 600, interval=0.1)
         await _close_all(clients)
 
     asyncio.run(run())
 
 
-def run_storm(processes: int, per_process: int, own_routes: bool, profile: str = "") -> Storm:
+def run_storm(
+    processes: int, per_process: int, own_routes: bool, profile: str = "", env: dict[str, str] | None = None
+) -> Storm:
     """``processes`` client processes (a driver each) of ``per_process`` UDP clients each, all connecting at once
     into one server process: with ``own_routes`` a handshake route per client (a local port each, as clients in
     separate processes have), else the clients of a process share one."""
@@ -397,7 +425,7 @@ def run_storm(processes: int, per_process: int, own_routes: bool, profile: str =
         server_dir = fresh_aeron_dir("ep-storm-srv")
         group.dirs.append(server_dir)
         port = free_udp_port()
-        server = group.start(endpoint_server, str(server_dir), port, connected, ready, stop, server_out, None, profile)
+        server = group.start(endpoint_server, str(server_dir), port, connected, ready, stop, server_out, env, profile)
         if not ready.wait(60):
             raise RuntimeError("the server process did not start")
         ports = distinct_free_udp_ports(processes * per_process) if own_routes else []
@@ -426,7 +454,9 @@ def run_storm(processes: int, per_process: int, own_routes: bool, profile: str =
     if error_count:
         failures[f"server on_error: {errors[:1]}"] = error_count
     seconds = max(r[2] for r in results) - min(r[1] for r in results)
-    return Storm(ok, processes * per_process, seconds, (cpu_after - cpu_before) * 1000 / max(1, ok), failures, stats)
+    client_ms = sum(r[4] for r in results) * 1000 / max(1, ok)
+    server_ms = (cpu_after - cpu_before) * 1000 / max(1, ok)
+    return Storm(ok, processes * per_process, seconds, server_ms, failures, stats, client_ms)
 
 
 # -- (b) and (c): many idle clients -------------------------------------------------------------------------------
@@ -587,6 +617,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--storm-processes", type=int, default=4, help="(s) client processes, a route per client")
     parser.add_argument("--storm-per-process", type=int, default=100, help="(s) clients per client process")
     parser.add_argument("--storm-shared", type=int, default=400, help="(s) clients in one process sharing a route")
+    parser.add_argument(
+        "--storm-server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="(s) an environment variable for the server process (its embedded driver), e.g. "
+        "AERON_RECEIVER_MAX_IMAGES_PER_SOURCE=1024; repeatable",
+    )
+    parser.add_argument(
+        "--storm-server-config",
+        default="",
+        metavar="NAME=INT,...",
+        help="(s) ServerConfiguration settings for the server, e.g. max_answer_routes_per_source=1024",
+    )
+    parser.add_argument("--storm-only", default="", help="(s) 'routes' or 'shared': run that phase only")
     parser.add_argument("--storm-profile", default="", help="(s) write the server's cProfile stats to FILE.<phase>")
     parser.add_argument("--quick", action="store_true", help="smoke run: 20 handshakes, 40 clients, 1 s windows")
     args = parser.parse_args(argv)
@@ -721,15 +766,22 @@ def main(argv: Sequence[str] | None = None) -> None:
             ),
             (f"1 process x {args.storm_shared}, one shared route", 1, args.storm_shared, False, "shared"),
         ]
+        server_env = dict(item.split("=", 1) for item in args.storm_server_env)
+        if args.storm_server_config:
+            server_env[_SERVER_CONFIG_ENV] = args.storm_server_config
         for name, m, k, own, tag in phases:
+            if args.storm_only and tag != args.storm_only:
+                continue
             profile = f"{args.storm_profile}.{tag}" if args.storm_profile else ""
-            st = run_storm(m, k, own, profile)
+            st = run_storm(m, k, own, profile, server_env)
             rate = st.ok / st.seconds if st.seconds else 0.0
-            storm_rows.append((name, f"{st.ok}/{st.tried}", st.seconds, rate, f"{st.server_cpu_ms:.2f}"))
+            storm_rows.append(
+                (name, f"{st.ok}/{st.tried}", st.seconds, rate, f"{st.server_cpu_ms:.1f}", f"{st.client_cpu_ms:.1f}")
+            )
             note(f"(s) {name}: {rate:.0f}/s; failures {st.failures}; server {st.server_stats}")
         print_table(
             "(s) Connect storms: UDP clients all connecting at once into one server process",
-            ["", "connected", "seconds", "handshakes/s", "server CPU ms each"],
+            ["", "connected", "seconds", "handshakes/s", "server CPU ms each", "clients' CPU ms each"],
             storm_rows,
         )
 
