@@ -2,7 +2,8 @@
 
     python benchmarks/endpoint_connections.py [--handshakes 200] [--udp-handshakes 200] [--clients 1000]
                                               [--client-processes 4] [--concurrency 16] [--crowd-seconds 5]
-                                              [--idle-clients 100] [--idle-seconds 10] [--only abc] [--quick]
+                                              [--idle-clients 100] [--idle-seconds 10] [--only abcs] [--quick]
+                                              [--storm-processes 4] [--storm-per-process 100] [--storm-shared 400]
 
 About two minutes with the defaults on a 2-core machine, most of it the
 thousand IPC clients of (b) and the idle periods of (c).
@@ -30,6 +31,15 @@ connection once ``open_connection`` returned and that byte arrived.
 that took, the server's RSS with none and with all of them connected and idle
 (then per connection), the Aeron directory's size, and the CPU every process
 used over ``--crowd-seconds`` while they sat idle.
+
+(s) Connect storms (only when asked: ``--only s``). UDP clients all calling
+``connect`` at once into one server process: ``--storm-processes`` client
+processes (a driver each) of ``--storm-per-process`` clients with a handshake
+route each (a local port each), then one process of ``--storm-shared`` clients
+sharing one route. Reported: connections made, handshakes per second (first
+connect to last answer), the server's and the clients' CPU per connection
+(drivers included), failures by reason, the server's ``HandshakeStats`` and its
+garbage collector's time; ``--storm-profile`` writes the server's cProfile.
 
 (c) An idle server with ``--idle-clients`` idle IPC clients (one client
 process): the server process's CPU time (``/proc/<pid>/stat``, all threads,
