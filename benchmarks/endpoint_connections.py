@@ -2,7 +2,8 @@
 
     python benchmarks/endpoint_connections.py [--handshakes 200] [--udp-handshakes 200] [--clients 1000]
                                               [--client-processes 4] [--concurrency 16] [--crowd-seconds 5]
-                                              [--idle-clients 100] [--idle-seconds 10] [--only abc] [--quick]
+                                              [--idle-clients 100] [--idle-seconds 10] [--only abcs] [--quick]
+                                              [--storm-processes 4] [--storm-per-process 100] [--storm-shared 400]
 
 About two minutes with the defaults on a 2-core machine, most of it the
 thousand IPC clients of (b) and the idle periods of (c).
@@ -31,6 +32,15 @@ that took, the server's RSS with none and with all of them connected and idle
 (then per connection), the Aeron directory's size, and the CPU every process
 used over ``--crowd-seconds`` while they sat idle.
 
+(s) Connect storms (only when asked: ``--only s``). UDP clients all calling
+``connect`` at once into one server process: ``--storm-processes`` client
+processes (a driver each) of ``--storm-per-process`` clients with a handshake
+route each (a local port each), then one process of ``--storm-shared`` clients
+sharing one route. Reported: connections made, handshakes per second (first
+connect to last answer), the server's and the clients' CPU per connection
+(drivers included), failures by reason, the server's ``HandshakeStats`` and its
+garbage collector's time; ``--storm-profile`` writes the server's cProfile.
+
 (c) An idle server with ``--idle-clients`` idle IPC clients (one client
 process): the server process's CPU time (``/proc/<pid>/stat``, all threads,
 its embedded driver included) over ``--idle-seconds`` after they connected,
@@ -45,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import math
 import os
 import signal
@@ -81,19 +92,64 @@ def note(text: str) -> None:
 
 
 def endpoint_server(
-    aeron_dir: str, port: int, connected: Any, ready: Any, stop: Any, out: Any, env: dict[str, str] | None = None
+    aeron_dir: str,
+    port: int,
+    connected: Any,
+    ready: Any,
+    stop: Any,
+    out: Any,
+    env: dict[str, str] | None = None,
+    profile: str = "",
 ) -> None:
     """A ``Server`` that counts its live connections in ``connected`` until ``stop``; then reports its errors.
 
-    ``env`` is set first: ``AERON_*`` variables reach the embedded driver's context.
+    ``env`` is set first: ``AERON_*`` variables reach the embedded driver's context. ``profile``: a file to write
+    the server process's cProfile statistics to (its event loop's thread; the driver's own threads are not in it).
     """
     os.environ.update(env or {})
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            _endpoint_server(aeron_dir, port, connected, ready, stop, out)
+        finally:
+            profiler.disable()
+            profiler.dump_stats(profile)
+        return
+    _endpoint_server(aeron_dir, port, connected, ready, stop, out)
+
+
+_SERVER_CONFIG_ENV = "BENCH_SERVER_CONFIG"
+
+
+def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop: Any, out: Any) -> None:
+
+    # The garbage collector's time (full collections grow with the objects every connection holds).
+    gc_time = [0.0, 0.0, 0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_time[1] = time.perf_counter()
+        else:
+            gc_time[0] += time.perf_counter() - gc_time[1]
+            gc_time[2] += 1
+
+    gc.callbacks.append(on_gc)
 
     async def serve() -> None:
         from endpoint import Connection, Server, ServerConfiguration
 
+        # Integer settings to override, as NAME=VALUE,... (the storm phases' --storm-server-config).
+        extra = {
+            name: int(value)
+            for name, value in (
+                item.split("=", 1) for item in os.environ.get(_SERVER_CONFIG_ENV, "").split(",") if item
+            )
+        }
         config = ServerConfiguration(
-            port=port, listen_address="127.0.0.1", aeron_dir=aeron_dir, serialization=serialization()
+            port=port, listen_address="127.0.0.1", aeron_dir=aeron_dir, serialization=serialization(), **extra
         )
         server = Server(config)
         errors: list[str] = []
@@ -114,7 +170,8 @@ def endpoint_server(
             async with server:
                 ready.set()
                 await wait_event(stop, 3600, interval=0.1)
-                out.put(("server", len(errors), errors[:3], repr(server.handshake_stats)))
+                gc_note = f"; gc {gc_time[0]:.2f} s in {gc_time[2]} collections" if gc_time[2] else ""
+                out.put(("server", len(errors), errors[:3], repr(server.handshake_stats) + gc_note))
         except Exception as exc:
             out.put(("server", -1, [f"{type(exc).__name__}: {exc}"], ""))
             raise
@@ -319,6 +376,99 @@ def run_tcp_handshakes(count: int) -> tuple[Rate, Rate]:
     return sequential, concurrent
 
 
+# -- (s) connect storms ---------------------------------------------------------------------------------------------
+
+
+class Storm(NamedTuple):
+    ok: int
+    tried: int
+    seconds: float
+    """From the first connect started to the last one finished, over all client processes."""
+    server_cpu_ms: float
+    """The server process's CPU time over the storm per connection made (its embedded driver included)."""
+    failures: dict[str, int]
+    """Client-side failures by exception type and first words."""
+    server_stats: str
+    client_cpu_ms: float = float("nan")
+    """The client processes' CPU time over their connects (drivers included) per connection made."""
+
+
+def storm_clients(
+    aeron_dir: str, port: int, local_ports: list[int], count: int, go: Any, out: Any, release: Any
+) -> None:
+    """Client process: ``count`` UDP clients (on ``local_ports`` when given: a route each; else sharing one) all
+    connecting at once when ``go`` is set; reports (ok, start, end, failures), then holds them until ``release``."""
+
+    async def run() -> None:
+        from endpoint import Client
+
+        ports = local_ports or [0] * count
+        clients = [Client(_client_config(str(aeron_dir), True, connect_timeout=30.0, local_port=p)) for p in ports]
+        await asyncio.sleep(0)
+        await wait_event(go, 120, interval=0.01)
+        start, cpu = time.time(), time.process_time()
+        outcomes = await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients), return_exceptions=True)
+        end, cpu = time.time(), time.process_time() - cpu
+        failures: dict[str, int] = {}
+        for o in outcomes:
+            if isinstance(o, BaseException):
+                reason = f"{type(o).__name__}: {' '.join(str(o).split()[:8])}"
+                failures[reason] = failures.get(reason, 0) + 1
+        out.put((count - sum(failures.values()), start, end, failures, cpu))
+        await wait_event(release, 600, interval=0.1)
+        await _close_all(clients)
+
+    asyncio.run(run())
+
+
+def run_storm(
+    processes: int, per_process: int, own_routes: bool, profile: str = "", env: dict[str, str] | None = None
+) -> Storm:
+    """``processes`` client processes (a driver each) of ``per_process`` UDP clients each, all connecting at once
+    into one server process: with ``own_routes`` a handshake route per client (a local port each, as clients in
+    separate processes have), else the clients of a process share one."""
+    with children() as group:
+        ctx = group.ctx
+        ready, stop, go, release = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
+        out, server_out = ctx.Queue(), ctx.Queue()
+        connected = ctx.Value("i", 0, lock=False)
+        server_dir = fresh_aeron_dir("ep-storm-srv")
+        group.dirs.append(server_dir)
+        port = free_udp_port()
+        server = group.start(endpoint_server, str(server_dir), port, connected, ready, stop, server_out, env, profile)
+        if not ready.wait(60):
+            raise RuntimeError("the server process did not start")
+        ports = distinct_free_udp_ports(processes * per_process) if own_routes else []
+        procs = []
+        for i in range(processes):
+            client_dir = fresh_aeron_dir("ep-storm-cli")
+            group.dirs.append(client_dir)
+            mine = ports[i * per_process : (i + 1) * per_process]
+            procs.append(group.start(storm_clients, str(client_dir), port, mine, per_process, go, out, release))
+        time.sleep(3.0 + 0.2 * per_process * processes / 100)  # client processes start their drivers
+        cpu_before = cpu_seconds(server.pid)
+        go.set()
+        results = [out.get(timeout=300) for _ in procs]
+        cpu_after = cpu_seconds(server.pid)
+        release.set()
+        for proc in procs:
+            group.join(proc, 60)
+        stop.set()
+        _, error_count, errors, stats = server_out.get(timeout=60)
+        group.join(server, 30)
+    ok = sum(r[0] for r in results)
+    failures: dict[str, int] = {}
+    for r in results:
+        for reason, n in r[3].items():
+            failures[reason] = failures.get(reason, 0) + n
+    if error_count:
+        failures[f"server on_error: {errors[:1]}"] = error_count
+    seconds = max(r[2] for r in results) - min(r[1] for r in results)
+    client_ms = sum(r[4] for r in results) * 1000 / max(1, ok)
+    server_ms = (cpu_after - cpu_before) * 1000 / max(1, ok)
+    return Storm(ok, processes * per_process, seconds, server_ms, failures, stats, client_ms)
+
+
 # -- (b) and (c): many idle clients -------------------------------------------------------------------------------
 
 
@@ -473,7 +623,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--idle-clients", type=int, default=100, help="(c) idle clients")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="(c) CPU measuring window")
     parser.add_argument("--crowd-seconds", type=float, default=5.0, help="(b) CPU measuring window")
-    parser.add_argument("--only", default="abc", help="parts to run, e.g. 'a' or 'bc'")
+    parser.add_argument("--only", default="abc", help="parts to run, e.g. 'a' or 'bc'; 's' (connect storms) on demand")
+    parser.add_argument("--storm-processes", type=int, default=4, help="(s) client processes, a route per client")
+    parser.add_argument("--storm-per-process", type=int, default=100, help="(s) clients per client process")
+    parser.add_argument("--storm-shared", type=int, default=400, help="(s) clients in one process sharing a route")
+    parser.add_argument(
+        "--storm-server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="(s) an environment variable for the server process (its embedded driver), e.g. "
+        "AERON_RECEIVER_MAX_IMAGES_PER_SOURCE=1024; repeatable",
+    )
+    parser.add_argument(
+        "--storm-server-config",
+        default="",
+        metavar="NAME=INT,...",
+        help="(s) ServerConfiguration settings for the server, e.g. max_answer_routes_per_source=1024",
+    )
+    parser.add_argument("--storm-only", default="", help="(s) 'routes' or 'shared': run that phase only")
+    parser.add_argument("--storm-profile", default="", help="(s) write the server's cProfile stats to FILE.<phase>")
     parser.add_argument("--quick", action="store_true", help="smoke run: 20 handshakes, 40 clients, 1 s windows")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
@@ -594,6 +763,37 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         if crowd.error:
             print(f"  errors: {crowd.error}")
+
+    if "s" in args.only:
+        storm_rows: list[tuple[object, ...]] = []
+        phases = [
+            (
+                f"{args.storm_processes} processes x {args.storm_per_process}, a route each",
+                args.storm_processes,
+                args.storm_per_process,
+                True,
+                "routes",
+            ),
+            (f"1 process x {args.storm_shared}, one shared route", 1, args.storm_shared, False, "shared"),
+        ]
+        server_env = dict(item.split("=", 1) for item in args.storm_server_env)
+        if args.storm_server_config:
+            server_env[_SERVER_CONFIG_ENV] = args.storm_server_config
+        for name, m, k, own, tag in phases:
+            if args.storm_only and tag != args.storm_only:
+                continue
+            profile = f"{args.storm_profile}.{tag}" if args.storm_profile else ""
+            st = run_storm(m, k, own, profile, server_env)
+            rate = st.ok / st.seconds if st.seconds else 0.0
+            storm_rows.append(
+                (name, f"{st.ok}/{st.tried}", st.seconds, rate, f"{st.server_cpu_ms:.1f}", f"{st.client_cpu_ms:.1f}")
+            )
+            note(f"(s) {name}: {rate:.0f}/s; failures {st.failures}; server {st.server_stats}")
+        print_table(
+            "(s) Connect storms: UDP clients all connecting at once into one server process",
+            ["", "connected", "seconds", "handshakes/s", "server CPU ms each", "clients' CPU ms each"],
+            storm_rows,
+        )
 
     if failed:
         sys.exit(f"failed: {', '.join(failed)}")

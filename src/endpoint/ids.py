@@ -26,6 +26,7 @@ class IdAllocator:
 
     __slots__ = (
         "_cooling",
+        "_cooling_ids",
         "_free",
         "_high",
         "_live",
@@ -60,6 +61,9 @@ class IdAllocator:
         self._random: random.Random = rng if rng is not None else secrets.SystemRandom()
         self._live: set[int] = set()
         self._cooling: deque[tuple[int, int]] = deque()  # (ready_ns, id), ready times non-decreasing
+        self._cooling_ids: set[int] = set()
+        """The ids in ``_cooling`` (each at most once: only a live id is released, and none cooling is handed out),
+        so that a wide range's draw checks one in O(1) however many connections came and went lately."""
         self._free: list[int] | None = None
         if self._size <= _DENSE_LIMIT:
             pool = [i for i in range(low, high + 1) if i not in self._reserved]
@@ -81,6 +85,7 @@ class IdAllocator:
         cooling = self._cooling
         while cooling and cooling[0][0] <= now_ns:
             _, value = cooling.popleft()
+            self._cooling_ids.discard(value)
             if self._free is not None:
                 # Put it somewhere random so reuse order can't be predicted either.
                 free = self._free
@@ -98,7 +103,7 @@ class IdAllocator:
         else:
             if len(self._live) + len(self._cooling) >= self._size:
                 raise self._exhausted()
-            cooling = {v for _, v in self._cooling} if self._cooling else ()
+            cooling = self._cooling_ids
             for _ in range(1024):
                 value = self._random.randint(self._low, self._high)
                 if value not in self._live and value not in self._reserved and value not in cooling:
@@ -115,6 +120,7 @@ class IdAllocator:
         except KeyError:
             raise ValueError(f"{self.name} {value} is not allocated") from None
         self._cooling.append((now_ns + self.reuse_delay_ns, value))
+        self._cooling_ids.add(value)
 
     def is_live(self, value: int) -> bool:
         return value in self._live

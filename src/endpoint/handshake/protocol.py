@@ -46,7 +46,9 @@ cause in ``stats``. The client believes only answers sealed under its
 handshake; an unsealed REJECT is taken as an unauthenticated hint, and only
 before the server can hold any key for us (no cookie received yet). Memory
 stays bounded under floods: half-open handshakes are capped in total and per
-source, and when full the oldest gives way (told ``SERVER_BUSY``, sealed).
+source, and when full the oldest gives way (told ``SERVER_BUSY``, sealed), unless it is the newcomer's own
+source's and still young: a host whose many clients connect at once (a burst, every one past its cookie) is not
+taken for a flood and turned away, its newest HELLOs wait (dropped, counted ``overloaded``; the client asks again).
 
 Time is passed in as ``now_ns`` (any clock, the same for every call).
 """
@@ -803,7 +805,7 @@ class ServerHandshake:
             return None
         if payload:
             raise HandshakeError("HELLO's Noise payload must be empty")
-        if not self._make_room(source):
+        if not self._make_room(source, now_ns):
             self.stats.overloaded += 1
             return None
         self._pending[key] = _Pending(message.client_public, source, noise, now_ns)
@@ -824,10 +826,14 @@ class ServerHandshake:
             schema=message.schema,
         )
 
-    def _make_room(self, source: str) -> bool:
+    def _make_room(self, source: str, now_ns: int) -> bool:
         """Evict a half-open handshake so a new one fits: this source's oldest when it is at its cap, else the
         oldest of the source holding the most (a flood from a few sources evicts itself, not a lone client).
-        False when nothing can give way (every candidate has its DONE and is being set up)."""
+        False when nothing can give way (every candidate has its DONE and is being set up), or when the candidate
+        is the newcomer's own source's and was active within half the handshake timeout: then it is a burst
+        still under way (many clients behind one address), and evicting its progress for a newer one of the same
+        source would only make both start over; the newcomer asks again (a flood from that address hurts only
+        itself, as before, and a stalled handshake still gives way once it has idled that long)."""
         if self._per_source.get(source, 0) >= self.max_pending_per_source:
             candidates = [k for k, e in self._pending.items() if e.source == source and e.state != "done"]
         elif len(self._pending) >= self.max_pending:
@@ -840,6 +846,9 @@ class ServerHandshake:
         else:
             return True
         if not candidates:
+            return False
+        oldest = self._pending[candidates[0]]
+        if oldest.source == source and now_ns - oldest.updated_ns < self.handshake_timeout_ns // 2:
             return False
         self._evict(candidates[0])
         return True

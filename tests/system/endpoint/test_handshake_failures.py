@@ -598,3 +598,29 @@ async def test_old_and_new_handshake_versions_refuse_each_other_with_a_typed_rea
             assert server.connections == []
         finally:
             await peer.close()
+
+
+async def test_many_clients_of_one_host_at_once_are_not_turned_away_as_a_flood(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """More clients of one address connecting at once than ``max_pending_per_source``: the newest wait (their
+    HELLOs dropped as ``overloaded``, asked again) instead of evicting that address's handshakes under way, so
+    every one connects and none is told SERVER_BUSY."""
+    config = server_config(aeron_dir, port, max_pending_per_source=3, handshake_timeout=1.0)
+    async with running_server(config) as server:
+        clients = [
+            Client(client_config("udp", aeron_dir, client_dir, handshake_timeout=1.0, connect_timeout=30.0))
+            for _ in range(9)
+        ]
+        try:
+            async with asyncio.timeout(60):
+                outcomes = await asyncio.gather(
+                    *(c.connect("127.0.0.1", port) for c in clients), return_exceptions=True
+                )
+            failed = [o for o in outcomes if isinstance(o, BaseException)]
+            assert failed == [], failed[:3]
+            await wait_until(lambda: len(server.connections) == 9, 10, what="the server holding all nine")
+            assert server.rejections[RejectReason.SERVER_BUSY] == 0
+            assert server.handshake_stats.evicted == 0
+        finally:
+            await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)

@@ -383,29 +383,63 @@ def test_a_full_server_evicts_from_the_source_holding_the_most() -> None:
     accepted(server, legit, 1)  # the oldest of all
     flood = [make_client(claimed_address="10.9.9.9") for _ in range(5)]
     for i, client in enumerate(flood):
-        accepted(server, client, 10 + i, source="10.9.9.9")
+        # Spaced by half the handshake timeout: the flood's oldest has idled that long each time, so gives way
+        # (younger ones would make the flood's newest wait instead: see test_a_burst_from_one_source_...).
+        hello = hello_with_cookie(server, client, "10.9.9.9", now=T0 + i * (TIMEOUT // 2))
+        assert isinstance(hello, Hello)
     assert server.is_pending(legit.connect_key), "a lone client is not evicted by a flood from another source"
     assert [key for key, _ in server.evicted] == [flood[0].connect_key, flood[1].connect_key]
 
 
-def test_per_source_cap_evicts_that_sources_oldest() -> None:
+def test_per_source_cap_evicts_that_sources_oldest_once_it_idled() -> None:
     server = make_server(max_pending=16, max_pending_per_source=2)
     mine = [make_client() for _ in range(3)]
     other = make_client(claimed_address="10.0.0.9")
     accepted(server, other, 50, source="10.0.0.9")
-    for i, client in enumerate(mine):
+    for i, client in enumerate(mine[:2]):
         hello = hello_with_cookie(server, client)
         assert isinstance(hello, Hello)
         server.accept(client.connect_key, grant_for(i), T0)
+    later = T0 + TIMEOUT // 2  # the oldest has idled half the handshake timeout: stalled, it gives way
+    hello = hello_with_cookie(server, mine[2], now=later)
+    assert isinstance(hello, Hello)
     assert [key for key, _ in server.evicted] == [mine[0].connect_key]
     assert server.is_pending(other.connect_key)
+
+
+def test_a_burst_from_one_source_is_not_turned_away() -> None:
+    """Many clients behind one address connecting at once: at the per-source cap the newest waits (dropped,
+    counted; its client asks again) instead of evicting one of the same source that is still under way."""
+    server = make_server(max_pending=16, max_pending_per_source=2)
+    mine = [make_client() for _ in range(3)]
+    for i, client in enumerate(mine[:2]):
+        accepted(server, client, i)
+    assert hello_with_cookie(server, mine[2], now=T0 + TIMEOUT // 4) is None
+    assert server.evicted == []
+    assert server.stats.overloaded == 1
+    assert server.stats.evicted == 0
+    # The first two finish; then the third's HELLO (asked again, same cookie round) is admitted.
+    for client in mine[:2]:
+        assert isinstance(server.receive(client.done(), SRC, T0 + TIMEOUT // 4), Done)
+        assert isinstance(client.receive(server.complete(client.connect_key)), Completed)
+    assert isinstance(server.receive(mine[2].hello(T0 + TIMEOUT // 4), SRC, T0 + TIMEOUT // 4), Hello)
+
+
+def test_a_full_server_still_evicts_another_sources_young_handshake() -> None:
+    """The grace is for a source against itself only: a flood elsewhere still gives way to a lone client."""
+    server = make_server(max_pending=2, max_pending_per_source=2)
+    flood = [make_client(claimed_address="10.9.9.9") for _ in range(2)]
+    for i, client in enumerate(flood):
+        accepted(server, client, 10 + i, source="10.9.9.9")
+    assert isinstance(hello_with_cookie(server, make_client()), Hello)
+    assert [key for key, _ in server.evicted] == [flood[0].connect_key]
 
 
 def test_evicting_a_handshake_not_yet_answered_rejects_it_in_its_answer() -> None:
     server = make_server(max_pending=1, max_pending_per_source=1)
     first, second = make_client(), make_client()
     assert isinstance(hello_with_cookie(server, first), Hello)
-    assert isinstance(hello_with_cookie(server, second), Hello)
+    assert isinstance(hello_with_cookie(server, second, now=T0 + TIMEOUT // 2), Hello)
     ((key, packet),) = server.evicted
     assert key == first.connect_key
     result = first.receive(packet)

@@ -364,3 +364,17 @@ def test_sparse_never_hands_out_a_live_reserved_or_cooling_id(
     alloc = IdAllocator(low, high, reserved=reserved_ids, reuse_delay_ns=delay, rng=HotRandom(seed, hot))
     assert alloc.capacity > DENSE_LIMIT
     run_model(alloc, low, high, reserved_ids, delay, ops)
+
+
+def test_sparse_range_skips_a_cooling_id_until_it_thawed() -> None:
+    """The wide range's draw checks the cooling ids (kept as a set beside their queue) and forgets them on thaw."""
+    rng = ScriptedRandom([SPARSE_LOW + 5])
+    alloc = IdAllocator(SPARSE_LOW, SPARSE_HIGH, reuse_delay_ns=SEC, rng=rng)
+    value = alloc.allocate(T0)
+    assert value == SPARSE_LOW + 5
+    alloc.release(value, T0)
+    rng.script = [value, value, SPARSE_LOW + 6]
+    assert alloc.allocate(T0 + SEC - 1) == SPARSE_LOW + 6, "the cooling id is drawn twice and skipped"
+    rng.script = [value]
+    assert alloc.allocate(T0 + SEC) == value, "thawed, it can be handed out again"
+    assert alloc.cooling_count() == 0
