@@ -84,7 +84,7 @@ async def _supervise(
     for signum in signals:
         try:
             loop.add_signal_handler(signum, on_signal, int(signum))
-        except (RuntimeError, ValueError) as exc:  # not the main thread, or no such support (NotImplementedError)
+        except (RuntimeError, ValueError) as exc:  # not the main thread, or a loop without signal support
             _log.debug("cannot handle %s on this loop: %s", signum.name, exc)
             continue
         installed.append(signum)
