@@ -16,6 +16,7 @@ import org.agrona.concurrent.UnsafeBuffer;
  * A line is "<package>.<Message> token...": the encoder class is <package>.<Message>Encoder, wrapped with its
  * package's MessageHeaderEncoder at offset 0 of a zeroed buffer. Tokens, applied in order:
  *   name=value   call the one-argument setter "name" (value URL-encoded; enums by constant name)
+ *   name:=hex    call "putName(byte[], 0, length)" with the bytes (var data without a character encoding)
  *   [name=count  call "nameCount(count)" and make the group encoder current
  *   +            call next() on the current group encoder
  *   ]            return to the enclosing encoder
@@ -66,6 +67,16 @@ public final class SbeEncode
                     stack.push(current.getClass().getMethod(kv[0] + "Count", int.class)
                         .invoke(current, Integer.parseInt(kv[1])));
                 }
+                else if (token.contains(":="))
+                {
+                    final int at = token.indexOf(":=");
+                    final String name = token.substring(0, at);
+                    final byte[] bytes = hex(token.substring(at + 2));
+                    current.getClass()
+                        .getMethod("put" + Character.toUpperCase(name.charAt(0)) + name.substring(1),
+                            byte[].class, int.class, int.class)
+                        .invoke(current, bytes, 0, bytes.length);
+                }
                 else
                 {
                     final int eq = token.indexOf('=');
@@ -83,6 +94,16 @@ public final class SbeEncode
         }
         System.out.print(out);
         System.out.flush();
+    }
+
+    private static byte[] hex(final String text)
+    {
+        final byte[] bytes = new byte[text.length() / 2];
+        for (int i = 0; i < bytes.length; i++)
+        {
+            bytes[i] = (byte)Integer.parseInt(text.substring(2 * i, 2 * i + 2), 16);
+        }
+        return bytes;
     }
 
     @SuppressWarnings({ "unchecked", "rawtypes" })

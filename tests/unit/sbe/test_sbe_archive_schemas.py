@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from driver.archive import codecs
 from driver.archive.codecs import CURRENT, CURRENT_MARK, LEGACY, LEGACY_MARK, ArchiveDispatcher, generation_for
-from driver.sbe import MessageCodec, SbeDecodeError, SbeSchemaIdMismatchError, SbeUnknownTemplateError
+from driver.sbe import (
+    MessageCodec,
+    SbeDecodeError,
+    SbeSchemaIdMismatchError,
+    SbeUnknownTemplateError,
+    load_schema_resource,
+)
 from driver.sbe.schema import EncodedType, EnumType, Group, Message, SetType, snake_case
 
 
@@ -27,6 +33,17 @@ def test_the_schema_files_ship_as_package_data_with_their_notice() -> None:
     notice = root.joinpath("schemas").joinpath("README.md").read_text()
     assert "Apache License, Version 2.0" in notice
     assert "aeron-io/aeron" in notice
+
+
+def test_the_cluster_schemas_ship_too() -> None:
+    assert [(s.id, s.version, len(s.messages)) for s in CLUSTER] == [
+        (111, 0, 47),
+        (110, 0, 1),
+        (111, 17, 54),
+        (110, 2, 1),
+    ]
+    notice = importlib.resources.files("driver").joinpath("cluster").joinpath("schemas").joinpath("README.md")
+    assert "Apache License, Version 2.0" in notice.read_text()
 
 
 def test_the_generations_are_the_ones_aeron_ships() -> None:
@@ -86,7 +103,16 @@ def _field_values(block: Message | Group) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries(fields)
 
 
-ALL = [(schema, codec) for schema in (LEGACY, CURRENT, LEGACY_MARK, CURRENT_MARK) for codec in schema.messages.values()]
+CLUSTER = [
+    load_schema_resource("driver", f"cluster/schemas/{generation}/{name}")
+    for generation in ("aeron-1.15.1", "aeron-current")
+    for name in ("aeron-cluster-codecs.xml", "aeron-cluster-mark-codecs.xml")
+]
+ALL = [
+    (schema, codec)
+    for schema in (LEGACY, CURRENT, LEGACY_MARK, CURRENT_MARK, *CLUSTER)
+    for codec in schema.messages.values()
+]
 
 
 @pytest.mark.parametrize("codec", [c for _, c in ALL], ids=[f"v{s.version}-{s.id}-{c.name}" for s, c in ALL])
