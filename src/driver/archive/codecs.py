@@ -92,9 +92,11 @@ class ArchiveDispatcher:
         self._read = LEGACY._header_read
 
     def wrap(self, buffer: Buffer, offset: int = 0) -> MessageDecoder:
-        if not isinstance(buffer, (bytes, bytearray, memoryview)):
+        try:
+            capacity = len(buffer)
+        except TypeError:
             buffer = as_buffer(buffer)
-        capacity = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
+            capacity = len(buffer)
         if offset < 0 or offset + 8 > capacity:
             raise SbeDecodeError(f"no room for a message header at offset {offset} of {capacity} bytes")
         block_length, template_id, schema_id, version = self._read(buffer, offset)
