@@ -917,8 +917,13 @@ class MessageSchema:
 
     def decode(self, buffer: Buffer, offset: int = 0) -> tuple[MessageCodec, dict[str, Any]]:
         """The message at ``offset``, whichever it is, as (its codec, its values). Slow path."""
-        decoder = Dispatcher(self).wrap(buffer, offset)
-        return self.templates[decoder.TEMPLATE_ID], decoder.to_dict()
+        header = self.read_header(buffer, offset)
+        if header.schema_id != self.id:
+            raise SbeSchemaIdMismatchError(self.id, header.schema_id, header.template_id)
+        codec = self.templates.get(header.template_id)
+        if codec is None:
+            raise SbeUnknownTemplateError(header.template_id, header.schema_id, header.version)
+        return codec, codec.decode(buffer, offset)
 
 
 def _header_codec(
