@@ -490,3 +490,58 @@ def test_an_encoder_reads_back_what_it_wrote() -> None:
     enc.late = 5  # since version 2: an encoder writes the newest version, so it reads back too
     enc.symbol = "X"
     assert (enc.late, enc.symbol) == (5, "X")
+
+
+NESTED = """<?xml version="1.0" encoding="UTF-8"?>
+<messageSchema package="nested" id="9" version="0" byteOrder="littleEndian">
+  <types>
+    <composite name="messageHeader">
+      <type name="blockLength" primitiveType="uint16"/>
+      <type name="templateId" primitiveType="uint16"/>
+      <type name="schemaId" primitiveType="uint16"/>
+      <type name="version" primitiveType="uint16"/>
+    </composite>
+    <composite name="groupSizeEncoding">
+      <type name="blockLength" primitiveType="uint16"/>
+      <type name="numInGroup" primitiveType="uint16"/>
+    </composite>
+    <enum name="Unit" encodingType="uint8">
+      <validValue name="NS">0</validValue>
+      <validValue name="MS">1</validValue>
+    </enum>
+    <composite name="Duration">
+      <type name="value" primitiveType="int64"/>
+      <ref name="unit" type="Unit"/>
+      <type name="tag" primitiveType="char" length="2"/>
+    </composite>
+    <composite name="Window">
+      <composite name="start">
+        <type name="seconds" primitiveType="uint32"/>
+      </composite>
+      <ref name="length" type="Duration" offset="8"/>
+    </composite>
+  </types>
+  <message name="Timer" id="1">
+    <field name="window" id="1" type="Window"/>
+    <group name="windows" id="2">
+      <field name="window" id="3" type="Window"/>
+    </group>
+  </message>
+</messageSchema>
+"""
+
+
+def test_nested_composites_with_refs_and_offsets_in_blocks_and_groups() -> None:
+    schema = load_schema(NESTED)
+    codec = schema["Timer"]
+    window = {"start": {"seconds": 7}, "length": {"value": -5, "unit": 1, "tag": "ab"}}
+    values = {"window": window, "windows": [{"window": window}, {"window": {**window, "start": {"seconds": 8}}}]}
+    data = codec.encode(values)
+    assert codec.block_length == 8 + 8 + 1 + 2
+    assert data[8:12] == (7).to_bytes(4, "little")
+    assert data[16:24] == (-5).to_bytes(8, "little", signed=True)
+    assert data[24:27] == b"\x01ab"
+    assert codec.decode(data) == values
+    dec = codec.decoder().wrap_and_check_header(data, 0)
+    assert (dec.window.start.seconds, dec.window.length.unit, dec.window.length.tag) == (7, 1, "ab")
+    assert [entry.window.start.seconds for entry in dec.windows()] == [7, 8]
