@@ -46,6 +46,9 @@ in the order of the class's ``FIELD_NAMES`` (constants aside)::
 Buffers: ``bytes`` (decode only), ``bytearray``, a ``memoryview`` of bytes (format ``B``), or an object with
 ``capacity`` and ``view(index, length)`` such as the driver's ``AtomicBuffer``.
 
+Every decoding ``wrap`` takes an optional ``length`` bounding the message (a fragment inside a larger term buffer):
+nothing past it is read.
+
 Dispatch by template id: ``d = schema.dispatcher(); dec = d.wrap(buffer, offset)`` returns the reused decoder of
 whatever message is there (``dec.TEMPLATE_ID``, ``dec.NAME``); another schema's id raises
 :class:`SbeSchemaIdMismatchError`, an unknown template :class:`SbeUnknownTemplateError`, short or inconsistent bytes

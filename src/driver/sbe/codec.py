@@ -815,12 +815,15 @@ class Dispatcher:
         self._schema_id = schema.id
         self._header_length = schema.header_length
 
-    def wrap(self, buffer: Buffer, offset: int = 0) -> MessageDecoder:
+    def wrap(self, buffer: Buffer, offset: int = 0, length: int | None = None) -> MessageDecoder:
+        """The decoder of the message at ``offset`` (``length``, when given, bounds it, header included)."""
         try:
             capacity = len(buffer)
         except TypeError:
             buffer = as_buffer(buffer)
             capacity = len(buffer)
+        if length is not None and offset + length < capacity:
+            capacity = offset + length
         if offset < 0 or offset + self._header_length > capacity:
             raise SbeDecodeError(f"no room for a message header at offset {offset} of {capacity} bytes")
         block_length, template_id, schema_id, version = self._read(buffer, offset)
@@ -829,7 +832,8 @@ class Dispatcher:
         decoder = self._decoders.get(template_id)
         if decoder is None:
             raise SbeUnknownTemplateError(template_id, schema_id, version)
-        return decoder.wrap(buffer, offset + self._header_length, block_length, version)
+        body = offset + self._header_length
+        return decoder.wrap(buffer, body, block_length, version, capacity - body)
 
 
 class MessageSchema:

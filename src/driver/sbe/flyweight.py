@@ -124,19 +124,27 @@ class MessageDecoder(_Block):
         self._groups = ()
 
     def wrap(
-        self, buffer: Buffer | _ViewableBuffer, offset: int, acting_block_length: int, acting_version: int
+        self,
+        buffer: Buffer | _ViewableBuffer,
+        offset: int,
+        acting_block_length: int,
+        acting_version: int,
+        length: int | None = None,
     ) -> Self:
         """Read the message whose block starts at ``offset``, sent with that block length and schema version.
 
         A block longer than this schema's (a newer peer) is skipped over to its groups and data; fields newer
-        than ``acting_version`` read as their null value. Raises :class:`SbeDecodeError` when the block does not
-        fit the buffer or is too short for the fields the acting version has.
+        than ``acting_version`` read as their null value. ``length``, when given, bounds the message body (a
+        fragment in a larger term buffer): nothing past ``offset + length`` is read. Raises
+        :class:`SbeDecodeError` when the block does not fit or is too short for the fields the acting version has.
         """
         try:
             capacity = len(buffer)  # type: ignore[arg-type]
         except TypeError:
             buffer = as_buffer(buffer)
             capacity = len(buffer)
+        if length is not None and offset + length < capacity:
+            capacity = offset + length
         limit = offset + acting_block_length
         if limit > capacity or offset < 0 or acting_block_length < self.BLOCK_LENGTH:
             self._check_wrap(capacity, offset, acting_block_length, acting_version)
@@ -163,18 +171,25 @@ class MessageDecoder(_Block):
                 f"{what}: block length {block_length} is shorter than version {version} needs ({need})"
             )
 
-    def wrap_and_check_header(self, buffer: Buffer | _ViewableBuffer, offset: int) -> Self:
-        """Read the message header at ``offset``, check it names this message, and wrap the body after it."""
+    def wrap_and_check_header(self, buffer: Buffer | _ViewableBuffer, offset: int, length: int | None = None) -> Self:
+        """Read the message header at ``offset``, check it names this message, and wrap the body after it.
+
+        ``length``, when given, bounds the whole message (header included).
+        """
         if not isinstance(buffer, (bytes, bytearray, memoryview)):
             buffer = as_buffer(buffer)
-        if offset < 0 or offset + self.HEADER_LENGTH > _capacity(buffer):
+        capacity = _capacity(buffer)
+        if length is not None and offset + length < capacity:
+            capacity = offset + length
+        if offset < 0 or offset + self.HEADER_LENGTH > capacity:
             raise SbeDecodeError(f"{self.NAME}: no room for a message header at offset {offset}")
         block_length, template_id, schema_id, version = type(self)._HEADER_READ(buffer, offset)
         if schema_id != self.SCHEMA_ID:
             raise SbeSchemaIdMismatchError(self.SCHEMA_ID, schema_id, template_id)
         if template_id != self.TEMPLATE_ID:
             raise SbeUnknownTemplateError(template_id, schema_id, version)
-        return self.wrap(buffer, offset + self.HEADER_LENGTH, block_length, version)
+        body = offset + self.HEADER_LENGTH
+        return self.wrap(buffer, body, block_length, version, capacity - body)
 
     @property
     def buffer(self) -> Buffer:

@@ -545,3 +545,20 @@ def test_nested_composites_with_refs_and_offsets_in_blocks_and_groups() -> None:
     dec = codec.decoder().wrap_and_check_header(data, 0)
     assert (dec.window.start.seconds, dec.window.length.unit, dec.window.length.tag) == (7, 1, "ab")
     assert [entry.window.start.seconds for entry in dec.windows()] == [7, 8]
+
+
+def test_a_length_bounds_a_message_inside_a_larger_buffer() -> None:
+    """A fragment in a term buffer: with its length given, a var data length pointing past it is refused."""
+    codec = LITTLE["Order"]
+    data = bytearray(codec.encode(VALUES))
+    term = bytearray(32) + data + bytearray(64)
+    assert LITTLE.dispatcher().wrap(term, 32, len(data)).to_dict() == codec.decode(data)
+    assert codec.decoder().wrap_and_check_header(term, 32, len(data)).skip() == len(data) - 8
+    struct.pack_into("<H", term, 32 + len(data) - 5 - 4, 40)  # the blob now claims 40 bytes: inside the term buffer
+    with pytest.raises(SbeDecodeError, match="blob"):
+        LITTLE.dispatcher().wrap(term, 32, len(data)).to_dict()
+    with pytest.raises(SbeDecodeError, match="blob"):
+        codec.decoder().wrap_and_check_header(term, 32, len(data)).to_dict()
+    with pytest.raises(SbeDecodeError):
+        codec.decoder().wrap(term, 40, 66, 3, 65)  # the block alone does not fit the length
+    LITTLE.dispatcher().wrap(term, 32).to_dict()  # unbounded, the longer blob is read from the term buffer
