@@ -10,8 +10,12 @@ image goes when the spy or the publication goes, and its counter with it.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -297,3 +301,45 @@ def test_a_closed_clients_spies_are_freed(udp: UdpDrivers) -> None:
     execute_until(lambda: not _sub_positions(driver.aeron_dir), timeout_s=15, description="spy counter freed")
     execute_until(lambda: not publication.is_connected, timeout_s=10, description="unconnected")
     assert driver_errors(driver.aeron_dir) == []
+
+
+def _tools(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "driver.tools", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_tools_show_spies_with_the_publication_they_read(udp: UdpDrivers) -> None:
+    driver = udp.embedded("spy", spies_simulate_connection=True)
+    client = udp.client(driver.aeron_dir)
+    channel = _channel()
+    publication = client.add_exclusive_publication(channel, STREAM_ID)
+    spy = client.add_subscription(_spy(channel), STREAM_ID)
+    wait_for_image(spy)
+    publish_checked(publication, [(spy, Collector())], 100, SMALL_BODY)  # the spy has read 6,400 bytes
+    aeron_dir = str(driver.aeron_dir)
+    label = f"sub-pos: {spy.registration_id} {publication.session_id} {STREAM_ID} {_spy(channel)} @0"
+    # AeronStat's line for the spy's position, and the table's (type 4, sub-pos) with the same label
+    stat = _tools("stat", "-d", aeron_dir, "--once", "--format", "aeronstat")
+    assert re.search(rf"^\s*\d+:\s+6,400 - {re.escape(label)}$", stat, re.M), stat
+    table = _tools("stat", "-d", aeron_dir, "--once", "--type", "sub-pos")
+    assert re.search(rf"^\s*\d+\s+6,400\s+4 sub-pos\s+{re.escape(label)}$", table, re.M), table
+
+    def spied() -> dict[str, object] | None:
+        found = json.loads(_tools("streams", "-d", aeron_dir, "--json"))["streams"]
+        mine = [s for s in found if s["session_id"] == publication.session_id]
+        return mine[0] if len(mine) == 1 and mine[0]["publisher_position"] == 6400 else None
+
+    stream = execute_until(spied, timeout_s=20, interval_s=0.1, description="streams with the publisher at 6,400")
+    assert stream["channel"] == channel
+    assert stream["spy_positions"] == {str(spy.registration_id): 6400}
+    assert stream["subscriber_positions"] == {}
+    assert stream["lags"]["publisher_to_spy"] == 0  # type: ignore[index]
+    text = _tools("streams", "-d", aeron_dir)
+    assert re.search(rf"^  spy         sub-pos\s+6,400   subscription {spy.registration_id}$", text, re.M), text
+    # StreamStat's own format groups by channel text, as Java's StreamStat does: the spy is a line of its own.
+    streamstat = _tools("streams", "-d", aeron_dir, "--format", "streamstat")
+    spy_line = f"sessionId={publication.session_id} streamId={STREAM_ID} channel={_spy(channel)} :"
+    assert f"{spy_line} sub-pos:{spy.registration_id}:6400" in streamstat, streamstat
