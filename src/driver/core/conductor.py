@@ -683,7 +683,11 @@ class DriverConductor:
         )
         if sub.is_spy:
             self.subscription_links.append(sub)
-            positions = self.network.add_spy(sub)
+            try:
+                positions = self.network.add_spy(sub)
+            except BaseException:  # no counter left: nothing of the spy stays
+                self._unlink_subscription(sub)
+                raise
             self.client_proxy.on_subscription_ready(msg.correlation_id, NO_ID_ALLOCATED)
             for position in positions:
                 self._send_available_spy_image(position)

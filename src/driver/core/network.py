@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from driver.command.current import ADDRESS_TYPE_IPV4, ADDRESS_TYPE_IPV6, PublicationErrorResponse
 from driver.concurrent._watches import PositionWatch
-from driver.concurrent.counters import AtomicCounter
+from driver.concurrent.counters import AtomicCounter, CountersFullError
 from driver.concurrent.error_log import DistinctErrorLog
 from driver.concurrent.system_counters import (
     CHANNEL_STATUS_ACTIVE,
@@ -237,6 +237,7 @@ class NetworkResources:
         self._had_receivers: dict[NetworkPublication, bool] = {}
         self._sender_positions = PositionWatch([])
         self._spies_changed_of: set[NetworkPublication] = set()
+        self._limits_spied = False  # the watch also holds spy positions (a publication may show up twice)
         self._images_dir = Path(self._ctx.aeron_dir) / "images"
         self._images_dir.mkdir(parents=True, exist_ok=True)
         self._faults = (self._ctx.send_faults, self._ctx.receive_faults)
@@ -424,11 +425,18 @@ class NetworkResources:
         return made
 
     def link_spies(self, publication: NetworkPublication) -> list[SubscriberPosition]:
-        """Link a new publication to the spies already waiting for it; returns the positions made."""
+        """Link a new publication to the spies already waiting for it; returns the positions made. A spy for
+        which no counter is left misses this publication (the error logged and counted): the publication, and
+        the client that asked for it, are not failed for a spy."""
         made = []
         for link in self._conductor.subscription_links:
             if self._spies_on(link, publication) and not link.is_linked(publication):
-                position = self._link_spy(link, publication)
+                try:
+                    position = self._link_spy(link, publication)
+                except CountersFullError as exc:
+                    self._system_counters.get(SystemCounterId.ERRORS).increment()
+                    self._error_log.record(exc)
+                    continue
                 if position is not None:
                     made.append(position)
         return made
@@ -874,17 +882,18 @@ class NetworkResources:
         owners = self._limits_of
         moved = self._sender_positions.changed()
         if moved:
-            done: set[int] = set()
-            for index in moved:
-                publication = owners[index]
-                if id(publication) not in done:
-                    done.add(id(publication))
+            if not self._limits_spied:  # one position per publication
+                for index in moved:
+                    work += owners[index].update_publisher_limit()
+            else:
+                for publication in {id(owners[index]): owners[index] for index in moved}.values():
                     work += publication.update_publisher_limit()
         had = self._had_receivers
         if self._limits_changes != self._publications_changes:
             self._limits_changes = self._publications_changes
             publications = list(self.publications)
             spied = [p for p in publications if p.spy_positions]
+            self._limits_spied = bool(spied)
             # Each sender position, then each spy position, with the publication it moves.
             owners = self._limits_of = publications + [p for p in spied for _ in p.spy_positions]
             entries = [p.sender_position.location() for p in publications]

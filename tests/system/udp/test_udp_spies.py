@@ -87,12 +87,27 @@ def _publish_small_and_large(publication: object, readers: list[tuple[object, Co
     publish_checked(publication, readers, 60, LARGE_BODY, start_seq=3200)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("generation", [CncGeneration.CURRENT, CncGeneration.V15])
+def _driver_dir(udp: UdpDrivers, how: str, **settings: object) -> Path:
+    """Our driver, embedded (SHARED or DEDICATED threads) or as its own process; its directory."""
+    if how == "process":
+        return udp.process("spy", **settings).aeron_dir
+    return udp.embedded("spy", threading_mode=how.upper(), **settings).aeron_dir
+
+
+@pytest.mark.parametrize(
+    ("how", "generation"),
+    [
+        ("shared", CncGeneration.CURRENT),
+        ("shared", CncGeneration.V15),
+        ("dedicated", CncGeneration.CURRENT),
+        pytest.param("process", CncGeneration.CURRENT, marks=pytest.mark.process),
+    ],
+)
 def test_spy_alone_reads_everything_in_order_when_spies_simulate_connection(
-    udp: UdpDrivers, generation: CncGeneration
+    udp: UdpDrivers, how: str, generation: CncGeneration
 ) -> None:
-    driver = udp.embedded("spy", spies_simulate_connection=True, cnc_generation=generation)
-    client = udp.client(driver.aeron_dir)
+    aeron_dir = _driver_dir(udp, how, spies_simulate_connection=True, cnc_generation=generation)
+    client = udp.client(aeron_dir)
     channel = _channel()
     spy = client.add_subscription(_spy(channel), STREAM_ID)
     publication = client.add_exclusive_publication(channel, STREAM_ID)
@@ -100,12 +115,12 @@ def test_spy_alone_reads_everything_in_order_when_spies_simulate_connection(
     assert image.source_identity == "aeron:ipc"  # as Aeron names a spy's image
     assert image.session_id == publication.session_id
     execute_until(lambda: publication.is_connected, timeout_s=10, description="a spy alone connects the publication")
-    [label] = _sub_positions(driver.aeron_dir).values()
+    [label] = _sub_positions(aeron_dir).values()
     assert label == f"sub-pos: {spy.registration_id} {publication.session_id} {STREAM_ID} {_spy(channel)} @0"
     collector = Collector(session_id=publication.session_id)
     _publish_small_and_large(publication, [(spy, collector)])
     assert publication.position > 3 * TERM  # the log rotated through every term more than once
-    assert driver_errors(driver.aeron_dir) == []
+    assert driver_errors(aeron_dir) == []
     assert udp.errors.seen == []
 
 

@@ -273,3 +273,48 @@ def test_spy_prefix_on_a_publication_or_ipc_is_refused(harness: Harness) -> None
     assert "for subscriptions" in errors[on_publication].error_message
     assert errors[on_ipc].error_code == ErrorCode.INVALID_CHANNEL
     assert harness.conductor.subscription_links == []
+
+
+def test_spies_out_of_counters_fail_alone(tmp_path: Path) -> None:
+    """A spy for which no counter is left misses the new publication (logged, counted), and the publication and
+    its client are answered as usual; a spy added then is refused and leaves nothing behind."""
+    probe = Harness(tmp_path / "probe")
+    system = sum(
+        1 for cid in range(probe.counters.max_counter_id) if probe.counters.get_counter_state(cid) == RECORD_ALLOCATED
+    )
+    probe.close()
+    # room for the client's heartbeat, the publication's 4 counters and its channel status, and one spy
+    harness = ConductorHarness(tmp_path / "aeron", counters_values_buffer_length=(system + 7) * 128)
+    try:
+        channel = "aeron:udp?endpoint=127.0.0.1:40199"
+        spies = [harness.cid(), harness.cid()]
+        for cid in spies:
+            harness.send_raw(
+                CommandType.ADD_SUBSCRIPTION,
+                SubscriptionMessage(harness.client_id, cid, 10, f"aeron-spy:{channel}").encode(),
+            )
+        publication = harness.cid()
+        harness.send_raw(
+            CommandType.ADD_PUBLICATION, PublicationMessage(harness.client_id, publication, 10, channel).encode()
+        )
+        responses = [decode_response(t, b) for t, b in harness.work()]
+        kinds = [kind for kind, _ in responses]
+        assert kinds == [ResponseType.ON_SUBSCRIPTION_READY] * 2 + [
+            ResponseType.ON_PUBLICATION_READY,
+            ResponseType.ON_AVAILABLE_IMAGE,
+        ]
+        assert responses[3][1].subscription_registration_id == spies[0]  # type: ignore[attr-defined]
+        (errors,) = read_error_log(harness.cnc.error_log_buffer)
+        assert "CountersFullError" in errors.text, errors.text
+        assert harness.counters.get_counter_value(15) == 1  # ERRORS
+        late = harness.cid()
+        harness.send_raw(
+            CommandType.ADD_SUBSCRIPTION,
+            SubscriptionMessage(harness.client_id, late, 10, f"aeron-spy:{channel}").encode(),
+        )
+        [(kind, error)] = [decode_response(t, b) for t, b in harness.work()]
+        assert kind is ResponseType.ON_ERROR
+        assert error.offending_correlation_id == late  # type: ignore[attr-defined]
+        assert [s.registration_id for s in harness.conductor.subscription_links] == spies
+    finally:
+        harness.close()
