@@ -57,7 +57,8 @@ def _connect_archive(aeron: Any, aeron_dir: str, archive_dir: str) -> Any:
     from driver.archive import ArchiveContext
     from driver.archive.client import ArchiveClient
 
-    context = ArchiveContext.from_env({}, aeron_dir=aeron_dir, archive_dir=archive_dir)
+    # the environment's archive channels (Aeron's UDP defaults unless set), as the archive process has them
+    context = ArchiveContext.from_env(aeron_dir=aeron_dir, archive_dir=archive_dir)
     return ArchiveClient.connect(aeron, context, timeout=30)
 
 

@@ -3,8 +3,8 @@
 :class:`~driver.archive.Archive` (same process: the conductor's queue) and
 :class:`~driver.archive.client.ArchiveClient` (another process: the control
 channel) differ only in how one request travels, which each supplies as
-``_request(operation, *args)``; the protocol's operation names and argument
-order (:data:`driver.archive.protocol.OPERATIONS`) are the contract.
+``_request(operation, *args)``; the operation names and argument order are the
+contract (the client maps each to its Aeron Archive control request).
 """
 
 from __future__ import annotations
