@@ -36,7 +36,7 @@ DRIVER_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"driver.client", "driver.core"}),  # they meet only in shared memory (cnc.dat and the logs)
     frozenset({"driver.config", "driver.agent", "driver.ownership", "driver.doorbell"}),
     frozenset({"driver.media"}),
-    frozenset({"driver.cnc", "driver.command", "driver.wire"}),
+    frozenset({"driver.cnc", "driver.command", "driver.wire", "driver.sbe"}),
     frozenset({"driver.logbuffer"}),
     frozenset({"driver.concurrent"}),
     frozenset({"driver.clock", "driver.idle", "driver.logs", "driver.uri"}),
@@ -55,6 +55,7 @@ SANS_IO = (
     "driver.archive.control",
     "driver.archive.sessions",
     "driver.archive.errors",
+    "driver.sbe",
     "endpoint.handshake.protocol",
     "endpoint.handshake.noise",
     "endpoint.connection.liveness",
