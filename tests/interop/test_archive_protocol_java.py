@@ -9,22 +9,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from driver.archive import Archive, ArchiveContext
-from driver.archive.client import ArchiveClient
-from driver.client import FragmentAssembler, Header
+from driver.archive import Archive, ArchiveContext, ArchiveError, RecordingNotFoundError
+from driver.archive.client import ArchiveClient, AsyncArchiveClient
+from driver.client import Aeron, FragmentAssembler, Header
 from driver.core.media_driver import MediaDriver
 from support.aeron_java import AeronJava, PeerSetupError, PropValue
 from support.java_archive import (
     RECORDED_BASIC_PUBLISHER_CLASS,
     REPLAYED_BASIC_SUBSCRIBER_CLASS,
+    JavaArchive,
     free_udp_port,
     java_archive,
+    replay_with_java_subscriber,
 )
 from support.waiting import execute_until
 
@@ -147,3 +150,176 @@ def test_java_samples_record_and_replay_through_our_archive(
     # and our client reads the same bytes the Java publisher offered
     with ArchiveClient.connect(context=our_archive.context, timeout=10) as ours:
         assert replay_bytes(ours, recording_id, 3, 3003) == [f"Hello World! {i}".encode() for i in range(3)]
+
+
+# -- our clients on Java's archive -----------------------------------------------------------------------
+
+
+def java_archive_context(archive: JavaArchive) -> ArchiveContext:
+    """Our client's settings for Java's archive: its driver, its control and events channels, our response channel."""
+    ch = archive.channels
+    return ArchiveContext.from_env(
+        {},
+        aeron_dir=archive.aeron_dir,
+        archive_dir=archive.archive_dir,
+        control_channel=ch.control_channel,
+        control_stream_id=ch.control_stream_id,
+        control_response_channel=_udp(),
+        recording_events_channel=ch.recording_events_channel,
+        recording_events_stream_id=ch.recording_events_stream_id,
+    )
+
+
+def payloads(first: int, count: int, length: int) -> list[bytes]:
+    return [
+        (i.to_bytes(4, "little") + bytes((i + k) & 0xFF for k in range(length)))[:length]
+        for i in range(first, first + count)
+    ]
+
+
+def offer_all(publication: object, messages: list[bytes]) -> int:
+    """Offer every message (bounded retries); the publication's position after the last."""
+    for m in messages:
+        execute_until(lambda m=m: publication.offer(m) > 0, timeout_s=20, interval_s=0.0005, description="offer")  # type: ignore[attr-defined]
+    return int(publication.position)  # type: ignore[attr-defined]
+
+
+def test_our_client_records_lists_replays_extends_and_truncates_on_javas_archive(java_archive: JavaArchive) -> None:
+    context = java_archive_context(java_archive)
+    channel = "aeron:ipc?term-length=64k"
+    with (
+        Aeron.connect(aeron_dir=java_archive.aeron_dir) as aeron,
+        ArchiveClient.connect(aeron, context, timeout=15) as archive,
+    ):
+        assert archive.control_session_id != 0
+        events = archive.recording_events()
+        execute_until(lambda: events.subscription.is_connected, description="events subscription connected")
+        subscription_id = archive.start_recording(channel, STREAM_ID)
+        assert subscription_id > 0
+        publication = aeron.add_exclusive_publication(channel, STREAM_ID)
+        first = payloads(0, 200, 100)
+        recordings = execute_until(lambda: archive.recordings_for_uri("ipc", STREAM_ID), description="listed")
+        (d,) = recordings
+        rid = d.recording_id
+        assert (d.session_id, d.stream_id, d.original_channel, d.term_buffer_length) == (
+            publication.session_id,
+            STREAM_ID,
+            channel,
+            TERM,
+        )
+        end = offer_all(publication, first)
+        execute_until(lambda: (archive.recording_position(rid) or 0) >= end, description="recorded")
+        assert archive.stop_position(rid) is None  # Java answers NULL_POSITION while it records
+        assert archive.recording(rid).is_active
+
+        # stop, then the stop position; errors come back typed
+        assert archive.stop_recording(channel, STREAM_ID)
+        assert not archive.stop_recording(channel, STREAM_ID)
+        execute_until(lambda: archive.stop_position(rid) == end, description="stopped")
+        publication.close()
+        stopped = archive.recording(rid)
+        assert (stopped.start_position, stopped.stop_position) == (0, end)
+        assert archive.recordings() == [stopped]
+        assert archive.recordings(rid + 1) == []
+        with pytest.raises(RecordingNotFoundError):
+            archive.recording(rid + 5)
+        with pytest.raises(RecordingNotFoundError):
+            archive.replay(rid + 5, "aeron:ipc", 2001)
+
+        assert replay_bytes(archive, rid, len(first), 2001) == first
+
+        # extend with a publication that starts at the stop position
+        term_id = stopped.initial_term_id + (end >> 16)
+        positioned = (
+            f"{channel}|init-term-id={stopped.initial_term_id}|term-id={term_id}|term-offset={end & (TERM - 1)}"
+        )
+        extension = archive.extend_recording(rid, channel, STREAM_ID)
+        publication = aeron.add_exclusive_publication(positioned, STREAM_ID)
+        execute_until(lambda: archive.recording(rid).is_active, description="extension started")
+        second = payloads(200, 100, 300)
+        end = offer_all(publication, second)
+        execute_until(lambda: (archive.recording_position(rid) or 0) >= end, description="extension recorded")
+        assert archive.stop_recording_subscription(extension)
+        execute_until(lambda: archive.stop_position(rid) == end, description="extension stopped")
+        publication.close()
+        assert replay_bytes(archive, rid, len(first) + len(second), 2002) == first + second
+
+        # truncate to a frame boundary inside the first part (a whole number of 128-byte frames)
+        cut = 100 * 160
+        with pytest.raises(ArchiveError, match="invalid position"):  # Java's GENERIC error code: untyped
+            archive.truncate_recording(rid, cut + 8)
+        archive.truncate_recording(rid, cut)
+        assert archive.stop_position(rid) == cut
+        assert replay_bytes(archive, rid, 100, 2003) == first[:100]
+
+        seen: list[object] = []
+        execute_until(
+            lambda: sum(getattr(e, "kind", "") == "stopped" for e in seen) >= 2,
+            lambda: events.poll(seen.append),
+            description=f"events (so far {seen}, {events.malformed} malformed)",
+        )
+        kinds = [getattr(e, "kind", "") for e in seen if getattr(e, "kind", "") != "progress"]
+        assert kinds == ["started", "stopped", "started", "stopped"]
+        events.close()
+
+
+def test_async_client_on_javas_archive(java_archive: JavaArchive) -> None:
+    context = java_archive_context(java_archive)
+
+    async def main() -> None:
+        async with await AsyncArchiveClient.connect(context=context, timeout=15) as archive:
+            assert await archive.recordings() == []
+            channel = "aeron:ipc?term-length=64k"
+            await archive.start_recording(channel, 7)
+            aeron = archive._c.aeron
+            publication = aeron.add_exclusive_publication(channel, 7)
+            messages = payloads(0, 50, 64)
+            for m in messages:
+                while publication.offer(m) <= 0:
+                    await asyncio.sleep(0.001)
+            end = publication.position
+            while True:
+                found = await archive.recordings_for_uri("ipc", 7)
+                if found and found[0].recorded_position >= end:
+                    break
+                await asyncio.sleep(0.01)
+            assert await archive.stop_recording(channel, 7)
+            publication.close()
+            rid = found[0].recording_id
+            replay_id = await archive.replay(rid, "aeron:ipc", 2004, position=0)
+            subscription = await archive.replay_subscription("aeron:ipc", 2004, replay_id)
+            got: list[bytes] = []
+            assembler = FragmentAssembler(lambda payload, header: got.append(bytes(payload)))
+            for _ in range(5000):
+                if len(got) >= len(messages):
+                    break
+                if not subscription.poll(assembler, 64):
+                    await asyncio.sleep(0.002)
+            subscription.close()
+            assert got == messages
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_our_recording_on_javas_archive_is_replayed_by_javas_subscriber(
+    aeron_java: AeronJava, java_archive: JavaArchive, tmp_path: Path
+) -> None:
+    """The other way round from the first test: our client records on Java's archive, Java's sample replays it."""
+    context = java_archive_context(java_archive)
+    channel = "aeron:ipc?term-length=64k"
+    texts = [f"Hello World! {i}" for i in range(5)]
+    with (
+        Aeron.connect(aeron_dir=java_archive.aeron_dir) as aeron,
+        ArchiveClient.connect(aeron, context, timeout=15) as archive,
+    ):
+        archive.start_recording(channel, STREAM_ID)
+        publication = aeron.add_exclusive_publication(channel, STREAM_ID)
+        (d,) = execute_until(lambda: archive.recordings(), description="listed")
+        end = offer_all(publication, [t.encode() for t in texts])
+        execute_until(lambda: (archive.recording_position(d.recording_id) or 0) >= end, description="recorded")
+        assert archive.stop_recording(channel, STREAM_ID)
+        publication.close()
+    replayed = replay_with_java_subscriber(
+        aeron_java, java_archive, tmp_path / "replayed.log", channel=channel, stream_id=STREAM_ID, expect=len(texts)
+    )
+    assert replayed == texts
