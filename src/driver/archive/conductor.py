@@ -108,13 +108,15 @@ def _recover_end(d: RecordingDescriptor, archive_dir: Path) -> int:
 class _RecordingSubscription:
     """A subscription the archive records; each image on it becomes (or extends) a recording."""
 
-    __slots__ = ("channel", "extend_id", "stream_id", "subscription")
+    __slots__ = ("channel", "extend_id", "requester", "stream_id", "subscription")
 
     def __init__(self, channel: str, stream_id: int, extend_id: int | None) -> None:
         self.channel = channel
         self.stream_id = stream_id
         self.extend_id = extend_id
         self.subscription: Subscription | None = None
+        self.requester: tuple[int, int] | None = None
+        """The control session and correlation id that asked, when that session takes recording signals."""
 
 
 class ArchiveConductor:
@@ -140,6 +142,8 @@ class ArchiveConductor:
         self._next_replay = 1
         self._next_replay_session = random.randint(1, 1 << 30)  # replay images' session ids: clear of others'
         self.archive_id = NULL_VALUE
+        self._signal_targets: dict[int, tuple[int, int, int]] = {}
+        """Recording id -> (control session, correlation, subscription id) its signals go to."""
         self._pending_images: list[tuple[_RecordingSubscription, Image]] = []
         self._progress_due_ns = 0
         self._last_progress: dict[int, int] = {}
@@ -279,6 +283,11 @@ class ArchiveConductor:
         )
         self._recordings[recording_id] = session
         self._last_progress[recording_id] = session.position
+        if link.requester is not None:
+            target = (*link.requester, link.subscription.registration_id)
+            self._signal_targets[recording_id] = target
+            signal = control.RecordingSignal.START if link.extend_id is None else control.RecordingSignal.EXTEND
+            self._signal(target, recording_id, session.position, signal)
         self._event(
             control.RecordingStarted(
                 recording_id, d.start_position, image.session_id, link.stream_id, stripped, image.source_identity
@@ -323,6 +332,9 @@ class ArchiveConductor:
         if session.error is not None:
             self.context.error_handler(session.error)
         self._event(control.RecordingStopped(session.recording_id, session.start_position, session.position))
+        target = self._signal_targets.pop(session.recording_id, None)
+        if target is not None:
+            self._signal(target, session.recording_id, session.position, control.RecordingSignal.STOP)
 
     def _op_stop_recording(self, channel: str, stream_id: int) -> bool:
         for registration_id, link in list(self._recording_subs.items()):
@@ -557,7 +569,23 @@ class ArchiveConductor:
     def _on_start_recording(self, session: ControlSession, r: control.StartRecordingRequest) -> None:
         local = r.source_location == control.SourceLocation.LOCAL
         subscription_id = self._op_start_recording(r.channel, r.stream_id, local)
+        self._want_signals(session, r.correlation_id, subscription_id)
         session.respond(ResponseCode.OK, r.correlation_id, subscription_id)
+
+    def _want_signals(self, session: ControlSession, correlation_id: int, subscription_id: int) -> None:
+        """Today's clients (an authenticated connect, version > 0) get recording signals; 1.15.1's never asked."""
+        link = self._recording_subs.get(subscription_id)
+        if link is not None and session.version > 0:
+            link.requester = (session.session_id, correlation_id)
+
+    def _signal(self, target: tuple[int, int, int], recording_id: int, position: int, signal: int) -> None:
+        session = self._sessions.get(target[0])
+        if session is not None:
+            session_id, correlation_id, subscription_id = target
+            event = control.RecordingSignalEvent(
+                session_id, correlation_id, recording_id, subscription_id, position, signal
+            )
+            session.enqueue(control.encode(event))
 
     def _on_stop_recording(self, session: ControlSession, r: control.StopRecordingRequest) -> None:
         if self._op_stop_recording(r.channel, r.stream_id):
@@ -623,6 +651,7 @@ class ArchiveConductor:
     def _on_extend_recording(self, session: ControlSession, r: control.ExtendRecordingRequest) -> None:
         local = r.source_location == control.SourceLocation.LOCAL
         subscription_id = self._op_extend_recording(r.recording_id, r.channel, r.stream_id, local)
+        self._want_signals(session, r.correlation_id, subscription_id)
         session.respond(ResponseCode.OK, r.correlation_id, subscription_id)
 
     def _on_recording_position(self, session: ControlSession, r: control.RecordingPositionRequest) -> None:
@@ -640,6 +669,9 @@ class ArchiveConductor:
     def _on_purge_recording(self, session: ControlSession, r: control.PurgeRecordingRequest) -> None:
         self._op_purge_recording(r.recording_id)
         session.respond(ResponseCode.OK, r.correlation_id)
+        if session.version > 0:
+            target = (session.session_id, r.correlation_id, NULL_VALUE)
+            self._signal(target, r.recording_id, NULL_VALUE, control.RecordingSignal.DELETE)
 
     def _on_find_last_matching_recording(
         self, session: ControlSession, r: control.FindLastMatchingRecordingRequest

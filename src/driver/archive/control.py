@@ -47,6 +47,8 @@ __all__ = [
     "RecordingDescriptorMessage",
     "RecordingPositionRequest",
     "RecordingProgress",
+    "RecordingSignal",
+    "RecordingSignalEvent",
     "RecordingStarted",
     "RecordingStopped",
     "ReplayRequest",
@@ -89,6 +91,19 @@ class ResponseCode(enum.IntEnum):
 class SourceLocation(enum.IntEnum):
     LOCAL = 0
     REMOTE = 1
+
+
+class RecordingSignal(enum.IntEnum):
+    """What happened to a recording, told to the control session that asked for it (today's schema)."""
+
+    START = 0
+    STOP = 1
+    EXTEND = 2
+    REPLICATE = 3
+    MERGE = 4
+    SYNC = 5
+    DELETE = 6
+    REPLICATE_END = 7
 
 
 class ErrorCode(enum.IntEnum):
@@ -293,6 +308,16 @@ class RecordingDescriptorMessage:
 
 
 @attrs.frozen
+class RecordingSignalEvent:
+    control_session_id: int
+    correlation_id: int
+    recording_id: int
+    subscription_id: int
+    position: int
+    signal: int
+
+
+@attrs.frozen
 class RecordingStarted:
     recording_id: int
     start_position: int
@@ -338,6 +363,7 @@ Message = (
     | ArchiveIdRequest
     | PurgeRecordingRequest
     | RecordingDescriptorMessage
+    | RecordingSignalEvent
     | RecordingStarted
     | RecordingProgress
     | RecordingStopped
@@ -378,6 +404,7 @@ _LAYOUTS: Final[tuple[_Layout, ...]] = (
     _layout(16, "qqqii", 1, FindLastMatchingRecordingRequest),
     _layout(18, "qqqqqii", 1, BoundedReplayRequest),
     _layout(22, "qqqqqqqiiiiii", 3, RecordingDescriptorMessage),
+    _layout(24, "qqqqqi", 0, RecordingSignalEvent),
     _layout(61, "qq", 0, KeepAliveRequest),
     _layout(68, "qq", 0, ArchiveIdRequest),
     _layout(101, "qqii", 2, RecordingStarted),

@@ -274,6 +274,25 @@ def test_authenticated_connect_without_credentials_is_a_session(harness: Archive
         assert isinstance(answer, control.ControlResponse)
         assert (answer.correlation_id, answer.code) == (correlation_id, control.ResponseCode.OK)
         assert answer.relevant_id == answer.control_session_id
+        session_id = answer.control_session_id
+
+        # ... and such a client is told its recordings' signals: START, then STOP
+        start = client.next_correlation_id()
+        offer_all(raw, [control.encode(control.StartRecordingRequest(session_id, start, 4412, 0, CHANNEL))])
+        execute_until(lambda: len(answers) >= 2, lambda: responses.poll(assembler, 10), description="recording")
+        subscription_id = answers[1].relevant_id  # type: ignore[union-attr]
+        publication = client.add_exclusive_publication(CHANNEL, 4412)
+        offer_all(publication, [b"signal me"])
+        stop = client.next_correlation_id()
+        execute_until(lambda: len(answers) >= 3, lambda: responses.poll(assembler, 10), description="start signal")
+        offer_all(raw, [control.encode(control.StopRecordingSubscriptionRequest(session_id, stop, subscription_id))])
+        execute_until(lambda: len(answers) >= 5, lambda: responses.poll(assembler, 10), description="stop signal")
+        publication.close()
+        signals = [a for a in answers if isinstance(a, control.RecordingSignalEvent)]
+        assert [(s.signal, s.correlation_id, s.subscription_id) for s in signals] == [
+            (control.RecordingSignal.START, start, subscription_id),
+            (control.RecordingSignal.STOP, start, subscription_id),
+        ]
     finally:
         raw.close()
         responses.close()
