@@ -54,6 +54,7 @@ SANS_IO = (
     "driver.int32",
     "driver.archive.control",
     "driver.archive.sessions",
+    "driver.archive.exchange",
     "driver.archive.errors",
     "driver.sbe",
     "endpoint.handshake.protocol",

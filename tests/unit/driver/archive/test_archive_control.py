@@ -18,6 +18,8 @@ from driver.archive.control import (
     decode,
     encode,
 )
+from driver.archive.errors import ArchiveError, InvalidPositionError, RecordingNotFoundError, RecordingStateError
+from driver.archive.exchange import Exchange, request_for, result_of
 from driver.archive.sessions import ControlSession, ControlSessions, SessionLimitError, SessionState
 
 CHANNEL = "aeron:udp?endpoint=localhost:8020"
@@ -227,3 +229,72 @@ def test_bytes_match_the_schema_driven_codec(message: control.Message) -> None:
             return
         assert ours[2:6] == theirs[2:6]
         assert ours[8:] == theirs[8:]
+
+
+# -- the client's half (sans-IO): requests out, answers to values and typed errors -------------------------------
+
+
+def exchange_for(operation: str, *args: object, expected: int = 0) -> Exchange:
+    data, wanted = request_for(operation, args, 77, 5)
+    assert decode(data).correlation_id == 5  # type: ignore[union-attr]
+    assert wanted == expected
+    return Exchange(5, operation, wanted)
+
+
+def test_a_listing_ends_at_its_count_or_at_recording_unknown() -> None:
+    d = next(m for m in EVERY_MESSAGE if isinstance(m, control.RecordingDescriptorMessage))
+    listing = exchange_for("list_recordings", 0, 2, expected=2)
+    listing.on_message(d)
+    assert not listing.done
+    listing.on_message(d)
+    assert listing.done
+    assert [row["recording_id"] for row in result_of(listing)] == [3, 3]
+    short = exchange_for("list_recordings_for_uri", 0, 1 << 40, "ipc", 7, expected=(1 << 31) - 1)
+    short.on_message(d)
+    short.on_message(ControlResponse(77, 5, 4, ResponseCode.RECORDING_UNKNOWN))
+    assert short.done
+    assert len(result_of(short)) == 1
+    single = exchange_for("list_recording", 9, expected=1)
+    single.on_message(ControlResponse(77, 5, 9, ResponseCode.RECORDING_UNKNOWN))
+    with pytest.raises(RecordingNotFoundError):
+        result_of(single)
+
+
+@pytest.mark.parametrize(
+    ("operation", "args", "response", "expected"),
+    [
+        ("start_recording", ("aeron:ipc", 7, True), ControlResponse(77, 5, 44, 0), 44),
+        ("stop_recording", ("aeron:ipc", 7), ControlResponse(77, 5, 0, 0), True),
+        ("stop_recording", ("aeron:ipc", 7), ControlResponse(77, 5, 4, 1, "no recording found"), False),
+        ("stop_replay", (1,), ControlResponse(77, 5, 6, 1, "replay session not known"), False),
+        ("recording_position", (3,), ControlResponse(77, 5, -1, 0), None),
+        ("stop_position", (3,), ControlResponse(77, 5, 8192, 0), 8192),
+        ("replay", (3, 0, -1, "aeron:ipc", 9), ControlResponse(77, 5, (2 << 32) | 17, 0), (2 << 32) | 17),
+        ("connect", ("aeron:ipc", 20), ControlResponse(1234, 5, 1234, 0), 1234),
+    ],
+)
+def test_answers_become_values(
+    operation: str, args: tuple[object, ...], response: ControlResponse, expected: object
+) -> None:
+    exchange = exchange_for(operation, *args)
+    exchange.on_message(response)
+    assert result_of(exchange) == expected
+
+
+@pytest.mark.parametrize(
+    ("response", "error"),
+    [
+        (ControlResponse(77, 5, 5, 1, "unknown recording id 9"), RecordingNotFoundError),  # Aeron's code
+        (ControlResponse(77, 5, 2, 1, "cannot truncate active recording"), RecordingStateError),
+        (ControlResponse(77, 5, 0, 1, "InvalidPositionError: not a frame"), InvalidPositionError),  # ours: the name
+        (ControlResponse(77, 5, 0, 1, "InvalidChannelError: bad uri"), ArchiveError),
+        (ControlResponse(77, 5, 0, 1, "invalid position 16008"), ArchiveError),
+    ],
+)
+def test_error_answers_are_typed(response: ControlResponse, error: type[Exception]) -> None:
+    exchange = exchange_for("truncate_recording", 3, 16008)
+    exchange.on_message(response)
+    with pytest.raises(error) as info:
+        result_of(exchange)
+    assert type(info.value) is error
+    assert str(info.value).split(": ")[-1] in response.error_message
