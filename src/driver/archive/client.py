@@ -373,6 +373,12 @@ class AsyncArchiveClient:
             return found[:count]
         return await self._list("list_recordings_for_uri", from_id, count, channel_fragment, stream_id)
 
+    async def recording_subscriptions(
+        self, channel_fragment: str = "", stream_id: int | None = None, *, pseudo_index: int = 0, count: int = ALL
+    ) -> list[tuple[int, int, str]]:
+        rows = await self._request("list_recording_subscriptions", pseudo_index, count, channel_fragment, stream_id)
+        return [(int(a), int(b), str(c)) for a, b, c in rows]
+
     async def recording(self, recording_id: int) -> RecordingDescriptor:
         return await self._live(RecordingDescriptor(**await self._request("list_recording", recording_id)))
 

@@ -363,6 +363,19 @@ class ArchiveConductor:
     ) -> list[dict[str, object]]:
         return [d.to_dict() for d in self.catalog.find(channel_fragment, stream_id, from_id, count)]
 
+    def _op_list_recording_subscriptions(
+        self, pseudo_index: int, count: int, channel_fragment: str, stream_id: int | None
+    ) -> list[tuple[int, int, str]]:
+        """(subscription id, stream id, stripped channel) of the recording subscriptions from ``pseudo_index`` on
+        (their order of creation) whose channel contains the fragment (and of ``stream_id``, if given)."""
+        found: list[tuple[int, int, str]] = []
+        for subscription_id, link in list(self._recording_subs.items())[max(0, pseudo_index) :]:
+            if len(found) >= count:
+                break
+            if (stream_id is None or link.stream_id == stream_id) and channel_fragment in link.channel:
+                found.append((subscription_id, link.stream_id, _strip(link.channel)))
+        return found
+
     def _op_list_recording(self, recording_id: int) -> dict[str, object]:
         return self.catalog.descriptor(recording_id).to_dict()
 
@@ -638,6 +651,22 @@ class ArchiveConductor:
         )
         self._start_listing(session, listing)
 
+    def _on_list_recording_subscriptions(
+        self, session: ControlSession, r: control.ListRecordingSubscriptionsRequest
+    ) -> None:
+        """The recording subscriptions from a pseudo index on that match, as many as asked for and the session's
+        queue has room for, then SUBSCRIPTION_UNKNOWN if there were fewer (as Aeron's archive answers)."""
+        stream_id = r.stream_id if r.apply_stream_id else None
+        count = max(0, min(r.subscription_count, session.room - 1))
+        found = self._op_list_recording_subscriptions(r.pseudo_index, count, r.channel, stream_id)
+        for subscription_id, found_stream_id, channel in found:
+            descriptor = control.RecordingSubscriptionDescriptor(
+                session.session_id, r.correlation_id, subscription_id, found_stream_id, channel
+            )
+            session.enqueue(control.encode(descriptor))
+        if len(found) < r.subscription_count:
+            session.respond(ResponseCode.SUBSCRIPTION_UNKNOWN, r.correlation_id)
+
     def _on_list_recording(self, session: ControlSession, r: control.ListRecordingRequest) -> None:
         if session.listing is not None:
             raise RecordingStateError("a listing is already under way on this control session")
@@ -727,6 +756,7 @@ _HANDLERS: dict[type, Callable[[ArchiveConductor, ControlSession, Any], None]] =
     control.ListRecordingsRequest: ArchiveConductor._on_list_recordings,
     control.ListRecordingsForUriRequest: ArchiveConductor._on_list_recordings_for_uri,
     control.ListRecordingRequest: ArchiveConductor._on_list_recording,
+    control.ListRecordingSubscriptionsRequest: ArchiveConductor._on_list_recording_subscriptions,
     control.ExtendRecordingRequest: ArchiveConductor._on_extend_recording,
     control.RecordingPositionRequest: ArchiveConductor._on_recording_position,
     control.StopPositionRequest: ArchiveConductor._on_stop_position,

@@ -39,6 +39,7 @@ __all__ = [
     "FindLastMatchingRecordingRequest",
     "KeepAliveRequest",
     "ListRecordingRequest",
+    "ListRecordingSubscriptionsRequest",
     "ListRecordingsForUriRequest",
     "ListRecordingsRequest",
     "Message",
@@ -51,6 +52,7 @@ __all__ = [
     "RecordingSignalEvent",
     "RecordingStarted",
     "RecordingStopped",
+    "RecordingSubscriptionDescriptor",
     "ReplayRequest",
     "ResponseCode",
     "SourceLocation",
@@ -220,6 +222,27 @@ class ListRecordingRequest:
 
 
 @attrs.frozen
+class ListRecordingSubscriptionsRequest:
+    control_session_id: int
+    correlation_id: int
+    pseudo_index: int
+    subscription_count: int
+    apply_stream_id: int
+    """BooleanType: 1 to match ``stream_id`` as well as the channel fragment."""
+    stream_id: int
+    channel: str
+
+
+@attrs.frozen
+class RecordingSubscriptionDescriptor:
+    control_session_id: int
+    correlation_id: int
+    subscription_id: int
+    stream_id: int
+    stripped_channel: str
+
+
+@attrs.frozen
 class ExtendRecordingRequest:
     control_session_id: int
     correlation_id: int
@@ -353,6 +376,8 @@ Message = (
     | ListRecordingsRequest
     | ListRecordingsForUriRequest
     | ListRecordingRequest
+    | ListRecordingSubscriptionsRequest
+    | RecordingSubscriptionDescriptor
     | ExtendRecordingRequest
     | RecordingPositionRequest
     | TruncateRecordingRequest
@@ -402,8 +427,10 @@ _LAYOUTS: Final[tuple[_Layout, ...]] = (
     _layout(14, "qqq", 0, StopRecordingSubscriptionRequest),
     _layout(15, "qqq", 0, StopPositionRequest),
     _layout(16, "qqqii", 1, FindLastMatchingRecordingRequest),
+    _layout(17, "qqiiii", 1, ListRecordingSubscriptionsRequest),
     _layout(18, "qqqqqii", 1, BoundedReplayRequest),
     _layout(22, "qqqqqqqiiiiii", 3, RecordingDescriptorMessage),
+    _layout(23, "qqqi", 1, RecordingSubscriptionDescriptor),
     _layout(24, "qqqqqi", 0, RecordingSignalEvent),
     _layout(61, "qq", 0, KeepAliveRequest),
     _layout(68, "qq", 0, ArchiveIdRequest),

@@ -69,7 +69,7 @@ class Exchange:
         self.correlation_id = correlation_id
         self.operation = operation
         self.expected = expected_descriptors
-        self.descriptors: list[RecordingDescriptorMessage] = []
+        self.descriptors: list[RecordingDescriptorMessage | control.RecordingSubscriptionDescriptor] = []
         self.response: ControlResponse | None = None
         self.done = False
 
@@ -79,7 +79,7 @@ class Exchange:
 
     def on_message(self, message: control.Message) -> bool:
         """Take a message with this exchange's correlation id; True when something new arrived."""
-        if isinstance(message, RecordingDescriptorMessage):
+        if isinstance(message, (RecordingDescriptorMessage, control.RecordingSubscriptionDescriptor)):
             self.descriptors.append(message)
             if len(self.descriptors) >= max(self.expected, 1):
                 self.done = True
@@ -115,6 +115,13 @@ def request_for(operation: str, args: tuple[Any, ...], session_id: int, correlat
         from_id, count, fragment, stream_id = args
         expected = min(count, INT32_MAX)
         m = c.ListRecordingsForUriRequest(session_id, correlation_id, from_id, expected, stream_id, fragment)
+    elif operation == "list_recording_subscriptions":
+        pseudo_index, count, fragment, stream_id = args
+        expected = min(count, INT32_MAX)
+        apply = stream_id is not None
+        m = c.ListRecordingSubscriptionsRequest(
+            session_id, correlation_id, pseudo_index, expected, int(apply), stream_id if apply else 0, fragment
+        )
     elif operation == "list_recording":
         expected = 1
         m = c.ListRecordingRequest(session_id, correlation_id, args[0])
@@ -166,8 +173,16 @@ def result_of(exchange: Exchange) -> Any:
         if operation == "list_recording":
             if not exchange.descriptors:
                 raise RecordingNotFoundError(f"no recording {r.relevant_id if r is not None else '?'}")
-            return _row(exchange.descriptors[0])
-        return [_row(d) for d in exchange.descriptors]
+            first = exchange.descriptors[0]
+            if not isinstance(first, RecordingDescriptorMessage):
+                raise ArchiveError(f"{operation}: answered with a {type(first).__name__}")
+            return _row(first)
+        return [
+            (d.subscription_id, d.stream_id, d.stripped_channel)
+            if isinstance(d, control.RecordingSubscriptionDescriptor)
+            else _row(d)
+            for d in exchange.descriptors
+        ]
     if r is None:
         raise ArchiveError(f"{operation}: no answer")
     if r.code == ResponseCode.RECORDING_UNKNOWN:

@@ -69,6 +69,14 @@ class ArchiveOperations(abc.ABC):
         """Recordings whose original channel contains ``channel_fragment`` (and of ``stream_id``, if given)."""
         return self._list("list_recordings_for_uri", from_id, count, channel_fragment, stream_id)
 
+    def recording_subscriptions(
+        self, channel_fragment: str = "", stream_id: int | None = None, *, pseudo_index: int = 0, count: int = ALL
+    ) -> list[tuple[int, int, str]]:
+        """The archive's recording subscriptions (subscription id, stream id, stripped channel) whose channel
+        contains ``channel_fragment`` (and of ``stream_id``, if given), from ``pseudo_index`` in creation order."""
+        rows = self._request("list_recording_subscriptions", pseudo_index, count, channel_fragment, stream_id)
+        return [(int(a), int(b), str(c)) for a, b, c in rows]
+
     def recording(self, recording_id: int) -> RecordingDescriptor:
         return RecordingDescriptor(**self._request("list_recording", recording_id))
 

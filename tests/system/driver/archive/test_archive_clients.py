@@ -80,6 +80,13 @@ def test_blocking_client_every_operation(aeron: Aeron, context: ArchiveContext, 
         execute_until(lambda: events.subscription.is_connected, description="events subscription")
         subscription_id = archive.start_recording(CHANNEL, 7)
         assert subscription_id > 0
+        other = archive.start_recording(CHANNEL, 8)
+        assert archive.recording_subscriptions() == [(subscription_id, 7, "aeron:ipc"), (other, 8, "aeron:ipc")]
+        assert archive.recording_subscriptions("ipc", 8) == [(other, 8, "aeron:ipc")]
+        assert archive.recording_subscriptions(pseudo_index=1) == [(other, 8, "aeron:ipc")]
+        assert archive.recording_subscriptions(count=1) == [(subscription_id, 7, "aeron:ipc")]
+        assert archive.recording_subscriptions("udp") == []
+        assert archive.stop_recording_subscription(other)
         publication = aeron.add_exclusive_publication(CHANNEL, 7)
         rec = execute_until(lambda: find_recording(archive.recordings(), publication.session_id))
         rid = rec.recording_id
@@ -361,6 +368,7 @@ async def test_async_client_every_operation(aeron: Aeron, context: ArchiveContex
         assert archive.control_session_id > 0
         events = RecordingEvents(aeron, context)  # the async client has no recording_events() (see below)
         subscription_id = await archive.start_recording(CHANNEL, 17)
+        assert await archive.recording_subscriptions(stream_id=17) == [(subscription_id, 17, "aeron:ipc")]
         publication = await aeron.add_exclusive_publication_async(CHANNEL, 17)
         deadline = time.monotonic() + 10
         while not (rec := find_recording(await archive.recordings(), publication.session_id)):

@@ -568,3 +568,12 @@ def test_an_archive_that_cannot_start_releases_its_directory(media_driver: Any, 
     with Archive(context) as archive:
         assert archive.recordings() == []
         assert archive.recovered == []
+
+
+def test_recording_subscriptions_in_process(harness: ArchiveHarness) -> None:
+    first = harness.archive.start_recording(CHANNEL, 81)
+    second = harness.archive.start_recording("aeron:ipc?term-length=128k|alias=x", 82)
+    assert harness.archive.recording_subscriptions() == [(first, 81, "aeron:ipc"), (second, 82, "aeron:ipc")]
+    assert harness.archive.recording_subscriptions("128k") == [(second, 82, "aeron:ipc")]
+    assert harness.archive.stop_recording_subscription(first)
+    assert harness.archive.recording_subscriptions() == [(second, 82, "aeron:ipc")]

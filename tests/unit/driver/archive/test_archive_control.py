@@ -36,6 +36,8 @@ EVERY_MESSAGE: list[control.Message] = [
     control.ListRecordingsRequest(7, 6, 0, 100),
     control.ListRecordingsForUriRequest(7, 7, 0, 100, 1001, "ipc"),
     control.ListRecordingRequest(7, 8, 3),
+    control.ListRecordingSubscriptionsRequest(7, 19, 2, 10, 1, 1001, "aeron:udp"),
+    control.RecordingSubscriptionDescriptor(7, 19, 44, 1001, "aeron:udp?endpoint=localhost:40123"),
     control.ExtendRecordingRequest(7, 9, 3, 1001, control.SourceLocation.LOCAL, "aeron:ipc"),
     control.RecordingPositionRequest(7, 10, 3),
     control.TruncateRecordingRequest(7, 11, 3, 1 << 40),
