@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.archive import Archive, ArchiveContext, ArchiveError, RecordingNotFoundError
+from driver.archive import Archive, ArchiveContext, ArchiveError, RecordingNotFoundError, recording_pos
 from driver.archive.client import ArchiveClient, AsyncArchiveClient
 from driver.client import Aeron, FragmentAssembler, Header
 from driver.core.media_driver import MediaDriver
@@ -210,6 +210,16 @@ def test_our_client_records_lists_replays_extends_and_truncates_on_javas_archive
         end = offer_all(publication, first)
         execute_until(lambda: (archive.recording_position(rid) or 0) >= end, description="recorded")
         assert archive.stop_position(rid) is None  # Java answers NULL_POSITION while it records
+        # Java's rec-pos counter, read as ours is laid out
+        counters = aeron.counters_reader
+        counter_id = recording_pos.find_counter_id_by_session(counters, publication.session_id)
+        assert recording_pos.recording_id_of(counters, counter_id) == rid
+        assert recording_pos.find_counter_id_by_recording(counters, rid) == counter_id
+        assert recording_pos.source_identity_of(counters, counter_id) == d.source_identity
+        assert counters.get_counter_label(counter_id) == recording_pos.label_of(
+            rid, publication.session_id, STREAM_ID, "aeron:ipc"
+        )
+        assert counters.get_counter_value(counter_id) == end
         assert archive.recording(rid).is_active
 
         # stop, then the stop position; errors come back typed

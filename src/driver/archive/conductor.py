@@ -17,13 +17,12 @@ import concurrent.futures
 import os
 import queue
 import random
-import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from driver.archive import control
+from driver.archive import control, recording_pos
 from driver.archive.catalog import NULL_POSITION, Catalog, RecordingDescriptor
 from driver.archive.context import ArchiveContext
 from driver.archive.control import ProtocolError, ResponseCode
@@ -54,10 +53,6 @@ _MAX_SCANS_PER_CYCLE = 256
 _MAX_QUEUED_ANSWERS = 512
 """Answers a control session may have waiting for its client (a listing stops short of filling it)."""
 NULL_VALUE = -1
-RECORDING_POSITION_TYPE_ID = 100
-"""Aeron Archive's counter type for a recording's position."""
-_MAX_SOURCE_IDENTITY = 96  # a counter key holds 112 bytes: 16 of ids and length, the rest identity
-_MAX_LABEL = 380
 _MAX_CHANNEL_BYTES = 800
 """Stripped + original channel in a catalog descriptor, with room left for the source identity."""
 
@@ -296,11 +291,10 @@ class ArchiveConductor:
 
     def _position_counter(self, d: RecordingDescriptor, image: Image) -> Counter | None:
         """Aeron's ``rec-pos`` counter, so stat tools show each recording's position live."""
-        source = image.source_identity.encode()[:_MAX_SOURCE_IDENTITY]
-        key = struct.pack("<qii", d.recording_id, image.session_id, len(source)) + source
-        label = f"rec-pos: {d.recording_id} {image.session_id} {d.stream_id} {d.stripped_channel}"
+        key = recording_pos.key_of(d.recording_id, image.session_id, image.source_identity)
+        label = recording_pos.label_of(d.recording_id, image.session_id, d.stream_id, d.stripped_channel)
         try:
-            counter = self.aeron.add_counter(RECORDING_POSITION_TYPE_ID, key, label[:_MAX_LABEL])
+            counter = self.aeron.add_counter(recording_pos.RECORDING_POSITION_TYPE_ID, key, label)
         except Exception as exc:  # the counters file is full: record anyway
             self.context.error_handler(exc)
             return None

@@ -37,6 +37,7 @@ from driver.archive import (
     RecordingEvent,
     RecordingNotFoundError,
     RecordingStateError,
+    recording_pos,
 )
 from driver.archive.client import RecordingEvents, replay_session_id
 from driver.archive.mark import MarkFile
@@ -455,6 +456,11 @@ def test_rec_pos_counter_follows_each_active_recording(harness: ArchiveHarness) 
     assert (recording_id, session_id) == (rid, publication.session_id)
     assert key[16 : 16 + length] == b"aeron:ipc"
     assert label == f"rec-pos: {rid} {publication.session_id} 66 aeron:ipc"
+    # ... and found as Aeron's RecordingPos finds it: by the publication's session
+    counters = harness.client.counters_reader
+    counter_id = recording_pos.find_counter_id_by_session(counters, publication.session_id)
+    assert recording_pos.recording_id_of(counters, counter_id) == rid
+    assert recording_pos.find_counter_id_by_recording(counters, rid) == counter_id
     publication.close()
     harness.wait_stopped(rid)
     execute_until(lambda: not rec_pos(), description="rec-pos counter freed once the recording stopped")
