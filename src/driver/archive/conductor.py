@@ -143,6 +143,8 @@ class ArchiveConductor:
         self._progress_due_ns = 0
         self._last_progress: dict[int, int] = {}
         self.malformed_requests = 0
+        self.dropped_answers = 0
+        """Answers that never reached their client: queued when its session ended, or over the queue's bound."""
         self._control = aeron.add_subscription(context.control_channel, context.control_stream_id)
         self._local_control: Subscription | None = None
         if context.local_control_channel and (context.local_control_channel, context.local_control_stream_id) != (
@@ -499,7 +501,9 @@ class ArchiveConductor:
             self.context.error_handler(exc)
             return
         try:
-            publication = self.aeron.add_exclusive_publication(request.response_channel, request.response_stream_id)
+            publication = self.aeron.add_exclusive_publication(
+                _response_channel(request.response_channel), request.response_stream_id
+            )
         except Exception as exc:
             self._sessions.remove(session.session_id)
             self.context.error_handler(exc)
@@ -531,6 +535,7 @@ class ArchiveConductor:
                 session.sent()
                 work += 1
             if session.is_done:
+                self.dropped_answers += session.dropped + len(session.queue)
                 self._sessions.remove(session.session_id)
                 self._publications.pop(session.session_id).close()
                 if session.reason != "closed by the client":
@@ -797,6 +802,15 @@ def _wire_error(exc: BaseException) -> str:
     """The error text for the wire: its type name first, so our clients raise the same typed error."""
     text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
     return f"{type(exc).__name__}: {text}"
+
+
+def _response_channel(channel: str) -> str:
+    """A client's response channel as the archive publishes on it: 64 KiB terms unless the client says otherwise
+    (as Aeron's archive does; control answers are small)."""
+    uri = ChannelUri.parse(channel)
+    if "term-length" in uri.params:
+        return channel
+    return str(ChannelUri(uri.media, {**uri.params, "term-length": str(64 * 1024)}, uri.prefix))
 
 
 def _strip(channel: str) -> str:
