@@ -55,6 +55,7 @@ SANS_IO = (
     "driver.archive.control",
     "driver.archive.sessions",
     "driver.archive.exchange",
+    "driver.archive.codecs",
     "driver.archive.errors",
     "driver.sbe",
     "endpoint.handshake.protocol",

@@ -5,13 +5,13 @@ Sans-IO: bytes in, values out and back. The messages are the 1.15.1 schema
 later messages our clients and today's clients use (keep-alive, purge,
 archive id, authenticated connect without credentials, bounded replay).
 
-Each message is an 8-byte SBE header (block length, template id, schema id,
-version), a fixed block of little-endian fields and then the variable-length
-ASCII fields, each a uint32 length and its bytes. A decoder reads the fixed
-fields it knows and skips to the header's block length, so a newer sender's
-longer block decodes (SBE's extension rule); a template we do not know is a
-:class:`UnknownTemplateError`, a short or inconsistent message a
-:class:`ProtocolError` -- the archive counts both and drops the message.
+The bytes come from the schema-driven SBE codecs (:mod:`driver.archive.codecs`,
+Aeron's own schema files): a 1.15.1 message is sent in that schema's layout
+(version 0), a later one in today's; a peer's message is read by the generation
+its header names, a newer sender's longer block by its block length (SBE's
+extension rule). Here they become immutable values. A template we do not
+implement is an :class:`UnknownTemplateError`, a short or inconsistent message
+a :class:`ProtocolError` -- the archive counts both and drops the message.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from typing import Final
 
 import attrs
 
+from driver.archive.codecs import CURRENT, LEGACY, ArchiveDispatcher
 from driver.archive.errors import ArchiveError
+from driver.sbe import SbeDecodeError, SbeSchemaIdMismatchError, SbeUnknownTemplateError
 
 __all__ = [
     "HEADER",
@@ -395,117 +397,96 @@ Message = (
 )
 
 
-@attrs.frozen
-class _Layout:
-    """One template: its id, fixed block format (field order = attrs order), and how many string fields follow."""
-
-    template_id: int
-    block: struct.Struct
-    strings: int
-    cls: type
-
-
-def _layout(template_id: int, block: str, strings: int, cls: type) -> _Layout:
-    return _Layout(template_id, struct.Struct("<" + block), strings, cls)
-
-
-# Fixed blocks as the schema lays them out (SBE packs fields without padding).
-_LAYOUTS: Final[tuple[_Layout, ...]] = (
-    _layout(1, "qqqi", 1, ControlResponse),
-    _layout(2, "qi", 1, ConnectRequest),
-    _layout(3, "q", 0, CloseSessionRequest),
-    _layout(4, "qqiB", 1, StartRecordingRequest),
-    _layout(5, "qqi", 1, StopRecordingRequest),
-    _layout(6, "qqqqqi", 1, ReplayRequest),
-    _layout(7, "qqq", 0, StopReplayRequest),
-    _layout(8, "qqqi", 0, ListRecordingsRequest),
-    _layout(9, "qqqii", 1, ListRecordingsForUriRequest),
-    _layout(10, "qqq", 0, ListRecordingRequest),
-    _layout(11, "qqqiB", 1, ExtendRecordingRequest),
-    _layout(12, "qqq", 0, RecordingPositionRequest),
-    _layout(13, "qqqq", 0, TruncateRecordingRequest),
-    _layout(14, "qqq", 0, StopRecordingSubscriptionRequest),
-    _layout(15, "qqq", 0, StopPositionRequest),
-    _layout(16, "qqqii", 1, FindLastMatchingRecordingRequest),
-    _layout(17, "qqiiii", 1, ListRecordingSubscriptionsRequest),
-    _layout(18, "qqqqqii", 1, BoundedReplayRequest),
-    _layout(22, "qqqqqqqiiiiii", 3, RecordingDescriptorMessage),
-    _layout(23, "qqqi", 1, RecordingSubscriptionDescriptor),
-    _layout(24, "qqqqqi", 0, RecordingSignalEvent),
-    _layout(61, "qq", 0, KeepAliveRequest),
-    _layout(68, "qq", 0, ArchiveIdRequest),
-    _layout(101, "qqii", 2, RecordingStarted),
-    _layout(102, "qqq", 0, RecordingProgress),
-    _layout(103, "qqq", 0, RecordingStopped),
-    _layout(104, "qqq", 0, PurgeRecordingRequest),
-)
-_BY_TEMPLATE: Final = {layout.template_id: layout for layout in _LAYOUTS}
-_BY_CLASS: Final = {layout.cls: layout for layout in _LAYOUTS}
-_AUTH_CONNECT: Final = 58
-_AUTH_CONNECT_BLOCK: Final = struct.Struct("<qii")
-_VAR_LENGTH: Final = struct.Struct("<I")
+_LEGACY_ONLY_CLASSES: Final[dict[str, type]] = {
+    "ControlResponse": ControlResponse,
+    "ConnectRequest": ConnectRequest,
+    "CloseSessionRequest": CloseSessionRequest,
+    "StartRecordingRequest": StartRecordingRequest,
+    "StopRecordingRequest": StopRecordingRequest,
+    "ReplayRequest": ReplayRequest,
+    "StopReplayRequest": StopReplayRequest,
+    "ListRecordingsRequest": ListRecordingsRequest,
+    "ListRecordingsForUriRequest": ListRecordingsForUriRequest,
+    "ListRecordingRequest": ListRecordingRequest,
+    "ExtendRecordingRequest": ExtendRecordingRequest,
+    "RecordingPositionRequest": RecordingPositionRequest,
+    "TruncateRecordingRequest": TruncateRecordingRequest,
+    "StopRecordingSubscriptionRequest": StopRecordingSubscriptionRequest,
+    "StopPositionRequest": StopPositionRequest,
+    "FindLastMatchingRecordingRequest": FindLastMatchingRecordingRequest,
+    "RecordingDescriptor": RecordingDescriptorMessage,
+    "RecordingStarted": RecordingStarted,
+    "RecordingProgress": RecordingProgress,
+    "RecordingStopped": RecordingStopped,
+}
+"""Messages of the 1.15.1 schema: sent in its layout (version 0), which every later archive and client reads."""
+_TODAYS_CLASSES: Final[dict[str, type]] = {
+    "ListRecordingSubscriptionsRequest": ListRecordingSubscriptionsRequest,
+    "BoundedReplayRequest": BoundedReplayRequest,
+    "RecordingSubscriptionDescriptor": RecordingSubscriptionDescriptor,
+    "RecordingSignalEvent": RecordingSignalEvent,
+    "KeepAliveRequest": KeepAliveRequest,
+    "ArchiveIdRequest": ArchiveIdRequest,
+    "PurgeRecordingRequest": PurgeRecordingRequest,
+}
+"""Messages only today's schema has: sent in its layout."""
+_CLASSES: Final = {**_LEGACY_ONLY_CLASSES, **_TODAYS_CLASSES}
+_NAMES: Final = {cls: name for name, cls in _CLASSES.items()}
+_FIELDS: Final = {cls: [f.name for f in attrs.fields(cls)] for cls in _CLASSES.values()}
+_DISPATCHER: Final = ArchiveDispatcher()
 
 
 def encode(message: Message) -> bytes:
-    """The message's bytes, header included."""
-    layout = _BY_CLASS[type(message)]
-    values = attrs.astuple(message, recurse=False)
-    fixed = len(values) - layout.strings
+    """The message's bytes, header included (through the schema-driven SBE codecs of :mod:`driver.archive.codecs`)."""
+    name = _NAMES[type(message)]
+    codec = LEGACY[name] if name in _LEGACY_ONLY_CLASSES else CURRENT[name]
+    values = attrs.asdict(message, recurse=False)
     if isinstance(message, ConnectRequest):
-        fixed -= 1  # the version travels only in an authenticated connect
-        values = values[:-1]
-    parts = [HEADER.pack(layout.block.size, layout.template_id, SCHEMA_ID, SCHEMA_VERSION)]
-    parts.append(layout.block.pack(*values[:fixed]))
-    for text in values[fixed:]:
-        data = str(text).encode("ascii", "replace")
-        parts.append(_VAR_LENGTH.pack(len(data)))
-        parts.append(data)
-    return b"".join(parts)
-
-
-def _strings(data: memoryview, offset: int, count: int, template_id: int) -> tuple[list[str], int]:
-    out: list[str] = []
-    for _ in range(count):
-        if offset + 4 > len(data):
-            raise ProtocolError(f"template {template_id}: variable field header past the end ({len(data)} bytes)")
-        (length,) = _VAR_LENGTH.unpack_from(data, offset)
-        offset += 4
-        if length > MAX_VAR_LENGTH or offset + length > len(data):
-            raise ProtocolError(f"template {template_id}: variable field of {length} bytes does not fit")
-        out.append(bytes(data[offset : offset + length]).decode("ascii", "replace"))
-        offset += length
-    return out, offset
+        del values["version"]  # a 1.15.1 connect carries no version
+    return codec.encode(values)
 
 
 def decode(data: bytes | bytearray | memoryview) -> Message:
     """The message in ``data`` (exactly one, as one fragment-assembled Aeron message holds)."""
-    view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
-    if len(view) < HEADER.size:
-        raise ProtocolError(f"{len(view)} bytes: shorter than an SBE header")
-    block_length, template_id, schema_id, _version = HEADER.unpack_from(view, 0)
-    if schema_id != SCHEMA_ID:
-        raise ProtocolError(f"schema id {schema_id}, expected {SCHEMA_ID}")
-    if template_id == _AUTH_CONNECT:
-        return _decode_auth_connect(view, block_length)
-    layout = _BY_TEMPLATE.get(template_id)
-    if layout is None:
-        raise UnknownTemplateError(f"template id {template_id} is not one this archive implements")
-    if block_length < layout.block.size or HEADER.size + block_length > len(view):
-        raise ProtocolError(f"template {template_id}: block length {block_length} in a {len(view)}-byte message")
-    values = list(layout.block.unpack_from(view, HEADER.size))
-    strings, _ = _strings(view, HEADER.size + block_length, layout.strings, template_id)
-    message: Message = layout.cls(*values, *strings)
+    view = data if isinstance(data, memoryview) else memoryview(data)
+    if view.nbytes < HEADER.size:
+        raise ProtocolError(f"{view.nbytes} bytes: shorter than an SBE header")
+    try:
+        decoder = _DISPATCHER.wrap(view)
+        values = decoder.to_dict()
+    except SbeSchemaIdMismatchError as exc:
+        raise ProtocolError(f"schema id: {exc}") from None
+    except SbeUnknownTemplateError as exc:
+        raise UnknownTemplateError(f"template id {HEADER.unpack_from(view)[1]}: {exc}") from None
+    except SbeDecodeError as exc:
+        raise ProtocolError(str(exc)) from None
+    name = decoder.NAME
+    if name == "AuthConnectRequest":
+        if values.get("encoded_credentials"):
+            raise ProtocolError("authenticated connect with credentials: this archive has no authenticator")
+        return ConnectRequest(
+            values["correlation_id"], values["response_stream_id"], values["response_channel"], values["version"]
+        )
+    cls = _CLASSES.get(name)
+    if cls is None:
+        raise UnknownTemplateError(
+            f"template id {HEADER.unpack_from(view)[1]} ({name}) is not one this archive implements"
+        )
+    for field_name in _FIELDS[cls]:
+        value = values.get(field_name)
+        if isinstance(value, str) and len(value) > MAX_VAR_LENGTH:
+            raise ProtocolError(f"{name}.{field_name}: {len(value)} characters, more than {MAX_VAR_LENGTH}")
+    try:
+        message: Message = cls(*(_plain(values[f]) for f in _FIELDS[cls] if f in values))
+    except TypeError as exc:
+        raise ProtocolError(f"{name}: {exc}") from None
     return message
 
 
-def _decode_auth_connect(view: memoryview, block_length: int) -> ConnectRequest:
-    if block_length < _AUTH_CONNECT_BLOCK.size or HEADER.size + block_length > len(view):
-        raise ProtocolError(f"authenticated connect: block length {block_length} in a {len(view)}-byte message")
-    correlation_id, stream_id, version = _AUTH_CONNECT_BLOCK.unpack_from(view, HEADER.size)
-    (channel,), offset = _strings(view, HEADER.size + block_length, 1, _AUTH_CONNECT)
-    if offset + 4 > len(view):
-        raise ProtocolError("authenticated connect: no credentials field")
-    (credentials,) = _VAR_LENGTH.unpack_from(view, offset)
-    if credentials:
-        raise ProtocolError("authenticated connect with credentials: this archive has no authenticator")
-    return ConnectRequest(correlation_id, stream_id, channel, version)
+def _plain(value: object) -> object:
+    """Enum members as their ints, bytes of an ASCII field as text: the message classes hold plain values."""
+    if isinstance(value, enum.Enum):
+        return int(value.value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("ascii", "replace")
+    return value

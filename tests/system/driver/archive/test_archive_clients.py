@@ -271,7 +271,8 @@ def test_authenticated_connect_without_credentials_is_a_session(harness: Archive
             + struct.pack("<qii", correlation_id, 4411, (1 << 16) | (37 << 8))
             + struct.pack("<I", len(channel))
             + channel
-            + struct.pack("<I", 0)
+            + struct.pack("<I", 0)  # no credentials
+            + struct.pack("<I", 0)  # no client info
         )
         offer_all(raw, [request])
         answers: list[control.Message] = []
