@@ -91,10 +91,15 @@ class ArchiveDispatcher:
         self._current = {tid: codec.decoder() for tid, codec in CURRENT.templates.items()}
         self._read = LEGACY._header_read
 
-    def wrap(self, buffer: Buffer, offset: int = 0) -> MessageDecoder:
-        if not isinstance(buffer, (bytes, bytearray, memoryview)):
+    def wrap(self, buffer: Buffer, offset: int = 0, length: int | None = None) -> MessageDecoder:
+        """The decoder of the message at ``offset`` (``length``, when given, bounds it, header included)."""
+        try:
+            capacity = len(buffer)
+        except TypeError:
             buffer = as_buffer(buffer)
-        capacity = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
+            capacity = len(buffer)
+        if length is not None and offset + length < capacity:
+            capacity = offset + length
         if offset < 0 or offset + 8 > capacity:
             raise SbeDecodeError(f"no room for a message header at offset {offset} of {capacity} bytes")
         block_length, template_id, schema_id, version = self._read(buffer, offset)
@@ -107,4 +112,4 @@ class ArchiveDispatcher:
             decoder = self._current.get(template_id) or self._legacy.get(template_id)
         if decoder is None:
             raise SbeUnknownTemplateError(template_id, schema_id, version)
-        return decoder.wrap(buffer, offset + 8, block_length, version)
+        return decoder.wrap(buffer, offset + 8, block_length, version, capacity - offset - 8)

@@ -37,6 +37,18 @@ Decoding::
     dec.replay_channel_length(), dec.skip_replay_channel(), dec.replay_channel_bytes()
     dec.encoded_length                                            # body bytes read so far (limit - offset)
 
+All fixed fields at once (one ``unpack_from``/``pack_into`` over a block of numbers; field by field otherwise),
+in the order of the class's ``FIELD_NAMES`` (constants aside)::
+
+    dec.read_fields()                       # -> (control_session_id, correlation_id, ..., replay_stream_id)
+    enc.write_fields(1, 2, 3, 0, -1, 101)   # pad bytes between fields are written as zeros
+
+Buffers: ``bytes`` (decode only), ``bytearray``, a ``memoryview`` of bytes (format ``B``), or an object with
+``capacity`` and ``view(index, length)`` such as the driver's ``AtomicBuffer``.
+
+Every decoding ``wrap`` takes an optional ``length`` bounding the message (a fragment inside a larger term buffer):
+nothing past it is read.
+
 Dispatch by template id: ``d = schema.dispatcher(); dec = d.wrap(buffer, offset)`` returns the reused decoder of
 whatever message is there (``dec.TEMPLATE_ID``, ``dec.NAME``); another schema's id raises
 :class:`SbeSchemaIdMismatchError`, an unknown template :class:`SbeUnknownTemplateError`, short or inconsistent bytes

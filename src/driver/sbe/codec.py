@@ -209,6 +209,51 @@ def _composite_accessors(index: int, offset: int) -> tuple[Getter, Getter]:
     return get, get
 
 
+def _fields_reader(
+    block: struct.Struct | None, getters: tuple[Getter, ...], newest: int
+) -> Callable[[Any], tuple[Any, ...]]:
+    if block is not None:
+        unpack = block.unpack_from
+
+        def read_fields(self: Any) -> tuple[Any, ...]:
+            if self._version >= newest:
+                return unpack(self._buffer, self._offset)
+            return tuple(get(self) for get in getters)
+
+    else:
+
+        def read_fields(self: Any) -> tuple[Any, ...]:
+            return tuple(get(self) for get in getters)
+
+    read_fields.__doc__ = "Every field of the block in schema order (``FIELD_NAMES``), in one call where it can."
+    return read_fields
+
+
+def _fields_writer(block: struct.Struct | None, setters: tuple[Setter, ...], what: str) -> Callable[..., Any]:
+    count = len(setters)
+    if block is not None:
+        pack = block.pack_into
+
+        def write_fields(self: Any, *values: Any) -> Any:
+            try:
+                pack(self._buffer, self._offset, *values)
+            except struct.error as exc:
+                raise struct_error(what, values, exc) from None
+            return self
+
+    else:
+
+        def write_fields(self: Any, *values: Any) -> Any:
+            if len(values) != count:
+                raise SbeEncodeError(f"{what}: {len(values)} values for {count} fields")
+            for put, value in zip(setters, values, strict=True):
+                put(self, value)
+            return self
+
+    write_fields.__doc__ = "Set every field of the block in schema order (``FIELD_NAMES``), in one call where it can."
+    return write_fields
+
+
 def _composite_reader(get: Getter) -> Getter:
     def read(self: Any) -> Any:
         return get(self).to_dict()
@@ -320,6 +365,33 @@ class _Builder:
         dec_ns["_FIELD_READERS"] = tuple(readers)
         enc_ns["_FIELD_WRITERS"] = tuple(writers)
         enc_ns["_CONSTANT_NAMES"] = tuple(constants)
+        names = tuple(name for name, _ in readers if name not in constants)
+        dec_ns["FIELD_NAMES"] = enc_ns["FIELD_NAMES"] = names
+        block = self.block_struct(fields)
+        getters = tuple(get for name, get in readers if name not in constants)
+        setters = tuple(put for _, put, _ in writers)
+        dec_ns["read_fields"] = _fields_reader(block, getters, max((f.since_version for f in fields), default=0))
+        enc_ns["write_fields"] = _fields_writer(block, setters, owner)
+
+    def block_struct(self, fields: Sequence[Field]) -> struct.Struct | None:
+        """One Struct over a block whose every field is a single number (int, float, enum or set), else None."""
+        fmt = self.schema.byte_order
+        position = 0
+        for f in fields:
+            if f.presence == "constant":
+                continue
+            t = f.type
+            if isinstance(t, EncodedType) and t.length == 1 and not t.is_text:
+                code = t.primitive.code
+            elif isinstance(t, (EnumType, SetType)):
+                code = t.encoding.primitive.code
+            else:
+                return None
+            if f.offset > position:
+                fmt += f"{f.offset - position}x"
+            fmt += code
+            position = f.offset + f.size
+        return struct.Struct(fmt)
 
     def block_classes(
         self,
@@ -400,6 +472,9 @@ class _Builder:
         dec_ns = dict(common, _HEADER_READ=staticmethod(self.header_read))
         dec_ns["_REQUIRED_BLOCK"] = _required_blocks(m.fields, self.schema.version)
         enc_ns = dict(common, _HEADER_WRITE=staticmethod(self.header_write))
+        header = bytearray(self.header_length)
+        self.header_write(header, 0, m.block_length, m.id, self.schema.id, self.schema.version)
+        enc_ns["_HEADER_BYTES"] = bytes(header)
         return self.block_classes(m.name, m.fields, m.groups, m.data, MessageDecoder, MessageEncoder, dec_ns, enc_ns)
 
 
@@ -557,21 +632,29 @@ def _data_readers(order: str, d: VarData, owner: str) -> tuple[Getter, Getter, G
         msg._limit = end
         return msg._buffer, start, end
 
-    if encoding is not None:
+    if encoding is not None and since == 0:
+
+        def read(self: Any) -> Any:
+            msg = self._msg
+            pos = msg._limit
+            buffer = msg._buffer
+            start = pos + header
+            try:
+                end = start + read_length(buffer, pos)[0]
+            except struct.error:
+                raise SbeDecodeError(f"{what}: length at {pos} exceeds the buffer of {msg._capacity}") from None
+            if end > msg._capacity or end < start:
+                raise SbeDecodeError(f"{what}: {end - start} bytes at {start} exceed the buffer of {msg._capacity}")
+            msg._limit = end
+            return str(buffer[start:end], encoding, "replace")
+
+    elif encoding is not None:
 
         def read(self: Any) -> Any:
             if self._version < since:
                 return ""
-            msg = self._msg
-            pos = msg._limit
-            start = pos + header
-            if start > msg._capacity:
-                raise SbeDecodeError(f"{what}: length at {pos} exceeds the buffer of {msg._capacity}")
-            end = start + read_length(msg._buffer, pos)[0]
-            if end > msg._capacity or end < start:
-                raise SbeDecodeError(f"{what}: {end - start} bytes at {start} exceed the buffer of {msg._capacity}")
-            msg._limit = end
-            return str(msg._buffer[start:end], encoding, "replace")
+            buffer, start, end = span(self)
+            return str(buffer[start:end], encoding, "replace")
 
     else:
 
@@ -732,10 +815,15 @@ class Dispatcher:
         self._schema_id = schema.id
         self._header_length = schema.header_length
 
-    def wrap(self, buffer: Buffer, offset: int = 0) -> MessageDecoder:
-        if not isinstance(buffer, (bytes, bytearray, memoryview)):
+    def wrap(self, buffer: Buffer, offset: int = 0, length: int | None = None) -> MessageDecoder:
+        """The decoder of the message at ``offset`` (``length``, when given, bounds it, header included)."""
+        try:
+            capacity = len(buffer)
+        except TypeError:
             buffer = as_buffer(buffer)
-        capacity = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
+            capacity = len(buffer)
+        if length is not None and offset + length < capacity:
+            capacity = offset + length
         if offset < 0 or offset + self._header_length > capacity:
             raise SbeDecodeError(f"no room for a message header at offset {offset} of {capacity} bytes")
         block_length, template_id, schema_id, version = self._read(buffer, offset)
@@ -744,7 +832,8 @@ class Dispatcher:
         decoder = self._decoders.get(template_id)
         if decoder is None:
             raise SbeUnknownTemplateError(template_id, schema_id, version)
-        return decoder.wrap(buffer, offset + self._header_length, block_length, version)
+        body = offset + self._header_length
+        return decoder.wrap(buffer, body, block_length, version, capacity - body)
 
 
 class MessageSchema:
@@ -832,8 +921,13 @@ class MessageSchema:
 
     def decode(self, buffer: Buffer, offset: int = 0) -> tuple[MessageCodec, dict[str, Any]]:
         """The message at ``offset``, whichever it is, as (its codec, its values). Slow path."""
-        decoder = Dispatcher(self).wrap(buffer, offset)
-        return self.templates[decoder.TEMPLATE_ID], decoder.to_dict()
+        header = self.read_header(buffer, offset)
+        if header.schema_id != self.id:
+            raise SbeSchemaIdMismatchError(self.id, header.schema_id, header.template_id)
+        codec = self.templates.get(header.template_id)
+        if codec is None:
+            raise SbeUnknownTemplateError(header.template_id, header.schema_id, header.version)
+        return codec, codec.decode(buffer, offset)
 
 
 def _header_codec(

@@ -73,6 +73,9 @@ class _Block:
 
     _FIELD_READERS: ClassVar[FieldReaders] = ()
     _CONSTANT_NAMES: ClassVar[tuple[str, ...]] = ()
+    FIELD_NAMES: ClassVar[tuple[str, ...]] = ()
+    """The Python names of the block's fields (constants aside), in schema order: what ``read_fields()`` returns and
+    ``write_fields(*values)`` takes."""
     _GROUP_NAMES: ClassVar[tuple[str, ...]] = ()
     _DATA_NAMES: ClassVar[tuple[str, ...]] = ()
 
@@ -121,24 +124,30 @@ class MessageDecoder(_Block):
         self._groups = ()
 
     def wrap(
-        self, buffer: Buffer | _ViewableBuffer, offset: int, acting_block_length: int, acting_version: int
+        self,
+        buffer: Buffer | _ViewableBuffer,
+        offset: int,
+        acting_block_length: int,
+        acting_version: int,
+        length: int | None = None,
     ) -> Self:
         """Read the message whose block starts at ``offset``, sent with that block length and schema version.
 
         A block longer than this schema's (a newer peer) is skipped over to its groups and data; fields newer
-        than ``acting_version`` read as their null value. Raises :class:`SbeDecodeError` when the block does not
-        fit the buffer or is too short for the fields the acting version has.
+        than ``acting_version`` read as their null value. ``length``, when given, bounds the message body (a
+        fragment in a larger term buffer): nothing past ``offset + length`` is read. Raises
+        :class:`SbeDecodeError` when the block does not fit or is too short for the fields the acting version has.
         """
-        if not isinstance(buffer, (bytes, bytearray, memoryview)):
+        try:
+            capacity = len(buffer)  # type: ignore[arg-type]
+        except TypeError:
             buffer = as_buffer(buffer)
-        capacity = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
+            capacity = len(buffer)
+        if length is not None and offset + length < capacity:
+            capacity = offset + length
         limit = offset + acting_block_length
-        if offset < 0 or limit > capacity:
-            raise SbeDecodeError(
-                f"{self.NAME}: block of {acting_block_length} bytes at offset {offset} exceeds the buffer of {capacity}"
-            )
-        if acting_block_length < self.BLOCK_LENGTH:
-            self._check_block(acting_block_length, acting_version, self._REQUIRED_BLOCK, self.NAME)
+        if limit > capacity or offset < 0 or acting_block_length < self.BLOCK_LENGTH:
+            self._check_wrap(capacity, offset, acting_block_length, acting_version)
         self._buffer = buffer
         self._offset = offset
         self._version = acting_version
@@ -146,6 +155,13 @@ class MessageDecoder(_Block):
         self._capacity = capacity
         self._limit = limit
         return self
+
+    def _check_wrap(self, capacity: int, offset: int, acting_block_length: int, acting_version: int) -> None:
+        if offset < 0 or offset + acting_block_length > capacity:
+            raise SbeDecodeError(
+                f"{self.NAME}: block of {acting_block_length} bytes at offset {offset} exceeds the buffer of {capacity}"
+            )
+        self._check_block(acting_block_length, acting_version, self._REQUIRED_BLOCK, self.NAME)
 
     @staticmethod
     def _check_block(block_length: int, version: int, required: Sequence[int], what: str) -> None:
@@ -155,18 +171,25 @@ class MessageDecoder(_Block):
                 f"{what}: block length {block_length} is shorter than version {version} needs ({need})"
             )
 
-    def wrap_and_check_header(self, buffer: Buffer | _ViewableBuffer, offset: int) -> Self:
-        """Read the message header at ``offset``, check it names this message, and wrap the body after it."""
+    def wrap_and_check_header(self, buffer: Buffer | _ViewableBuffer, offset: int, length: int | None = None) -> Self:
+        """Read the message header at ``offset``, check it names this message, and wrap the body after it.
+
+        ``length``, when given, bounds the whole message (header included).
+        """
         if not isinstance(buffer, (bytes, bytearray, memoryview)):
             buffer = as_buffer(buffer)
-        if offset < 0 or offset + self.HEADER_LENGTH > _capacity(buffer):
+        capacity = _capacity(buffer)
+        if length is not None and offset + length < capacity:
+            capacity = offset + length
+        if offset < 0 or offset + self.HEADER_LENGTH > capacity:
             raise SbeDecodeError(f"{self.NAME}: no room for a message header at offset {offset}")
         block_length, template_id, schema_id, version = type(self)._HEADER_READ(buffer, offset)
         if schema_id != self.SCHEMA_ID:
             raise SbeSchemaIdMismatchError(self.SCHEMA_ID, schema_id, template_id)
         if template_id != self.TEMPLATE_ID:
             raise SbeUnknownTemplateError(template_id, schema_id, version)
-        return self.wrap(buffer, offset + self.HEADER_LENGTH, block_length, version)
+        body = offset + self.HEADER_LENGTH
+        return self.wrap(buffer, body, block_length, version, capacity - body)
 
     @property
     def buffer(self) -> Buffer:
@@ -226,6 +249,8 @@ class MessageEncoder(_Block):
     SINCE_VERSION: ClassVar[int] = 0
     HEADER_LENGTH: ClassVar[int] = 8
     _HEADER_WRITE: ClassVar[Callable[[Any, int, int, int, int, int], None]]
+    _HEADER_BYTES: ClassVar[bytes] = b""
+    """This message's header (block length, template id, schema id and version), encoded once."""
     _FIELD_WRITERS: ClassVar[FieldWriters] = ()
 
     if TYPE_CHECKING:
@@ -235,7 +260,7 @@ class MessageEncoder(_Block):
     def __init__(self) -> None:
         object.__setattr__(self, "_buffer", bytearray())
         object.__setattr__(self, "_offset", 0)
-        object.__setattr__(self, "_version", 0)
+        object.__setattr__(self, "_version", 1 << 30)  # reading a field back sees every version's fields
         object.__setattr__(self, "_limit", 0)
         object.__setattr__(self, "_capacity", 0)
         object.__setattr__(self, "_msg", self)
@@ -247,17 +272,14 @@ class MessageEncoder(_Block):
 
     def wrap(self, buffer: WritableBuffer | _ViewableBuffer, offset: int) -> Self:
         """Write the message body at ``offset`` (no header); raises :class:`SbeEncodeError` if its block won't fit."""
-        if not isinstance(buffer, (bytearray, memoryview)):
-            viewed = as_buffer(buffer)
-            if isinstance(viewed, bytes):
-                raise SbeEncodeError(f"{self.NAME}: cannot encode into read-only bytes")
-            buffer = viewed
-        capacity = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
+        try:
+            capacity = len(buffer)  # type: ignore[arg-type]
+        except TypeError:
+            buffer = as_buffer(buffer)  # type: ignore[assignment]
+            capacity = len(buffer)  # type: ignore[arg-type]
         limit = offset + self.BLOCK_LENGTH
-        if offset < 0 or limit > capacity:
-            raise SbeEncodeError(
-                f"{self.NAME}: block of {self.BLOCK_LENGTH} bytes at offset {offset} exceeds the buffer of {capacity}"
-            )
+        if offset < 0 or limit > capacity or isinstance(buffer, bytes):
+            self._refuse(buffer, offset, capacity)
         self._buffer = buffer
         self._offset = offset
         self._capacity = capacity
@@ -266,15 +288,26 @@ class MessageEncoder(_Block):
 
     def wrap_and_apply_header(self, buffer: WritableBuffer | _ViewableBuffer, offset: int) -> Self:
         """Write the message header at ``offset`` (this message's block length, ids, version), then wrap after it."""
-        viewed = as_buffer(buffer)
-        if isinstance(viewed, bytes):
+        try:
+            capacity = len(buffer)  # type: ignore[arg-type]
+        except TypeError:
+            buffer = as_buffer(buffer)  # type: ignore[assignment]
+            capacity = len(buffer)  # type: ignore[arg-type]
+        body = offset + self.HEADER_LENGTH
+        limit = body + self.BLOCK_LENGTH
+        if offset < 0 or limit > capacity or isinstance(buffer, bytes):
+            self._refuse(buffer, offset, capacity)
+        buffer[offset:body] = self._HEADER_BYTES  # type: ignore[index]
+        self._buffer = buffer
+        self._offset = body
+        self._capacity = capacity
+        self._limit = limit
+        return self
+
+    def _refuse(self, buffer: object, offset: int, capacity: int) -> None:
+        if type(buffer) is bytes:
             raise SbeEncodeError(f"{self.NAME}: cannot encode into read-only bytes")
-        if offset < 0 or offset + self.HEADER_LENGTH > _capacity(viewed):
-            raise SbeEncodeError(f"{self.NAME}: no room for a message header at offset {offset}")
-        type(self)._HEADER_WRITE(
-            viewed, offset, self.BLOCK_LENGTH, self.TEMPLATE_ID, self.SCHEMA_ID, self.SCHEMA_VERSION
-        )
-        return self.wrap(viewed, offset + self.HEADER_LENGTH)
+        raise SbeEncodeError(f"{self.NAME}: message block at offset {offset} exceeds the buffer of {capacity}")
 
     @property
     def buffer(self) -> WritableBuffer:
@@ -401,7 +434,7 @@ class GroupEncoder(_Block):
     def __init__(self, msg: Any) -> None:
         object.__setattr__(self, "_buffer", bytearray())
         object.__setattr__(self, "_offset", 0)
-        object.__setattr__(self, "_version", 0)
+        object.__setattr__(self, "_version", 1 << 30)
         object.__setattr__(self, "_msg", msg)
         object.__setattr__(self, "_count", 0)
         object.__setattr__(self, "_index", 0)

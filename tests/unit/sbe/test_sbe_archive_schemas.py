@@ -130,7 +130,15 @@ def test_every_archive_message_round_trips(codec: MessageCodec, data: st.DataObj
     assert buffer[24:] == encoded
     assert enc.encoded_length == len(encoded) - 8
     dec = codec.decoder().wrap_and_check_header(buffer, 24)
+    assert dict(zip(dec.FIELD_NAMES, dec.read_fields(), strict=True)) == {k: decoded[k] for k in dec.FIELD_NAMES}
     assert dec.skip() == len(encoded) - 8
+    if not codec.message.groups:  # all fixed fields in one call, then the var data, give the same bytes
+        again = bytearray(len(encoded))
+        bulk = codec.encoder().wrap_and_apply_header(again, 0)
+        bulk.write_fields(*(values[name] for name in bulk.FIELD_NAMES))
+        for d in codec.message.data:
+            getattr(bulk, "put_" + snake_case(d.name))(values[snake_case(d.name)])
+        assert bytes(again) == encoded
 
 
 def test_the_dispatcher_picks_the_generation_by_header_version() -> None:
@@ -186,3 +194,82 @@ def test_a_legacy_control_response_reads_todays_version_field_as_null() -> None:
     )
     old = LEGACY["ControlResponse"].decoder().wrap_and_check_header(current, 0)
     assert (old.acting_version, old.code, old.error_message(), old.encoded_length) == (14, 0, "", 32 + 4)
+
+
+SAMPLES = [
+    LEGACY["RecordingDescriptor"].encode(
+        {
+            "control_session_id": 1,
+            "correlation_id": 2,
+            "recording_id": 3,
+            "start_timestamp": 4,
+            "stop_timestamp": 5,
+            "start_position": 6,
+            "stop_position": 7,
+            "initial_term_id": 8,
+            "segment_file_length": 9,
+            "term_buffer_length": 10,
+            "mtu_length": 11,
+            "session_id": 12,
+            "stream_id": 13,
+            "stripped_channel": "aeron:ipc",
+            "original_channel": "aeron:ipc?term-length=65536",
+            "source_identity": "aeron:ipc",
+        }
+    ),
+    CURRENT["ReplayRequest"].encode(
+        {
+            "control_session_id": 1,
+            "correlation_id": 2,
+            "recording_id": 3,
+            "position": 0,
+            "length": -1,
+            "replay_stream_id": 5,
+            "file_io_max_length": 4096,
+            "replay_token": 9,
+            "replay_channel": "aeron:udp?endpoint=localhost:40124",
+        }
+    ),
+    CLUSTER[2]["SnapshotRecordings"].encode(
+        {
+            "correlation_id": 1,
+            "snapshots": [
+                {
+                    "recording_id": i,
+                    "leadership_term_id": i,
+                    "term_base_log_position": i,
+                    "log_position": i,
+                    "timestamp": i,
+                    "service_id": i,
+                }
+                for i in range(3)
+            ],
+            "member_endpoints": "a,b,c",
+        }
+    ),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sample=st.sampled_from(SAMPLES),
+    flips=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=6),
+    cut=st.integers(0, 400),
+)
+def test_hostile_bytes_decode_or_raise_a_decode_error(sample: bytes, flips: list[tuple[int, int]], cut: int) -> None:
+    """Flipped bytes and truncation give values or SbeDecodeError, never another exception or a hang."""
+    data = bytearray(sample)
+    for at, value in flips:
+        if at < len(data):
+            data[at] = value
+    data = data[: max(cut, 0)] if cut < len(data) else data
+    for schema in (LEGACY, CURRENT, CLUSTER[2]):
+        try:
+            decoder = schema.dispatcher().wrap(bytes(data))
+            decoder.to_dict()
+        except SbeDecodeError:
+            pass
+    try:
+        ArchiveDispatcher().wrap(memoryview(data)).to_dict()
+    except SbeDecodeError:
+        pass

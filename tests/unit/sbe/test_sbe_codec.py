@@ -461,3 +461,104 @@ def test_round_trips_any_values_at_any_acting_version(id_, symbol, ratio, qty, n
         dec = codec.decoder().wrap_and_check_header(old_order(values, version), 0)
         assert dec.late == (values["late"] if version >= 2 else -(2**31))
         assert dec.to_dict()["fills"] == values["fills"]
+
+
+def test_read_and_write_fields_take_the_whole_block_at_once() -> None:
+    ping = LITTLE["Ping"]
+    buffer = bytearray(64)
+    enc = ping.encoder().wrap_and_apply_header(buffer, 0).write_fields(-3)
+    assert enc.FIELD_NAMES == ("seq",)
+    dec = ping.decoder().wrap_and_check_header(buffer, 0)
+    assert dec.read_fields() == (-3,)
+    with pytest.raises(SbeEncodeError):
+        enc.write_fields(1, 2)
+    # A block with strings, arrays and a composite takes the per-field path, values as the properties give them.
+    order = LITTLE["Order"]
+    data = order.encode(VALUES)
+    dec = order.decoder().wrap_and_check_header(data, 0)
+    fields = dec.read_fields()
+    assert dict(zip(dec.FIELD_NAMES, fields, strict=True))["symbol"] == "EUR/USD"
+    assert "magic" not in dec.FIELD_NAMES
+    assert len(fields) == len(dec.FIELD_NAMES)
+    # An older acting version: the newer field reads null through read_fields as well.
+    old = order.decoder().wrap_and_check_header(old_order(VALUES, 1), 0)
+    assert dict(zip(old.FIELD_NAMES, old.read_fields(), strict=True))["late"] == -(2**31)
+
+
+def test_an_encoder_reads_back_what_it_wrote() -> None:
+    enc = LITTLE["Order"].encoder().wrap(bytearray(256), 0)
+    enc.late = 5  # since version 2: an encoder writes the newest version, so it reads back too
+    enc.symbol = "X"
+    assert (enc.late, enc.symbol) == (5, "X")
+
+
+NESTED = """<?xml version="1.0" encoding="UTF-8"?>
+<messageSchema package="nested" id="9" version="0" byteOrder="littleEndian">
+  <types>
+    <composite name="messageHeader">
+      <type name="blockLength" primitiveType="uint16"/>
+      <type name="templateId" primitiveType="uint16"/>
+      <type name="schemaId" primitiveType="uint16"/>
+      <type name="version" primitiveType="uint16"/>
+    </composite>
+    <composite name="groupSizeEncoding">
+      <type name="blockLength" primitiveType="uint16"/>
+      <type name="numInGroup" primitiveType="uint16"/>
+    </composite>
+    <enum name="Unit" encodingType="uint8">
+      <validValue name="NS">0</validValue>
+      <validValue name="MS">1</validValue>
+    </enum>
+    <composite name="Duration">
+      <type name="value" primitiveType="int64"/>
+      <ref name="unit" type="Unit"/>
+      <type name="tag" primitiveType="char" length="2"/>
+    </composite>
+    <composite name="Window">
+      <composite name="start">
+        <type name="seconds" primitiveType="uint32"/>
+      </composite>
+      <ref name="length" type="Duration" offset="8"/>
+    </composite>
+  </types>
+  <message name="Timer" id="1">
+    <field name="window" id="1" type="Window"/>
+    <group name="windows" id="2">
+      <field name="window" id="3" type="Window"/>
+    </group>
+  </message>
+</messageSchema>
+"""
+
+
+def test_nested_composites_with_refs_and_offsets_in_blocks_and_groups() -> None:
+    schema = load_schema(NESTED)
+    codec = schema["Timer"]
+    window = {"start": {"seconds": 7}, "length": {"value": -5, "unit": 1, "tag": "ab"}}
+    values = {"window": window, "windows": [{"window": window}, {"window": {**window, "start": {"seconds": 8}}}]}
+    data = codec.encode(values)
+    assert codec.block_length == 8 + 8 + 1 + 2
+    assert data[8:12] == (7).to_bytes(4, "little")
+    assert data[16:24] == (-5).to_bytes(8, "little", signed=True)
+    assert data[24:27] == b"\x01ab"
+    assert codec.decode(data) == values
+    dec = codec.decoder().wrap_and_check_header(data, 0)
+    assert (dec.window.start.seconds, dec.window.length.unit, dec.window.length.tag) == (7, 1, "ab")
+    assert [entry.window.start.seconds for entry in dec.windows()] == [7, 8]
+
+
+def test_a_length_bounds_a_message_inside_a_larger_buffer() -> None:
+    """A fragment in a term buffer: with its length given, a var data length pointing past it is refused."""
+    codec = LITTLE["Order"]
+    data = bytearray(codec.encode(VALUES))
+    term = bytearray(32) + data + bytearray(64)
+    assert LITTLE.dispatcher().wrap(term, 32, len(data)).to_dict() == codec.decode(data)
+    assert codec.decoder().wrap_and_check_header(term, 32, len(data)).skip() == len(data) - 8
+    struct.pack_into("<H", term, 32 + len(data) - 5 - 4, 40)  # the blob now claims 40 bytes: inside the term buffer
+    with pytest.raises(SbeDecodeError, match="blob"):
+        LITTLE.dispatcher().wrap(term, 32, len(data)).to_dict()
+    with pytest.raises(SbeDecodeError, match="blob"):
+        codec.decoder().wrap_and_check_header(term, 32, len(data)).to_dict()
+    with pytest.raises(SbeDecodeError):
+        codec.decoder().wrap(term, 40, 66, 3, 65)  # the block alone does not fit the length
+    LITTLE.dispatcher().wrap(term, 32).to_dict()  # unbounded, the longer blob is read from the term buffer

@@ -8,6 +8,7 @@ empty strings); our encoder must produce the same bytes and our decoder must rea
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -17,7 +18,7 @@ from driver.archive.codecs import LEGACY, LEGACY_MARK, ArchiveDispatcher
 from driver.sbe import MessageCodec, MessageSchema, load_schema_resource, snake_case
 from driver.sbe.schema import EncodedType, EnumType, Group, Message
 from support.aeron_java import AeronJava
-from support.java_programs import JavacUnavailableError, JavaProgram, sbe_encoder
+from support.java_programs import JavacUnavailableError, JavaProgram, compile_java, sbe_encoder
 
 pytestmark = [pytest.mark.interop, pytest.mark.process]
 
@@ -146,3 +147,31 @@ def test_every_legacy_message_was_compared(java_bytes: dict[tuple[str, bool], by
         assert {f"{schema.id}.{name}" for name in schema.messages} <= compared
     assert len(compared) == 22 + 1 + 47 + 1
     assert java_bytes[("111.SnapshotRecordings", False)]  # a message with a repeating group
+
+
+ECHO = """
+public final class Echo
+{
+    public static void main(final String[] args)
+    {
+        System.out.println(String.join(" ", args) + " " + io.aeron.archive.codecs.ReplayRequestEncoder.BLOCK_LENGTH);
+    }
+}
+"""
+
+
+def test_a_java_program_compiles_once_per_source_and_runs_with_args(aeron_java: AeronJava, tmp_path: Path) -> None:
+    try:
+        program = compile_java(aeron_java, ECHO, "Echo", cache_dir=tmp_path)
+    except JavacUnavailableError as exc:
+        pytest.skip(str(exc))
+    assert program.run("a", "b c") == "a b c 44\n"  # compiled against the jar: 1.15.1's ReplayRequest block
+    marker = program.classes / ".complete"
+    built = marker.stat().st_mtime_ns
+    again = compile_java(aeron_java, ECHO, "Echo", cache_dir=tmp_path)
+    assert again.classes == program.classes
+    assert marker.stat().st_mtime_ns == built
+    other = compile_java(aeron_java, ECHO.replace('" "', '"-"'), "Echo", cache_dir=tmp_path)
+    assert other.classes != program.classes
+    assert other.run("x", "y") == "x-y-44\n"
+    assert not list((tmp_path / "java-programs").glob("build-*"))  # no half-built leftovers
