@@ -333,3 +333,58 @@ def test_our_recording_on_javas_archive_is_replayed_by_javas_subscriber(
         aeron_java, java_archive, tmp_path / "replayed.log", channel=channel, stream_id=STREAM_ID, expect=len(texts)
     )
     assert replayed == texts
+
+
+def test_every_aeron_archive_operation_of_javas_client_on_our_archive(
+    aeron_java: AeronJava, media_driver: MediaDriver, our_archive: Archive
+) -> None:
+    """A small program on Java 1.15.1's ``AeronArchive``: record, positions, listings, find, replay, stop replay,
+    extend, truncate and the errors of what is not there, all against our archive."""
+    from support.java_programs import SOURCES, JavacUnavailableError, compile_java
+
+    try:
+        program = compile_java(
+            aeron_java, (SOURCES / "ArchiveOperations.java").read_text(encoding="utf-8"), "ArchiveOperations"
+        )
+    except JavacUnavailableError as exc:
+        pytest.skip(str(exc))
+    c = our_archive.context
+    channel = "aeron:ipc?term-length=64k"
+    out = program.run(
+        str(media_driver.aeron_dir),
+        c.control_channel,
+        str(c.control_stream_id),
+        _udp(),
+        "21",
+        channel,
+        str(STREAM_ID),
+        timeout_s=120,
+    )
+    lines = [line.split("=", 1) for line in out.splitlines() if "=" in line]
+    values = {key: value for key, value in lines}
+    assert "timeout" not in values, out
+    rid = int(values["recordingId"])
+    end = int(values["end"])
+    assert int(values["controlSessionId"]) != 0
+    assert int(values["recordingPosition"]) == end
+    assert int(values["stopPositionWhileActive"]) == -1
+    assert int(values["stopPosition"]) == end
+    assert int(values["recordingPositionStopped"]) == -1
+    assert values["listRecordings"] == "1"
+    session_id = int(values["sessionId"])
+    assert values["listed"] == f"{rid} 0 {end} {STREAM_ID} {session_id} {TERM} {channel}|session-id={session_id}"
+    assert (values["listRecordingsForUri"], values["listRecordingsForUriOtherStream"]) == ("1", "0")
+    assert (values["listRecording"], values["listRecordingUnknown"]) == ("1", "0")
+    assert int(values["findLastMatchingRecording"]) == rid
+    assert int(values["findLastMatchingRecordingNone"]) == -1
+    assert values["replayed"] == ",".join(f"message {i}" for i in range(10))
+    assert values["stopReplay"] == "ok"
+    replay_session_id = int(values["replaySessionId"])
+    assert replay_session_id >> 32 > 0  # a replay count above the image's session id
+    assert int(values["extendedStop"]) == int(values["extendedEnd"]) > end
+    assert int(values["truncatedStop"]) == 64
+    assert values["unknownStopPosition"] == "5"  # ArchiveException.UNKNOWN_RECORDING
+    assert values["unknownReplay"] == "6"  # ArchiveException.UNKNOWN_REPLAY
+    # our own view agrees
+    d = our_archive.recording(rid)
+    assert (d.stop_position, d.session_id, d.stream_id) == (64, session_id, STREAM_ID)
