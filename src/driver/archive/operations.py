@@ -94,8 +94,9 @@ class ArchiveOperations(abc.ABC):
         self, recording_id: int, channel: str, stream_id: int, *, position: int = -1, length: int = FOLLOW
     ) -> int:
         """Replay onto ``channel``/``stream_id`` from ``position`` (-1: the start) for ``length`` bytes
-        (-1: to the end, following an active recording); returns the replay id, which is also its session
-        id (subscribe with ``session-id=<id>``)."""
+        (-1: to the end, following an active recording); returns Aeron's replay session id, whose low 32 bits are
+        the replay image's session id (subscribe with ``session-id=<replay_session_id(id)>``, as
+        ``ArchiveClient.replay_subscription`` does)."""
         return int(self._request("replay", recording_id, position, length, channel, stream_id))
 
     def stop_replay(self, replay_id: int) -> bool:
