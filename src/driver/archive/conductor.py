@@ -43,7 +43,7 @@ from driver.client.subscription import Image, Subscription
 from driver.logbuffer.descriptor import int32, position_bits_to_shift
 from driver.logbuffer.fragment_assembler import FragmentAssembler
 from driver.logbuffer.header import Header
-from driver.uri import ChannelUri
+from driver.uri import SPY_PREFIX, ChannelUri
 
 __all__ = ["ArchiveConductor", "recover_catalog"]
 
@@ -228,12 +228,6 @@ class ArchiveConductor:
 
     def _subscribe(self, channel: str, stream_id: int, local: bool, extend_id: int | None) -> int:
         uri = ChannelUri.parse(channel)
-        if local and uri.is_udp:
-            raise ArchiveError(
-                f"{channel}: recording a UDP publication locally needs a spy subscription, which this driver does "
-                "not offer yet; record it as a receiver with local=False (the archive's driver then receives the "
-                "stream like any subscriber, sharing the channel with subscribers on the same driver)"
-            )
         if len(_strip(channel).encode()) + 2 * len(channel.encode()) > _MAX_CHANNEL_BYTES:
             raise ArchiveError(f"channel of {len(channel.encode())} bytes is too long to catalog")
         for link in self._recording_subs.values():
@@ -241,7 +235,9 @@ class ArchiveConductor:
                 raise RecordingStateError(f"{channel} stream {stream_id} is already being recorded")
         link = _RecordingSubscription(channel, stream_id, extend_id)
         link.subscription = self.aeron.add_subscription(
-            channel, stream_id, available_image_handler=lambda image: self._pending_images.append((link, image))
+            _source_channel(uri, channel, local),
+            stream_id,
+            available_image_handler=lambda image: self._pending_images.append((link, image)),
         )
         registration_id = link.subscription.registration_id
         self._recording_subs[registration_id] = link
@@ -811,6 +807,12 @@ def _response_channel(channel: str) -> str:
     if "term-length" in uri.params:
         return channel
     return str(ChannelUri(uri.media, {**uri.params, "term-length": str(64 * 1024)}, uri.prefix))
+
+
+def _source_channel(uri: ChannelUri, channel: str, local: bool) -> str:
+    """What the archive subscribes to: a UDP publication on its own driver (``local``, Aeron's LOCAL source) is
+    read in place through a spy; anything else is received as any subscriber receives it."""
+    return SPY_PREFIX + channel if local and uri.is_udp and not uri.is_spy else channel
 
 
 def _strip(channel: str) -> str:

@@ -407,12 +407,17 @@ class DriverConductor:
             self.clients[client_id] = client
         return client
 
-    def _parse(self, channel: str) -> tuple[ChannelUri, UdpChannel | None]:
+    def _parse(self, channel: str, *, spy: bool = False) -> tuple[ChannelUri, UdpChannel | None]:
+        """The channel, and its UDP side (None for IPC); ``spy``: an ``aeron-spy:`` prefix is allowed (the UDP
+        side is then the spied channel's)."""
         uri = ChannelUri.parse(channel)
-        if uri.prefix:
-            raise ControlProtocolError(
-                ErrorCode.INVALID_CHANNEL, f"channel {channel!r}: spy subscriptions (aeron-spy:) are not supported"
-            )
+        if uri.is_spy:
+            if not spy:
+                raise ControlProtocolError(
+                    ErrorCode.INVALID_CHANNEL,
+                    f"channel {channel!r}: the aeron-spy: prefix is for subscriptions (a spy reads a publication)",
+                )
+            return uri, UdpChannel.parse(uri.without_spy_prefix())
         if uri.media == "ipc":
             return uri, None
         return uri, UdpChannel.parse(uri)
@@ -485,8 +490,10 @@ class DriverConductor:
                 client_id=msg.client_id,
             )
             self._active_session_ids.add(session_id)
+            spies = self.network.link_spies(publication)
         else:
             self._confirm_match(publication, udp.channel_uri, params)
+            spies = []
         publication.inc_ref()
         self.publication_links.append(PublicationLink(msg.correlation_id, client, publication))
         endpoint = publication.endpoint
@@ -500,6 +507,22 @@ class DriverConductor:
             publisher_limit_counter_id=publication.publisher_limit.id,
             channel_status_indicator_id=endpoint.status_indicator.id,
             is_exclusive=is_exclusive,
+        )
+        for position in spies:
+            self._send_available_spy_image(position)
+
+    def _send_available_spy_image(self, position: SubscriberPosition) -> None:
+        """A spy's image: the network publication's own log, named as Aeron names it (``aeron:ipc``)."""
+        publication = position.publication
+        assert isinstance(publication, NetworkPublication)
+        self.client_proxy.on_available_image(
+            correlation_id=publication.registration_id,
+            session_id=publication.session_id,
+            stream_id=publication.stream_id,
+            subscription_registration_id=position.subscription.registration_id,
+            subscriber_position_id=position.counter.id,
+            log_file_name=publication.log_file_name,
+            source_identity=IPC_SOURCE_IDENTITY,
         )
 
     def _allocate_session_id(self, params: PublicationParams) -> int:
@@ -632,7 +655,7 @@ class DriverConductor:
         self.client_proxy.on_operation_success(msg.correlation_id)
 
     def _on_add_subscription(self, msg: SubscriptionMessage) -> None:
-        uri, udp = self._parse(msg.channel)
+        uri, udp = self._parse(msg.channel, spy=True)
         session = uri.get("session-id")
         client = self._client(msg.client_id)
         ctx = self._ctx
@@ -656,7 +679,19 @@ class DriverConductor:
             sparse=uri.get("sparse") == "true",
             evict_silent=uri.get("evict-silent") == "true",
             reliable=uri.get("reliable") != "false",
+            spied_channel=udp.canonical_form if uri.is_spy and udp is not None else None,
         )
+        if sub.is_spy:
+            self.subscription_links.append(sub)
+            try:
+                positions = self.network.add_spy(sub)
+            except BaseException:  # no counter left: nothing of the spy stays
+                self._unlink_subscription(sub)
+                raise
+            self.client_proxy.on_subscription_ready(msg.correlation_id, NO_ID_ALLOCATED)
+            for position in positions:
+                self._send_available_spy_image(position)
+            return
         if udp is not None:
             self.subscription_links.append(sub)
             try:
@@ -683,6 +718,9 @@ class DriverConductor:
         self.subscription_links.remove(sub)
         if sub.endpoint is not None:
             self.network.remove_subscription(sub)
+            return
+        if sub.is_spy:
+            self.network.remove_spy(sub)
             return
         for position in sub.positions.values():
             publication = position.publication

@@ -79,6 +79,7 @@ class SubscriptionLink:
         "reliable",
         "session_id",
         "sparse",
+        "spied_channel",
         "stream_id",
     )
 
@@ -96,6 +97,7 @@ class SubscriptionLink:
         sparse: bool = False,
         evict_silent: bool = False,
         reliable: bool = True,
+        spied_channel: str | None = None,
     ) -> None:
         self.registration_id = registration_id
         self.client = client
@@ -116,25 +118,45 @@ class SubscriptionLink:
         self.reliable = reliable
         """``reliable=false`` on the channel: its images pad over loss instead of asking for it again (per
         subscription, as in Aeron: one endpoint can carry reliable and unreliable streams side by side)."""
+        self.spied_channel = spied_channel
+        """A spy (``aeron-spy:``): the canonical form of the UDP channel whose local publications it reads."""
+
+    @property
+    def is_spy(self) -> bool:
+        return self.spied_channel is not None
 
     def matches(self, publication: IpcPublication) -> bool:
         return (
             self.endpoint is None
+            and self.spied_channel is None
             and publication.stream_id == self.stream_id
             and (self.session_id is None or self.session_id == publication.session_id)
         )
 
-    def is_linked(self, publication: IpcPublication) -> bool:
+    def matches_spied(self, publication: NetworkPublication, canonical_form: str) -> bool:
+        """A spy's match: the publication's stream (and session) on the spied channel (``canonical_form``: the
+        publication's endpoint's)."""
+        return (
+            self.spied_channel == canonical_form
+            and publication.stream_id == self.stream_id
+            and (self.session_id is None or self.session_id == publication.session_id)
+        )
+
+    def is_linked(self, publication: IpcPublication | NetworkPublication) -> bool:
         return publication.registration_id in self.positions
 
 
 class SubscriberPosition:
-    """One subscription's read position in one publication's log (an IPC publication's or an image's)."""
+    """One subscription's read position in one publication's log (an IPC publication's, an image's, or for a spy
+    a network publication's)."""
 
     __slots__ = ("counter", "publication", "subscription")
 
     def __init__(
-        self, subscription: SubscriptionLink, publication: IpcPublication | PublicationImage, counter: AtomicCounter
+        self,
+        subscription: SubscriptionLink,
+        publication: IpcPublication | PublicationImage | NetworkPublication,
+        counter: AtomicCounter,
     ) -> None:
         self.subscription = subscription
         self.publication = publication

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from driver.command.current import ADDRESS_TYPE_IPV4, ADDRESS_TYPE_IPV6, PublicationErrorResponse
 from driver.concurrent._watches import PositionWatch
-from driver.concurrent.counters import AtomicCounter
+from driver.concurrent.counters import AtomicCounter, CountersFullError
 from driver.concurrent.error_log import DistinctErrorLog
 from driver.concurrent.system_counters import (
     CHANNEL_STATUS_ACTIVE,
@@ -236,6 +236,8 @@ class NetworkResources:
         self._limits_of: list[NetworkPublication] = []
         self._had_receivers: dict[NetworkPublication, bool] = {}
         self._sender_positions = PositionWatch([])
+        self._spies_changed_of: set[NetworkPublication] = set()
+        self._limits_spied = False  # the watch also holds spy positions (a publication may show up twice)
         self._images_dir = Path(self._ctx.aeron_dir) / "images"
         self._images_dir.mkdir(parents=True, exist_ok=True)
         self._faults = (self._ctx.send_faults, self._ctx.receive_faults)
@@ -386,6 +388,7 @@ class NetworkResources:
             or self._ctx.publication_heartbeat_interval_ns,
             now_ns=conductor.now_ns(),
             destinations=endpoint.destinations_for(params.session_id is not None, receiver_host),
+            spies_simulate_connection=self._ctx.spies_simulate_connection,
         )
         endpoint.ref_count += 1
         self.publications.append(publication)
@@ -407,6 +410,82 @@ class NetworkResources:
         address = destination_address(channel)
         action = endpoint.add_destination if add else endpoint.remove_destination
         self._conductor.sender_command(functools.partial(action, (address[0], address[1])))
+
+    # -- spies -----------------------------------------------------------------------------------
+
+    def add_spy(self, link: SubscriptionLink) -> list[SubscriberPosition]:
+        """Link a new spy to the active publications it matches; returns the positions made (their images are
+        for the conductor to announce, after the subscription is ready)."""
+        made = []
+        for publication in self.publications:
+            if publication.state is NetworkPublicationState.ACTIVE and self._spies_on(link, publication):
+                position = self._link_spy(link, publication)
+                if position is not None:
+                    made.append(position)
+        return made
+
+    def link_spies(self, publication: NetworkPublication) -> list[SubscriberPosition]:
+        """Link a new publication to the spies already waiting for it; returns the positions made. A spy for
+        which no counter is left misses this publication (the error logged and counted): the publication, and
+        the client that asked for it, are not failed for a spy."""
+        made = []
+        for link in self._conductor.subscription_links:
+            if self._spies_on(link, publication) and not link.is_linked(publication):
+                try:
+                    position = self._link_spy(link, publication)
+                except CountersFullError as exc:
+                    self._system_counters.get(SystemCounterId.ERRORS).increment()
+                    self._error_log.record(exc)
+                    continue
+                if position is not None:
+                    made.append(position)
+        return made
+
+    def remove_spy(self, link: SubscriptionLink) -> None:
+        """A spy goes (removed, or its client did): its positions leave their publications, counters freed."""
+        for position in link.positions.values():
+            publication = position.publication
+            if isinstance(publication, NetworkPublication):
+                publication.remove_spy(position.counter)
+                self._spies_changed(publication)
+        link.positions.clear()
+
+    @staticmethod
+    def _spies_on(link: SubscriptionLink, publication: NetworkPublication) -> bool:
+        endpoint = publication.endpoint
+        assert isinstance(endpoint, SendChannelEndpoint)
+        return link.is_spy and link.matches_spied(publication, endpoint.channel.canonical_form)
+
+    def _link_spy(self, link: SubscriptionLink, publication: NetworkPublication) -> SubscriberPosition | None:
+        """A spy's position in ``publication``'s log, from what has been sent; None (counted) when the spy holds
+        as many images as ``max-images`` allows."""
+        held = sum(1 for p in link.positions.values() if isinstance(p.publication, NetworkPublication))
+        if held >= link.max_images:
+            self._refuse(link, DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT)
+            return None
+        counter = self._allocator.subscriber_position(link, publication.session_id, publication.join_position())
+        position = SubscriberPosition(link, publication, counter)
+        link.positions[publication.registration_id] = position
+        publication.add_spy(counter)
+        self._spies_changed(publication)
+        return position
+
+    def _cleanup_spies(self, publication: NetworkPublication) -> None:
+        """The publication has drained and its spies have read it to the end: their images go."""
+        for link in self._conductor.subscription_links:
+            position = link.positions.get(publication.registration_id)
+            if position is not None and position.publication is publication:
+                del link.positions[publication.registration_id]
+                publication.remove_spy(position.counter)
+                self._client_proxy.on_unavailable_image(
+                    publication.registration_id, link.registration_id, publication.stream_id, publication.channel
+                )
+        self._spies_changed(publication)
+
+    def _spies_changed(self, publication: NetworkPublication) -> None:
+        """Spy positions came or went: the publisher limits' watch is rebuilt and this limit worked out again."""
+        self._publications_changes += 1
+        self._spies_changed_of.add(publication)
 
     # -- subscriptions and images ---------------------------------------------------------------
 
@@ -797,19 +876,35 @@ class NetworkResources:
     # -- conductor duty cycle and timers ---------------------------------------------------------
 
     def update_publisher_limits(self) -> int:
-        """Limits of the publications whose sender moved, that gained or lost their receivers, or that are new."""
+        """Limits of the publications whose sender or spies moved, that gained or lost their receivers or spies,
+        or that are new."""
         work = 0
         owners = self._limits_of
-        for index in self._sender_positions.changed():
-            work += owners[index].update_publisher_limit()
+        moved = self._sender_positions.changed()
+        if moved:
+            if not self._limits_spied:  # one position per publication
+                for index in moved:
+                    work += owners[index].update_publisher_limit()
+            else:
+                for publication in {id(owners[index]): owners[index] for index in moved}.values():
+                    work += publication.update_publisher_limit()
         had = self._had_receivers
         if self._limits_changes != self._publications_changes:
             self._limits_changes = self._publications_changes
-            publications = self._limits_of = list(self.publications)
+            publications = list(self.publications)
+            spied = [p for p in publications if p.spy_positions]
+            self._limits_spied = bool(spied)
+            # Each sender position, then each spy position, with the publication it moves.
+            owners = self._limits_of = publications + [p for p in spied for _ in p.spy_positions]
+            entries = [p.sender_position.location() for p in publications]
+            entries += [spy.location() for p in spied for spy in p.spy_positions]
             # Positions noted before the limits are computed from them: a move in between shows next cycle.
-            self._sender_positions = PositionWatch([p.sender_position.location() for p in publications])
+            self._sender_positions = PositionWatch(entries)
             self._had_receivers = {p: had.get(p, not p.has_receivers) for p in publications}
             self._limits_version = -1
+            changed, self._spies_changed_of = self._spies_changed_of, set()
+            for publication in changed:
+                work += publication.update_publisher_limit()
         if self._limits_version != NetworkPublication.receivers_version:
             self._limits_version = NetworkPublication.receivers_version
             had = self._had_receivers
@@ -826,6 +921,8 @@ class NetworkResources:
             publication.on_time_event(now_ns)
             if publication.state is not state:  # e.g. end of stream to signal: the sender should look now
                 conductor.sender_command(functools.partial(self._sender.wake, publication))
+                if publication.state is NetworkPublicationState.LINGER and publication.spy_positions:
+                    self._cleanup_spies(publication)
             if publication.state is NetworkPublicationState.DONE and publication in self.publications:
                 self.publications.remove(publication)
                 self._tearing_down.add(publication)
@@ -933,6 +1030,7 @@ class NetworkResources:
         self._tearing_down.clear()
         self.publications.clear()
         self._publications_changes += 1
+        self._spies_changed_of.clear()
         self.images.clear()
         self._images_by_stream.clear()
         self._held_cache.clear()

@@ -14,6 +14,15 @@ zeroed before they are reused) and ``on_time_event`` on its timer (receivers gon
 quiet for the connection timeout, unblocking a dead writer's claim, and the
 drain → linger → done lifecycle after the last client lets go).
 
+Spies (``aeron-spy:`` subscriptions on this driver) read the log in place, each
+through its own subscriber position. As in Aeron 1.15.1 they hold the publisher
+back (the limit is a term window past the slowest of the sender and the spies)
+whenever the publication is connected, and a draining publication lingers only
+once its spies have read to the end. With ``spies_simulate_connection`` spies
+alone make it connected: with no receiver, the sender's position follows the
+furthest spy (what nobody receives counts as sent, never resent). The sender
+never reads a spy's counter: the conductor gives it the furthest spy position.
+
 Fields written by the sender thread are only read by the conductor, and the
 other way round; the GIL makes each attribute access atomic.
 """
@@ -76,6 +85,7 @@ class NetworkPublication(DriverPublication):
         signal_eos: bool = True,
         destinations: DynamicDestinations | None = None,
         heartbeat_interval_ns: int = HEARTBEAT_INTERVAL_NS,
+        spies_simulate_connection: bool = False,
     ) -> None:
         super().__init__(log, publisher_limit, now_ns)
         self.heartbeat_interval_ns = heartbeat_interval_ns
@@ -129,6 +139,11 @@ class NetworkPublication(DriverPublication):
         self.time_of_last_status_message_ns = now_ns
         self.has_receivers = False
         self._rejecting_receivers: set[int] = set()
+        # spies: positions and connection kept by the conductor; has_spies and max_spy_position read by the sender
+        self.spies_simulate_connection = spies_simulate_connection
+        self.spy_positions: list[AtomicCounter] = []
+        self.has_spies = False
+        self.max_spy_position = start
         # conductor-thread state
         self._clean_position = start
         self._last_sender_position = start
@@ -149,7 +164,18 @@ class NetworkPublication(DriverPublication):
                 term_offset = sender_position & self.term_mask
                 active_term_id = lbd.int32((sender_position >> self.position_bits) + self.initial_term_id)
                 bytes_sent = self._heartbeat_check(now_ns, active_term_id, term_offset)
-            if self._idle_flow_control or self.is_end_of_stream:
+            if self.has_spies and self.spies_simulate_connection and not self.has_receivers:
+                # Spies alone count as connected: with nobody to send to, what the furthest spy has read counts
+                # as sent (Aeron's simulated connection). A move is work, so the sender keeps pace with the spies.
+                spied = self.max_spy_position
+                if spied > sender_position:
+                    self.sender_position.set_ordered(spied)
+                    sender_position = spied
+                    bytes_sent = 1
+                self.sender_limit.set_ordered(
+                    self.flow_control.on_idle(now_ns, sender_position, sender_position, self.is_end_of_stream)
+                )
+            elif self._idle_flow_control or self.is_end_of_stream:
                 limit = self.sender_limit.get()
                 new_limit = self.flow_control.on_idle(now_ns, limit, sender_position, self.is_end_of_stream)
                 if new_limit != limit:
@@ -327,14 +353,60 @@ class NetworkPublication(DriverPublication):
         if self.state is not NetworkPublicationState.ACTIVE:
             return 0
         sender_position = self.sender_position.get_volatile()
-        if self.has_receivers:
-            proposed = sender_position + self.term_window_length
+        spies = self.spy_positions
+        if self.has_receivers or (spies and self.spies_simulate_connection):
+            slowest = sender_position
+            if spies:
+                furthest = sender_position
+                for spy in spies:
+                    position = spy.get_volatile()
+                    if position < slowest:
+                        slowest = position
+                    elif position > furthest:
+                        furthest = position
+                if furthest > self.max_spy_position:
+                    self.max_spy_position = furthest
+            proposed = slowest + self.term_window_length
             if self.publisher_limit.propose_max_ordered(proposed):
                 self._clean_buffer(proposed)
                 return 1
         elif self.publisher_limit.get() > sender_position:
             self.publisher_limit.set_ordered(sender_position)
         return 0
+
+    def join_position(self) -> int:
+        """Where a new spy starts reading: what has been sent (Aeron's consumer position); with only spies to
+        connect it, what they have read counts as sent even before the sender has caught up with them."""
+        sent = self.sender_position.get_volatile()
+        if self.spies_simulate_connection and not self.has_receivers:
+            return max(sent, self.max_spy_position)
+        return sent
+
+    def add_spy(self, position: AtomicCounter) -> None:
+        self.spy_positions.append(position)
+        self.has_spies = True
+        self._update_connected()
+
+    def remove_spy(self, position: AtomicCounter) -> None:
+        """Forget a spy and free its counter."""
+        if position in self.spy_positions:
+            self.spy_positions.remove(position)
+            read = position.get_volatile()
+            if read > self.max_spy_position:
+                self.max_spy_position = read
+        self.has_spies = bool(self.spy_positions)
+        position.close()
+        self._update_connected()
+
+    def spies_finished(self, end_position: int) -> bool:
+        return all(spy.get_volatile() >= end_position for spy in self.spy_positions)
+
+    def _update_connected(self) -> None:
+        """Connected: a receiver answers, or spies count as one (``spies_simulate_connection``). The sender also
+        sets it on each status message, which mends a stale ``False`` written here while one arrived."""
+        connected = self.has_receivers or (self.has_spies and self.spies_simulate_connection)
+        if connected != lbd.is_connected(self.log.metadata):
+            lbd.set_is_connected(self.log.metadata, connected)
 
     def _clean_buffer(self, publisher_limit: int) -> None:
         clean_position = self._clean_position
@@ -352,7 +424,7 @@ class NetworkPublication(DriverPublication):
         if self.has_receivers and now_ns - self.time_of_last_status_message_ns > self.connection_timeout_ns:
             self.has_receivers = False
             NetworkPublication.receivers_version += 1
-            lbd.set_is_connected(self.log.metadata, False)
+        self._update_connected()
         state = self.state
         if state is NetworkPublicationState.ACTIVE:
             if not self.is_exclusive:
@@ -361,8 +433,12 @@ class NetworkPublication(DriverPublication):
             sender_position = self.sender_position.get_volatile()
             if sender_position >= producer_position or not self.has_receivers:
                 self.is_end_of_stream = True
-                self.state = NetworkPublicationState.LINGER
-                self._time_of_last_state_change_ns = now_ns
+                if self.spies_finished(producer_position):
+                    # the conductor then tells the spies their image has gone and frees their positions
+                    self.state = NetworkPublicationState.LINGER
+                    self._time_of_last_state_change_ns = now_ns
+                elif self._unblock(max(spy.get_volatile() for spy in self.spy_positions)):
+                    self.counters.unblocked_publications.increment()  # spies wait at a dead writer's claim
             elif self._unblock(sender_position):
                 self.counters.unblocked_publications.increment()
         elif state is NetworkPublicationState.LINGER:
@@ -385,6 +461,10 @@ class NetworkPublication(DriverPublication):
     def close(self) -> None:
         for counter in (self.publisher_position, self.publisher_limit, self.sender_position, self.sender_limit):
             counter.close()
+        for spy in self.spy_positions:
+            spy.close()
+        self.spy_positions.clear()
+        self.has_spies = False
         self.log.close()
 
 

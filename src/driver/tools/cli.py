@@ -188,7 +188,7 @@ def _run_loss(args: argparse.Namespace, out: TextIO) -> int:
 
 def _run_streams(args: argparse.Namespace, out: TextIO) -> int:
     with open_cnc(_directory(args)) as cnc:
-        found = streams.read_streams(open_counters(cnc))
+        found = streams.read_streams(open_counters(cnc), join_spies=args.json or args.format != "streamstat")
     if args.json:
         out.write(streams.streams_json(found))
     elif args.format == "streamstat":

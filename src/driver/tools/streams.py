@@ -12,6 +12,13 @@ has: publisher→sender, sender→receiver (both ends in one driver only),
 receiver→subscriber, and end to end the first stage present minus the slowest
 subscriber. An IPC stream has no sender or receiver, so its lag is publisher
 minus slowest subscriber.
+
+A spy (an ``aeron-spy:`` subscription) reads a UDP publication of this driver
+in place: its sub-pos counter names the spy channel, and is shown with the
+publication it reads (the one of its stream and session: session ids are unique
+among a driver's publications), with the lag publisher→spy. Java's StreamStat
+groups by channel text, so its format (``read_streams(..., join_spies=False)``)
+keeps a spy as a stream of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from driver.concurrent.system_counters import (
     stream_counter_name,
 )
 from driver.tools.stat import STREAM_TYPE_IDS, CounterSample, read_counters
+from driver.uri import SPY_PREFIX
 
 __all__ = ["StreamPositions", "format_streams", "format_streamstat", "read_streams", "streams_json"]
 
@@ -49,10 +57,15 @@ class StreamPositions:
     receiver: int | None = None
     subscribers: dict[int, int] = attrs.field(factory=dict)  # subscription registration id -> sub-pos
     counters: list[CounterSample] = attrs.field(factory=list)
+    spies: dict[int, int] = attrs.field(factory=dict)  # spy subscription registration id -> its sub-pos
 
     @property
     def slowest_subscriber(self) -> int | None:
         return min(self.subscribers.values()) if self.subscribers else None
+
+    @property
+    def slowest_spy(self) -> int | None:
+        return min(self.spies.values()) if self.spies else None
 
     def lags(self) -> dict[str, int]:
         """Named lags in bytes between the stages this driver has counters for."""
@@ -69,6 +82,9 @@ class StreamPositions:
         head = next((p for p in (self.publisher, self.sender, self.receiver) if p is not None), None)
         if head is not None and slowest is not None:
             result["end_to_end"] = head - slowest
+        slowest_spy = self.slowest_spy
+        if self.publisher is not None and slowest_spy is not None:
+            result["publisher_to_spy"] = self.publisher - slowest_spy
         return result
 
 
@@ -82,26 +98,54 @@ _FIELD_BY_TYPE = {
 }
 
 
-def read_streams(reader: CountersReader) -> list[StreamPositions]:
-    """Streams in the order their first counter appears."""
+def read_streams(reader: CountersReader, *, join_spies: bool = True) -> list[StreamPositions]:
+    """Streams in the order their first counter appears; ``join_spies``: each spy with the publication it reads
+    (else a spy is a stream of its own channel, as StreamStat shows it)."""
     streams: dict[tuple[str, int, int], StreamPositions] = {}
+    spies: list[CounterSample] = []
     for sample in read_counters(reader):
         if sample.type_id not in STREAM_TYPE_IDS:
             continue
         assert sample.channel is not None
         assert sample.stream_id is not None
         assert sample.session_id is not None
-        key = (sample.channel, sample.stream_id, sample.session_id)
-        stream = streams.get(key)
-        if stream is None:
-            stream = streams[key] = StreamPositions(sample.channel, sample.stream_id, sample.session_id)
+        if join_spies and sample.type_id == SUBSCRIBER_POSITION_TYPE_ID and sample.channel.startswith(SPY_PREFIX):
+            spies.append(sample)
+            continue
+        stream = _stream(streams, sample.channel, sample.stream_id, sample.session_id)
         stream.counters.append(sample)
         if sample.type_id == SUBSCRIBER_POSITION_TYPE_ID:
             assert sample.registration_id is not None
             stream.subscribers[sample.registration_id] = sample.value
         elif sample.type_id in _FIELD_BY_TYPE:
             setattr(stream, _FIELD_BY_TYPE[sample.type_id], sample.value)
+    for sample in spies:
+        assert sample.channel is not None
+        assert sample.stream_id is not None
+        assert sample.session_id is not None
+        assert sample.registration_id is not None
+        spied = next(
+            (
+                s
+                for s in streams.values()
+                if s.stream_id == sample.stream_id and s.session_id == sample.session_id and s.sender is not None
+            ),
+            None,
+        )
+        stream = spied or _stream(streams, sample.channel, sample.stream_id, sample.session_id)
+        stream.counters.append(sample)
+        stream.spies[sample.registration_id] = sample.value
     return list(streams.values())
+
+
+def _stream(
+    streams: dict[tuple[str, int, int], StreamPositions], channel: str, stream_id: int, session_id: int
+) -> StreamPositions:
+    key = (channel, stream_id, session_id)
+    stream = streams.get(key)
+    if stream is None:
+        stream = streams[key] = StreamPositions(channel, stream_id, session_id)
+    return stream
 
 
 def _num(value: int | None) -> str:
@@ -122,6 +166,8 @@ def format_streams(streams: list[StreamPositions]) -> str:
             lines.append(f"  receiver    rcv-pos {_num(s.receiver):>20}   rcv-hwm {_num(s.receiver_hwm):>20}")
         for registration_id, position in s.subscribers.items():
             lines.append(f"  subscriber  sub-pos {_num(position):>20}   subscription {registration_id}")
+        for registration_id, position in s.spies.items():
+            lines.append(f"  spy         sub-pos {_num(position):>20}   subscription {registration_id}")
         lags = s.lags()
         if lags:
             described = ", ".join(f"{name.replace('_', ' ')} {value:,}" for name, value in lags.items())
@@ -153,6 +199,7 @@ def streams_json(streams: list[StreamPositions]) -> str:
             "receiver_hwm": s.receiver_hwm,
             "receiver_position": s.receiver,
             "subscriber_positions": {str(k): v for k, v in s.subscribers.items()},
+            "spy_positions": {str(k): v for k, v in s.spies.items()},
             "lags": s.lags(),
         }
         for s in streams

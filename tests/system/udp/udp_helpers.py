@@ -202,9 +202,9 @@ class UdpDrivers:
         self._dirs.append(path)
         return path
 
-    def embedded(self, name: str, **settings: object) -> MediaDriver:
+    def embedded(self, name: str, threading_mode: str = "SHARED", **settings: object) -> MediaDriver:
         merged = {**UDP_SETTINGS, **settings}
-        ctx = DriverContext.from_env({}, aeron_dir=self.directory(name), threading_mode="SHARED", **merged)
+        ctx = DriverContext.from_env({}, aeron_dir=self.directory(name), threading_mode=threading_mode, **merged)
         driver = MediaDriver.launch(ctx)
         self._drivers.callback(driver.close)
         return driver

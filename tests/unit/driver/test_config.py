@@ -428,3 +428,14 @@ def test_client_validation_names_the_setting(fields: dict[str, Any], prop: str) 
     with pytest.raises(DriverConfigurationError) as info:
         ClientContext(**fields).conclude()
     assert info.value.field == prop
+
+
+def test_spies_simulate_connection_from_property_environment_and_checked() -> None:
+    """Aeron's ``aeron.spies.simulate.connection`` (env ``AERON_SPIES_SIMULATE_CONNECTION``): only "true" is true."""
+    assert DriverContext.from_properties({"aeron.spies.simulate.connection": "true"}).spies_simulate_connection
+    assert DriverContext.from_env({"AERON_SPIES_SIMULATE_CONNECTION": "TRUE"}).conclude().spies_simulate_connection
+    assert not DriverContext.from_env({"AERON_SPIES_SIMULATE_CONNECTION": "1"}).conclude().spies_simulate_connection
+    assert DriverContext.from_env({}, spies_simulate_connection="true").spies_simulate_connection
+    with pytest.raises(DriverConfigurationError) as info:
+        attrs.evolve(DriverContext(), spies_simulate_connection=1).conclude()
+    assert info.value.field == "aeron.spies.simulate.connection"

@@ -18,7 +18,6 @@ from archive_helpers import (
     recording_bytes,
 )
 
-from driver.archive import ArchiveError
 from driver.archive.client import replay_session_id
 from driver.client import Aeron
 from driver.config import DriverContext
@@ -114,9 +113,55 @@ def test_record_a_remote_udp_stream(harness: ArchiveHarness, remote_aeron: Aeron
         replay.subscription.close()
 
 
-def test_recording_a_udp_publication_locally_says_to_record_it_as_a_receiver(harness: ArchiveHarness) -> None:
-    """Our driver has no spy subscriptions yet: local recording of UDP is refused with what to do instead."""
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
-    with pytest.raises(ArchiveError, match="local=False"):
-        harness.archive.start_recording(channel, STREAM + 1)
-    assert harness.archive.recordings() == []
+@pytest.fixture
+def spying_driver(aeron_dir: Path, request: pytest.FixtureRequest) -> Iterator[MediaDriver]:
+    """Our driver with ``spies_simulate_connection`` as the test's parameter says (the archive's own driver)."""
+    ctx = DriverContext.from_env(
+        {},
+        aeron_dir=aeron_dir,
+        threading_mode="SHARED",
+        timer_interval_ns=50_000_000,
+        publication_linger_timeout_ns=500_000_000,
+        spies_simulate_connection=request.param,
+        dir_delete_on_shutdown=True,
+    )
+    driver = MediaDriver.launch(ctx)
+    try:
+        yield driver
+    finally:
+        driver.close()
+
+
+@pytest.mark.parametrize("spying_driver", [True, False], ids=["spies-connect", "beside-a-receiver"], indirect=True)
+def test_record_a_local_udp_publication_through_a_spy(spying_driver: MediaDriver, archive_dir: Path) -> None:
+    """``local`` (the default) on a UDP channel: the archive reads the publication's own log through a spy, in
+    place. With ``spies_simulate_connection`` the spy alone connects the publication (nothing need receive it);
+    without, a receiver does, and the spy records beside it."""
+    simulate = spying_driver.context.spies_simulate_connection
+    harness = ArchiveHarness(spying_driver.aeron_dir, archive_dir)
+    try:
+        channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
+        subscription_id = harness.archive.start_recording(channel, STREAM + 1)
+        receiver = None if simulate else Collector(harness.client.add_subscription(channel, STREAM + 1))
+        publication = harness.client.add_exclusive_publication(channel, STREAM + 1)
+        try:
+            (recording,) = harness.wait_for_recordings(1)
+            execute_until(lambda: publication.is_connected, description="the publication connected")
+            messages = udp_messages()
+            end = offer_all(publication, messages, receiver.poll if receiver else lambda: None)
+            harness.wait_recorded(recording.recording_id, end)
+            if receiver is not None:
+                assert receiver.poll_until(len(messages)) == messages
+            assert harness.archive.stop_recording_subscription(subscription_id)
+        finally:
+            publication.close()
+        d = harness.wait_stopped(recording.recording_id)
+        assert (d.start_position, d.stop_position) == (0, end)
+        assert d.session_id == publication.session_id
+        assert d.original_channel == channel
+        assert d.source_identity == "aeron:ipc"  # a spy's image, as Aeron names it
+        assert assemble(parse_frames(recording_bytes(harness.archive_dir, d), 0)) == messages
+        assert harness.replay_messages(d.recording_id, len(messages)) == messages
+        assert harness.errors == []
+    finally:
+        harness.close()

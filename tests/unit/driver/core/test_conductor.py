@@ -16,6 +16,7 @@ from driver.command.messages import (
 )
 from driver.command.responses import decode_response
 from driver.command.types import CommandType, ResponseType
+from driver.concurrent.counters import RECORD_ALLOCATED
 from driver.concurrent.error_log import read_error_log
 from driver.errors import ErrorCode
 from driver.logbuffer import descriptor as lbd
@@ -220,3 +221,100 @@ def test_reserved_session_ids_are_left_at_a_random_point() -> None:
     assert len(picks) > 190
     picks = {_random_outside(-1, 1000) for _ in range(200)}
     assert all(p < -1 or p > 1000 for p in picks)
+
+
+def test_spy_subscription_reads_a_network_publication_and_frees_its_counter(harness: Harness) -> None:
+    channel = "aeron:udp?endpoint=127.0.0.1:40199"
+    spy_channel = f"aeron-spy:{channel}"
+    early = harness.cid()
+    harness.send(CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, early, 10, spy_channel))
+    other_stream = harness.cid()
+    harness.send(CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, other_stream, 11, spy_channel))
+    responses = harness.work()
+    assert [kind for kind, _ in responses] == [ResponseType.ON_SUBSCRIPTION_READY] * 2
+    assert all(r.channel_status_indicator_id == -1 for _, r in responses)  # type: ignore[attr-defined]
+    # A publication added later finds the spy waiting for it; one added after it, too.
+    pub_id = harness.add_publication(channel=channel)
+    responses = harness.work()
+    kinds = [kind for kind, _ in responses]
+    assert kinds == [ResponseType.ON_PUBLICATION_READY, ResponseType.ON_AVAILABLE_IMAGE]
+    ready, image = responses[0][1], responses[1][1]
+    assert image.correlation_id == pub_id  # type: ignore[attr-defined]
+    assert image.subscription_registration_id == early  # type: ignore[attr-defined]
+    assert image.session_id == ready.session_id  # type: ignore[attr-defined]
+    assert image.log_file_name == ready.log_file_name  # type: ignore[attr-defined]  # the publication's own log
+    assert image.source_identity == "aeron:ipc"  # type: ignore[attr-defined]
+    sub_pos = image.subscriber_position_id  # type: ignore[attr-defined]
+    label = f"sub-pos: {early} {ready.session_id} 10 {spy_channel} @0"  # type: ignore[attr-defined]
+    assert harness.counters.get_counter_label(sub_pos) == label
+    late = harness.cid()
+    harness.send(CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, late, 10, spy_channel))
+    responses = harness.work()
+    assert [kind for kind, _ in responses] == [ResponseType.ON_SUBSCRIPTION_READY, ResponseType.ON_AVAILABLE_IMAGE]
+    late_pos = responses[1][1].subscriber_position_id  # type: ignore[attr-defined]
+    # Removing a spy frees its position counter; the publication keeps the other one.
+    remove = harness.cid()
+    harness.send(CommandType.REMOVE_SUBSCRIPTION, RemoveMessage(harness.client_id, remove, early))
+    assert [kind for kind, _ in harness.work()] == [ResponseType.ON_OPERATION_SUCCESS]
+    (publication,) = harness.conductor.network.publications
+    assert [c.id for c in publication.spy_positions] == [late_pos]
+    assert harness.counters.get_counter_state(sub_pos) != RECORD_ALLOCATED
+    assert harness.counters.get_counter_state(late_pos) == RECORD_ALLOCATED
+
+
+def test_spy_prefix_on_a_publication_or_ipc_is_refused(harness: Harness) -> None:
+    on_publication = harness.add_publication(channel="aeron-spy:aeron:udp?endpoint=127.0.0.1:40199")
+    on_ipc = harness.cid()
+    harness.send(
+        CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, on_ipc, 10, "aeron-spy:aeron:ipc")
+    )
+    errors = {r.offending_correlation_id: r for kind, r in harness.work() if kind is ResponseType.ON_ERROR}  # type: ignore[attr-defined]
+    assert errors[on_publication].error_code == ErrorCode.INVALID_CHANNEL
+    assert "for subscriptions" in errors[on_publication].error_message
+    assert errors[on_ipc].error_code == ErrorCode.INVALID_CHANNEL
+    assert harness.conductor.subscription_links == []
+
+
+def test_spies_out_of_counters_fail_alone(tmp_path: Path) -> None:
+    """A spy for which no counter is left misses the new publication (logged, counted), and the publication and
+    its client are answered as usual; a spy added then is refused and leaves nothing behind."""
+    probe = Harness(tmp_path / "probe")
+    system = sum(
+        1 for cid in range(probe.counters.max_counter_id) if probe.counters.get_counter_state(cid) == RECORD_ALLOCATED
+    )
+    probe.close()
+    # room for the client's heartbeat, the publication's 4 counters and its channel status, and one spy
+    harness = ConductorHarness(tmp_path / "aeron", counters_values_buffer_length=(system + 7) * 128)
+    try:
+        channel = "aeron:udp?endpoint=127.0.0.1:40199"
+        spies = [harness.cid(), harness.cid()]
+        for cid in spies:
+            harness.send_raw(
+                CommandType.ADD_SUBSCRIPTION,
+                SubscriptionMessage(harness.client_id, cid, 10, f"aeron-spy:{channel}").encode(),
+            )
+        publication = harness.cid()
+        harness.send_raw(
+            CommandType.ADD_PUBLICATION, PublicationMessage(harness.client_id, publication, 10, channel).encode()
+        )
+        responses = [decode_response(t, b) for t, b in harness.work()]
+        kinds = [kind for kind, _ in responses]
+        assert kinds == [ResponseType.ON_SUBSCRIPTION_READY] * 2 + [
+            ResponseType.ON_PUBLICATION_READY,
+            ResponseType.ON_AVAILABLE_IMAGE,
+        ]
+        assert responses[3][1].subscription_registration_id == spies[0]  # type: ignore[attr-defined]
+        (errors,) = read_error_log(harness.cnc.error_log_buffer)
+        assert "CountersFullError" in errors.text, errors.text
+        assert harness.counters.get_counter_value(15) == 1  # ERRORS
+        late = harness.cid()
+        harness.send_raw(
+            CommandType.ADD_SUBSCRIPTION,
+            SubscriptionMessage(harness.client_id, late, 10, f"aeron-spy:{channel}").encode(),
+        )
+        [(kind, error)] = [decode_response(t, b) for t, b in harness.work()]
+        assert kind is ResponseType.ON_ERROR
+        assert error.offending_correlation_id == late  # type: ignore[attr-defined]
+        assert [s.registration_id for s in harness.conductor.subscription_links] == spies
+    finally:
+        harness.close()
