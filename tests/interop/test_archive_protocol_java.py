@@ -19,6 +19,8 @@ import pytest
 from driver.archive import Archive, ArchiveContext, ArchiveError, RecordingNotFoundError, recording_pos
 from driver.archive.client import ArchiveClient, AsyncArchiveClient
 from driver.client import Aeron, FragmentAssembler, Header
+from driver.cnc import CncGeneration
+from driver.config import DriverContext
 from driver.core.media_driver import MediaDriver
 from support.aeron_java import AeronJava, PeerSetupError, PropValue
 from support.java_archive import (
@@ -388,3 +390,49 @@ def test_every_aeron_archive_operation_of_javas_client_on_our_archive(
     # our own view agrees
     d = our_archive.recording(rid)
     assert (d.stop_position, d.session_id, d.stream_id) == (64, session_id, STREAM_ID)
+
+
+@pytest.fixture
+def spying_archive(aeron_java: AeronJava, tmp_path: Path) -> Iterator[tuple[MediaDriver, Archive]]:
+    """Our driver (CnC 15 for Java's client, spies counted as a connection) and our archive beside it."""
+    driver = MediaDriver.launch(
+        DriverContext.from_env(
+            {},
+            aeron_dir=tmp_path / "aeron",
+            threading_mode="SHARED",
+            cnc_generation=CncGeneration.V15,
+            spies_simulate_connection=True,
+            client_liveness_timeout_ns=3_000_000_000,
+        )
+    )
+    try:
+        context = ArchiveContext.from_env(
+            {},
+            aeron_dir=driver.aeron_dir,
+            archive_dir=tmp_path / "our-archive",
+            control_channel=_udp(),
+            recording_events_channel=_udp(),
+            segment_file_length=SEGMENT,
+        )
+        with Archive(context) as archive:
+            yield driver, archive
+    finally:
+        driver.close()
+
+
+def test_java_samples_record_a_udp_publication_locally_through_our_spy(
+    aeron_java: AeronJava, spying_archive: tuple[MediaDriver, Archive], tmp_path: Path
+) -> None:
+    """RecordedBasicPublisher as its authors run it: a UDP channel recorded LOCAL, which our archive does with a spy
+    subscription on our driver."""
+    driver, archive = spying_archive
+    channel = _udp()
+    props = java_client_props(
+        archive, driver.aeron_dir, **{"aeron.sample.channel": channel, "aeron.sample.streamId": STREAM_ID}
+    )
+    recording_id = run_java_publisher(aeron_java, props, messages=3)
+    execute_until(lambda: not archive.recording(recording_id).is_active, description="recording stopped")
+    d = archive.recording(recording_id)
+    assert (d.original_channel, d.stop_position) == (channel, 3 * 64)
+    replayed = run_java_subscriber(aeron_java, props, tmp_path / "replayed.log", expect=3)
+    assert replayed == [f"Hello World! {i}" for i in range(3)]
