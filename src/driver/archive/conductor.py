@@ -329,8 +329,12 @@ class ArchiveConductor:
             self._signal(target, session.recording_id, session.position, control.RecordingSignal.STOP)
 
     def _op_stop_recording(self, channel: str, stream_id: int) -> bool:
-        for registration_id, link in list(self._recording_subs.items()):
-            if link.stream_id == stream_id and link.channel == channel:
+        """Stop the recording subscription of this channel string and stream; failing that, the first whose
+        channel names the same stream as Aeron's archive keys them (media, endpoint, interface, control, tags)."""
+        links = [(rid, link) for rid, link in self._recording_subs.items() if link.stream_id == stream_id]
+        key = _key(channel)
+        for registration_id, link in [*[x for x in links if x[1].channel == channel], *links]:
+            if link.channel == channel or _key(link.channel) == key:
                 self._op_stop_recording_subscription(registration_id)
                 return True
         return False
@@ -813,6 +817,12 @@ def _source_channel(uri: ChannelUri, channel: str, local: bool) -> str:
     """What the archive subscribes to: a UDP publication on its own driver (``local``, Aeron's LOCAL source) is
     read in place through a spy; anything else is received as any subscriber receives it."""
     return SPY_PREFIX + channel if local and uri.is_udp and not uri.is_spy else channel
+
+
+def _key(channel: str) -> tuple[str, ...]:
+    """What Aeron's archive matches a stop-recording request on: the media and the parameters naming the stream."""
+    uri = ChannelUri.parse(channel)
+    return (uri.media, *(uri.params.get(name, "") for name in ("endpoint", "interface", "control", "tags")))
 
 
 def _strip(channel: str) -> str:

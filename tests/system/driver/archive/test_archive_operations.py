@@ -583,3 +583,16 @@ def test_recording_subscriptions_in_process(harness: ArchiveHarness) -> None:
     assert harness.archive.recording_subscriptions("128k") == [(second, 82, "aeron:ipc")]
     assert harness.archive.stop_recording_subscription(first)
     assert harness.archive.recording_subscriptions() == [(second, 82, "aeron:ipc")]
+
+
+def test_stop_recording_matches_the_channel_string_then_the_stream_it_names(harness: ArchiveHarness) -> None:
+    """As Aeron's archive keys recording subscriptions: media, endpoint, interface, control and tags."""
+    exact = harness.archive.start_recording("aeron:ipc?term-length=64k|alias=a", 83)
+    other = harness.archive.start_recording("aeron:ipc?term-length=128k", 83)
+    assert harness.archive.stop_recording("aeron:ipc?term-length=128k", 83)  # the exact string first
+    assert harness.archive.recording_subscriptions(stream_id=83) == [(exact, 83, "aeron:ipc")]
+    assert not harness.archive.stop_recording("aeron:udp?endpoint=localhost:40999", 83)
+    assert not harness.archive.stop_recording("aeron:ipc", 84)
+    assert harness.archive.stop_recording("aeron:ipc", 83)  # the same stream, named differently
+    assert harness.archive.recording_subscriptions() == []
+    assert other != exact
