@@ -21,6 +21,7 @@ from driver.archive.errors import (
     RecordingNotFoundError,
     RecordingStateError,
 )
+from driver.archive.sessions import SessionLimitError
 
 __all__ = ["INT32_MAX", "NULL_VALUE", "Exchange", "error_of", "request_for", "result_of"]
 
@@ -37,6 +38,7 @@ _ERROR_TYPES: Final[dict[str, type[ArchiveError]]] = {
         InvalidPositionError,
         RecordingNotFoundError,
         RecordingStateError,
+        SessionLimitError,
     )
 }
 _CODE_TYPES: Final[dict[int, type[ArchiveError]]] = {

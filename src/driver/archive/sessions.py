@@ -29,6 +29,8 @@ __all__ = ["ControlSession", "ControlSessions", "Listing", "SessionLimitError", 
 
 DEFAULT_MAX_QUEUED: Final = 256
 DEFAULT_MAX_SESSIONS: Final = 64
+MAX_REFUSALS: Final = 8
+"""Refusals (connects over the limit answered with an error) under way at once; more are dropped unanswered."""
 
 
 class SessionLimitError(ArchiveError):
@@ -79,6 +81,7 @@ class ControlSession:
         "max_queued",
         "queue",
         "reason",
+        "refusal",
         "session_id",
         "state",
         "timeout_ns",
@@ -107,6 +110,8 @@ class ControlSession:
         self.dropped = 0
         """Answers dropped because the queue was full (the session ends with the first)."""
         self.listing: Listing | None = None
+        self.refusal = ""
+        """Why the connect is refused (the archive is full): answered as an error, then the session ends."""
 
     @property
     def is_done(self) -> bool:
@@ -124,7 +129,10 @@ class ControlSession:
             if connected:
                 self.state = SessionState.ACTIVE
                 self.deadline_ns = 0
-                self.respond(ResponseCode.OK, self.connect_correlation_id, self.session_id)
+                if self.refusal:
+                    self.respond(ResponseCode.ERROR, self.connect_correlation_id, 0, self.refusal)
+                else:
+                    self.respond(ResponseCode.OK, self.connect_correlation_id, self.session_id)
                 return 1
             if now_ns - self.deadline_ns > 0:
                 self.end(f"control session {self.session_id}: the client's response channel never connected")
@@ -167,6 +175,8 @@ class ControlSession:
     def sent(self) -> None:
         self.queue.popleft()
         self.deadline_ns = 0
+        if self.refusal and not self.queue:
+            self.end(f"control session {self.session_id} refused: {self.refusal}")
 
     def blocked(self, now_ns: int) -> None:
         """The publication refused the next answer: give it the timeout, then end the session."""
@@ -184,6 +194,7 @@ class ControlSessions:
 
     def __init__(self, first_id: int, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
         self.max_sessions = max_sessions
+        self.max_refusals = MAX_REFUSALS
         self._next_id = first_id
         self.by_id: dict[int, ControlSession] = {}
         self.refused = 0
@@ -191,18 +202,24 @@ class ControlSessions:
     def open(
         self, correlation_id: int, now_ns: int, timeout_ns: int, *, version: int, max_queued: int
     ) -> ControlSession:
+        """A new session; over the limit, one that answers the connect with an error and ends (while fewer than
+        ``max_refusals`` such answers are under way; beyond that :class:`SessionLimitError`: nothing is answered)."""
+        refusal = ""
         if len(self.by_id) >= self.max_sessions:
             self.refused += 1
-            raise SessionLimitError(f"the archive holds its limit of {self.max_sessions} control sessions")
+            refusal = f"SessionLimitError: the archive holds its limit of {self.max_sessions} control sessions"
+            if sum(1 for s in self.by_id.values() if s.refusal) >= self.max_refusals:
+                raise SessionLimitError(refusal.partition(": ")[2])
         session_id = self._next_id
         self._next_id += 1
         session = ControlSession(session_id, correlation_id, now_ns, timeout_ns, version=version, max_queued=max_queued)
+        session.refusal = refusal
         self.by_id[session_id] = session
         return session
 
     def get(self, session_id: int) -> ControlSession | None:
         session = self.by_id.get(session_id)
-        return None if session is None or session.is_done else session
+        return None if session is None or session.is_done or session.refusal else session
 
     def remove(self, session_id: int) -> ControlSession | None:
         return self.by_id.pop(session_id, None)

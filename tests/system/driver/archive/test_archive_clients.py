@@ -36,6 +36,7 @@ from driver.archive import (
 )
 from driver.archive.client import ArchiveClient, AsyncArchiveClient, RecordingEvents
 from driver.archive.control import ProtocolError
+from driver.archive.sessions import SessionLimitError
 from driver.client import Aeron, FragmentAssembler
 from support.archive_channels import LOCAL_ARCHIVE_ENV
 from support.driver_process import DriverProcess
@@ -629,3 +630,21 @@ def test_clients_sharing_a_response_stream_do_not_hoard_each_others_answers(harn
             busy.recordings()
         quiet.recordings()
         assert len(quiet._c._exchanges) == 0
+
+
+def test_a_connect_over_the_session_limit_is_refused_with_a_typed_error(
+    make_archive: Callable[..., ArchiveHarness],
+) -> None:
+    harness = make_archive(max_control_sessions=2)
+    with (
+        ArchiveClient.connect(harness.client, harness.context, timeout=10) as one,
+        ArchiveClient.connect(harness.client, harness.context, timeout=10) as two,
+    ):
+        with pytest.raises(SessionLimitError, match="limit of 2 control sessions"):
+            ArchiveClient.connect(harness.client, harness.context, timeout=10)
+        assert one.recordings() == two.recordings() == []
+        assert harness.archive.conductor._sessions.refused == 1
+    # closed sessions make room again
+    execute_until(lambda: len(harness.archive.conductor._sessions) == 0, description="sessions closed")
+    with ArchiveClient.connect(harness.client, harness.context, timeout=10) as three:
+        assert three.recordings() == []

@@ -192,16 +192,25 @@ def test_an_answer_the_publication_refuses_for_longer_than_the_timeout_ends_the_
 
 def test_sessions_are_bounded_and_counted() -> None:
     sessions = ControlSessions(first_id=1000, max_sessions=2)
+    sessions.max_refusals = 1
     one = sessions.open(1, 0, SECOND, version=0, max_queued=4)
     two = sessions.open(2, 0, SECOND, version=0, max_queued=4)
     assert (one.session_id, two.session_id) == (1000, 1001)
-    with pytest.raises(SessionLimitError):
-        sessions.open(3, 0, SECOND, version=0, max_queued=4)
-    assert sessions.refused == 1
+    # over the limit: a session that only answers the connect with an error, then ends
+    refused = sessions.open(3, 0, SECOND, version=0, max_queued=4)
+    assert sessions.get(refused.session_id) is None  # takes no requests
+    with pytest.raises(SessionLimitError):  # and only so many refusals at once: the rest go unanswered
+        sessions.open(4, 0, SECOND, version=0, max_queued=4)
+    assert sessions.refused == 2
+    refused.poll(1, connected=True)
+    assert answers(refused) == [ControlResponse(1002, 3, 0, ResponseCode.ERROR, refused.refusal)]
+    assert refused.refusal.startswith("SessionLimitError: ")
+    assert refused.is_done
+    sessions.remove(refused.session_id)
     one.end("test")
     assert sessions.get(1000) is None
     sessions.remove(1000)
-    assert sessions.open(4, 0, SECOND, version=0, max_queued=4).session_id == 1002
+    assert sessions.open(5, 0, SECOND, version=0, max_queued=4).session_id == 1003
 
 
 def test_messages_are_immutable_values() -> None:
