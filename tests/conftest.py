@@ -18,7 +18,12 @@ from driver.core.media_driver import MediaDriver
 from support.aeron_c import AeronC, PeerUnavailableError
 from support.aeron_java import AeronJava, JavaMediaDriver, start_java_media_driver
 from support.any_driver import AnyDriver
+from support.archive_channels import LOCAL_ARCHIVE_ENV
 from support.driver_process import DriverProcess
+
+# Archives started by tests (and their child processes) use IPC channels, not Aeron's shared UDP ports.
+for _name, _value in LOCAL_ARCHIVE_ENV.items():
+    os.environ.setdefault(_name, _value)
 
 pytest_plugins = ["pytester"]  # the plugin's own tests (tests/system/endpoint/test_testing_plugin.py) run pytest
 

@@ -13,6 +13,7 @@ position onto any channel, following a recording that is still growing.
 
 from driver.archive.archive import Archive, ArchivingMediaDriver
 from driver.archive.catalog import Catalog, RecordingDescriptor
+from driver.archive.client import RecordingEvent
 from driver.archive.context import ArchiveContext
 from driver.archive.errors import (
     ArchiveError,
@@ -24,7 +25,6 @@ from driver.archive.errors import (
     RecordingNotFoundError,
     RecordingStateError,
 )
-from driver.archive.protocol import RecordingEvent
 from driver.archive.replayer import FOLLOW
 
 __all__ = [

@@ -13,36 +13,29 @@ from control requests.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import os
 import queue
 import random
-import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from driver.archive.catalog import Catalog, RecordingDescriptor
+from driver.archive import control, recording_pos
+from driver.archive.catalog import NULL_POSITION, Catalog, RecordingDescriptor
 from driver.archive.context import ArchiveContext
+from driver.archive.control import ProtocolError, ResponseCode
 from driver.archive.errors import (
     ArchiveError,
     InvalidPositionError,
+    RecordingNotFoundError,
     RecordingStateError,
-)
-from driver.archive.protocol import (
-    PROTOCOL_VERSION,
-    ProtocolError,
-    RecordingEvent,
-    decode_request,
-    decode_response,
-    encode_event,
-    encode_response,
 )
 from driver.archive.recorder import RecordingSession, SegmentWriter, StopReason, SyncLevel
 from driver.archive.replayer import FOLLOW, ReplaySession, check_replay_position
 from driver.archive.segments import complete_frames_end, segment_base_position, segment_file_name, segment_files
+from driver.archive.sessions import ControlSession, ControlSessions, Listing, SessionLimitError
 from driver.client.aeron import Aeron
 from driver.client.counter import Counter
 from driver.client.publication import ADMIN_ACTION, ExclusivePublication
@@ -55,10 +48,11 @@ from driver.uri import SPY_PREFIX, ChannelUri
 __all__ = ["ArchiveConductor", "recover_catalog"]
 
 _MAX_COMMANDS_PER_CYCLE = 16
-RECORDING_POSITION_TYPE_ID = 100
-"""Aeron Archive's counter type for a recording's position."""
-_MAX_SOURCE_IDENTITY = 96  # a counter key holds 112 bytes: 16 of ids and length, the rest identity
-_MAX_LABEL = 380
+_MAX_SCANS_PER_CYCLE = 256
+"""Catalog entries a listing looks at per duty cycle (as Aeron's listing sessions do)."""
+_MAX_QUEUED_ANSWERS = 512
+"""Answers a control session may have waiting for its client (a listing stops short of filling it)."""
+NULL_VALUE = -1
 _MAX_CHANNEL_BYTES = 800
 """Stripped + original channel in a catalog descriptor, with room left for the source identity."""
 
@@ -106,42 +100,18 @@ def _recover_end(d: RecordingDescriptor, archive_dir: Path) -> int:
     return base + end_offset
 
 
-class _ControlSession:
-    """A client's session: its response publication and the answers waiting for room in it."""
-
-    __slots__ = (
-        "connect_correlation_id",
-        "connect_deadline_ns",
-        "outbox",
-        "publication",
-        "session_id",
-        "stuck_since_ns",
-        "version",
-    )
-
-    def __init__(
-        self, session_id: int, publication: ExclusivePublication, correlation_id: int, version: int, deadline: int
-    ) -> None:
-        self.session_id = session_id
-        self.publication = publication
-        self.connect_correlation_id = correlation_id
-        self.version = version
-        self.connect_deadline_ns = deadline
-        self.outbox: collections.deque[bytes] = collections.deque()
-        self.stuck_since_ns = 0
-        """When the response publication stopped taking answers or lost its subscriber (0: it is fine)."""
-
-
 class _RecordingSubscription:
     """A subscription the archive records; each image on it becomes (or extends) a recording."""
 
-    __slots__ = ("channel", "extend_id", "stream_id", "subscription")
+    __slots__ = ("channel", "extend_id", "requester", "stream_id", "subscription")
 
     def __init__(self, channel: str, stream_id: int, extend_id: int | None) -> None:
         self.channel = channel
         self.stream_id = stream_id
         self.extend_id = extend_id
         self.subscription: Subscription | None = None
+        self.requester: tuple[int, int] | None = None
+        """The control session and correlation id that asked, when that session takes recording signals."""
 
 
 class ArchiveConductor:
@@ -161,15 +131,27 @@ class ArchiveConductor:
         self._recording_subs: dict[int, _RecordingSubscription] = {}
         self._recordings: dict[int, RecordingSession] = {}
         self._replays: dict[int, ReplaySession] = {}
-        self._control_sessions: dict[int, _ControlSession] = {}
-        self._connecting: list[_ControlSession] = []
-        self._next_control_session = 1
-        self._next_replay = random.randint(1, 1 << 30)  # replay ids are session ids: keep clear of other archives'
+        self._sessions = ControlSessions(random.randint(1, 1 << 30), context.max_control_sessions)
+        self._publications: dict[int, ExclusivePublication] = {}
+        """Each control session's response publication (the shell's half of the session)."""
+        self._next_replay = 1
+        self._next_replay_session = random.randint(1, 1 << 30)  # replay images' session ids: clear of others'
+        self.archive_id = NULL_VALUE
+        self._signal_targets: dict[int, tuple[int, int, int]] = {}
+        """Recording id -> (control session, correlation, subscription id) its signals go to."""
         self._pending_images: list[tuple[_RecordingSubscription, Image]] = []
         self._progress_due_ns = 0
         self._last_progress: dict[int, int] = {}
         self.malformed_requests = 0
+        self.dropped_answers = 0
+        """Answers that never reached their client: queued when its session ended, or over the queue's bound."""
         self._control = aeron.add_subscription(context.control_channel, context.control_stream_id)
+        self._local_control: Subscription | None = None
+        if context.local_control_channel and (context.local_control_channel, context.local_control_stream_id) != (
+            context.control_channel,
+            context.control_stream_id,
+        ):
+            self._local_control = aeron.add_subscription(context.local_control_channel, context.local_control_stream_id)
         self._control_assembler = FragmentAssembler(self._on_control_fragment)
         self._events: ExclusivePublication | None = None
         if context.recording_events_enabled:
@@ -204,9 +186,9 @@ class ArchiveConductor:
                 except BaseException as exc:
                     future.set_exception(exc)
         work += self._control.poll(self._control_assembler, 16)
-        if self._connecting:
-            work += self._check_connecting()
-        if self._control_sessions:
+        if self._local_control is not None:
+            work += self._local_control.poll(self._control_assembler, 16)
+        if len(self._sessions):
             work += self._service_sessions()
         for session in list(self._recordings.values()):
             work += session.do_work()
@@ -229,6 +211,9 @@ class ArchiveConductor:
         for replay in self._replays.values():
             replay.close()
         self._replays.clear()
+        for publication in self._publications.values():
+            publication.close()
+        self._publications.clear()
 
     def submit(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         """Run ``call`` on the conductor thread; the future holds its result."""
@@ -291,26 +276,23 @@ class ArchiveConductor:
         )
         self._recordings[recording_id] = session
         self._last_progress[recording_id] = session.position
+        if link.requester is not None:
+            target = (*link.requester, link.subscription.registration_id)
+            self._signal_targets[recording_id] = target
+            signal = control.RecordingSignal.START if link.extend_id is None else control.RecordingSignal.EXTEND
+            self._signal(target, recording_id, session.position, signal)
         self._event(
-            RecordingEvent(
-                "started",
-                recording_id,
-                d.start_position,
-                session.position,
-                image.session_id,
-                link.stream_id,
-                stripped,
-                image.source_identity,
+            control.RecordingStarted(
+                recording_id, d.start_position, image.session_id, link.stream_id, stripped, image.source_identity
             )
         )
 
     def _position_counter(self, d: RecordingDescriptor, image: Image) -> Counter | None:
         """Aeron's ``rec-pos`` counter, so stat tools show each recording's position live."""
-        source = image.source_identity.encode()[:_MAX_SOURCE_IDENTITY]
-        key = struct.pack("<qii", d.recording_id, image.session_id, len(source)) + source
-        label = f"rec-pos: {d.recording_id} {image.session_id} {d.stream_id} {d.stripped_channel}"
+        key = recording_pos.key_of(d.recording_id, image.session_id, image.source_identity)
+        label = recording_pos.label_of(d.recording_id, image.session_id, d.stream_id, d.stripped_channel)
         try:
-            counter = self.aeron.add_counter(RECORDING_POSITION_TYPE_ID, key, label[:_MAX_LABEL])
+            counter = self.aeron.add_counter(recording_pos.RECORDING_POSITION_TYPE_ID, key, label)
         except Exception as exc:  # the counters file is full: record anyway
             self.context.error_handler(exc)
             return None
@@ -339,17 +321,20 @@ class ArchiveConductor:
     def _end_recording(self, session: RecordingSession) -> None:
         self._recordings.pop(session.recording_id, None)
         self._last_progress.pop(session.recording_id, None)
-        reason = session.stop_reason.value if session.stop_reason is not None else ""
         if session.error is not None:
-            reason = f"{reason}: {session.error}"
             self.context.error_handler(session.error)
-        self._event(
-            RecordingEvent("stopped", session.recording_id, session.start_position, session.position, reason=reason)
-        )
+        self._event(control.RecordingStopped(session.recording_id, session.start_position, session.position))
+        target = self._signal_targets.pop(session.recording_id, None)
+        if target is not None:
+            self._signal(target, session.recording_id, session.position, control.RecordingSignal.STOP)
 
     def _op_stop_recording(self, channel: str, stream_id: int) -> bool:
-        for registration_id, link in list(self._recording_subs.items()):
-            if link.stream_id == stream_id and link.channel == channel:
+        """Stop the recording subscription of this channel string and stream; failing that, the first whose
+        channel names the same stream as Aeron's archive keys them (media, endpoint, interface, control, tags)."""
+        links = [(rid, link) for rid, link in self._recording_subs.items() if link.stream_id == stream_id]
+        key = _key(channel)
+        for registration_id, link in [*[x for x in links if x[1].channel == channel], *links]:
+            if link.channel == channel or _key(link.channel) == key:
                 self._op_stop_recording_subscription(registration_id)
                 return True
         return False
@@ -373,6 +358,19 @@ class ArchiveConductor:
         self, from_id: int, count: int, channel_fragment: str, stream_id: int | None
     ) -> list[dict[str, object]]:
         return [d.to_dict() for d in self.catalog.find(channel_fragment, stream_id, from_id, count)]
+
+    def _op_list_recording_subscriptions(
+        self, pseudo_index: int, count: int, channel_fragment: str, stream_id: int | None
+    ) -> list[tuple[int, int, str]]:
+        """(subscription id, stream id, stripped channel) of the recording subscriptions from ``pseudo_index`` on
+        (their order of creation) whose channel contains the fragment (and of ``stream_id``, if given)."""
+        found: list[tuple[int, int, str]] = []
+        for subscription_id, link in list(self._recording_subs.items())[max(0, pseudo_index) :]:
+            if len(found) >= count:
+                break
+            if (stream_id is None or link.stream_id == stream_id) and channel_fragment in link.channel:
+                found.append((subscription_id, link.stream_id, _strip(link.channel)))
+        return found
 
     def _op_list_recording(self, recording_id: int) -> dict[str, object]:
         return self.catalog.descriptor(recording_id).to_dict()
@@ -430,9 +428,11 @@ class ArchiveConductor:
             raise InvalidPositionError(f"replay length {length}: must be >= 0, or -1 to follow the recording")
         if not d.is_active and length == FOLLOW:
             length = d.stop_position - position
-        replay_id = self._next_replay
+        session_id = int32(self._next_replay_session)
+        self._next_replay_session += 1
+        # Aeron's replay session id: a count above, the replay image's session id in the low 32 bits.
+        replay_id = (self._next_replay << 32) | (session_id & 0xFFFFFFFF)
         self._next_replay += 1
-        session_id = int32(replay_id)
         bits = position_bits_to_shift(d.term_buffer_length)
         term_id = int32(d.initial_term_id + (position >> bits))
         uri = ChannelUri.parse(channel)
@@ -463,144 +463,266 @@ class ArchiveConductor:
 
     def _on_control_fragment(self, payload: memoryview, header: Header) -> None:
         try:
-            request = decode_request(payload)
+            message = control.decode(payload)
         except ProtocolError as exc:
             self.malformed_requests += 1
             self.context.error_handler(exc)
             return
-        if request.operation == "connect":
-            self._connect(request.correlation_id, *request.args)
+        if isinstance(message, control.ConnectRequest):
+            self._connect(message)
             return
-        session = self._control_sessions.get(request.session_id)
-        if session is None:
-            self.malformed_requests += 1
+        session_id = getattr(message, "control_session_id", None)
+        handler = _HANDLERS.get(type(message))
+        session = self._sessions.get(session_id) if isinstance(session_id, int) else None
+        if session is None or (handler is None and not isinstance(message, control.CloseSessionRequest)):
+            self.malformed_requests += 1  # not a request, or for a session that is not (or no longer) ours
             return
-        if request.operation == "close_session":
-            del self._control_sessions[request.session_id]
-            session.publication.close()
+        if isinstance(message, control.CloseSessionRequest):
+            session.end("closed by the client")
             return
+        assert handler is not None
+        correlation_id: int = getattr(message, "correlation_id", 0)
         try:
-            value = getattr(self, f"_op_{request.operation}")(*request.args)
-            message = encode_response(request.correlation_id, value)
-            if isinstance(value, list) and len(message) > session.publication.max_message_length:
-                message = self._page(request.correlation_id, value, session.publication.max_message_length)
+            handler(self, session, message)
         except Exception as exc:
-            message = encode_response(request.correlation_id, error=exc)
-        self._respond(session, message)
+            session.error(correlation_id, _wire_error(exc), _error_code(exc))
 
-    def _connect(self, correlation_id: int, channel: str, stream_id: int, version: int) -> None:
+    def _connect(self, request: control.ConnectRequest) -> None:
+        now = time.monotonic_ns()
         try:
-            publication = self.aeron.add_exclusive_publication(channel, stream_id)
-        except Exception as exc:
+            session = self._sessions.open(
+                request.correlation_id,
+                now,
+                self.context.message_timeout_ns,
+                version=request.version,
+                max_queued=_MAX_QUEUED_ANSWERS,
+            )
+        except SessionLimitError as exc:
             self.context.error_handler(exc)
             return
-        deadline = time.monotonic_ns() + self.context.message_timeout_ns
-        self._connecting.append(
-            _ControlSession(self._next_control_session, publication, correlation_id, version, deadline)
-        )
-        self._next_control_session += 1
-
-    def _check_connecting(self) -> int:
-        """Answer ``connect`` once the client's response subscription sees us (never blocking the duty cycle)."""
-        now = time.monotonic_ns()
-        waiting: list[_ControlSession] = []
-        for session in self._connecting:
-            if not session.publication.is_connected:
-                if now < session.connect_deadline_ns:
-                    waiting.append(session)
-                else:
-                    session.publication.close()
-                    self.context.error_handler(
-                        ArchiveError(
-                            f"control session {session.session_id}: the client's response channel never connected"
-                        )
-                    )
-                continue
-            correlation_id = session.connect_correlation_id
-            if session.version != PROTOCOL_VERSION:
-                error = ArchiveError(
-                    f"archive protocol version {session.version} is not this archive's {PROTOCOL_VERSION}"
-                )
-                self._respond(session, encode_response(correlation_id, error=error))
-                session.publication.close()
-                continue
-            self._control_sessions[session.session_id] = session
-            self._respond(session, encode_response(correlation_id, session.session_id))
-        done = len(self._connecting) - len(waiting)
-        self._connecting = waiting
-        return done
-
-    @staticmethod
-    def _page(correlation_id: int, rows: list[Any], limit: int) -> bytes:
-        """The longest first part of a list answer that fits in one message (the client asks for the rest)."""
-        low, high = 1, len(rows)
-        best = encode_response(correlation_id, rows[:1])
-        while low <= high:
-            middle = (low + high) // 2
-            message = encode_response(correlation_id, rows[:middle])
-            if len(message) <= limit:
-                best, low = message, middle + 1
-            else:
-                high = middle - 1
-        return best
-
-    def _respond(self, session: _ControlSession, message: bytes) -> None:
-        """Send an answer now, or queue it behind the session's earlier ones (never waiting here)."""
-        if len(message) > session.publication.max_message_length:
-            correlation_id = decode_response(message).correlation_id
-            message = encode_response(
-                correlation_id,
-                error=ArchiveError(
-                    f"answer of {len(message)} bytes exceeds the response channel's max message length "
-                    f"{session.publication.max_message_length}"
-                ),
+        try:
+            publication = self.aeron.add_exclusive_publication(
+                _response_channel(request.response_channel), request.response_stream_id
             )
-        session.outbox.append(message)
-        self._flush(session)
-
-    def _flush(self, session: _ControlSession) -> int:
-        sent = 0
-        outbox = session.outbox
-        while outbox:
-            result = session.publication.offer(outbox[0])
-            if result == ADMIN_ACTION:
-                result = session.publication.offer(outbox[0])
-            if result < 0:
-                break
-            outbox.popleft()
-            sent += 1
-        return sent
+        except Exception as exc:
+            self._sessions.remove(session.session_id)
+            self.context.error_handler(exc)
+            return
+        self._publications[session.session_id] = publication
 
     def _service_sessions(self) -> int:
-        """Flush queued answers; end sessions whose client stopped reading for longer than the message timeout."""
+        """Connect, flush and retire control sessions, and feed their listings; never waits."""
         work = 0
         now = time.monotonic_ns()
-        for session in list(self._control_sessions.values()):
-            if session.outbox:
-                work += self._flush(session)
-            healthy = not session.outbox and session.publication.is_connected
-            if healthy:
-                session.stuck_since_ns = 0
-            elif session.stuck_since_ns == 0:
-                session.stuck_since_ns = now
-            elif now - session.stuck_since_ns > self.context.message_timeout_ns:
-                del self._control_sessions[session.session_id]
-                session.publication.close()
-                if session.outbox:
+        for session in list(self._sessions.by_id.values()):
+            publication = self._publications[session.session_id]
+            work += session.poll(now, publication.is_connected)
+            if session.listing is not None and not session.is_done:
+                work += self._continue_listing(session, session.listing)
+            while (answer := session.next_answer()) is not None:
+                if len(answer) > publication.max_message_length:
+                    session.sent()
                     self.context.error_handler(
-                        ArchiveError(
-                            f"control session {session.session_id}: client stopped reading; "
-                            f"{len(session.outbox)} answer(s) dropped and the session closed"
-                        )
+                        ArchiveError(f"answer of {len(answer)} bytes exceeds the response channel's message limit")
                     )
+                    continue
+                result = publication.offer(answer)
+                if result == ADMIN_ACTION:
+                    result = publication.offer(answer)
+                if result < 0:
+                    session.blocked(now)
+                    break
+                session.sent()
+                work += 1
+            if session.is_done:
+                self.dropped_answers += session.dropped + len(session.queue)
+                self._sessions.remove(session.session_id)
+                self._publications.pop(session.session_id).close()
+                if session.reason != "closed by the client":
+                    self.context.error_handler(ArchiveError(session.reason))
                 work += 1
         return work
 
+    def _continue_listing(self, session: ControlSession, listing: Listing) -> int:
+        """Up to a cycle's worth of descriptors for a listing, as far as the session's queue has room."""
+        scanned = 0
+        end = self.catalog.next_recording_id
+        while listing.remaining > 0 and scanned < _MAX_SCANS_PER_CYCLE and session.room > 1:
+            if listing.next_id >= end or (not listing.filtered and listing.next_id >= listing.limit_id):
+                break
+            recording_id = listing.next_id
+            listing.next_id += 1
+            scanned += 1
+            try:
+                d = self.catalog.descriptor(recording_id)
+            except RecordingNotFoundError:
+                continue  # purged
+            if listing.filtered and (
+                d.stream_id != listing.stream_id or (listing.fragment or "") not in d.original_channel
+            ):
+                continue
+            session.enqueue(control.encode(_descriptor_message(session.session_id, listing.correlation_id, d)))
+            listing.remaining -= 1
+        exhausted = listing.next_id >= end or (not listing.filtered and listing.next_id >= listing.limit_id)
+        if listing.remaining == 0:
+            session.listing = None
+        elif exhausted and session.room > 0:
+            session.respond(ResponseCode.RECORDING_UNKNOWN, listing.correlation_id, listing.next_id)
+            session.listing = None
+        return scanned
+
+    def _start_listing(self, session: ControlSession, listing: Listing) -> None:
+        if session.listing is not None:
+            raise RecordingStateError("a listing is already under way on this control session")
+        session.listing = listing
+
+    # The handlers: one per request template, each answering on the session.
+
+    def _on_start_recording(self, session: ControlSession, r: control.StartRecordingRequest) -> None:
+        local = r.source_location == control.SourceLocation.LOCAL
+        subscription_id = self._op_start_recording(r.channel, r.stream_id, local)
+        self._want_signals(session, r.correlation_id, subscription_id)
+        session.respond(ResponseCode.OK, r.correlation_id, subscription_id)
+
+    def _want_signals(self, session: ControlSession, correlation_id: int, subscription_id: int) -> None:
+        """Today's clients (an authenticated connect, version > 0) get recording signals; 1.15.1's never asked."""
+        link = self._recording_subs.get(subscription_id)
+        if link is not None and session.version > 0:
+            link.requester = (session.session_id, correlation_id)
+
+    def _signal(self, target: tuple[int, int, int], recording_id: int, position: int, signal: int) -> None:
+        session = self._sessions.get(target[0])
+        if session is not None:
+            session_id, correlation_id, subscription_id = target
+            event = control.RecordingSignalEvent(
+                session_id, correlation_id, recording_id, subscription_id, position, signal
+            )
+            session.enqueue(control.encode(event))
+
+    def _on_stop_recording(self, session: ControlSession, r: control.StopRecordingRequest) -> None:
+        if self._op_stop_recording(r.channel, r.stream_id):
+            session.respond(ResponseCode.OK, r.correlation_id)
+        else:
+            session.respond(
+                ResponseCode.ERROR,
+                r.correlation_id,
+                control.ErrorCode.UNKNOWN_SUBSCRIPTION,
+                f"no recording found for streamId={r.stream_id} channel={r.channel}",
+            )
+
+    def _on_stop_recording_subscription(
+        self, session: ControlSession, r: control.StopRecordingSubscriptionRequest
+    ) -> None:
+        if self._op_stop_recording_subscription(r.subscription_id):
+            session.respond(ResponseCode.OK, r.correlation_id)
+        else:
+            session.respond(
+                ResponseCode.ERROR,
+                r.correlation_id,
+                control.ErrorCode.UNKNOWN_SUBSCRIPTION,
+                f"no recording subscription found for {r.subscription_id}",
+            )
+
+    def _on_replay(self, session: ControlSession, r: control.ReplayRequest) -> None:
+        replay_id = self._op_replay(r.recording_id, r.position, r.length, r.replay_channel, r.replay_stream_id)
+        session.respond(ResponseCode.OK, r.correlation_id, replay_id)
+
+    def _on_bounded_replay(self, session: ControlSession, r: control.BoundedReplayRequest) -> None:
+        raise ArchiveError("bounded replay (a replay limited by a counter) is not offered by this archive")
+
+    def _on_stop_replay(self, session: ControlSession, r: control.StopReplayRequest) -> None:
+        if self._op_stop_replay(r.replay_session_id):
+            session.respond(ResponseCode.OK, r.correlation_id)
+        else:
+            session.respond(
+                ResponseCode.ERROR,
+                r.correlation_id,
+                control.ErrorCode.UNKNOWN_REPLAY,
+                f"replay session not known for {r.replay_session_id}",
+            )
+
+    def _on_list_recordings(self, session: ControlSession, r: control.ListRecordingsRequest) -> None:
+        self._start_listing(session, Listing(r.correlation_id, r.from_recording_id, r.record_count))
+
+    def _on_list_recordings_for_uri(self, session: ControlSession, r: control.ListRecordingsForUriRequest) -> None:
+        listing = Listing(
+            r.correlation_id, r.from_recording_id, r.record_count, stream_id=r.stream_id, fragment=r.channel
+        )
+        self._start_listing(session, listing)
+
+    def _on_list_recording_subscriptions(
+        self, session: ControlSession, r: control.ListRecordingSubscriptionsRequest
+    ) -> None:
+        """The recording subscriptions from a pseudo index on that match, as many as asked for and the session's
+        queue has room for, then SUBSCRIPTION_UNKNOWN if there were fewer (as Aeron's archive answers)."""
+        stream_id = r.stream_id if r.apply_stream_id else None
+        count = max(0, min(r.subscription_count, session.room - 1))
+        found = self._op_list_recording_subscriptions(r.pseudo_index, count, r.channel, stream_id)
+        for subscription_id, found_stream_id, channel in found:
+            descriptor = control.RecordingSubscriptionDescriptor(
+                session.session_id, r.correlation_id, subscription_id, found_stream_id, channel
+            )
+            session.enqueue(control.encode(descriptor))
+        if len(found) < r.subscription_count:
+            session.respond(ResponseCode.SUBSCRIPTION_UNKNOWN, r.correlation_id)
+
+    def _on_list_recording(self, session: ControlSession, r: control.ListRecordingRequest) -> None:
+        if session.listing is not None:
+            raise RecordingStateError("a listing is already under way on this control session")
+        try:
+            d = self.catalog.descriptor(r.recording_id)
+        except RecordingNotFoundError:
+            session.respond(ResponseCode.RECORDING_UNKNOWN, r.correlation_id, r.recording_id)
+            return
+        session.enqueue(control.encode(_descriptor_message(session.session_id, r.correlation_id, d)))
+
+    def _on_extend_recording(self, session: ControlSession, r: control.ExtendRecordingRequest) -> None:
+        local = r.source_location == control.SourceLocation.LOCAL
+        subscription_id = self._op_extend_recording(r.recording_id, r.channel, r.stream_id, local)
+        self._want_signals(session, r.correlation_id, subscription_id)
+        session.respond(ResponseCode.OK, r.correlation_id, subscription_id)
+
+    def _on_recording_position(self, session: ControlSession, r: control.RecordingPositionRequest) -> None:
+        recording = self._recordings.get(r.recording_id)
+        position = recording.position if recording is not None else NULL_POSITION
+        session.respond(ResponseCode.OK, r.correlation_id, position)
+
+    def _on_stop_position(self, session: ControlSession, r: control.StopPositionRequest) -> None:
+        session.respond(ResponseCode.OK, r.correlation_id, self.catalog.descriptor(r.recording_id).stop_position)
+
+    def _on_truncate_recording(self, session: ControlSession, r: control.TruncateRecordingRequest) -> None:
+        self._op_truncate_recording(r.recording_id, r.position)
+        session.respond(ResponseCode.OK, r.correlation_id)
+
+    def _on_purge_recording(self, session: ControlSession, r: control.PurgeRecordingRequest) -> None:
+        self._op_purge_recording(r.recording_id)
+        session.respond(ResponseCode.OK, r.correlation_id)
+        if session.version > 0:
+            target = (session.session_id, r.correlation_id, NULL_VALUE)
+            self._signal(target, r.recording_id, NULL_VALUE, control.RecordingSignal.DELETE)
+
+    def _on_find_last_matching_recording(
+        self, session: ControlSession, r: control.FindLastMatchingRecordingRequest
+    ) -> None:
+        if r.min_recording_id < 0 or r.min_recording_id >= self.catalog.next_recording_id:
+            raise RecordingNotFoundError(f"min recording id outside valid range: {r.min_recording_id}")
+        found = NULL_VALUE
+        for d in self.catalog.descriptors(r.min_recording_id):
+            if d.session_id == r.session_id and d.stream_id == r.stream_id and r.channel in d.original_channel:
+                found = d.recording_id
+        session.respond(ResponseCode.OK, r.correlation_id, found)
+
+    def _on_keep_alive(self, session: ControlSession, r: control.KeepAliveRequest) -> None:
+        session.respond(ResponseCode.OK, r.correlation_id)
+
+    def _on_archive_id(self, session: ControlSession, r: control.ArchiveIdRequest) -> None:
+        session.respond(ResponseCode.OK, r.correlation_id, self.archive_id)
+
     # -- events ------------------------------------------------------------------------------------
 
-    def _event(self, event: RecordingEvent) -> None:
+    def _event(self, event: control.RecordingStarted | control.RecordingProgress | control.RecordingStopped) -> None:
         if self._events is not None:
-            self._events.offer(encode_event(event))  # best effort: nobody listening is fine
+            self._events.offer(control.encode(event))  # best effort: nobody listening is fine
 
     def _send_progress(self) -> int:
         now = time.monotonic_ns()
@@ -611,22 +733,96 @@ class ArchiveConductor:
         for recording_id, session in self._recordings.items():
             if session.position != self._last_progress.get(recording_id):
                 self._last_progress[recording_id] = session.position
-                self._event(RecordingEvent("progress", recording_id, session.start_position, session.position))
+                self._event(control.RecordingProgress(recording_id, session.start_position, session.position))
                 sent += 1
         return sent
 
     def operation(self, name: str) -> Callable[..., Any]:
-        """The ``_op_`` method for a protocol operation name (for the in-process API)."""
+        """The ``_op_`` method for an operation name (for the in-process API)."""
         method = getattr(self, f"_op_{name}", None)
         if method is None:
             raise AttributeError(name)
         return method  # type: ignore[no-any-return]
 
 
+_HANDLERS: dict[type, Callable[[ArchiveConductor, ControlSession, Any], None]] = {
+    control.StartRecordingRequest: ArchiveConductor._on_start_recording,
+    control.StopRecordingRequest: ArchiveConductor._on_stop_recording,
+    control.StopRecordingSubscriptionRequest: ArchiveConductor._on_stop_recording_subscription,
+    control.ReplayRequest: ArchiveConductor._on_replay,
+    control.BoundedReplayRequest: ArchiveConductor._on_bounded_replay,
+    control.StopReplayRequest: ArchiveConductor._on_stop_replay,
+    control.ListRecordingsRequest: ArchiveConductor._on_list_recordings,
+    control.ListRecordingsForUriRequest: ArchiveConductor._on_list_recordings_for_uri,
+    control.ListRecordingRequest: ArchiveConductor._on_list_recording,
+    control.ListRecordingSubscriptionsRequest: ArchiveConductor._on_list_recording_subscriptions,
+    control.ExtendRecordingRequest: ArchiveConductor._on_extend_recording,
+    control.RecordingPositionRequest: ArchiveConductor._on_recording_position,
+    control.StopPositionRequest: ArchiveConductor._on_stop_position,
+    control.TruncateRecordingRequest: ArchiveConductor._on_truncate_recording,
+    control.PurgeRecordingRequest: ArchiveConductor._on_purge_recording,
+    control.FindLastMatchingRecordingRequest: ArchiveConductor._on_find_last_matching_recording,
+    control.KeepAliveRequest: ArchiveConductor._on_keep_alive,
+    control.ArchiveIdRequest: ArchiveConductor._on_archive_id,
+}
+
+
+def _descriptor_message(
+    session_id: int, correlation_id: int, d: RecordingDescriptor
+) -> control.RecordingDescriptorMessage:
+    return control.RecordingDescriptorMessage(
+        session_id,
+        correlation_id,
+        d.recording_id,
+        d.start_timestamp,
+        d.stop_timestamp,
+        d.start_position,
+        d.stop_position,
+        d.initial_term_id,
+        d.segment_file_length,
+        d.term_buffer_length,
+        d.mtu_length,
+        d.session_id,
+        d.stream_id,
+        d.stripped_channel,
+        d.original_channel,
+        d.source_identity,
+    )
+
+
+def _error_code(exc: BaseException) -> int:
+    if isinstance(exc, RecordingNotFoundError):
+        return control.ErrorCode.UNKNOWN_RECORDING
+    if isinstance(exc, RecordingStateError):
+        return control.ErrorCode.ACTIVE_RECORDING
+    return control.ErrorCode.GENERIC
+
+
+def _wire_error(exc: BaseException) -> str:
+    """The error text for the wire: its type name first, so our clients raise the same typed error."""
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    return f"{type(exc).__name__}: {text}"
+
+
+def _response_channel(channel: str) -> str:
+    """A client's response channel as the archive publishes on it: 64 KiB terms unless the client says otherwise
+    (as Aeron's archive does; control answers are small)."""
+    uri = ChannelUri.parse(channel)
+    if "term-length" in uri.params:
+        return channel
+    return str(ChannelUri(uri.media, {**uri.params, "term-length": str(64 * 1024)}, uri.prefix))
+
+
 def _source_channel(uri: ChannelUri, channel: str, local: bool) -> str:
     """What the archive subscribes to: a UDP publication on its own driver (``local``, Aeron's LOCAL source) is
     read in place through a spy; anything else is received as any subscriber receives it."""
     return SPY_PREFIX + channel if local and uri.is_udp and not uri.is_spy else channel
+
+
+def _key(channel: str) -> tuple[str, ...]:
+    """What Aeron's archive matches a stop-recording request on: the media and the parameters naming the stream."""
+    uri = ChannelUri.parse(channel)
+    return (uri.media, *(uri.params.get(name, "") for name in ("endpoint", "interface", "control", "tags")))
 
 
 def _strip(channel: str) -> str:

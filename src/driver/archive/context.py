@@ -15,9 +15,10 @@ from driver.uri import ChannelUri
 
 __all__ = ["ArchiveContext", "default_archive_dir"]
 
-DEFAULT_CONTROL_CHANNEL = "aeron:ipc?term-length=64k"
-DEFAULT_CONTROL_RESPONSE_CHANNEL = "aeron:ipc?term-length=64k"
-DEFAULT_EVENTS_CHANNEL = "aeron:ipc?term-length=64k"
+DEFAULT_CONTROL_CHANNEL = "aeron:udp?endpoint=localhost:8010"
+DEFAULT_LOCAL_CONTROL_CHANNEL = "aeron:ipc"
+DEFAULT_CONTROL_RESPONSE_CHANNEL = "aeron:udp?endpoint=localhost:8020"
+DEFAULT_EVENTS_CHANNEL = "aeron:udp?endpoint=localhost:8030"
 
 
 def default_archive_dir() -> Path:
@@ -32,7 +33,8 @@ def _log_error(exc: BaseException) -> None:
 
 @attrs.frozen
 class ArchiveContext:
-    """Every archive setting; defaults follow Aeron Archive where one exists, with IPC control by default."""
+    """Every archive setting; defaults are Aeron Archive's (control on UDP 8010 stream 10 and IPC stream 11,
+    events on UDP 8030 stream 30)."""
 
     archive_dir: Path = attrs.field(
         factory=default_archive_dir, converter=_to_path, metadata=_meta("aeron.archive.dir", _Kind.PATH)
@@ -44,6 +46,19 @@ class ArchiveContext:
         default=DEFAULT_CONTROL_CHANNEL, metadata=_meta("aeron.archive.control.channel", _Kind.TEXT)
     )
     control_stream_id: int = attrs.field(default=10, metadata=_meta("aeron.archive.control.stream.id", _Kind.INT))
+    control_response_channel: str = attrs.field(
+        default=DEFAULT_CONTROL_RESPONSE_CHANNEL, metadata=_meta("aeron.archive.control.response.channel", _Kind.TEXT)
+    )
+    control_response_stream_id: int = attrs.field(
+        default=20, metadata=_meta("aeron.archive.control.response.stream.id", _Kind.INT)
+    )
+    local_control_channel: str = attrs.field(
+        default=DEFAULT_LOCAL_CONTROL_CHANNEL, metadata=_meta("aeron.archive.local.control.channel", _Kind.TEXT)
+    )
+    local_control_stream_id: int = attrs.field(
+        default=11, metadata=_meta("aeron.archive.local.control.stream.id", _Kind.INT)
+    )
+    max_control_sessions: int = attrs.field(default=64, metadata=_meta("aeron.archive.max.control.sessions", _Kind.INT))
     recording_events_channel: str = attrs.field(
         default=DEFAULT_EVENTS_CHANNEL, metadata=_meta("aeron.archive.recording.events.channel", _Kind.TEXT)
     )
@@ -86,14 +101,25 @@ class ArchiveContext:
         c = _Checker(self)
         c.instance("archive_dir", Path)
         c.instance("aeron_dir", Path)
-        for name in ("control_channel", "recording_events_channel"):
+        for name in (
+            "control_channel",
+            "control_response_channel",
+            "local_control_channel",
+            "recording_events_channel",
+        ):
             try:
                 ChannelUri.parse(c.value(name))
             except Exception as exc:
                 raise c.fail(name, f"an Aeron channel URI ({exc})") from None
-        for name in ("control_stream_id", "recording_events_stream_id"):
+        for name in (
+            "control_stream_id",
+            "control_response_stream_id",
+            "local_control_stream_id",
+            "recording_events_stream_id",
+        ):
             c.int_range(name, -(2**31), 2**31 - 1)
         c.boolean("recording_events_enabled")
+        c.int_range("max_control_sessions", 1, 1 << 16)
         c.power_of_two("segment_file_length", SEGMENT_MIN_LENGTH, SEGMENT_MAX_LENGTH)
         for name in ("file_sync_level", "catalog_file_sync_level"):
             c.int_range(name, SyncLevel.NONE, SyncLevel.DATA_AND_METADATA)

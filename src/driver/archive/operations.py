@@ -3,8 +3,8 @@
 :class:`~driver.archive.Archive` (same process: the conductor's queue) and
 :class:`~driver.archive.client.ArchiveClient` (another process: the control
 channel) differ only in how one request travels, which each supplies as
-``_request(operation, *args)``; the protocol's operation names and argument
-order (:data:`driver.archive.protocol.OPERATIONS`) are the contract.
+``_request(operation, *args)``; the operation names and argument order are the
+contract (the client maps each to its Aeron Archive control request).
 """
 
 from __future__ import annotations
@@ -69,6 +69,14 @@ class ArchiveOperations(abc.ABC):
         """Recordings whose original channel contains ``channel_fragment`` (and of ``stream_id``, if given)."""
         return self._list("list_recordings_for_uri", from_id, count, channel_fragment, stream_id)
 
+    def recording_subscriptions(
+        self, channel_fragment: str = "", stream_id: int | None = None, *, pseudo_index: int = 0, count: int = ALL
+    ) -> list[tuple[int, int, str]]:
+        """The archive's recording subscriptions (subscription id, stream id, stripped channel) whose channel
+        contains ``channel_fragment`` (and of ``stream_id``, if given), from ``pseudo_index`` in creation order."""
+        rows = self._request("list_recording_subscriptions", pseudo_index, count, channel_fragment, stream_id)
+        return [(int(a), int(b), str(c)) for a, b, c in rows]
+
     def recording(self, recording_id: int) -> RecordingDescriptor:
         return RecordingDescriptor(**self._request("list_recording", recording_id))
 
@@ -86,8 +94,9 @@ class ArchiveOperations(abc.ABC):
         self, recording_id: int, channel: str, stream_id: int, *, position: int = -1, length: int = FOLLOW
     ) -> int:
         """Replay onto ``channel``/``stream_id`` from ``position`` (-1: the start) for ``length`` bytes
-        (-1: to the end, following an active recording); returns the replay id, which is also its session
-        id (subscribe with ``session-id=<id>``)."""
+        (-1: to the end, following an active recording); returns Aeron's replay session id, whose low 32 bits are
+        the replay image's session id (subscribe with ``session-id=<replay_session_id(id)>``, as
+        ``ArchiveClient.replay_subscription`` does)."""
         return int(self._request("replay", recording_id, position, length, channel, stream_id))
 
     def stop_replay(self, replay_id: int) -> bool:

@@ -16,10 +16,12 @@ from typing import Any
 import attrs
 
 from driver.archive import Archive, ArchiveContext, RecordingDescriptor
+from driver.archive.client import replay_session_id
 from driver.archive.segments import segment_base_position, segment_file_name, segment_files
 from driver.client import Aeron, FragmentAssembler, Header, Publication, Subscription
 from driver.client.subscription import Image
 from driver.concurrent.atomic_buffer import align
+from support.archive_channels import LOCAL_ARCHIVE_ENV
 from support.logged_process import LoggedProcess
 from support.waiting import execute_until
 
@@ -271,7 +273,7 @@ class ArchiveHarness:
             "error_handler": self.errors.append,
         }
         options.update(settings)
-        self.context = ArchiveContext.from_env({}, **options)
+        self.context = ArchiveContext.from_env(LOCAL_ARCHIVE_ENV, **options)
         self.archive = Archive(self.context)
         self.aeron: Aeron | None = None
         try:
@@ -314,7 +316,7 @@ class ArchiveHarness:
     ) -> list[bytes]:
         """Replay onto IPC and collect ``count`` whole messages."""
         replay_id = self.archive.replay(recording_id, "aeron:ipc", stream_id, position=position, length=length)
-        subscription = self.client.add_subscription(f"aeron:ipc?session-id={replay_id}", stream_id)
+        subscription = self.client.add_subscription(f"aeron:ipc?session-id={replay_session_id(replay_id)}", stream_id)
         try:
             return Collector(subscription).poll_until(count)
         finally:
@@ -325,12 +327,12 @@ class ArchiveHarness:
     ) -> tuple[bytes, int]:
         """Replay onto IPC; the raw bytes from ``position`` up to at least ``end``, and the replay's session id."""
         replay_id = self.archive.replay(recording_id, "aeron:ipc", stream_id, position=position, length=length)
-        subscription = self.client.add_subscription(f"aeron:ipc?session-id={replay_id}", stream_id)
+        subscription = self.client.add_subscription(f"aeron:ipc?session-id={replay_session_id(replay_id)}", stream_id)
         try:
             raw = RawCollector(subscription)
             data = raw.poll_until(end)
             assert raw.start == position
-            return data, replay_id
+            return data, replay_session_id(replay_id)
         finally:
             subscription.close()
 

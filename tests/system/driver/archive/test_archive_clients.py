@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import struct
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import msgpack  # type: ignore[import-untyped]
 import pytest
 from archive_helpers import (
     ArchiveHarness,
@@ -23,7 +23,6 @@ from archive_helpers import (
     positioned_channel,
 )
 
-import driver.archive.client as client_module
 from driver.archive import (
     ArchiveContext,
     ArchiveError,
@@ -33,10 +32,13 @@ from driver.archive import (
     RecordingEvent,
     RecordingNotFoundError,
     RecordingStateError,
+    control,
 )
 from driver.archive.client import ArchiveClient, AsyncArchiveClient, RecordingEvents
-from driver.archive.protocol import ProtocolError, encode_request
-from driver.client import Aeron
+from driver.archive.control import ProtocolError
+from driver.archive.sessions import SessionLimitError
+from driver.client import Aeron, FragmentAssembler
+from support.archive_channels import LOCAL_ARCHIVE_ENV
 from support.driver_process import DriverProcess
 from support.waiting import execute_until
 
@@ -58,7 +60,7 @@ def archive_process(
 
 @pytest.fixture
 def context(aeron_dir: Path, archive_dir: Path) -> ArchiveContext:
-    return ArchiveContext.from_env({}, aeron_dir=aeron_dir, archive_dir=archive_dir)
+    return ArchiveContext.from_env(LOCAL_ARCHIVE_ENV, aeron_dir=aeron_dir, archive_dir=archive_dir)
 
 
 @pytest.fixture
@@ -79,6 +81,13 @@ def test_blocking_client_every_operation(aeron: Aeron, context: ArchiveContext, 
         execute_until(lambda: events.subscription.is_connected, description="events subscription")
         subscription_id = archive.start_recording(CHANNEL, 7)
         assert subscription_id > 0
+        other = archive.start_recording(CHANNEL, 8)
+        assert archive.recording_subscriptions() == [(subscription_id, 7, "aeron:ipc"), (other, 8, "aeron:ipc")]
+        assert archive.recording_subscriptions("ipc", 8) == [(other, 8, "aeron:ipc")]
+        assert archive.recording_subscriptions(pseudo_index=1) == [(other, 8, "aeron:ipc")]
+        assert archive.recording_subscriptions(count=1) == [(subscription_id, 7, "aeron:ipc")]
+        assert archive.recording_subscriptions("udp") == []
+        assert archive.stop_recording_subscription(other)
         publication = aeron.add_exclusive_publication(CHANNEL, 7)
         rec = execute_until(lambda: find_recording(archive.recordings(), publication.session_id))
         rid = rec.recording_id
@@ -101,9 +110,10 @@ def test_blocking_client_every_operation(aeron: Aeron, context: ArchiveContext, 
             archive.replay(rid, "aeron:ipc", 99, position=end + 32)
         with pytest.raises(ArchiveError, match="InvalidChannelError"):
             archive.start_recording("aeron:tcp?endpoint=nowhere", 7)
-        for operation in (archive.recording, archive.recording_position, archive.stop_position):
+        for operation in (archive.recording, archive.stop_position):
             with pytest.raises(RecordingNotFoundError):
                 operation(rid + 100)
+        assert archive.recording_position(rid + 100) is None  # Aeron answers NULL_POSITION: not recording
         with pytest.raises(RecordingNotFoundError):
             archive.replay(rid + 100, "aeron:ipc", 99)
 
@@ -202,20 +212,21 @@ def test_malformed_control_messages_are_dropped_and_the_archive_keeps_serving(
         garbage = [
             b"\xc1",
             b"",
-            b"not msgpack at all",
-            msgpack.packb({"connect": 1}),
-            msgpack.packb([1, 2, "format_disk", []]),
-            msgpack.packb([1, 2, "list_recordings", [0]]),
-            encode_request(7, 424242, "list_recordings", 0, 10),  # no such control session
+            b"not SBE at all",
+            control.HEADER.pack(28, 8, 99, 0) + bytes(28),  # another schema
+            control.HEADER.pack(8, 250, 101, 0) + bytes(8),  # a template nobody defined
+            control.HEADER.pack(28, 8, 101, 0) + bytes(4),  # a block longer than the message
+            control.HEADER.pack(21, 4, 101, 0) + bytes(21) + b"\xff\xff\xff\x7f",  # a string past the end
+            control.encode(control.ListRecordingsRequest(424242, 7, 0, 10)),  # no such control session
             bytes(5000),
         ]
         for payload in garbage:
             offer_all(raw, [payload])
         with ArchiveClient.connect(aeron, context, timeout=10) as archive:
             assert archive.recordings() == []
-            # a well-formed request with arguments of the wrong types is answered with an error
-            with pytest.raises(ArchiveError):
-                archive._request("list_recording", "zero")
+            # a well-formed request for a recording that is not there is answered as such
+            with pytest.raises(RecordingNotFoundError):
+                archive.recording(1 << 40)
             archive.start_recording(CHANNEL, 9)
             assert archive.stop_recording(CHANNEL, 9)
     finally:
@@ -227,7 +238,14 @@ def test_malformed_control_messages_are_counted(harness: ArchiveHarness) -> None
     raw = harness.client.add_exclusive_publication(context.control_channel, context.control_stream_id)
     try:
         execute_until(lambda: raw.is_connected, description="control channel connected")
-        offer_all(raw, [b"\xc1", msgpack.packb([1, 2, "drop", []]), encode_request(7, 424242, "list_recordings", 0, 1)])
+        offer_all(
+            raw,
+            [
+                b"\xc1",
+                control.HEADER.pack(8, 250, 101, 0) + bytes(8),
+                control.encode(control.ListRecordingsRequest(424242, 7, 0, 1)),
+            ],
+        )
         execute_until(lambda: harness.archive.conductor.malformed_requests == 3, description="three counted")
         protocol_errors = [e for e in harness.errors if isinstance(e, ProtocolError)]
         assert len(protocol_errors) == 2
@@ -238,10 +256,55 @@ def test_malformed_control_messages_are_counted(harness: ArchiveHarness) -> None
         raw.close()
 
 
-def test_protocol_version_mismatch_is_refused(harness: ArchiveHarness, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(client_module, "PROTOCOL_VERSION", 99)
-    with pytest.raises(ArchiveError, match="protocol version 99"):
-        ArchiveClient.connect(harness.client, harness.context, timeout=10)
+def test_authenticated_connect_without_credentials_is_a_session(harness: ArchiveHarness) -> None:
+    """Today's clients connect with AuthConnectRequest (template 58, with a protocol version): no credentials,
+    no authenticator -- a session all the same."""
+    context = harness.context
+    client = harness.client
+    responses = client.add_subscription("aeron:ipc?term-length=64k", 4411)
+    raw = client.add_exclusive_publication(context.control_channel, context.control_stream_id)
+    try:
+        execute_until(lambda: raw.is_connected, description="control channel connected")
+        channel = b"aeron:ipc?term-length=64k"
+        correlation_id = client.next_correlation_id()
+        request = (
+            control.HEADER.pack(16, 58, 101, 14)
+            + struct.pack("<qii", correlation_id, 4411, (1 << 16) | (37 << 8))
+            + struct.pack("<I", len(channel))
+            + channel
+            + struct.pack("<I", 0)  # no credentials
+            + struct.pack("<I", 0)  # no client info
+        )
+        offer_all(raw, [request])
+        answers: list[control.Message] = []
+        assembler = FragmentAssembler(lambda payload, header: answers.append(control.decode(payload)))
+        execute_until(lambda: answers, lambda: responses.poll(assembler, 10), description="connect answered")
+        answer = answers[0]
+        assert isinstance(answer, control.ControlResponse)
+        assert (answer.correlation_id, answer.code) == (correlation_id, control.ResponseCode.OK)
+        assert answer.relevant_id == answer.control_session_id
+        session_id = answer.control_session_id
+
+        # ... and such a client is told its recordings' signals: START, then STOP
+        start = client.next_correlation_id()
+        offer_all(raw, [control.encode(control.StartRecordingRequest(session_id, start, 4412, 0, CHANNEL))])
+        execute_until(lambda: len(answers) >= 2, lambda: responses.poll(assembler, 10), description="recording")
+        subscription_id = answers[1].relevant_id  # type: ignore[union-attr]
+        publication = client.add_exclusive_publication(CHANNEL, 4412)
+        offer_all(publication, [b"signal me"])
+        stop = client.next_correlation_id()
+        execute_until(lambda: len(answers) >= 3, lambda: responses.poll(assembler, 10), description="start signal")
+        offer_all(raw, [control.encode(control.StopRecordingSubscriptionRequest(session_id, stop, subscription_id))])
+        execute_until(lambda: len(answers) >= 5, lambda: responses.poll(assembler, 10), description="stop signal")
+        publication.close()
+        signals = [a for a in answers if isinstance(a, control.RecordingSignalEvent)]
+        assert [(s.signal, s.correlation_id, s.subscription_id) for s in signals] == [
+            (control.RecordingSignal.START, start, subscription_id),
+            (control.RecordingSignal.STOP, start, subscription_id),
+        ]
+    finally:
+        raw.close()
+        responses.close()
 
 
 def test_listing_many_recordings_over_the_control_channel(harness: ArchiveHarness) -> None:
@@ -274,7 +337,7 @@ def archive_beside_driver(
 def test_blocking_client_times_out_once_the_archive_is_gone(
     driver_process: DriverProcess, archive_beside_driver: ArchiveProcess, archive_dir: Path
 ) -> None:
-    context = ArchiveContext.from_env({}, aeron_dir=driver_process.aeron_dir, archive_dir=archive_dir)
+    context = ArchiveContext.from_env(LOCAL_ARCHIVE_ENV, aeron_dir=driver_process.aeron_dir, archive_dir=archive_dir)
     with Aeron.connect(aeron_dir=driver_process.aeron_dir) as aeron:
         archive = ArchiveClient.connect(aeron, context, timeout=1.0)
         try:
@@ -290,7 +353,7 @@ def test_blocking_client_times_out_once_the_archive_is_gone(
 
 @pytest.mark.process
 def test_connecting_to_no_archive_times_out(driver_process: DriverProcess, archive_dir: Path) -> None:
-    context = ArchiveContext.from_env({}, aeron_dir=driver_process.aeron_dir, archive_dir=archive_dir)
+    context = ArchiveContext.from_env(LOCAL_ARCHIVE_ENV, aeron_dir=driver_process.aeron_dir, archive_dir=archive_dir)
     with Aeron.connect(aeron_dir=driver_process.aeron_dir) as aeron:
         with pytest.raises(ArchiveTimeoutError, match="connect"):
             ArchiveClient.connect(aeron, context, timeout=0.5)
@@ -307,6 +370,7 @@ async def test_async_client_every_operation(aeron: Aeron, context: ArchiveContex
         assert archive.control_session_id > 0
         events = RecordingEvents(aeron, context)  # the async client has no recording_events() (see below)
         subscription_id = await archive.start_recording(CHANNEL, 17)
+        assert await archive.recording_subscriptions(stream_id=17) == [(subscription_id, 17, "aeron:ipc")]
         publication = await aeron.add_exclusive_publication_async(CHANNEL, 17)
         deadline = time.monotonic() + 10
         while not (rec := find_recording(await archive.recordings(), publication.session_id)):
@@ -374,7 +438,7 @@ async def test_async_client_every_operation(aeron: Aeron, context: ArchiveContex
 async def test_async_client_times_out_once_the_archive_is_gone(
     driver_process: DriverProcess, archive_beside_driver: ArchiveProcess, archive_dir: Path
 ) -> None:
-    context = ArchiveContext.from_env({}, aeron_dir=driver_process.aeron_dir, archive_dir=archive_dir)
+    context = ArchiveContext.from_env(LOCAL_ARCHIVE_ENV, aeron_dir=driver_process.aeron_dir, archive_dir=archive_dir)
     async with Aeron.connect(aeron_dir=driver_process.aeron_dir) as aeron:
         archive = await AsyncArchiveClient.connect(aeron, context, timeout=1.0)
         try:
@@ -403,7 +467,7 @@ def raw_connect(harness: ArchiveHarness, response_stream_id: int) -> None:
     raw = harness.client.add_exclusive_publication(harness.context.control_channel, harness.context.control_stream_id)
     try:
         execute_until(lambda: raw.is_connected, description="control channel connected")
-        offer_all(raw, [encode_request(1, 0, "connect", "aeron:ipc?term-length=64k", response_stream_id, 1)])
+        offer_all(raw, [control.encode(control.ConnectRequest(1, response_stream_id, "aeron:ipc?term-length=64k"))])
     finally:
         raw.close()
 
@@ -456,11 +520,11 @@ def test_standalone_archive_options(
     )
     archive_processes.append(process)
     context = ArchiveContext.from_env(
-        {}, aeron_dir=aeron_dir, control_channel="aeron:ipc?term-length=128k", control_stream_id=44
+        LOCAL_ARCHIVE_ENV, aeron_dir=aeron_dir, control_channel="aeron:ipc?term-length=128k", control_stream_id=44
     )
     with Aeron.connect(aeron_dir=aeron_dir) as aeron:
         with pytest.raises(ArchiveTimeoutError):
-            ArchiveClient.connect(aeron, ArchiveContext.from_env({}, aeron_dir=aeron_dir), timeout=0.5)
+            ArchiveClient.connect(aeron, ArchiveContext.from_env(LOCAL_ARCHIVE_ENV, aeron_dir=aeron_dir), timeout=0.5)
         with ArchiveClient.connect(aeron, context, timeout=10) as archive:
             archive.start_recording(CHANNEL, 12)
             publication = aeron.add_exclusive_publication(CHANNEL, 12)
@@ -485,10 +549,10 @@ def orphan_request(harness: ArchiveHarness, response_stream_id: int, via: Archiv
         ).control_session_id
     conductor = harness.archive.conductor
     execute_until(
-        lambda: not conductor._control_sessions[session_id].publication.is_connected,
+        lambda: not ((publication := conductor._publications.get(session_id)) and publication.is_connected),
         description="the archive sees the response channel gone",
     )
-    request = encode_request(harness.client.next_correlation_id(), session_id, "list_recordings", 0, 10)
+    request = control.encode(control.ListRecordingsRequest(session_id, harness.client.next_correlation_id(), 0, 10))
     offer_all(via._c.publication, [request])
     return session_id
 
@@ -565,4 +629,22 @@ def test_clients_sharing_a_response_stream_do_not_hoard_each_others_answers(harn
         for _ in range(200):
             busy.recordings()
         quiet.recordings()
-        assert len(quiet._c._answers) < 10
+        assert len(quiet._c._exchanges) == 0
+
+
+def test_a_connect_over_the_session_limit_is_refused_with_a_typed_error(
+    make_archive: Callable[..., ArchiveHarness],
+) -> None:
+    harness = make_archive(max_control_sessions=2)
+    with (
+        ArchiveClient.connect(harness.client, harness.context, timeout=10) as one,
+        ArchiveClient.connect(harness.client, harness.context, timeout=10) as two,
+    ):
+        with pytest.raises(SessionLimitError, match="limit of 2 control sessions"):
+            ArchiveClient.connect(harness.client, harness.context, timeout=10)
+        assert one.recordings() == two.recordings() == []
+        assert harness.archive.conductor._sessions.refused == 1
+    # closed sessions make room again
+    execute_until(lambda: len(harness.archive.conductor._sessions) == 0, description="sessions closed")
+    with ArchiveClient.connect(harness.client, harness.context, timeout=10) as three:
+        assert three.recordings() == []

@@ -37,14 +37,16 @@ from driver.archive import (
     RecordingEvent,
     RecordingNotFoundError,
     RecordingStateError,
+    recording_pos,
 )
-from driver.archive.client import RecordingEvents
+from driver.archive.client import RecordingEvents, replay_session_id
 from driver.archive.mark import MarkFile
 from driver.archive.segments import segment_file_name
 from driver.client import Aeron, ExclusivePublication
 from driver.cnc import CncFile
 from driver.concurrent.counters import RECORD_ALLOCATED, CountersReader
 from driver.config import DriverContext
+from support.archive_channels import LOCAL_ARCHIVE_ENV
 from support.waiting import execute_until
 
 pytestmark = pytest.mark.slow
@@ -147,7 +149,7 @@ def test_live_replay_catches_up_follows_and_ends_with_the_recording(harness: Arc
     end = offer_all(publication, first)
     harness.wait_recorded(rid, end)
     replay_id = harness.archive.replay(rid, "aeron:ipc", 90)  # from the start, following
-    replay = Collector(harness.client.add_subscription(f"aeron:ipc?session-id={replay_id}", 90))
+    replay = Collector(harness.client.add_subscription(f"aeron:ipc?session-id={replay_session_id(replay_id)}", 90))
     assert replay.poll_until(len(first)) == first
     second = [message(i, 100) for i in range(3000, 6000)]
     end = offer_all(publication, second, replay.poll)
@@ -155,7 +157,7 @@ def test_live_replay_catches_up_follows_and_ends_with_the_recording(harness: Arc
     assert harness.archive.recording(rid).is_active
     # a bounded replay of the active recording ends at its limit
     bounded_id = harness.archive.replay(rid, "aeron:ipc", 91, position=0, length=end // 2)
-    bounded = Collector(harness.client.add_subscription(f"aeron:ipc?session-id={bounded_id}", 91))
+    bounded = Collector(harness.client.add_subscription(f"aeron:ipc?session-id={replay_session_id(bounded_id)}", 91))
     wait_replay_end(bounded, "bounded replay ends")
     assert 0 < len(bounded.messages) < len(first)
     assert bounded.messages == first[: len(bounded.messages)]
@@ -276,7 +278,7 @@ def test_truncate(harness: ArchiveHarness) -> None:
     # (the position is between two fragments of a message: the replay ends with a partial message)
     kept = assemble(f for f in frames if f.position < inside.position)
     replay_id = harness.archive.replay(rid, "aeron:ipc", 93)
-    replay = Collector(harness.client.add_subscription(f"aeron:ipc?session-id={replay_id}", 93))
+    replay = Collector(harness.client.add_subscription(f"aeron:ipc?session-id={replay_session_id(replay_id)}", 93))
     assert wait_replay_end(replay, "replay ends at the new stop") == kept
     assert replay.subscription.images == () or replay.subscription.images[0].position == inside.position
 
@@ -363,10 +365,9 @@ def test_recording_events(harness: ArchiveHarness) -> None:
     stopped = seen[-1]
     assert stopped.kind == "stopped"
     assert (stopped.recording_id, stopped.start_position, stopped.position) == (rid, 0, end)
-    assert stopped.reason == "end of stream"
 
 
-def test_stop_recording_event_reason(harness: ArchiveHarness) -> None:
+def test_stop_recording_event(harness: ArchiveHarness) -> None:
     events = RecordingEvents(harness.client, harness.context)
     seen: list[RecordingEvent] = []
     try:
@@ -384,7 +385,7 @@ def test_stop_recording_event_reason(harness: ArchiveHarness) -> None:
     finally:
         events.close()
     assert seen[0].kind == "started"
-    assert seen[-1] == RecordingEvent("stopped", rid, 0, end, reason="stopped by request")
+    assert seen[-1] == RecordingEvent("stopped", rid, 0, end)
     assert harness.archive.recording(rid).stop_position == end
 
 
@@ -422,7 +423,7 @@ def test_a_replay_whose_subscriber_leaves_ends(make_archive: Callable[..., Archi
     harness = make_archive(message_timeout_ns=500_000_000)
     rid, _ = record(harness, 65, [message(i, 1000) for i in range(1000)])
     replay_id = harness.archive.replay(rid, "aeron:ipc?term-length=64k", 95)
-    replay = Collector(harness.client.add_subscription(f"aeron:ipc?session-id={replay_id}", 95))
+    replay = Collector(harness.client.add_subscription(f"aeron:ipc?session-id={replay_session_id(replay_id)}", 95))
     replay.poll_until(10)
     replay.subscription.close()
     execute_until(lambda: _purged(harness, rid), timeout_s=3, description="purge after the replay's subscriber left")
@@ -455,6 +456,11 @@ def test_rec_pos_counter_follows_each_active_recording(harness: ArchiveHarness) 
     assert (recording_id, session_id) == (rid, publication.session_id)
     assert key[16 : 16 + length] == b"aeron:ipc"
     assert label == f"rec-pos: {rid} {publication.session_id} 66 aeron:ipc"
+    # ... and found as Aeron's RecordingPos finds it: by the publication's session
+    counters = harness.client.counters_reader
+    counter_id = recording_pos.find_counter_id_by_session(counters, publication.session_id)
+    assert recording_pos.recording_id_of(counters, counter_id) == rid
+    assert recording_pos.find_counter_id_by_recording(counters, rid) == counter_id
     publication.close()
     harness.wait_stopped(rid)
     execute_until(lambda: not rec_pos(), description="rec-pos counter freed once the recording stopped")
@@ -512,11 +518,13 @@ def test_closing_the_archive_stops_its_recordings_cleanly(
 
 def test_archiving_media_driver(aeron_dir: Path, archive_dir: Path) -> None:
     driver_context = DriverContext.from_env({}, aeron_dir=aeron_dir, threading_mode="SHARED")
-    archive_context = ArchiveContext.from_env({}, archive_dir=archive_dir, aeron_dir="/nonexistent/ignored")
+    archive_context = ArchiveContext.from_env(
+        LOCAL_ARCHIVE_ENV, archive_dir=archive_dir, aeron_dir="/nonexistent/ignored"
+    )
     with ArchivingMediaDriver.launch(driver_context, archive_context) as both:
         assert both.archive.context.aeron_dir == aeron_dir
         with pytest.raises(ArchiveInUseError):
-            Archive(ArchiveContext.from_env({}, archive_dir=archive_dir, aeron_dir=aeron_dir))
+            Archive(ArchiveContext.from_env(LOCAL_ARCHIVE_ENV, archive_dir=archive_dir, aeron_dir=aeron_dir))
         both.archive.start_recording(CHANNEL, 70)
         with Aeron.connect(aeron_dir=aeron_dir) as aeron:
             publication = aeron.add_exclusive_publication(CHANNEL, 70)
@@ -558,7 +566,7 @@ def test_an_io_error_stops_only_its_own_recording(harness: ArchiveHarness, monke
 def test_an_archive_that_cannot_start_releases_its_directory(media_driver: Any, archive_dir: Path) -> None:
     archive_dir.mkdir(parents=True)
     (archive_dir / "archive.catalog").write_bytes(b"not a catalog".ljust(4096, b"\0"))
-    context = ArchiveContext.from_env({}, archive_dir=archive_dir, aeron_dir=media_driver.aeron_dir)
+    context = ArchiveContext.from_env(LOCAL_ARCHIVE_ENV, archive_dir=archive_dir, aeron_dir=media_driver.aeron_dir)
     with pytest.raises(CatalogError, match="bad magic"):
         Archive(context)
     MarkFile(archive_dir).close()  # the failed archive let go of the mark file
@@ -566,3 +574,25 @@ def test_an_archive_that_cannot_start_releases_its_directory(media_driver: Any, 
     with Archive(context) as archive:
         assert archive.recordings() == []
         assert archive.recovered == []
+
+
+def test_recording_subscriptions_in_process(harness: ArchiveHarness) -> None:
+    first = harness.archive.start_recording(CHANNEL, 81)
+    second = harness.archive.start_recording("aeron:ipc?term-length=128k|alias=x", 82)
+    assert harness.archive.recording_subscriptions() == [(first, 81, "aeron:ipc"), (second, 82, "aeron:ipc")]
+    assert harness.archive.recording_subscriptions("128k") == [(second, 82, "aeron:ipc")]
+    assert harness.archive.stop_recording_subscription(first)
+    assert harness.archive.recording_subscriptions() == [(second, 82, "aeron:ipc")]
+
+
+def test_stop_recording_matches_the_channel_string_then_the_stream_it_names(harness: ArchiveHarness) -> None:
+    """As Aeron's archive keys recording subscriptions: media, endpoint, interface, control and tags."""
+    exact = harness.archive.start_recording("aeron:ipc?term-length=64k|alias=a", 83)
+    other = harness.archive.start_recording("aeron:ipc?term-length=128k", 83)
+    assert harness.archive.stop_recording("aeron:ipc?term-length=128k", 83)  # the exact string first
+    assert harness.archive.recording_subscriptions(stream_id=83) == [(exact, 83, "aeron:ipc")]
+    assert not harness.archive.stop_recording("aeron:udp?endpoint=localhost:40999", 83)
+    assert not harness.archive.stop_recording("aeron:ipc", 84)
+    assert harness.archive.stop_recording("aeron:ipc", 83)  # the same stream, named differently
+    assert harness.archive.recording_subscriptions() == []
+    assert other != exact

@@ -27,6 +27,7 @@ from archive_helpers import (
 )
 
 from driver.archive import InvalidPositionError, RecordingNotFoundError
+from driver.archive.client import replay_session_id
 from driver.archive.segments import segment_file_name
 from support.waiting import execute_until
 
@@ -197,7 +198,7 @@ def test_replay_past_a_pad_frame_longer_than_a_replay_block(make_archive: Callab
     frames = parse_frames(recording_bytes(harness.archive_dir, d), first)
     assert max(f.length for f in frames if f.type == 0) > 256 * KIB
     replay_id = harness.archive.replay(rid, "aeron:ipc", 95)
-    replay = Collector(harness.client.add_subscription(f"aeron:ipc?session-id={replay_id}", 95))
+    replay = Collector(harness.client.add_subscription(f"aeron:ipc?session-id={replay_session_id(replay_id)}", 95))
     try:
         assert replay.poll_until(len(big), timeout_s=3) == big
     finally:

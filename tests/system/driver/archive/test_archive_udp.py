@@ -18,6 +18,7 @@ from archive_helpers import (
     recording_bytes,
 )
 
+from driver.archive.client import replay_session_id
 from driver.client import Aeron
 from driver.config import DriverContext
 from driver.core.media_driver import MediaDriver
@@ -103,7 +104,9 @@ def test_record_a_remote_udp_stream(harness: ArchiveHarness, remote_aeron: Aeron
     # a replay onto UDP
     replay_channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     replay_id = harness.archive.replay(d.recording_id, replay_channel, 99)
-    replay = Collector(harness.client.add_subscription(f"{replay_channel}|session-id={replay_id}", 99))
+    replay = Collector(
+        harness.client.add_subscription(f"{replay_channel}|session-id={replay_session_id(replay_id)}", 99)
+    )
     try:
         assert replay.poll_until(len(messages)) == messages
     finally:

@@ -19,9 +19,11 @@ def test_defaults() -> None:
     ctx = ArchiveContext().conclude()
     assert ctx.archive_dir == default_archive_dir() == Path(f"{default_aeron_dir()}-archive")
     assert ctx.aeron_dir == default_aeron_dir()
-    assert ctx.control_channel.startswith("aeron:ipc")
-    assert ctx.control_stream_id == 10
-    assert ctx.recording_events_stream_id == 30
+    # Aeron Archive 1.15.1's defaults (Archive.Configuration / AeronArchive.Configuration)
+    assert (ctx.control_channel, ctx.control_stream_id) == ("aeron:udp?endpoint=localhost:8010", 10)
+    assert (ctx.local_control_channel, ctx.local_control_stream_id) == ("aeron:ipc", 11)
+    assert (ctx.control_response_channel, ctx.control_response_stream_id) == ("aeron:udp?endpoint=localhost:8020", 20)
+    assert (ctx.recording_events_channel, ctx.recording_events_stream_id) == ("aeron:udp?endpoint=localhost:8030", 30)
     assert ctx.recording_events_enabled is True
     assert ctx.segment_file_length == 128 * MIB
     assert ctx.file_sync_level == ctx.catalog_file_sync_level == SyncLevel.NONE
@@ -45,6 +47,11 @@ def test_environment_forms() -> None:
         "AERON_ARCHIVE_MESSAGE_TIMEOUT": "2s",
         "AERON_ARCHIVE_RECORDING_PROGRESS_INTERVAL": "50ms",
         "AERON_ARCHIVE_IDLE_STRATEGY": "yielding",
+        "AERON_ARCHIVE_LOCAL_CONTROL_CHANNEL": "aeron:ipc?term-length=128k",
+        "AERON_ARCHIVE_LOCAL_CONTROL_STREAM_ID": "12",
+        "AERON_ARCHIVE_CONTROL_RESPONSE_CHANNEL": "aeron:ipc?term-length=256k",
+        "AERON_ARCHIVE_CONTROL_RESPONSE_STREAM_ID": "21",
+        "AERON_ARCHIVE_MAX_CONTROL_SESSIONS": "5",
     }
     ctx = ArchiveContext.from_env(environ).conclude()
     assert ctx.archive_dir == Path("/tmp/some-archive")
@@ -60,12 +67,20 @@ def test_environment_forms() -> None:
     assert ctx.message_timeout_ns == 2_000_000_000
     assert ctx.progress_interval_ns == 50_000_000
     assert ctx.idle_strategy == "yielding"
+    assert (ctx.local_control_channel, ctx.local_control_stream_id) == ("aeron:ipc?term-length=128k", 12)
+    assert (ctx.control_response_channel, ctx.control_response_stream_id) == ("aeron:ipc?term-length=256k", 21)
+    assert ctx.max_control_sessions == 5
     # every property has exactly the environment name Aeron's convention gives it
     assert set(ctx.to_properties()) == {
         "aeron.archive.dir",
         "aeron.dir",
         "aeron.archive.control.channel",
         "aeron.archive.control.stream.id",
+        "aeron.archive.local.control.channel",
+        "aeron.archive.local.control.stream.id",
+        "aeron.archive.control.response.channel",
+        "aeron.archive.control.response.stream.id",
+        "aeron.archive.max.control.sessions",
         "aeron.archive.recording.events.channel",
         "aeron.archive.recording.events.stream.id",
         "aeron.archive.recording.events.enabled",
