@@ -234,13 +234,16 @@ class NetworkResources:
         self._held_cache: dict[tuple[ReceiveChannelEndpoint, int, int | None], _Held] = {}
         # Publisher limits follow sender positions: only those whose sender position moved are recomputed (one
         # native scan per cycle), and those that gained or lost their receivers. The watch is not rebuilt per
-        # publication that comes or goes (a server in a connect storm makes several per handshake): newcomers are
-        # recomputed every cycle until the next rebuild, leavers are skipped, and a rebuild comes once enough
-        # of either piled up (so each change costs a bounded share of one).
+        # publication that comes or goes (a server in a connect storm makes several per handshake): newcomers
+        # are watched by a small second watch until the next rebuild, leavers are skipped, and a rebuild comes
+        # once enough of either piled up (so each change costs a bounded share of one).
         self._limits_version = -1
         self._limits_of: list[NetworkPublication | None] = []
         self._limits_index: dict[NetworkPublication, int] = {}
         self._limits_young: dict[NetworkPublication, None] = {}
+        self._young_of: tuple[NetworkPublication, ...] = ()
+        self._young_positions = PositionWatch([])
+        self._young_changed = False
         self._limits_dead = 0
         self._had_receivers: dict[NetworkPublication, bool] = {}
         self._sender_positions = PositionWatch([])
@@ -398,6 +401,7 @@ class NetworkResources:
         endpoint.ref_count += 1
         self.publications.append(publication)
         self._limits_young[publication] = None
+        self._young_changed = True
         self._had_receivers[publication] = publication.has_receivers
         conductor.sender_command(functools.partial(self._sender.on_new_publication, publication, endpoint))
         return publication
@@ -822,12 +826,19 @@ class NetworkResources:
             owner = owners[index]
             if owner is not None:
                 work += owner.update_publisher_limit()
-        young = self._limits_young
-        if young or self._limits_dead:
+        young_of = self._young_of
+        for index in self._young_positions.changed():
+            work += young_of[index].update_publisher_limit()
+        if self._young_changed:
+            young = self._limits_young
             if len(young) > _LIMITS_YOUNG or self._limits_dead > _LIMITS_YOUNG + len(owners) // 4:
                 self._rebuild_limits_watch()
             else:
-                for publication in young:
+                # Positions noted before the limits are computed from them: a move in between shows next cycle.
+                self._young_changed = False
+                self._young_of = tuple(young)
+                self._young_positions = PositionWatch([p.sender_position.location() for p in self._young_of])
+                for publication in self._young_of:
                     work += publication.update_publisher_limit()
         if self._limits_version != NetworkPublication.receivers_version:
             self._limits_version = NetworkPublication.receivers_version
@@ -845,6 +856,9 @@ class NetworkResources:
         self._limits_of = list(publications)
         self._limits_index = {p: index for index, p in enumerate(publications)}
         self._limits_young = {}
+        self._young_of = ()
+        self._young_positions = PositionWatch([])
+        self._young_changed = False
         self._limits_dead = 0
         # Positions noted before the limits are computed from them: a move in between shows next cycle.
         self._sender_positions = PositionWatch([p.sender_position.location() for p in publications])
@@ -854,11 +868,14 @@ class NetworkResources:
     def _forget_limits_of(self, publication: NetworkPublication) -> None:
         self._had_receivers.pop(publication, None)
         if self._limits_young.pop(publication, 0) is None:
+            self._young_changed = True
             return
         index = self._limits_index.pop(publication, None)
         if index is not None:
             self._limits_of[index] = None
             self._limits_dead += 1
+            if self._limits_dead > _LIMITS_YOUNG + len(self._limits_of) // 4:
+                self._young_changed = True  # time for a rebuild
 
     def on_timer(self, now_ns: int) -> None:
         conductor = self._conductor
@@ -984,8 +1001,8 @@ class NetworkResources:
 
 
 _LIMITS_YOUNG = 32
-"""New publications whose limits are recomputed every conductor cycle before the publisher limits' watch is
-rebuilt with them (publications gone: this many and a quarter of those watched)."""
+"""New publications watched on their own before the publisher limits' watch is rebuilt with them (publications
+gone: this many and a quarter of those watched)."""
 
 SILENT_NS = 1_000_000_000
 """How long an image must have had no packet (not even a heartbeat, which a live publisher sends every 100 ms)
