@@ -122,6 +122,9 @@ def endpoint_server(
 
 
 _SERVER_CONFIG_ENV = "BENCH_SERVER_CONFIG"
+_SERVER_GC_ENV = "BENCH_SERVER_GC"
+"""``freeze`` (what the server holds once bound is left out of collections), optionally ``,N`` (the youngest
+generation's threshold): ``--storm-server-env BENCH_SERVER_GC=freeze,10000``."""
 
 
 def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop: Any, out: Any) -> None:
@@ -168,6 +171,12 @@ def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop
 
         try:
             async with server:
+                gc_setting = os.environ.get(_SERVER_GC_ENV, "").split(",")
+                if gc_setting[0] == "freeze":
+                    gc.collect()
+                    gc.freeze()
+                if len(gc_setting) > 1:
+                    gc.set_threshold(int(gc_setting[1]), *gc.get_threshold()[1:])
                 ready.set()
                 await wait_event(stop, 3600, interval=0.1)
                 gc_note = f"; gc {gc_time[0]:.2f} s in {gc_time[2]} collections" if gc_time[2] else ""

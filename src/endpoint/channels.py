@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 import socket
 import time
+import weakref
 from collections.abc import Callable
 
 from driver.client.aeron import Aeron
@@ -30,6 +31,28 @@ __all__ = [
 
 _YIELD_WINDOW_S = 0.001
 """Handshake waits keep yielding this long before napping: over IPC the answer is usually there by then."""
+_DRIVE_EVERY_NS = 100_000
+"""Waiters run an in-process driver at most this often between them: a storm of connects has hundreds of waits
+polling at once, and each running a whole duty cycle on every poll cost ten times the work the waits needed."""
+_PATIENT_AFTER_S = 0.05
+_PATIENT_SLEEP_S = 0.005
+"""A wait not over within ``_PATIENT_AFTER_S`` (the peer is far or busy, or a storm's clients queue for the
+server's images) polls at most every ``_PATIENT_SLEEP_S``: hundreds of waits polling every millisecond were
+most of a storm's client CPU."""
+_driven: weakref.WeakKeyDictionary[Aeron, int] = weakref.WeakKeyDictionary()
+_serviced: weakref.WeakKeyDictionary[Aeron, int] = weakref.WeakKeyDictionary()
+
+
+def _drive(aeron: Aeron, conductor: bool = False) -> None:
+    """One duty cycle of ``aeron``'s INVOKER-mode driver (and, with ``conductor``, of its client conductor),
+    each unless a waiter ran one within ``_DRIVE_EVERY_NS``."""
+    now_ns = time.monotonic_ns()
+    if now_ns - _driven.get(aeron, 0) >= _DRIVE_EVERY_NS:
+        _driven[aeron] = now_ns
+        aeron.invoke_driver()
+    if conductor and now_ns - _serviced.get(aeron, 0) >= _DRIVE_EVERY_NS:
+        _serviced[aeron] = now_ns
+        aeron.conductor.do_work()
 
 
 def bracket(host: str) -> str:
@@ -207,11 +230,10 @@ async def wait_connected(publication: Publication, timeout: float, aeron: Aeron 
 
     With ``aeron`` an INVOKER-mode driver in this process is run while waiting (the poller may be napping).
     """
-    drive = aeron.invoke_driver if aeron is not None else None
 
     def connected() -> bool:
-        if drive is not None:
-            drive()
+        if aeron is not None and not publication.is_connected:
+            _drive(aeron)
         return publication.is_connected
 
     await _wait(connected, publication, "no subscriber connected to", timeout)
@@ -226,19 +248,24 @@ async def wait_image(subscription: Subscription, timeout: float, aeron: Aeron | 
 
     def arrived() -> bool:
         if aeron is not None and not subscription.images:
-            aeron.invoke_driver()
-            aeron.conductor.do_work()
+            _drive(aeron, conductor=True)
         return bool(subscription.images)
 
     await _wait(arrived, subscription, "no publisher reached", timeout)
 
 
 async def _wait(done: Callable[[], bool], resource: Publication | Subscription, missing: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     backoff = PollBackoff(yield_window=_YIELD_WINDOW_S)
+    patient = False
     while not done():
+        now = time.monotonic()
         if resource.is_closed:
             raise ConnectionError(f"{resource!r} closed while waiting ({missing} it yet)")
-        if time.monotonic() > deadline:
+        if now > deadline:
             raise TimeoutError(f"{missing} {resource!r} within {timeout:g} s")
+        if not patient and now - started > _PATIENT_AFTER_S:
+            patient = True
+            backoff = PollBackoff(max_sleep=_PATIENT_SLEEP_S)
         await backoff.idle()

@@ -492,7 +492,9 @@ class Server(EndPoint[ServerConfiguration]):
             self._on_evicted(handshake)
 
     def _bounce(self, bounce: Bounce, is_ipc: bool, address: str, route_id: int) -> None:
-        """Send a cookie or a plain refusal and keep nothing but (for a while) the answer route."""
+        """Send a cookie or a plain refusal and keep nothing for it: the answer goes out on the client route's
+        answer route, opened if need be (bounded by ``_bouncing`` and the route caps) and then held while that
+        route lives, so that the HELLO carrying the cookie is answered on it at once."""
         handshake = self._handshake
         assert handshake is not None
         if is_ipc:
@@ -503,14 +505,14 @@ class Server(EndPoint[ServerConfiguration]):
         if not isinstance(port, int) or not 0 < port < 65536:
             handshake.stats.malformed += 1
             return
-        kept = self._finished_reply.get(bounce.connect_key)
-        if kept is not None and not kept[0].is_closed:
-            if kept[0].offer(bounce.packet) < 0:
+        ready = self._ready_answer_route(address, route_id)
+        if ready is not None:
+            # Stateless: a cookie on a route that reached its client costs one offer, whatever the flood; the
+            # kept answers (per connect key) are only for handshakes that got further.
+            if ready.offer(bounce.packet) < 0:
                 handshake.stats.unanswered += 1
             return
-        if self._bouncing >= self.config.max_answer_routes or len(self._finished_reply) >= 4 * (
-            self.config.max_pending_handshakes + self.config.max_answer_routes
-        ):
+        if self._bouncing >= self.config.max_answer_routes:
             handshake.stats.unanswered += 1
             return
         lease = self._lease_answer_route(address, port, route_id)
@@ -520,25 +522,31 @@ class Server(EndPoint[ServerConfiguration]):
         self._bouncing += 1
         self._spawn(self._send_bounce(bounce, lease))
 
+    def _ready_answer_route(self, address: str, route_id: int) -> Publication | None:
+        """The answer route of client route ``route_id`` at ``address`` if it is open and reached its client."""
+        route = self._answer_routes.get((address, route_id))
+        if route is None or not route.opening.done() or not route.usable:
+            return None
+        publication = route.opening.result()
+        return publication if publication.is_connected else None
+
     async def _send_bounce(self, bounce: Bounce, lease: _AnswerRoute) -> None:
         timeout = self.config.handshake_timeout
-        sent: Publication | None = None
+        sent = False
         try:
             publication = await asyncio.shield(lease.opening)
             await wait_connected(publication, timeout, self._aeron())
             await self._send_reply(publication, bounce.packet, timeout)
-            sent = publication
+            sent = True
         except Exception as exc:
             _log.debug("a handshake answer to %s went unsent: %s", lease.address, exc)
             if self._handshake is not None:
                 self._handshake.stats.unanswered += 1
         finally:
             self._bouncing -= 1
-            if sent is None:  # also when cancelled (closing): the lease must not outlive us
-                self._let_go_of_route(lease)
-        if sent is not None:
-            # Kept a while: the HELLO with the cookie comes back at once and is answered on the same route.
-            self._keep(bounce.connect_key, sent, lease)
+            if sent and not self._closing:
+                self._pin(lease)  # held while the client's route lives: its next HELLO is answered on it
+            self._let_go_of_route(lease)  # also when cancelled (closing): the lease must not outlive us
 
     def _on_evicted(self, handshake: ServerHandshake) -> None:
         """Handshakes that gave way to newer ones: tell each client SERVER_BUSY and free what it held."""
@@ -994,14 +1002,32 @@ class Server(EndPoint[ServerConfiguration]):
             pending.lease = None
 
     def _keep(self, connect_key: int, reply: Publication, lease: _AnswerRoute | None) -> None:
+        """Keep ``connect_key``'s last answer route a while (``lease``: a use of it, now ours). At most
+        ``_max_kept`` are kept: past that the oldest is let go (its client asking again is ``unanswered``)."""
         until = time.monotonic_ns() + int(self.config.handshake_timeout * 2e9)
-        if lease is not None and not lease.pinned:
-            lease.pinned = True
-            lease.users += 1
+        if lease is not None:
+            self._pin(lease)
         previous = self._finished_reply.pop(connect_key, None)
         if previous is not None and previous[1] is not None:
             self._let_go_of_route(previous[1])
+        while len(self._finished_reply) >= self._max_kept:
+            _, oldest, _until = self._finished_reply.pop(next(iter(self._finished_reply)))
+            if oldest is not None:
+                self._let_go_of_route(oldest)
+            if self._handshake is not None:
+                self._handshake.stats.unanswered += 1
         self._finished_reply[connect_key] = (reply, lease, until)
+
+    @property
+    def _max_kept(self) -> int:
+        cfg = self.config
+        return 4 * (cfg.max_pending_handshakes + cfg.max_answer_routes)
+
+    def _pin(self, route: _AnswerRoute) -> None:
+        """``route`` holds itself (one use) while its client's route lives: see :meth:`_let_go_of_replies`."""
+        if not route.pinned:
+            route.pinned = True
+            route.users += 1
 
     def _let_go_of_replies(self, now_ns: int | None) -> None:
         """Let go of the kept answer routes whose time is up or whose client route is gone (its handshake

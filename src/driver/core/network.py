@@ -225,19 +225,30 @@ class NetworkResources:
         self.publications: list[NetworkPublication] = []
         self.images: list[PublicationImage] = []
         self._images_by_stream: dict[tuple[ReceiveChannelEndpoint, int], list[PublicationImage]] = {}
+        # The subscription links of each endpoint and stream, in the order they came (the conductor's order): an
+        # image's subscribers, and whether a stream is still subscribed, without a scan of every link (a server
+        # holds a stream, so a link, per connection).
+        self._links_by_stream: dict[tuple[ReceiveChannelEndpoint, int], list[SubscriptionLink]] = {}
         # What each subscription's limits count (active images, and per source host), worked out once until an
         # image comes, goes or stops being active: a flood of refused SETUPs would otherwise scan them each time.
         self._held_cache: dict[tuple[ReceiveChannelEndpoint, int, int | None], _Held] = {}
-        # Publisher limits follow sender positions: after a change of publications or receivers all of them
-        # are recomputed, otherwise only those whose sender position moved (one native scan per cycle).
-        self._publications_changes = 0
+        # Publisher limits follow sender positions: only those whose sender position moved are recomputed (one
+        # native scan per cycle), and those that gained or lost their receivers. The watch is not rebuilt per
+        # publication that comes or goes (a server in a connect storm makes several per handshake): newcomers
+        # are watched by a small second watch until the next rebuild, leavers are skipped, and a rebuild comes
+        # once enough of either piled up (so each change costs a bounded share of one).
         self._limits_version = -1
-        self._limits_changes = 0
-        self._limits_of: list[NetworkPublication] = []
+        self._limits_of: list[NetworkPublication | None] = []
+        self._limits_index: dict[NetworkPublication, list[int]] = {}
+        self._limits_young: dict[NetworkPublication, None] = {}
+        self._young_of: tuple[NetworkPublication, ...] = ()
+        self._young_positions = PositionWatch([])
+        self._young_changed = False
+        self._limits_dead = 0
         self._had_receivers: dict[NetworkPublication, bool] = {}
         self._sender_positions = PositionWatch([])
-        self._spies_changed_of: set[NetworkPublication] = set()
         self._limits_spied = False  # the watch also holds spy positions (a publication may show up twice)
+        self._limits_respied = False  # spies came or went: the next cycle rebuilds the watch
         self._images_dir = Path(self._ctx.aeron_dir) / "images"
         self._images_dir.mkdir(parents=True, exist_ok=True)
         self._faults = (self._ctx.send_faults, self._ctx.receive_faults)
@@ -392,7 +403,9 @@ class NetworkResources:
         )
         endpoint.ref_count += 1
         self.publications.append(publication)
-        self._publications_changes += 1
+        self._limits_young[publication] = None
+        self._young_changed = True
+        self._had_receivers[publication] = publication.has_receivers
         conductor.sender_command(functools.partial(self._sender.on_new_publication, publication, endpoint))
         return publication
 
@@ -483,9 +496,9 @@ class NetworkResources:
         self._spies_changed(publication)
 
     def _spies_changed(self, publication: NetworkPublication) -> None:
-        """Spy positions came or went: the publisher limits' watch is rebuilt and this limit worked out again."""
-        self._publications_changes += 1
-        self._spies_changed_of.add(publication)
+        """Spy positions came or went (rare): the publisher limits' watch is rebuilt, every limit worked out again."""
+        self._limits_respied = True
+        self._young_changed = True
 
     # -- subscriptions and images ---------------------------------------------------------------
 
@@ -521,15 +534,32 @@ class NetworkResources:
         conductor.receiver_command(
             functools.partial(self._receiver.on_add_subscription, endpoint, link.stream_id, link.session_id)
         )
-        for image in self.images:
-            if image.state is ImageState.ACTIVE and self._matches(link, image):
-                linked = [p.publication for p in link.positions.values() if isinstance(p.publication, PublicationImage)]
-                cause = self._refusal(link, image.term_length, image.source_address, _Held(linked))
-                if cause is None:
-                    self._link_image(link, image)
-                else:
-                    self._refuse(link, cause)
+        key = (endpoint, link.stream_id)
+        self._links_by_stream.setdefault(key, []).append(link)
+        try:
+            for image in tuple(self._images_by_stream.get(key, ())):
+                if image.state is ImageState.ACTIVE and self._matches(link, image):
+                    linked = [
+                        p.publication for p in link.positions.values() if isinstance(p.publication, PublicationImage)
+                    ]
+                    cause = self._refusal(link, image.term_length, image.source_address, _Held(linked))
+                    if cause is None:
+                        self._link_image(link, image)
+                    else:
+                        self._refuse(link, cause)
+        except BaseException:
+            self._forget_link(link)
+            raise
         return endpoint
+
+    def _forget_link(self, link: SubscriptionLink) -> None:
+        assert isinstance(link.endpoint, ReceiveChannelEndpoint)
+        key = (link.endpoint, link.stream_id)
+        links = self._links_by_stream.get(key)
+        if links is not None and link in links:
+            links.remove(link)
+            if not links:
+                del self._links_by_stream[key]
 
     def _publish_bound_address(self, endpoint: ReceiveChannelEndpoint) -> None:
         """A port-0 endpoint takes the port it was given as its channel's, and says which in a local socket
@@ -652,7 +682,7 @@ class NetworkResources:
     def _subscribers_of(self, image: PublicationImage) -> list[SubscriberPosition]:
         return [
             p
-            for link in self._conductor.subscription_links
+            for link in self._links_by_stream.get((image.endpoint, image.stream_id), ())
             if (p := link.positions.get(image.correlation_id)) is not None and p.publication is image
         ]
 
@@ -674,29 +704,23 @@ class NetworkResources:
         endpoint = link.endpoint
         assert isinstance(endpoint, ReceiveChannelEndpoint)
         conductor = self._conductor
+        self._forget_link(link)
+        key = (endpoint, link.stream_id)
+        of_stream = self._images_by_stream.get(key, ())
         released: dict[int, list[AtomicCounter]] = {}
         for correlation_id, position in list(link.positions.items()):
             del link.positions[correlation_id]
             released.setdefault(correlation_id, []).append(position.counter)
-        for image in self.images:
+        for image in of_stream:  # a link's images are those of its endpoint and stream
             if image.correlation_id in released:
                 self._push_subscribers(image, tuple(released[image.correlation_id]))
         conductor.receiver_command(
             functools.partial(self._receiver.on_remove_subscription, endpoint, link.stream_id, link.session_id)
         )
-        still_subscribed = any(
-            other.endpoint is endpoint and other.stream_id == link.stream_id
-            for other in conductor.subscription_links
-            if other is not link
-        )
-        if not still_subscribed:
+        if key not in self._links_by_stream:  # nobody else subscribes to the stream on this endpoint
             now_ns = conductor.now_ns()
-            for image in self.images:
-                if (
-                    image.endpoint is endpoint
-                    and image.stream_id == link.stream_id
-                    and image.state is ImageState.ACTIVE
-                ):
+            for image in of_stream:
+                if image.state is ImageState.ACTIVE:
                     image.state = ImageState.INACTIVE
                     image.time_of_last_state_change_ns = now_ns
             self._images_changed()
@@ -715,10 +739,8 @@ class NetworkResources:
         _, _, _, _, term_offset, session_id, stream_id, initial_term_id, active_term_id, term_length, mtu, _ = fields
         links = [
             link
-            for link in conductor.subscription_links
-            if link.endpoint is endpoint
-            and link.stream_id == stream_id
-            and (link.session_id is None or link.session_id == session_id)
+            for link in self._links_by_stream.get((endpoint, stream_id), ())
+            if link.session_id is None or link.session_id == session_id
         ]
         if links and endpoint.channel.canonical_form in self.receive_endpoints:
             try:
@@ -884,27 +906,31 @@ class NetworkResources:
         if moved:
             if not self._limits_spied:  # one position per publication
                 for index in moved:
-                    work += owners[index].update_publisher_limit()
+                    owner = owners[index]
+                    if owner is not None:
+                        work += owner.update_publisher_limit()
+            else:  # a spied publication shows once per position: its limit is worked out once
+                for owner in {id(owners[index]): owners[index] for index in moved}.values():
+                    if owner is not None:
+                        work += owner.update_publisher_limit()
+        young_of = self._young_of
+        for index in self._young_positions.changed():
+            work += young_of[index].update_publisher_limit()
+        if self._young_changed:
+            young = self._limits_young
+            if (
+                self._limits_respied
+                or len(young) > _LIMITS_YOUNG
+                or self._limits_dead > _LIMITS_YOUNG + len(owners) // 4
+            ):
+                self._rebuild_limits_watch()
             else:
-                for publication in {id(owners[index]): owners[index] for index in moved}.values():
+                # Positions noted before the limits are computed from them: a move in between shows next cycle.
+                self._young_changed = False
+                self._young_of = tuple(young)
+                self._young_positions = PositionWatch([p.sender_position.location() for p in self._young_of])
+                for publication in self._young_of:
                     work += publication.update_publisher_limit()
-        had = self._had_receivers
-        if self._limits_changes != self._publications_changes:
-            self._limits_changes = self._publications_changes
-            publications = list(self.publications)
-            spied = [p for p in publications if p.spy_positions]
-            self._limits_spied = bool(spied)
-            # Each sender position, then each spy position, with the publication it moves.
-            owners = self._limits_of = publications + [p for p in spied for _ in p.spy_positions]
-            entries = [p.sender_position.location() for p in publications]
-            entries += [spy.location() for p in spied for spy in p.spy_positions]
-            # Positions noted before the limits are computed from them: a move in between shows next cycle.
-            self._sender_positions = PositionWatch(entries)
-            self._had_receivers = {p: had.get(p, not p.has_receivers) for p in publications}
-            self._limits_version = -1
-            changed, self._spies_changed_of = self._spies_changed_of, set()
-            for publication in changed:
-                work += publication.update_publisher_limit()
         if self._limits_version != NetworkPublication.receivers_version:
             self._limits_version = NetworkPublication.receivers_version
             had = self._had_receivers
@@ -913,6 +939,43 @@ class NetworkResources:
                     had[publication] = publication.has_receivers
                     work += publication.update_publisher_limit()
         return work
+
+    def _rebuild_limits_watch(self) -> None:
+        """Watch every publication's sender position, and its spies' positions, again; each limit is recomputed
+        now (and from then on when one of its positions moves)."""
+        publications = list(self.publications)
+        owners: list[NetworkPublication | None] = list(publications)
+        entries = [p.sender_position.location() for p in publications]
+        index: dict[NetworkPublication, list[int]] = {p: [i] for i, p in enumerate(publications)}
+        for publication in publications:
+            for spy in publication.spy_positions:
+                index[publication].append(len(owners))
+                owners.append(publication)
+                entries.append(spy.location())
+        self._limits_of = owners
+        self._limits_index = index
+        self._limits_spied = len(owners) > len(publications)
+        self._limits_respied = False
+        self._limits_young = {}
+        self._young_of = ()
+        self._young_positions = PositionWatch([])
+        self._young_changed = False
+        self._limits_dead = 0
+        # Positions noted before the limits are computed from them: a move in between shows next cycle.
+        self._sender_positions = PositionWatch(entries)
+        for publication in publications:
+            publication.update_publisher_limit()
+
+    def _forget_limits_of(self, publication: NetworkPublication) -> None:
+        self._had_receivers.pop(publication, None)
+        if self._limits_young.pop(publication, 0) is None:
+            self._young_changed = True
+            return
+        for index in self._limits_index.pop(publication, ()):
+            self._limits_of[index] = None
+            self._limits_dead += 1
+            if self._limits_dead > _LIMITS_YOUNG + len(self._limits_of) // 4:
+                self._young_changed = True  # time for a rebuild
 
     def on_timer(self, now_ns: int) -> None:
         conductor = self._conductor
@@ -926,7 +989,7 @@ class NetworkResources:
             if publication.state is NetworkPublicationState.DONE and publication in self.publications:
                 self.publications.remove(publication)
                 self._tearing_down.add(publication)
-                self._publications_changes += 1
+                self._forget_limits_of(publication)
                 endpoint = publication.endpoint
                 assert isinstance(endpoint, SendChannelEndpoint)
                 done = functools.partial(
@@ -962,7 +1025,7 @@ class NetworkResources:
 
     def _on_image_inactive(self, image: PublicationImage) -> None:
         released: list[AtomicCounter] = []
-        for link in self._conductor.subscription_links:
+        for link in self._links_by_stream.get((image.endpoint, image.stream_id), ()):
             position = link.positions.pop(image.correlation_id, None)
             if position is not None:
                 released.append(position.counter)
@@ -1029,14 +1092,19 @@ class NetworkResources:
             resource.close()
         self._tearing_down.clear()
         self.publications.clear()
-        self._publications_changes += 1
-        self._spies_changed_of.clear()
+        self._rebuild_limits_watch()
+        self._had_receivers.clear()
         self.images.clear()
         self._images_by_stream.clear()
+        self._links_by_stream.clear()
         self._held_cache.clear()
         self.send_endpoints.clear()
         self.receive_endpoints.clear()
 
+
+_LIMITS_YOUNG = 32
+"""New publications watched on their own before the publisher limits' watch is rebuilt with them (publications
+gone: this many and a quarter of those watched)."""
 
 SILENT_NS = 1_000_000_000
 """How long an image must have had no packet (not even a heartbeat, which a live publisher sends every 100 ms)

@@ -39,6 +39,7 @@ parameter (``endpoint``, ``control``, ``interface``, ``control-mode``, ``media``
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import itertools
 import socket
@@ -92,10 +93,9 @@ _IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 def resolve_host(host: str) -> str:
     """An IP literal for ``host``: itself when it already is one, else the first getaddrinfo answer (IPv4 first)."""
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        pass
+    literal = _literal(host)
+    if literal is not None:
+        return literal
     infos = socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
     if not infos:
         raise OSError(f"no address for {host!r}")
@@ -105,6 +105,17 @@ def resolve_host(host: str) -> str:
     return str(infos[0][4][0])
 
 
+@functools.lru_cache(maxsize=4096)
+def _literal(host: str) -> str | None:
+    """``host`` as an IP literal in its normal form, None when it is a name (only literals are remembered: a
+    server parses the same few addresses in every channel it opens, and ``ip_address`` is slow)."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
 def _ip(text: str) -> _IpAddress:
     return ipaddress.ip_address(text)
 

@@ -24,10 +24,12 @@ from udp_helpers import (
     system_counter,
 )
 
+import driver.core.network as network_module
 import driver.core.receiver as receiver_module
 import driver.core.sender as sender_module
 from driver.client import ExclusivePublication, Subscription
 from driver.concurrent.system_counters import SystemCounterId
+from driver.core.publication_image import ImageState
 from support.clients import wait_for_image
 from support.waiting import execute_until
 
@@ -139,4 +141,70 @@ def test_streams_just_past_the_thresholds(udp: UdpDrivers, count: int) -> None:
     subscriptions, publications, _ = _streams(udp, count)
     collectors = [Collector(session_id=p.session_id) for p in publications]
     _send_round_robin(publications, subscriptions, collectors, 200, timeout_s=30)
+    assert udp.errors.seen == []
+
+
+def test_publications_coming_and_going_keep_their_limits_moving(
+    udp: UdpDrivers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server opens and closes a publication per connection; its driver's publisher-limit watch takes
+    newcomers in batches and skips the ones gone until enough piled up (a small batch here, so that both
+    rebuilds happen). Every live publication then sends more than its term window: its limit must follow its
+    sender, whichever watch holds it."""
+    monkeypatch.setattr(network_module, "_LIMITS_YOUNG", 4)
+    publisher_driver = udp.embedded("pub")
+    subscriber_driver = udp.embedded("sub")
+    subscriber = udp.client(subscriber_driver.aeron_dir)
+    publisher = udp.client(publisher_driver.aeron_dir)
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=65536|linger=0"
+    count = 24
+    subscriptions = [subscriber.add_subscription(channel, STREAM_ID + i) for i in range(count)]
+    first = [publisher.add_exclusive_publication(channel, STREAM_ID + i) for i in range(count // 2)]
+    for subscription in subscriptions[: count // 2]:
+        wait_for_image(subscription)
+    network = publisher_driver.conductor.network
+    for publication in first[: count // 4]:
+        publication.close()
+    execute_until(
+        lambda: len(network.publications) == count // 2 - count // 4,
+        timeout_s=15,
+        description="the closed publications gone from the driver",
+    )
+    second = [publisher.add_exclusive_publication(channel, STREAM_ID + i) for i in range(count // 2, count)]
+    for subscription in subscriptions[count // 2 :]:
+        wait_for_image(subscription)
+    live = first[count // 4 :] + second
+    collectors = [Collector(session_id=p.session_id) for p in live]
+    # 200-byte bodies: 160 of them are more than the 32 KiB window of a 64 KiB term.
+    _send_round_robin(live, subscriptions[count // 4 :], collectors, 160, timeout_s=60)
+    assert udp.errors.seen == []
+
+
+def test_an_image_outlives_all_but_the_last_subscription_of_its_stream(udp: UdpDrivers) -> None:
+    """The driver finds a stream's subscriptions by endpoint and stream (not by scanning them all): closing one
+    of two subscriptions of a stream leaves the image to the other, closing the last ends it, and another
+    stream on the same port is untouched throughout."""
+    publisher_driver = udp.embedded("pub")
+    subscriber_driver = udp.embedded("sub")
+    subscriber = udp.client(subscriber_driver.aeron_dir)
+    publisher = udp.client(publisher_driver.aeron_dir)
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=65536"
+    one, two = (subscriber.add_subscription(channel, STREAM_ID) for _ in range(2))
+    other = subscriber.add_subscription(channel, STREAM_ID + 1)
+    publications = [publisher.add_exclusive_publication(channel, s) for s in (STREAM_ID, STREAM_ID + 1)]
+    for subscription in (one, two, other):
+        wait_for_image(subscription)
+    network = subscriber_driver.conductor.network
+
+    def active(stream_id: int) -> int:
+        return sum(1 for i in network.images if i.stream_id == stream_id and i.state is ImageState.ACTIVE)
+
+    one.close()
+    collectors = [Collector(session_id=p.session_id) for p in publications]
+    _send_round_robin(publications, [two, other], collectors, 20, timeout_s=30)
+    assert active(STREAM_ID) == 1
+    two.close()
+    execute_until(lambda: active(STREAM_ID) == 0, timeout_s=10, description="the image of the closed stream ended")
+    assert active(STREAM_ID + 1) == 1
+    _send_round_robin(publications[1:], [other], collectors[1:], 20, timeout_s=30, start=20)
     assert udp.errors.seen == []
