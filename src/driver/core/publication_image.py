@@ -1,7 +1,9 @@
 """The receiving end of one remote publication (one session of a subscribed stream).
 
 Theory of operation. The receiver thread inserts each validated data datagram
-into the image's log at its term offset (out of order is fine: the rebuilder
+into the image's log at its term offset (natively: the :class:`ImageSlot` holds
+the window, high-water mark and rebuild that insertion needs, and the receive
+endpoint's batched receive inserts through it without calling Python) (out of order is fine: the rebuilder
 never overwrites and publishes a frame's first word last), raising the
 high-water mark. Each duty cycle it tracks the rebuild: the loss detector scans
 for gaps between the rebuild position and the high-water mark and asks for
@@ -35,9 +37,8 @@ from driver.errors import CurrentErrorCode
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.gap_filler import try_fill_gap
 from driver.logbuffer.log_buffers import LogBuffers
-from driver.logbuffer.rebuilder import insert
+from driver.media._net import ImageSlot
 from driver.media.transport import Address
-from driver.wire.data import DATA_HEADER_LENGTH
 from driver.wire.error import ERR_MAX_FRAME_LENGTH, write_error
 from driver.wire.nak import write_nak
 from driver.wire.rttm import REPLY_FLAG, write_rttm
@@ -47,9 +48,6 @@ if TYPE_CHECKING:
     from driver.media.endpoints import ReceiveChannelEndpoint
 
 __all__ = ["ImageCounters", "ImageState", "PublicationImage"]
-
-EOS_FLAG = 0x20
-
 
 IMAGE_REJECTED_CODE = int(CurrentErrorCode.IMAGE_REJECTED)
 
@@ -144,15 +142,28 @@ class PublicationImage:
         rebuild_position.set_ordered(join)
         self.window = congestion_control.initial_window_length
         # receiver-thread state; the receiver thread is the only writer of hwm and rebuild: their values
-        # are kept here too, so a duty cycle need not read them back from the counters
+        # are kept in the slot too, so a duty cycle need not read them back from the counters
+        self.slot = ImageSlot(
+            terms=log.terms,
+            metadata=log.metadata,
+            eos_offset=lbd.LOG_END_OF_STREAM_POSITION_OFFSET,
+            session_id=session_id,
+            stream_id=stream_id,
+            initial_term_id=self.initial_term_id,
+            position_bits=self.position_bits,
+            hwm_position=hwm_position.location(),
+            rebuild_position=rebuild_position.location(),
+            heartbeats=counters.heartbeats_received.location(),
+            under_runs=counters.flow_control_under_runs.location(),
+            over_runs=counters.flow_control_over_runs.location(),
+            position=join,
+            window_limit=join + self.window,
+            now_ns=now_ns,
+        )
+        """What inserting a datagram needs (high-water mark, rebuild, window, source), shared with native code."""
+        self.slot.set_source(source_address)
         self.subscriber_positions: tuple[AtomicCounter, ...] = ()
         self.agenda_index = -1
-        self.wake: Callable[[], None] = no_wake
-        """Set by the receiver: makes its next duty cycle track this image (new data arrived)."""
-        self._hwm = join
-        self._rebuild = join
-        self._last_sm_position = join
-        self._last_sm_window_limit = join + self.window
         self._time_of_last_sm_ns = now_ns - status_message_timeout_ns - 1
         # a status message is due once the slowest subscriber passes this, or at this time
         self._sm_trigger_position = join + (self.window >> 2)
@@ -164,12 +175,31 @@ class PublicationImage:
         self.rejection: str | None = None
         self._control_view = memoryview(self._control)
         self._clean_position = join
-        self.time_of_last_packet_ns = now_ns
-        self.is_end_of_stream = False
         self.rtt_ns = -1  # last measured round trip, when congestion control asks for measurements
         # conductor-thread state
         self.state = ImageState.ACTIVE
         self.time_of_last_state_change_ns = now_ns
+
+    @property
+    def wake(self) -> Callable[[], object]:
+        """Set by the receiver: makes its next duty cycle track this image (data left the rebuild behind)."""
+        wake: Callable[[], object] | None = self.slot.wake
+        return no_wake if wake is None else wake
+
+    @wake.setter
+    def wake(self, wake: Callable[[], object]) -> None:
+        self.slot.wake = None if wake is no_wake else wake
+
+    @property
+    def time_of_last_packet_ns(self) -> int:
+        time_ns: int = self.slot.time_of_last_packet_ns
+        return time_ns
+
+    @property
+    def is_end_of_stream(self) -> bool:
+        """An end-of-stream heartbeat came."""
+        ended: bool = self.slot.end_of_stream
+        return ended
 
     @property
     def log_file_name(self) -> str:
@@ -189,31 +219,17 @@ class PublicationImage:
         if self.control_address == self.source_address:
             self.control_address = address
         self.source_address = address
+        self.slot.set_source(address)
 
     def insert_packet(self, term_id: int, term_offset: int, packet: memoryview, length: int, now_ns: int) -> int:
-        """Insert a validated data datagram (or heartbeat); returns the bytes taken."""
-        position = (lbd.int32(term_id - self.initial_term_id) << self.position_bits) + term_offset
-        heartbeat = length == DATA_HEADER_LENGTH and not any(packet[0:4])
-        proposed = position if heartbeat else position + length
-        if position < self._last_sm_position:
-            self.counters.flow_control_under_runs.increment()
-            return 0
-        if proposed > self._last_sm_window_limit:
-            self.counters.flow_control_over_runs.increment()
-            return 0
-        if heartbeat:
-            self.counters.heartbeats_received.increment()
-            if packet[5] & EOS_FLAG and not self.is_end_of_stream:
-                self.is_end_of_stream = True
-                lbd.set_end_of_stream_position(self._metadata, position)
-        else:
-            insert(self._terms[(position >> self.position_bits) % 3], term_offset, packet, length)
-        self.time_of_last_packet_ns = now_ns
-        if proposed > self._hwm:  # new data, or a heartbeat beyond it (lost at the tail): rebuild to track
-            self.wake()
-            self._hwm = proposed
-            self.hwm_position.set_ordered(proposed)
-        return length
+        """Insert a validated data datagram (or heartbeat); returns the bytes taken.
+
+        Data outside [last SM position, + window] is counted and dropped; a heartbeat counts, and one flagged
+        end of stream records where the stream ends; data inserted at a complete rebuild moves the rebuild with
+        it, anything else that raises the high-water mark wakes the image for a loss scan. (One algorithm, in
+        the slot: the batched receive runs the same.)"""
+        taken: int = self.slot.insert(term_id, term_offset, packet, length, now_ns)
+        return taken
 
     def _on_gap_detected(self, term_id: int, term_offset: int, length: int) -> None:
         if self.is_reliable:
@@ -239,9 +255,10 @@ class PublicationImage:
                 elif value > max_position:
                     max_position = value
         else:
-            min_position = max_position = self._rebuild
-        hwm = self._hwm
-        rebuild = self._rebuild
+            min_position = max_position = self.slot.rebuild
+        slot = self.slot
+        hwm = slot.hwm
+        rebuild = slot.rebuild
         if (
             rebuild >= hwm
             and max_position <= rebuild
@@ -265,8 +282,8 @@ class PublicationImage:
                 self.initial_term_id,
             )
             rebuild = rebuild - (rebuild & self.term_mask) + rebuild_offset
-        if rebuild > self._rebuild:
-            self._rebuild = rebuild
+        if rebuild > slot.rebuild:
+            slot.rebuild = rebuild
             self.rebuild_position.set_ordered(rebuild)
         naks = self._pending_naks
         if naks:
@@ -279,12 +296,12 @@ class PublicationImage:
                 work += 1
             naks.clear()
         window, force = self.congestion_control.on_track_rebuild(
-            now_ns, min_position, self._last_sm_position, hwm, rebuild, rebuild, work > 0
+            now_ns, min_position, slot.last_sm_position, hwm, rebuild, rebuild, work > 0
         )
         self.window = window
         if (
             force
-            or min_position > self._last_sm_position + (window >> 2)
+            or min_position > slot.last_sm_position + (window >> 2)
             or now_ns - self._time_of_last_sm_ns > self.status_message_timeout_ns
         ):
             self._clean_buffer_to(min_position - self.term_length)
@@ -295,7 +312,8 @@ class PublicationImage:
     def next_track_ns(self) -> int:
         """When ``track_rebuild`` has something to do again with no new data and subscribers where they are: the
         next status message; 0 (every cycle) while a gap is open or NAKs wait, or the window is not static."""
-        if self._rebuild < self._hwm or self._pending_naks or not self._static_window:
+        slot = self.slot
+        if slot.rebuild < slot.hwm or self._pending_naks or not self._static_window:
             return 0
         return self._sm_due_ns + 1
 
@@ -348,12 +366,12 @@ class PublicationImage:
         )
         self._send_control(self._control_view[:n], self.control_address)
         self.counters.status_messages_sent.increment()
-        self._last_sm_window_limit = position + window
+        self.slot.window_limit = position + window
         self._sm_sent(position, now_ns)
 
     def _sm_sent(self, position: int, now_ns: int) -> None:
         self._time_of_last_sm_ns = now_ns
-        self._last_sm_position = position
+        self.slot.last_sm_position = position
         self._sm_trigger_position = position + (self.window >> 2)
         self._sm_due_ns = now_ns + self.status_message_timeout_ns
 

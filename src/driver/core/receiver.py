@@ -123,7 +123,7 @@ class Receiver:
     def on_new_image(self, endpoint: ReceiveChannelEndpoint, image: PublicationImage) -> None:
         key = (image.session_id, image.stream_id)
         endpoint.pending_setups.pop(key, None)
-        endpoint.images[key] = image
+        endpoint.add_image(key, image)
         self.images.append(image)
         self._agenda.add(image)
         image.wake = functools.partial(self._agenda.wake, image)
@@ -145,8 +145,7 @@ class Receiver:
         self, endpoint: ReceiveChannelEndpoint, image: PublicationImage, done: Callable[[], object]
     ) -> None:
         key = (image.session_id, image.stream_id)
-        if endpoint.images.get(key) is image:
-            del endpoint.images[key]
+        endpoint.remove_image(key, image)
         endpoint.cooldowns[key] = self._clock.nano_time() + IMAGE_COOLDOWN_NS
         if image in self.images:
             self.images.remove(image)
