@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 __all__ = ["ImageCounters", "ImageState", "PublicationImage"]
 
 IMAGE_REJECTED_CODE = int(CurrentErrorCode.IMAGE_REJECTED)
+NEVER_NS = 1 << 62
+"""``next_track_ns`` of an image whose status messages the native timer sends (data or subscribers wake it)."""
 
 
 class ImageState(enum.Enum):
@@ -119,7 +121,7 @@ class PublicationImage:
         self.receiver_id = receiver_id
         self.hwm_position = hwm_position
         self.rebuild_position = rebuild_position
-        self.congestion_control = congestion_control
+        self._congestion_control = congestion_control
         self.counters = counters
         self.status_message_timeout_ns = status_message_timeout_ns
         self.image_liveness_timeout_ns = image_liveness_timeout_ns
@@ -159,26 +161,49 @@ class PublicationImage:
             position=join,
             window_limit=join + self.window,
             now_ns=now_ns,
+            status_messages_sent=counters.status_messages_sent.location(),
+            status_message_timeout_ns=status_message_timeout_ns,
+            receiver_id=receiver_id,
         )
         """What inserting a datagram needs (high-water mark, rebuild, window, source), shared with native code."""
         self.slot.set_source(source_address)
-        self.subscriber_positions: tuple[AtomicCounter, ...] = ()
-        self.agenda_index = -1
-        self._time_of_last_sm_ns = now_ns - status_message_timeout_ns - 1
-        # a status message is due once the slowest subscriber passes this, or at this time
-        self._sm_trigger_position = join + (self.window >> 2)
-        self._sm_due_ns = self._time_of_last_sm_ns + status_message_timeout_ns
-        self._static_window = type(congestion_control) is StaticWindowCongestionControl  # not a subclass
-        self._pending_naks: list[tuple[int, int, int]] = []
-        self._control = bytearray(ERR_MAX_FRAME_LENGTH)
+        self.slot.set_control(control_address)
         # Set (by the conductor) when a client rejects the image: ERR frames then replace SMs.
         self.rejection: str | None = None
+        self.congestion_control = congestion_control  # (a static window: status messages timed natively)
+        self._subscriber_positions: tuple[AtomicCounter, ...] = ()
+        self.agenda_index = -1
+        # (the slot also keeps the status-message timer: due once the slowest subscriber passes its trigger
+        # position, or after its due time)
+        self._pending_naks: list[tuple[int, int, int]] = []
+        self._control = bytearray(ERR_MAX_FRAME_LENGTH)
         self._control_view = memoryview(self._control)
-        self._clean_position = join
         self.rtt_ns = -1  # last measured round trip, when congestion control asks for measurements
         # conductor-thread state
         self.state = ImageState.ACTIVE
         self.time_of_last_state_change_ns = now_ns
+
+    @property
+    def congestion_control(self) -> CongestionControl:
+        return self._congestion_control
+
+    @congestion_control.setter
+    def congestion_control(self, congestion_control: CongestionControl) -> None:
+        """A static window (not a subclass) lets a quiet image's status messages leave from the receive endpoint's
+        native timer (see ``next_track_ns``); any other needs this class's tracking every cycle. (Set on the
+        receiver thread, or before the image reaches it: a change takes effect at the image's next tracking.)"""
+        self._congestion_control = congestion_control
+        self._static_window = type(congestion_control) is StaticWindowCongestionControl
+        self.slot.native_sm = self._static_window and self.rejection is None
+
+    @property
+    def subscriber_positions(self) -> tuple[AtomicCounter, ...]:
+        return self._subscriber_positions
+
+    @subscriber_positions.setter
+    def subscriber_positions(self, positions: tuple[AtomicCounter, ...]) -> None:
+        self._subscriber_positions = positions
+        self.slot.set_subscribers([position.location() for position in positions])
 
     @property
     def wake(self) -> Callable[[], object]:
@@ -218,6 +243,7 @@ class PublicationImage:
         from elsewhere does not; 1.15.1 keeps the first address for the image's life."""
         if self.control_address == self.source_address:
             self.control_address = address
+            self.slot.set_control(address)
         self.source_address = address
         self.slot.set_source(address)
 
@@ -262,8 +288,8 @@ class PublicationImage:
         if (
             rebuild >= hwm
             and max_position <= rebuild
-            and min_position <= self._sm_trigger_position
-            and now_ns <= self._sm_due_ns
+            and min_position <= slot.sm_trigger_position
+            and now_ns <= slot.sm_due_ns
             and self._static_window
             and not self._pending_naks
         ):
@@ -299,10 +325,11 @@ class PublicationImage:
             now_ns, min_position, slot.last_sm_position, hwm, rebuild, rebuild, work > 0
         )
         self.window = window
+        slot.window = window
         if (
             force
             or min_position > slot.last_sm_position + (window >> 2)
-            or now_ns - self._time_of_last_sm_ns > self.status_message_timeout_ns
+            or now_ns - slot.time_of_last_sm_ns > self.status_message_timeout_ns
         ):
             self._clean_buffer_to(min_position - self.term_length)
             self.send_status_message(min_position, window, now_ns)
@@ -311,11 +338,15 @@ class PublicationImage:
 
     def next_track_ns(self) -> int:
         """When ``track_rebuild`` has something to do again with no new data and subscribers where they are: the
-        next status message; 0 (every cycle) while a gap is open or NAKs wait, or the window is not static."""
+        next status message (never, when the receive endpoint's native timer sends it); 0 (every cycle) while a gap
+        is open or NAKs wait, or the window is not static."""
         slot = self.slot
         if slot.rebuild < slot.hwm or self._pending_naks or not self._static_window:
             return 0
-        return self._sm_due_ns + 1
+        if slot.timed_natively:
+            return NEVER_NS
+        due: int = slot.sm_due_ns
+        return due + 1
 
     def _measure_rtt(self, now_ns: int) -> int:
         """Ask the sender to echo a timestamp, when congestion control wants RTT (static never does)."""
@@ -336,6 +367,7 @@ class PublicationImage:
     def reject(self, reason: str) -> None:
         """A client refused this image (REJECT_IMAGE): from now on tell the sender with ERR instead of SMs."""
         self.rejection = reason
+        self.slot.native_sm = False  # ERR frames leave from this class's tracking (wake it on the receiver thread)
 
     def send_status_message(self, position: int, window: int, now_ns: int, flags: int = 0) -> None:
         if self.rejection is not None:
@@ -370,19 +402,15 @@ class PublicationImage:
         self._sm_sent(position, now_ns)
 
     def _sm_sent(self, position: int, now_ns: int) -> None:
-        self._time_of_last_sm_ns = now_ns
-        self.slot.last_sm_position = position
-        self._sm_trigger_position = position + (self.window >> 2)
-        self._sm_due_ns = now_ns + self.status_message_timeout_ns
+        slot = self.slot
+        slot.time_of_last_sm_ns = now_ns
+        slot.last_sm_position = position
+        slot.sm_trigger_position = position + (self.window >> 2)
+        slot.sm_due_ns = now_ns + self.status_message_timeout_ns
 
     def _clean_buffer_to(self, position: int) -> None:
-        clean_position = self._clean_position
-        if position <= clean_position:
-            return
-        term_offset = clean_position & self.term_mask
-        length = min(position - clean_position, self.term_length - term_offset)
-        self._terms[(clean_position >> self.position_bits) % 3].set_memory(term_offset, length, 0)
-        self._clean_position = clean_position + length
+        """Zero the term behind ``position`` (up to the end of the term being cleaned): clean before reuse."""
+        self.slot.clean_to(position)
 
     # -- conductor thread -----------------------------------------------------------------------
 

@@ -8,7 +8,9 @@ cooldowns after an image was removed, expire on the same cycle.
 Past a few images a cycle tracks only those that got data, whose subscribers
 moved (one native scan of their positions) or whose agenda deadline passed (a
 status message due; every cycle while a gap is open); past a few endpoints,
-only sockets with a datagram waiting are read.
+only sockets with a datagram waiting are read. The status messages of quiet
+images (rebuild complete, a static window) are sent by each endpoint's native
+timer, so an idle image costs no Python call at all.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class Receiver:
         for endpoint in self.endpoints:
             if now_ns >= endpoint.next_elicit_ns:
                 endpoint.elicit_waiting(now_ns)
+            work += endpoint.send_due_status_messages(now_ns)  # quiet images' timers (native)
         if len(self.images) > FEW_IMAGES:
             work += self._track_due(now_ns)
         else:

@@ -43,6 +43,9 @@
 #define BATCH_SLOT_LENGTH 65536  /* the largest UDP payload fits (a longer one is truncated, as recvfrom_into) */
 #define DATA_HEADER_LENGTH 32
 #define EOS_FLAG 0x20
+#define SM_LENGTH 36
+#define HDR_TYPE_SM 3
+#define NEVER_NS (1LL << 62)
 
 typedef struct {
     char *buffers;  /* BATCH slots of BATCH_SLOT_LENGTH (malloc'd: pages are touched only as datagrams use them) */
@@ -450,9 +453,23 @@ typedef struct {
     int end_of_stream;
     struct sockaddr_storage source;
     socklen_t source_length;   /* 0: no numeric source known, every datagram goes to Python */
+    /* status messages: when the next is due, the timer's state, and where they go */
+    long long sm_due_ns, sm_trigger_position, time_of_last_sm_ns, sm_timeout_ns, clean_position, receiver_id;
+    int window;
+    int native_sm;             /* set by Python: a static window, not rejected (its SMs may be sent from here) */
+    int routed;                /* held by routes that send status messages */
+    CounterRef sms_sent;
+    CounterRef *subscribers;   /* PyMem; each holds its buffer */
+    Py_ssize_t subscriber_count;
+    struct sockaddr_storage control;
+    socklen_t control_length;  /* 0: not numeric, its SMs go from Python */
 } ImageSlot;
 
 static PyTypeObject ImageSlotType;
+
+/* Bumped whenever a slot may have become timed natively other than by being routed (native_sm set, a control
+ * address given): every routes object then looks at its slots again rather than trust its earliest due. */
+static unsigned long timing_changes = 0;
 
 static int
 ImageSlot_traverse(ImageSlot *self, visitproc visit, void *arg)
@@ -462,6 +479,16 @@ ImageSlot_traverse(ImageSlot *self, visitproc visit, void *arg)
     Py_VISIT(self->metadata);
     Py_VISIT(self->wake);
     return 0;
+}
+
+static void
+clear_subscribers(ImageSlot *self)
+{
+    for (Py_ssize_t i = 0; i < self->subscriber_count; i++)
+        Py_CLEAR(self->subscribers[i].buffer);
+    PyMem_Free(self->subscribers);
+    self->subscribers = NULL;
+    self->subscriber_count = 0;
 }
 
 static int
@@ -476,6 +503,8 @@ ImageSlot_clear(ImageSlot *self)
     Py_CLEAR(self->heartbeats.buffer);
     Py_CLEAR(self->under_runs.buffer);
     Py_CLEAR(self->over_runs.buffer);
+    Py_CLEAR(self->sms_sent.buffer);
+    clear_subscribers(self);
     return 0;
 }
 
@@ -525,15 +554,21 @@ ImageSlot_init(ImageSlot *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"terms", "metadata", "eos_offset", "session_id", "stream_id", "initial_term_id",
                              "position_bits", "hwm_position", "rebuild_position", "heartbeats", "under_runs",
-                             "over_runs", "position", "window_limit", "now_ns", NULL};
-    PyObject *terms, *metadata, *hwm, *rebuild, *heartbeats, *under, *over;
+                             "over_runs", "position", "window_limit", "now_ns", "status_messages_sent",
+                             "status_message_timeout_ns", "receiver_id", NULL};
+    PyObject *terms, *metadata, *hwm, *rebuild, *heartbeats, *under, *over, *sms_sent;
     Py_ssize_t eos_offset;
     int session_id, stream_id, initial_term_id, position_bits;
-    long long position, window_limit, now_ns;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOniiiiOOOOOLLL", kwlist, &terms, &metadata, &eos_offset,
+    long long position, window_limit, now_ns, sm_timeout_ns, receiver_id;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOniiiiOOOOOLLLOLL", kwlist, &terms, &metadata, &eos_offset,
                                      &session_id, &stream_id, &initial_term_id, &position_bits, &hwm, &rebuild,
-                                     &heartbeats, &under, &over, &position, &window_limit, &now_ns))
+                                     &heartbeats, &under, &over, &position, &window_limit, &now_ns, &sms_sent,
+                                     &sm_timeout_ns, &receiver_id))
         return -1;
+    if (window_limit < position || window_limit - position > INT32_MAX || sm_timeout_ns <= 0) {
+        PyErr_SetString(PyExc_ValueError, "window_limit must be within a window of position, the timeout positive");
+        return -1;
+    }
     PyObject *fast = PySequence_Fast(terms, "terms must be a sequence of 3 AtomicBuffers");
     if (fast == NULL)
         return -1;
@@ -570,7 +605,9 @@ ImageSlot_init(ImageSlot *self, PyObject *args, PyObject *kwds)
     if (counter_ref(hwm, &self->hwm_counter, "hwm_position") < 0 ||
         counter_ref(rebuild, &self->rebuild_counter, "rebuild_position") < 0 ||
         counter_ref(heartbeats, &self->heartbeats, "heartbeats") < 0 ||
-        counter_ref(under, &self->under_runs, "under_runs") < 0 || counter_ref(over, &self->over_runs, "over_runs") < 0)
+        counter_ref(under, &self->under_runs, "under_runs") < 0 ||
+        counter_ref(over, &self->over_runs, "over_runs") < 0 ||
+        counter_ref(sms_sent, &self->sms_sent, "status_messages_sent") < 0)
         return -1;
     self->eos_offset = eos_offset;
     self->session_id = session_id;
@@ -583,6 +620,17 @@ ImageSlot_init(ImageSlot *self, PyObject *args, PyObject *kwds)
     self->time_of_last_packet_ns = now_ns;
     self->end_of_stream = 0;
     self->source_length = 0;
+    self->window = (int)(window_limit - position);
+    self->sm_timeout_ns = sm_timeout_ns;
+    self->time_of_last_sm_ns = now_ns - sm_timeout_ns - 1; /* due at once */
+    self->sm_due_ns = self->time_of_last_sm_ns + sm_timeout_ns;
+    self->sm_trigger_position = position + (self->window >> 2);
+    self->clean_position = position;
+    self->receiver_id = receiver_id;
+    self->native_sm = 0;
+    self->routed = 0;
+    self->control_length = 0;
+    clear_subscribers(self);
     Py_XSETREF(self->wake, Py_NewRef(Py_None));
     counter_store(&self->hwm_counter, position);
     counter_store(&self->rebuild_counter, position);
@@ -687,6 +735,105 @@ ImageSlot_set_source(ImageSlot *self, PyObject *address)
     Py_RETURN_NONE;
 }
 
+/* Zero the term behind ``position`` (at most to the end of the clean position's term), as
+ * PublicationImage._clean_buffer_to describes: a term is clean before the sender reuses it. */
+static void
+slot_clean_to(ImageSlot *s, long long position)
+{
+    long long clean = s->clean_position;
+    if (position <= clean)
+        return;
+    long long mask = s->term_length - 1;
+    long long term_offset = clean & mask;
+    long long length = position - clean;
+    if (length > s->term_length - term_offset)
+        length = s->term_length - term_offset;
+    int64_t term_count = clean >> s->position_bits;
+    AtomicBuffer *term = (AtomicBuffer *)s->terms[((term_count % 3) + 3) % 3];
+    if (term->has_view)
+        memset(term->base + term_offset, 0, (size_t)length);
+    s->clean_position = clean + length;
+}
+
+static PyObject *
+ImageSlot_clean_to(ImageSlot *self, PyObject *arg)
+{
+    long long position = PyLong_AsLongLong(arg);
+    if (position == -1 && PyErr_Occurred())
+        return NULL;
+    slot_clean_to(self, position);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ImageSlot_set_control(ImageSlot *self, PyObject *address)
+{
+    if (!parse_any_address(address, &self->control, &self->control_length))
+        self->control_length = 0;
+    timing_changes++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ImageSlot_set_subscribers(ImageSlot *self, PyObject *locations)
+{
+    PyObject *fast = PySequence_Fast(locations, "subscribers must be a sequence of counter locations");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
+    CounterRef *refs = count ? PyMem_Calloc((size_t)count, sizeof(CounterRef)) : NULL;
+    if (count && refs == NULL) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (counter_ref(PySequence_Fast_GET_ITEM(fast, i), &refs[i], "subscriber position") < 0) {
+            for (Py_ssize_t j = 0; j < i; j++)
+                Py_CLEAR(refs[j].buffer);
+            PyMem_Free(refs);
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    clear_subscribers(self);
+    self->subscribers = refs;
+    self->subscriber_count = count;
+    Py_RETURN_NONE;
+}
+
+static inline int
+slot_timed_natively(const ImageSlot *s)
+{
+    return s->native_sm && s->routed && s->control_length > 0;
+}
+
+static PyObject *
+ImageSlot_get_native_sm(ImageSlot *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->native_sm);
+}
+
+static int
+ImageSlot_set_native_sm(ImageSlot *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    int truth = value == NULL ? -1 : PyObject_IsTrue(value);
+    if (truth < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "native_sm cannot be deleted");
+        return -1;
+    }
+    self->native_sm = truth;
+    timing_changes++;
+    return 0;
+}
+
+static PyObject *
+ImageSlot_get_timed_natively(ImageSlot *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(slot_timed_natively(self));
+}
+
 static PyObject *
 ImageSlot_get_end_of_stream(ImageSlot *self, void *Py_UNUSED(closure))
 {
@@ -713,6 +860,12 @@ ImageSlot_set_wake(ImageSlot *self, PyObject *value, void *Py_UNUSED(closure))
 static PyMethodDef ImageSlot_methods[] = {
     {"insert", (PyCFunction)(void (*)(void))ImageSlot_insert, METH_FASTCALL, ImageSlot_insert_doc},
     {"set_source", (PyCFunction)ImageSlot_set_source, METH_O, ImageSlot_set_source_doc},
+    {"set_control", (PyCFunction)ImageSlot_set_control, METH_O,
+     "Where status messages go (a numeric address; any other keeps them in Python)."},
+    {"set_subscribers", (PyCFunction)ImageSlot_set_subscribers, METH_O,
+     "The subscribers' position counters, as locations: the slowest one is what a status message reports."},
+    {"clean_to", (PyCFunction)ImageSlot_clean_to, METH_O,
+     "Zero the term behind a position (up to the end of the term it is cleaning)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -724,12 +877,23 @@ static PyMemberDef ImageSlot_members[] = {
     {"last_sm_position", T_LONGLONG, offsetof(ImageSlot, last_sm_position), 0, "The last status message's."},
     {"window_limit", T_LONGLONG, offsetof(ImageSlot, window_limit), 0, "Data ending beyond this is an over-run."},
     {"time_of_last_packet_ns", T_LONGLONG, offsetof(ImageSlot, time_of_last_packet_ns), READONLY, NULL},
+    {"sm_due_ns", T_LONGLONG, offsetof(ImageSlot, sm_due_ns), 0, "A status message is due after this."},
+    {"sm_trigger_position", T_LONGLONG, offsetof(ImageSlot, sm_trigger_position), 0,
+     "A status message is due once the slowest subscriber passes this."},
+    {"time_of_last_sm_ns", T_LONGLONG, offsetof(ImageSlot, time_of_last_sm_ns), 0, NULL},
+    {"clean_position", T_LONGLONG, offsetof(ImageSlot, clean_position), READONLY, NULL},
+    {"window", T_INT, offsetof(ImageSlot, window), 0, "The receiver window status messages carry."},
     {NULL},
 };
 
 static PyGetSetDef ImageSlot_getset[] = {
     {"end_of_stream", (getter)ImageSlot_get_end_of_stream, NULL, "An end-of-stream heartbeat came.", NULL},
     {"wake", (getter)ImageSlot_get_wake, (setter)ImageSlot_set_wake, "Called when a rebuild needs tracking.", NULL},
+    {"native_sm", (getter)ImageSlot_get_native_sm, (setter)ImageSlot_set_native_sm,
+     "Its status messages may be sent natively when due (a static window, not rejected).", NULL},
+    {"timed_natively", (getter)ImageSlot_get_timed_natively, NULL,
+     "Its status-message timer runs natively (routes that send hold it, native_sm, a numeric control address).",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -755,6 +919,10 @@ typedef struct {
     PyObject_HEAD
     PyObject *slots;           /* dict: (session << 32 | stream) -> ImageSlot */
     CounterRef invalid_packets;
+    CounterRef short_sends;
+    int sends_status_messages; /* its images' due status messages are sent natively (no faults on send) */
+    long long next_sm_ns;      /* no slot's status message is due before this (a lower bound) */
+    unsigned long timing_seen; /* timing_changes when next_sm_ns was found */
 } ImageRoutes;
 
 static PyTypeObject ImageRoutesType;
@@ -768,12 +936,16 @@ route_key(int32_t session_id, int32_t stream_id)
 static int
 ImageRoutes_init(ImageRoutes *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"invalid_packets", NULL};
-    PyObject *invalid;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &invalid))
+    static char *kwlist[] = {"invalid_packets", "short_sends", "status_messages", NULL};
+    PyObject *invalid, *short_sends;
+    int status_messages;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOp", kwlist, &invalid, &short_sends, &status_messages))
         return -1;
-    if (counter_ref(invalid, &self->invalid_packets, "invalid_packets") < 0)
+    if (counter_ref(invalid, &self->invalid_packets, "invalid_packets") < 0 ||
+        counter_ref(short_sends, &self->short_sends, "short_sends") < 0)
         return -1;
+    self->sends_status_messages = status_messages;
+    self->next_sm_ns = 0;
     PyObject *slots = PyDict_New();
     if (slots == NULL)
         return -1;
@@ -793,6 +965,7 @@ ImageRoutes_clear(ImageRoutes *self)
 {
     Py_CLEAR(self->slots);
     Py_CLEAR(self->invalid_packets.buffer);
+    Py_CLEAR(self->short_sends.buffer);
     return 0;
 }
 
@@ -826,6 +999,10 @@ ImageRoutes_add(ImageRoutes *self, PyObject *slot)
     Py_DECREF(key);
     if (failed)
         return NULL;
+    ImageSlot *image = (ImageSlot *)slot;
+    image->routed = self->sends_status_messages;
+    if (image->sm_due_ns < self->next_sm_ns)
+        self->next_sm_ns = image->sm_due_ns;
     Py_RETURN_NONE;
 }
 
@@ -839,8 +1016,10 @@ ImageRoutes_remove(ImageRoutes *self, PyObject *slot)
     }
     PyObject *known = PyDict_GetItemWithError(self->slots, key);
     int failed = 0;
-    if (known == slot)
+    if (known == slot) {
+        ((ImageSlot *)slot)->routed = 0;
         failed = PyDict_DelItem(self->slots, key);
+    }
     else if (PyErr_Occurred())
         failed = -1;
     Py_DECREF(key);
@@ -1037,6 +1216,130 @@ error:
     return NULL;
 }
 
+/* Send the frames gathered so far (sendmmsg); a datagram the kernel refuses is counted as a short send and not
+ * retried (the image's next status message repeats it). */
+static void
+flush_status_messages(int fd, struct mmsghdr *messages, int count, const CounterRef *short_sends)
+{
+    int done = 0;
+    while (done < count) {
+        int n = sendmmsg(fd, messages + done, (unsigned int)(count - done), MSG_DONTWAIT);
+        if (n > 0) {
+            done += n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        counter_add(short_sends, 1);
+        done++;
+    }
+}
+
+PyDoc_STRVAR(send_status_messages_doc,
+"send_status_messages(routes, now_ns, /) -> int\n\n"
+"Send the status messages that are due of the images in ``routes`` whose timer runs\n"
+"natively (``ImageSlot.timed_natively``) and that are quiet: rebuild complete, no\n"
+"subscriber ahead of it. Each carries the slowest subscriber's position and the\n"
+"window, as PublicationImage.send_status_message writes it, after the term behind it\n"
+"is cleaned; batched with sendmmsg. Returns how many were sent. A routes object that\n"
+"does not send status messages, or a time before the earliest due, costs a comparison.");
+
+static PyObject *
+DatagramSocket_send_status_messages(DatagramSocket *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "send_status_messages expected 2 arguments, got %zd", nargs);
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], &ImageRoutesType) || ((ImageRoutes *)args[0])->slots == NULL) {
+        PyErr_SetString(PyExc_TypeError, "send_status_messages takes an ImageRoutes first");
+        return NULL;
+    }
+    ImageRoutes *routes = (ImageRoutes *)args[0];
+    long long now_ns = PyLong_AsLongLong(args[1]);
+    if (now_ns == -1 && PyErr_Occurred())
+        return NULL;
+    if (!routes->sends_status_messages || self->fd < 0 ||
+        (now_ns <= routes->next_sm_ns && routes->timing_seen == timing_changes))
+        return PyLong_FromLong(0);
+    routes->timing_seen = timing_changes;
+    char frames[BATCH][SM_LENGTH];
+    struct iovec vectors[BATCH];
+    struct mmsghdr messages[BATCH];
+    int pending = 0;
+    long sent = 0;
+    long long next = NEVER_NS;
+    Py_ssize_t position_in_dict = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(routes->slots, &position_in_dict, &key, &value)) {
+        ImageSlot *s = (ImageSlot *)value;
+        if (!slot_timed_natively(s))
+            continue;
+        if (now_ns <= s->sm_due_ns) {
+            if (s->sm_due_ns < next)
+                next = s->sm_due_ns;
+            continue;
+        }
+        long long min_position = s->rebuild, max_position = s->rebuild;
+        for (Py_ssize_t i = 0; i < s->subscriber_count; i++) {
+            int64_t *address = counter_address(&s->subscribers[i]);
+            long long value_now = address != NULL ? __atomic_load_n(address, __ATOMIC_ACQUIRE) : s->rebuild;
+            if (i == 0 || value_now < min_position)
+                min_position = value_now;
+            if (i == 0 || value_now > max_position)
+                max_position = value_now;
+        }
+        if (s->rebuild != s->hwm || max_position > s->rebuild) {
+            /* not quiet: Python's tracking has it (every cycle while a gap is open); look again next cycle */
+            next = now_ns;
+            continue;
+        }
+        slot_clean_to(s, min_position - s->term_length);
+        long long window = s->window;
+        int32_t term_id = (int32_t)(uint32_t)((uint64_t)(min_position >> s->position_bits) + (uint32_t)s->initial_term_id);
+        int32_t term_offset = (int32_t)(min_position & (s->term_length - 1));
+        char *frame = frames[pending];
+        int32_t frame_length = SM_LENGTH, window32 = (int32_t)window;
+        uint16_t type = HDR_TYPE_SM;
+        int64_t receiver_id = s->receiver_id;
+        memcpy(frame, &frame_length, 4);
+        frame[4] = 0;  /* version */
+        frame[5] = 0;  /* flags */
+        memcpy(frame + 6, &type, 2);
+        memcpy(frame + 8, &s->session_id, 4);
+        memcpy(frame + 12, &s->stream_id, 4);
+        memcpy(frame + 16, &term_id, 4);
+        memcpy(frame + 20, &term_offset, 4);
+        memcpy(frame + 24, &window32, 4);
+        memcpy(frame + 28, &receiver_id, 8);
+        vectors[pending].iov_base = frame;
+        vectors[pending].iov_len = SM_LENGTH;
+        memset(&messages[pending], 0, sizeof(messages[pending]));
+        messages[pending].msg_hdr.msg_name = &s->control;
+        messages[pending].msg_hdr.msg_namelen = s->control_length;
+        messages[pending].msg_hdr.msg_iov = &vectors[pending];
+        messages[pending].msg_hdr.msg_iovlen = 1;
+        pending++;
+        counter_add(&s->sms_sent, 1);
+        s->window_limit = min_position + window;
+        s->time_of_last_sm_ns = now_ns;
+        s->last_sm_position = min_position;
+        s->sm_trigger_position = min_position + (window >> 2);
+        s->sm_due_ns = now_ns + s->sm_timeout_ns;
+        if (s->sm_due_ns < next)
+            next = s->sm_due_ns;
+        sent++;
+        if (pending == BATCH) {
+            flush_status_messages(self->fd, messages, pending, &routes->short_sends);
+            pending = 0;
+        }
+    }
+    if (pending)
+        flush_status_messages(self->fd, messages, pending, &routes->short_sends);
+    routes->next_sm_ns = next;
+    return PyLong_FromLong(sent);
+}
+
 PyDoc_STRVAR(detach_doc, "detach() -> None\n\nForget the descriptor (its owner is about to close it); later calls raise EBADF.");
 
 static PyObject *
@@ -1056,6 +1359,8 @@ static PyMethodDef DatagramSocket_methods[] = {
     {"recvfrom_into", (PyCFunction)DatagramSocket_recvfrom_into, METH_O, recvfrom_into_doc},
     {"sendto", (PyCFunction)(void (*)(void))DatagramSocket_sendto, METH_FASTCALL, sendto_doc},
     {"receive_batch", (PyCFunction)(void (*)(void))DatagramSocket_receive_batch, METH_FASTCALL, receive_batch_doc},
+    {"send_status_messages", (PyCFunction)(void (*)(void))DatagramSocket_send_status_messages, METH_FASTCALL,
+     send_status_messages_doc},
     {"detach", (PyCFunction)DatagramSocket_detach, METH_NOARGS, detach_doc},
     {NULL, NULL, 0, NULL},
 };

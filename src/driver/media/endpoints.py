@@ -143,7 +143,7 @@ class ImageHandler(Protocol):
 
     @property
     def slot(self) -> ImageSlot:
-        """What the batched receive inserts through."""
+        """What the batched receive inserts through, and the native status-message timer reads."""
         ...
 
 
@@ -328,7 +328,11 @@ class SendChannelEndpoint:
         self._buffer, self._view = _receive_buffer()
         self._send = self.transport.send
         self._reply = bytearray(64)
-        self._no_images = ImageRoutes(invalid_packets=counters.invalid_packets.location())
+        self._no_images = ImageRoutes(
+            invalid_packets=counters.invalid_packets.location(),
+            short_sends=counters.short_sends.location(),
+            status_messages=False,
+        )
         self._now_ns = 0
 
     def destinations_for(self, private: bool, host: str | None = None) -> DynamicDestinations | None:
@@ -520,8 +524,14 @@ class ReceiveChannelEndpoint:
         self._control = bytearray(64)
         self._send = self.transport.send
         self._next_control_elicit_ns = 0
-        self.routes = ImageRoutes(invalid_packets=counters.invalid_packets.location())
-        """The images of subscribed streams, for the batched receive to insert their data natively."""
+        self.routes = ImageRoutes(
+            invalid_packets=counters.invalid_packets.location(),
+            short_sends=counters.short_sends.location(),
+            status_messages=self.transport.sends_natively,
+        )
+        """The images of subscribed streams: the batched receive inserts their data natively, and their status
+        messages are sent natively when due while they are quiet (unless faults are injected on send)."""
+        self._send_status_messages = self.transport.send_status_messages
         self._now_ns = 0
 
     def control_address_for(self, source: Address) -> Address:
@@ -555,6 +565,13 @@ class ReceiveChannelEndpoint:
                 self._on_rttm(view, address, now_ns)
         except MalformedFrameError:
             self.counters.invalid_packets.increment()
+
+    def send_due_status_messages(self, now_ns: int) -> int:
+        """Receiver thread, every duty cycle: the status messages of quiet images that are due (one native call; a
+        comparison until the earliest is due). Images with a gap, NAKs, a rejection or a changing window send
+        theirs from their own tracking."""
+        sent: int = self._send_status_messages(self.routes, now_ns)
+        return sent
 
     def add_image(self, key: tuple[int, int], image: ImageHandler) -> None:
         """Receiver thread: data for ``key`` (session, stream) now goes to ``image``."""

@@ -1,6 +1,7 @@
 """``DatagramSocket.receive_batch`` with an ``ImageRoutes``: real datagrams on 127.0.0.1 read a batch at a time,
 data for a routed image from its source inserted into the term natively (window, high-water mark, in-order rebuild,
-end of stream, counted drops), everything else handed to Python with its bytes and address, as before."""
+end of stream, counted drops), everything else handed to Python with its bytes and address, as before. And
+``send_status_messages``: the due status messages of quiet images, sent natively, as Python would write them."""
 
 from __future__ import annotations
 
@@ -12,18 +13,21 @@ from collections.abc import Iterator
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import AtomicCounter, CountersManager
 from driver.logbuffer import descriptor as lbd
-from driver.logbuffer.frame import HDR_TYPE_DATA
+from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_SM
 from driver.media._net import DatagramSocket, ImageRoutes, ImageSlot
 from driver.media.faults import FaultSpec
 from driver.media.transport import UdpTransport
 from driver.wire.data import HEARTBEAT_EOS_FLAGS, write_data_header, write_heartbeat
 from driver.wire.setup import write_setup
+from driver.wire.status import SM
 
 SESSION, STREAM, INITIAL = 7, 10, 100
 BITS = 16
 TERM_LENGTH = 1 << BITS
 WINDOW = 16 * 1024
 BATCH = 16
+SM_TIMEOUT_NS = 200_000_000
+RECEIVER_ID = 0x1122334455
 """Datagrams one recvmmsg call reads at most (``_net.c``)."""
 
 
@@ -33,7 +37,8 @@ class Rig:
     def __init__(self) -> None:
         manager = CountersManager(AtomicBuffer(bytearray(64 * 1024)), AtomicBuffer(bytearray(16 * 1024)))
         self.counters: dict[str, AtomicCounter] = {
-            name: manager.new_counter(name) for name in ("hwm", "rebuild", "heartbeats", "under", "over", "invalid")
+            name: manager.new_counter(name)
+            for name in ("hwm", "rebuild", "heartbeats", "under", "over", "invalid", "sms", "short", "subscriber")
         }
         self.terms = [AtomicBuffer(bytearray(TERM_LENGTH)) for _ in range(3)]
         self.metadata = AtomicBuffer(bytearray(lbd.LOG_META_DATA_LENGTH))
@@ -54,10 +59,15 @@ class Rig:
             position=0,
             window_limit=WINDOW,
             now_ns=0,
+            status_messages_sent=c["sms"].location(),
+            status_message_timeout_ns=SM_TIMEOUT_NS,
+            receiver_id=RECEIVER_ID,
         )
         self.woken = 0
         self.slot.wake = self._wake
-        self.routes = ImageRoutes(invalid_packets=c["invalid"].location())
+        self.routes = ImageRoutes(
+            invalid_packets=c["invalid"].location(), short_sends=c["short"].location(), status_messages=True
+        )
         self.routes.add(self.slot)
         self.receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.receiver.bind(("127.0.0.1", 0))
@@ -239,3 +249,81 @@ def test_a_transport_with_receive_faults_reads_one_datagram_at_a_time_through_th
     finally:
         faulty.close()
         plain.close()
+
+
+def _status_messages(sock: socket.socket, expected: int) -> list[tuple[int, ...]]:
+    """The SMs that arrive at ``sock`` (bounded wait for ``expected``, then whatever else is there)."""
+    sock.settimeout(2.0)
+    frames = [SM.unpack(sock.recv(64)) for _ in range(expected)]
+    sock.setblocking(False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            frames.append(SM.unpack(sock.recv(64)))
+    return frames
+
+
+def _timed_rig(r: Rig) -> None:
+    r.slot.native_sm = True
+    r.slot.set_control(r.sender.getsockname())
+    r.slot.set_subscribers([r.counters["subscriber"].location()])
+
+
+def test_a_quiet_images_due_status_message_is_sent_natively_with_the_slowest_subscribers_position() -> None:
+    with rig() as r:
+        _timed_rig(r)
+        r.routes.remove(r.slot)  # (added again after its timer is set, as the receiver does)
+        r.routes.add(r.slot)
+        assert r.slot.timed_natively
+        for offset in range(0, 640, 64):
+            r.send(data(offset))
+        r.receive(10)
+        r.counters["subscriber"].set(512)
+        sent = r.io.send_status_messages(r.routes, 1_000)
+        assert sent == 1
+        (frame,) = _status_messages(r.sender, 1)
+        # frame_length, version, flags, type, session, stream, term id, term offset, window, receiver id
+        assert frame == (SM.size, 0, 0, HDR_TYPE_SM, SESSION, STREAM, INITIAL, 512, WINDOW, RECEIVER_ID)
+        assert r.counters["sms"].get() == 1
+        assert (r.slot.last_sm_position, r.slot.window_limit) == (512, 512 + WINDOW)
+        assert (r.slot.time_of_last_sm_ns, r.slot.sm_due_ns) == (1_000, 1_000 + SM_TIMEOUT_NS)
+        assert r.slot.sm_trigger_position == 512 + WINDOW // 4
+        assert r.io.send_status_messages(r.routes, 1_000 + SM_TIMEOUT_NS) == 0  # not due yet
+        assert r.io.send_status_messages(r.routes, 1_001 + SM_TIMEOUT_NS) == 1
+        assert len(_status_messages(r.sender, 1)) == 1
+
+
+def test_the_native_timer_leaves_images_with_a_gap_or_kept_in_python_alone() -> None:
+    with rig() as r:
+        _timed_rig(r)
+        r.send(data(128))  # a gap at 0: the loss scan and its NAKs are Python's
+        r.receive(1)
+        assert r.io.send_status_messages(r.routes, 1_000) == 0
+        r.send(data(0))
+        r.send(data(64))
+        r.receive(2)
+        r.slot.rebuild = 192  # (the scan found it complete)
+        r.slot.native_sm = False  # e.g. rejected: ERR frames instead, from Python
+        assert not r.slot.timed_natively
+        assert r.io.send_status_messages(r.routes, 2_000) == 0
+        r.slot.native_sm = True
+        r.counters["subscriber"].set(256)  # a subscriber ahead of the rebuild: Python's tracking moves it
+        assert r.io.send_status_messages(r.routes, 3_000) == 0
+        r.counters["subscriber"].set(192)
+        assert r.io.send_status_messages(r.routes, 4_000) == 1
+        assert _status_messages(r.sender, 1)[0][7] == 192
+        r.routes.remove(r.slot)
+        assert not r.slot.timed_natively
+
+
+def test_routes_that_do_not_send_status_messages_time_nothing_natively() -> None:
+    with rig() as r:
+        c = r.counters
+        quiet = ImageRoutes(
+            invalid_packets=c["invalid"].location(), short_sends=c["short"].location(), status_messages=False
+        )
+        r.routes.remove(r.slot)
+        _timed_rig(r)
+        quiet.add(r.slot)
+        assert not r.slot.timed_natively
+        assert r.io.send_status_messages(quiet, 1_000) == 0
+        assert c["sms"].get() == 0
