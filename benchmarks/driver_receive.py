@@ -129,7 +129,11 @@ def run(images: int, datagrams: int, rounds: int, heartbeats: bool, idle_seconds
                 now_ns=0,
             )
             subscriber = manager.new_counter("sub")
-            image.subscriber_positions = (subscriber,)
+            set_positions = getattr(image, "set_subscriber_positions", None)  # (the commit before had none)
+            if set_positions is not None:
+                set_positions((subscriber,))
+            else:
+                image.subscriber_positions = (subscriber,)
             image.wake = lambda image=image: woken.add(image)  # type: ignore[misc]
             add = getattr(endpoint, "add_image", None)
             if add is not None:

@@ -171,7 +171,8 @@ class PublicationImage:
         # Set (by the conductor) when a client rejects the image: ERR frames then replace SMs.
         self.rejection: str | None = None
         self.congestion_control = congestion_control  # (a static window: status messages timed natively)
-        self._subscriber_positions: tuple[AtomicCounter, ...] = ()
+        self.subscriber_positions: tuple[AtomicCounter, ...] = ()
+        """Read-only here: set with :meth:`set_subscriber_positions`."""
         self.agenda_index = -1
         # (the slot also keeps the status-message timer: due once the slowest subscriber passes its trigger
         # position, or after its due time)
@@ -196,13 +197,10 @@ class PublicationImage:
         self._static_window = type(congestion_control) is StaticWindowCongestionControl
         self.slot.native_sm = self._static_window and self.rejection is None
 
-    @property
-    def subscriber_positions(self) -> tuple[AtomicCounter, ...]:
-        return self._subscriber_positions
-
-    @subscriber_positions.setter
-    def subscriber_positions(self, positions: tuple[AtomicCounter, ...]) -> None:
-        self._subscriber_positions = positions
+    def set_subscriber_positions(self, positions: tuple[AtomicCounter, ...]) -> None:
+        """The subscribers' positions (the slowest is what a status message reports): here and in the slot, whose
+        native timer reads them too. Always set them through this."""
+        self.subscriber_positions = positions
         self.slot.set_subscribers([position.location() for position in positions])
 
     @property

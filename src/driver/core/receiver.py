@@ -139,7 +139,7 @@ class Receiver:
     def on_update_subscribers(
         self, image: PublicationImage, positions: tuple[AtomicCounter, ...], done: Callable[[], object]
     ) -> None:
-        image.subscriber_positions = positions
+        image.set_subscriber_positions(positions)
         self._positions_stale = True
         self._agenda.wake(image)
         done()

@@ -46,6 +46,9 @@
 #define SM_LENGTH 36
 #define HDR_TYPE_SM 3
 #define NEVER_NS (1LL << 62)
+#define SM_TIMER_GRANULARITY_NS 10000000LL /* a pass over a routes' images at most this often: a status message is
+                                               sent up to this late (its timeout is 200 ms to seconds), and a pass
+                                               costs one look at every image */
 
 typedef struct {
     char *buffers;  /* BATCH slots of BATCH_SLOT_LENGTH (malloc'd: pages are touched only as datagrams use them) */
@@ -1242,7 +1245,8 @@ PyDoc_STRVAR(send_status_messages_doc,
 "subscriber ahead of it. Each carries the slowest subscriber's position and the\n"
 "window, as PublicationImage.send_status_message writes it, after the term behind it\n"
 "is cleaned; batched with sendmmsg. Returns how many were sent. A routes object that\n"
-"does not send status messages, or a time before the earliest due, costs a comparison.");
+"does not send status messages, or a time before the earliest due, costs a comparison;\n"
+"a pass over the images runs at most every 10 ms (a status message may leave that late).");
 
 static PyObject *
 DatagramSocket_send_status_messages(DatagramSocket *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1290,8 +1294,7 @@ DatagramSocket_send_status_messages(DatagramSocket *self, PyObject *const *args,
                 max_position = value_now;
         }
         if (s->rebuild != s->hwm || max_position > s->rebuild) {
-            /* not quiet: Python's tracking has it (every cycle while a gap is open); look again next cycle */
-            next = now_ns;
+            next = now_ns; /* not quiet: Python's tracking has it (every cycle while a gap is open); look next pass */
             continue;
         }
         slot_clean_to(s, min_position - s->term_length);
@@ -1336,7 +1339,7 @@ DatagramSocket_send_status_messages(DatagramSocket *self, PyObject *const *args,
     }
     if (pending)
         flush_status_messages(self->fd, messages, pending, &routes->short_sends);
-    routes->next_sm_ns = next;
+    routes->next_sm_ns = next > now_ns + SM_TIMER_GRANULARITY_NS ? next : now_ns + SM_TIMER_GRANULARITY_NS;
     return PyLong_FromLong(sent);
 }
 

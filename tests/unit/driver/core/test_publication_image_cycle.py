@@ -99,7 +99,7 @@ class Harness:
             now_ns=0,
         )
         self.subscriber: AtomicCounter = manager.new_counter("sub-pos")
-        self.image.subscriber_positions = (self.subscriber,)
+        self.image.set_subscriber_positions((self.subscriber,))
         self.image.send_status_message(0, self.image.window, 0)
         self.sent.clear()
 

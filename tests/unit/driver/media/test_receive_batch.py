@@ -27,6 +27,7 @@ TERM_LENGTH = 1 << BITS
 WINDOW = 16 * 1024
 BATCH = 16
 SM_TIMEOUT_NS = 200_000_000
+MS = 1_000_000
 RECEIVER_ID = 0x1122334455
 """Datagrams one recvmmsg call reads at most (``_net.c``)."""
 
@@ -297,19 +298,19 @@ def test_the_native_timer_leaves_images_with_a_gap_or_kept_in_python_alone() -> 
         _timed_rig(r)
         r.send(data(128))  # a gap at 0: the loss scan and its NAKs are Python's
         r.receive(1)
-        assert r.io.send_status_messages(r.routes, 1_000) == 0
+        assert r.io.send_status_messages(r.routes, 20 * MS) == 0
         r.send(data(0))
         r.send(data(64))
         r.receive(2)
         r.slot.rebuild = 192  # (the scan found it complete)
         r.slot.native_sm = False  # e.g. rejected: ERR frames instead, from Python
         assert not r.slot.timed_natively
-        assert r.io.send_status_messages(r.routes, 2_000) == 0
+        assert r.io.send_status_messages(r.routes, 40 * MS) == 0
         r.slot.native_sm = True
         r.counters["subscriber"].set(256)  # a subscriber ahead of the rebuild: Python's tracking moves it
-        assert r.io.send_status_messages(r.routes, 3_000) == 0
-        r.counters["subscriber"].set(192)
-        assert r.io.send_status_messages(r.routes, 4_000) == 1
+        assert r.io.send_status_messages(r.routes, 60 * MS) == 0
+        r.counters["subscriber"].set(192)  # (a pass runs at most every 10 ms: the next is 20 ms later)
+        assert r.io.send_status_messages(r.routes, 80 * MS) == 1
         assert _status_messages(r.sender, 1)[0][7] == 192
         r.routes.remove(r.slot)
         assert not r.slot.timed_natively
