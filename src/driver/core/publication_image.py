@@ -1,21 +1,27 @@
 """The receiving end of one remote publication (one session of a subscribed stream).
 
 Theory of operation. The receiver thread inserts each validated data datagram
-into the image's log at its term offset (natively: the :class:`ImageSlot` holds
-the window, high-water mark and rebuild that insertion needs, and the receive
-endpoint's batched receive inserts through it without calling Python) (out of order is fine: the rebuilder
+into the image's log at its term offset (out of order is fine: the rebuilder
 never overwrites and publishes a frame's first word last), raising the
-high-water mark. Each duty cycle it tracks the rebuild: the loss detector scans
+high-water mark; data that continues a complete rebuild moves the rebuild with
+it. Each duty cycle it tracks the rebuild: the loss detector scans
 for gaps between the rebuild position and the high-water mark and asks for
 NAKs (first one at once for unicast, then every 60 ms while the gap lasts; the
 gaps beyond the first one too, see ``driver.core.loss_detector``), and a
 status message goes to the sender when the slowest subscriber has moved a
 quarter window, or every SM timeout, carrying that position and the window.
 A cycle with nothing to do (no data since the last one, subscribers where they
-were, no NAK or SM due, a static window) returns after a few comparisons: the
-receiver runs it for every image on every duty cycle. Data
+were, no NAK or SM due, a static window) returns after a few comparisons. Data
 outside [last SM position, last SM position + window] is dropped and counted
 (flow-control under/over-runs), as a sender honouring our SMs never sends it.
+
+The common cases run natively, through the image's :class:`ImageSlot` (the
+window, high-water mark, rebuild and status-message timer live there, shared
+with this class): the receive endpoint's batched receive inserts data from the
+image's source without calling Python (``insert_packet`` runs the same code),
+and while the image is quiet (rebuild complete, a static window, not rejected)
+its timed status messages leave from the endpoint's native timer, so an idle
+image is not on the receiver's Python agenda at all.
 
 The conductor owns the lifecycle: subscribers are linked and unlinked by it, and
 an image with no packets for the image liveness timeout, or one that has
