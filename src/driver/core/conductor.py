@@ -814,6 +814,7 @@ class DriverConductor:
             )
         # The receiver thread reads the flag on its next status message: ERR frames replace SMs.
         image.reject(msg.reason)
+        self.receiver_command(lambda: image.wake())  # its status messages were timed natively: track it now
         self.client_proxy.on_operation_success(msg.correlation_id)
 
     def _on_remove_destination_by_id(self, msg: DestinationByIdMessage) -> None:

@@ -874,7 +874,7 @@ class NetworkResources:
         for link in links:
             counter = self._allocator.subscriber_position(link, session_id, image.join_position)
             link.positions[correlation_id] = SubscriberPosition(link, image, counter)
-        image.subscriber_positions = tuple(p.counter for p in self._subscribers_of(image))
+        image.set_subscriber_positions(tuple(p.counter for p in self._subscribers_of(image)))
         conductor.receiver_command(functools.partial(self._receiver.on_new_image, endpoint, image))
         for link in links:
             position = link.positions[correlation_id]

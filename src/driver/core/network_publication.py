@@ -292,12 +292,17 @@ class NetworkPublication(DriverPublication):
         self, flags: int, term_id: int, term_offset: int, window: int, receiver_id: int, now_ns: int
     ) -> None:
         self.time_of_last_status_message_ns = now_ns
-        self.wake()
+        # Only a SETUP asked for, or a linger the receivers may now end, needs the sender's next cycle: a frame
+        # waiting behind the limit is visited every cycle anyway (the frame watch), and a plain SM from an idle
+        # stream (once a second per stream on a server's idle connections) leaves nothing to send.
         if flags & 0x80:  # SEND_SETUP: the receiver lost (or never had) our SETUP
             if not self.is_end_of_stream:
                 self.should_send_setup = True
                 self._time_of_last_setup_ns = now_ns - SETUP_INTERVAL_NS - 1
+                self.wake()
             return
+        if self.is_end_of_stream:
+            self.wake()
         self.should_send_setup = False
         if not self.has_receivers:
             self.has_receivers = True

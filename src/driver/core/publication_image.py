@@ -3,17 +3,25 @@
 Theory of operation. The receiver thread inserts each validated data datagram
 into the image's log at its term offset (out of order is fine: the rebuilder
 never overwrites and publishes a frame's first word last), raising the
-high-water mark. Each duty cycle it tracks the rebuild: the loss detector scans
+high-water mark; data that continues a complete rebuild moves the rebuild with
+it. Each duty cycle it tracks the rebuild: the loss detector scans
 for gaps between the rebuild position and the high-water mark and asks for
 NAKs (first one at once for unicast, then every 60 ms while the gap lasts; the
 gaps beyond the first one too, see ``driver.core.loss_detector``), and a
 status message goes to the sender when the slowest subscriber has moved a
 quarter window, or every SM timeout, carrying that position and the window.
 A cycle with nothing to do (no data since the last one, subscribers where they
-were, no NAK or SM due, a static window) returns after a few comparisons: the
-receiver runs it for every image on every duty cycle. Data
+were, no NAK or SM due, a static window) returns after a few comparisons. Data
 outside [last SM position, last SM position + window] is dropped and counted
 (flow-control under/over-runs), as a sender honouring our SMs never sends it.
+
+The common cases run natively, through the image's :class:`ImageSlot` (the
+window, high-water mark, rebuild and status-message timer live there, shared
+with this class): the receive endpoint's batched receive inserts data from the
+image's source without calling Python (``insert_packet`` runs the same code),
+and while the image is quiet (rebuild complete, a static window, not rejected)
+its timed status messages leave from the endpoint's native timer, so an idle
+image is not on the receiver's Python agenda at all.
 
 The conductor owns the lifecycle: subscribers are linked and unlinked by it, and
 an image with no packets for the image liveness timeout, or one that has
@@ -35,9 +43,8 @@ from driver.errors import CurrentErrorCode
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.gap_filler import try_fill_gap
 from driver.logbuffer.log_buffers import LogBuffers
-from driver.logbuffer.rebuilder import insert
+from driver.media._net import ImageSlot
 from driver.media.transport import Address
-from driver.wire.data import DATA_HEADER_LENGTH
 from driver.wire.error import ERR_MAX_FRAME_LENGTH, write_error
 from driver.wire.nak import write_nak
 from driver.wire.rttm import REPLY_FLAG, write_rttm
@@ -48,10 +55,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ImageCounters", "ImageState", "PublicationImage"]
 
-EOS_FLAG = 0x20
-
-
 IMAGE_REJECTED_CODE = int(CurrentErrorCode.IMAGE_REJECTED)
+NEVER_NS = 1 << 62
+"""``next_track_ns`` of an image whose status messages the native timer sends (data or subscribers wake it)."""
 
 
 class ImageState(enum.Enum):
@@ -121,7 +127,7 @@ class PublicationImage:
         self.receiver_id = receiver_id
         self.hwm_position = hwm_position
         self.rebuild_position = rebuild_position
-        self.congestion_control = congestion_control
+        self._congestion_control = congestion_control
         self.counters = counters
         self.status_message_timeout_ns = status_message_timeout_ns
         self.image_liveness_timeout_ns = image_liveness_timeout_ns
@@ -144,32 +150,85 @@ class PublicationImage:
         rebuild_position.set_ordered(join)
         self.window = congestion_control.initial_window_length
         # receiver-thread state; the receiver thread is the only writer of hwm and rebuild: their values
-        # are kept here too, so a duty cycle need not read them back from the counters
-        self.subscriber_positions: tuple[AtomicCounter, ...] = ()
-        self.agenda_index = -1
-        self.wake: Callable[[], None] = no_wake
-        """Set by the receiver: makes its next duty cycle track this image (new data arrived)."""
-        self._hwm = join
-        self._rebuild = join
-        self._last_sm_position = join
-        self._last_sm_window_limit = join + self.window
-        self._time_of_last_sm_ns = now_ns - status_message_timeout_ns - 1
-        # a status message is due once the slowest subscriber passes this, or at this time
-        self._sm_trigger_position = join + (self.window >> 2)
-        self._sm_due_ns = self._time_of_last_sm_ns + status_message_timeout_ns
-        self._static_window = type(congestion_control) is StaticWindowCongestionControl  # not a subclass
-        self._pending_naks: list[tuple[int, int, int]] = []
-        self._control = bytearray(ERR_MAX_FRAME_LENGTH)
+        # are kept in the slot too, so a duty cycle need not read them back from the counters
+        self.slot = ImageSlot(
+            terms=log.terms,
+            metadata=log.metadata,
+            eos_offset=lbd.LOG_END_OF_STREAM_POSITION_OFFSET,
+            session_id=session_id,
+            stream_id=stream_id,
+            initial_term_id=self.initial_term_id,
+            position_bits=self.position_bits,
+            hwm_position=hwm_position.location(),
+            rebuild_position=rebuild_position.location(),
+            heartbeats=counters.heartbeats_received.location(),
+            under_runs=counters.flow_control_under_runs.location(),
+            over_runs=counters.flow_control_over_runs.location(),
+            position=join,
+            window_limit=join + self.window,
+            now_ns=now_ns,
+            status_messages_sent=counters.status_messages_sent.location(),
+            status_message_timeout_ns=status_message_timeout_ns,
+            receiver_id=receiver_id,
+        )
+        """What inserting a datagram needs (high-water mark, rebuild, window, source), shared with native code."""
+        self.slot.set_source(source_address)
+        self.slot.set_control(control_address)
         # Set (by the conductor) when a client rejects the image: ERR frames then replace SMs.
         self.rejection: str | None = None
+        self.congestion_control = congestion_control  # (a static window: status messages timed natively)
+        self.subscriber_positions: tuple[AtomicCounter, ...] = ()
+        """Read-only here: set with :meth:`set_subscriber_positions`."""
+        self.agenda_index = -1
+        # (the slot also keeps the status-message timer: due once the slowest subscriber passes its trigger
+        # position, or after its due time)
+        self._pending_naks: list[tuple[int, int, int]] = []
+        self._control = bytearray(ERR_MAX_FRAME_LENGTH)
         self._control_view = memoryview(self._control)
-        self._clean_position = join
-        self.time_of_last_packet_ns = now_ns
-        self.is_end_of_stream = False
         self.rtt_ns = -1  # last measured round trip, when congestion control asks for measurements
         # conductor-thread state
         self.state = ImageState.ACTIVE
         self.time_of_last_state_change_ns = now_ns
+
+    @property
+    def congestion_control(self) -> CongestionControl:
+        return self._congestion_control
+
+    @congestion_control.setter
+    def congestion_control(self, congestion_control: CongestionControl) -> None:
+        """A static window (not a subclass) lets a quiet image's status messages leave from the receive endpoint's
+        native timer (see ``next_track_ns``); any other needs this class's tracking every cycle. (Set on the
+        receiver thread, or before the image reaches it: a change takes effect at the image's next tracking.)"""
+        self._congestion_control = congestion_control
+        self._static_window = type(congestion_control) is StaticWindowCongestionControl
+        self.slot.native_sm = self._static_window and self.rejection is None
+
+    def set_subscriber_positions(self, positions: tuple[AtomicCounter, ...]) -> None:
+        """The subscribers' positions (the slowest is what a status message reports): here and in the slot, whose
+        native timer reads them too. Always set them through this."""
+        self.subscriber_positions = positions
+        self.slot.set_subscribers([position.location() for position in positions])
+
+    @property
+    def wake(self) -> Callable[[], object]:
+        """Set by the receiver: makes its next duty cycle track this image (data left the rebuild behind)."""
+        wake: Callable[[], object] | None = self.slot.wake
+        return no_wake if wake is None else wake
+
+    @wake.setter
+    def wake(self, wake: Callable[[], object]) -> None:
+        self.slot.wake = None if wake is no_wake else wake
+
+    @property
+    def time_of_last_packet_ns(self) -> int:
+        time_ns: int = self.slot.time_of_last_packet_ns
+        return time_ns
+
+    @property
+    def is_end_of_stream(self) -> bool:
+        """An end-of-stream heartbeat came."""
+        ended: bool = self.slot.end_of_stream
+        return ended
 
     @property
     def log_file_name(self) -> str:
@@ -188,32 +247,19 @@ class PublicationImage:
         from elsewhere does not; 1.15.1 keeps the first address for the image's life."""
         if self.control_address == self.source_address:
             self.control_address = address
+            self.slot.set_control(address)
         self.source_address = address
+        self.slot.set_source(address)
 
     def insert_packet(self, term_id: int, term_offset: int, packet: memoryview, length: int, now_ns: int) -> int:
-        """Insert a validated data datagram (or heartbeat); returns the bytes taken."""
-        position = (lbd.int32(term_id - self.initial_term_id) << self.position_bits) + term_offset
-        heartbeat = length == DATA_HEADER_LENGTH and not any(packet[0:4])
-        proposed = position if heartbeat else position + length
-        if position < self._last_sm_position:
-            self.counters.flow_control_under_runs.increment()
-            return 0
-        if proposed > self._last_sm_window_limit:
-            self.counters.flow_control_over_runs.increment()
-            return 0
-        if heartbeat:
-            self.counters.heartbeats_received.increment()
-            if packet[5] & EOS_FLAG and not self.is_end_of_stream:
-                self.is_end_of_stream = True
-                lbd.set_end_of_stream_position(self._metadata, position)
-        else:
-            insert(self._terms[(position >> self.position_bits) % 3], term_offset, packet, length)
-        self.time_of_last_packet_ns = now_ns
-        if proposed > self._hwm:  # new data, or a heartbeat beyond it (lost at the tail): rebuild to track
-            self.wake()
-            self._hwm = proposed
-            self.hwm_position.set_ordered(proposed)
-        return length
+        """Insert a validated data datagram (or heartbeat); returns the bytes taken.
+
+        Data outside [last SM position, + window] is counted and dropped; a heartbeat counts, and one flagged
+        end of stream records where the stream ends; data inserted at a complete rebuild moves the rebuild with
+        it, anything else that raises the high-water mark wakes the image for a loss scan. (One algorithm, in
+        the slot: the batched receive runs the same.)"""
+        taken: int = self.slot.insert(term_id, term_offset, packet, length, now_ns)
+        return taken
 
     def _on_gap_detected(self, term_id: int, term_offset: int, length: int) -> None:
         if self.is_reliable:
@@ -239,14 +285,15 @@ class PublicationImage:
                 elif value > max_position:
                     max_position = value
         else:
-            min_position = max_position = self._rebuild
-        hwm = self._hwm
-        rebuild = self._rebuild
+            min_position = max_position = self.slot.rebuild
+        slot = self.slot
+        hwm = slot.hwm
+        rebuild = slot.rebuild
         if (
             rebuild >= hwm
             and max_position <= rebuild
-            and min_position <= self._sm_trigger_position
-            and now_ns <= self._sm_due_ns
+            and min_position <= slot.sm_trigger_position
+            and now_ns <= slot.sm_due_ns
             and self._static_window
             and not self._pending_naks
         ):
@@ -265,8 +312,8 @@ class PublicationImage:
                 self.initial_term_id,
             )
             rebuild = rebuild - (rebuild & self.term_mask) + rebuild_offset
-        if rebuild > self._rebuild:
-            self._rebuild = rebuild
+        if rebuild > slot.rebuild:
+            slot.rebuild = rebuild
             self.rebuild_position.set_ordered(rebuild)
         naks = self._pending_naks
         if naks:
@@ -279,13 +326,14 @@ class PublicationImage:
                 work += 1
             naks.clear()
         window, force = self.congestion_control.on_track_rebuild(
-            now_ns, min_position, self._last_sm_position, hwm, rebuild, rebuild, work > 0
+            now_ns, min_position, slot.last_sm_position, hwm, rebuild, rebuild, work > 0
         )
         self.window = window
+        slot.window = window
         if (
             force
-            or min_position > self._last_sm_position + (window >> 2)
-            or now_ns - self._time_of_last_sm_ns > self.status_message_timeout_ns
+            or min_position > slot.last_sm_position + (window >> 2)
+            or now_ns - slot.time_of_last_sm_ns > self.status_message_timeout_ns
         ):
             self._clean_buffer_to(min_position - self.term_length)
             self.send_status_message(min_position, window, now_ns)
@@ -294,10 +342,15 @@ class PublicationImage:
 
     def next_track_ns(self) -> int:
         """When ``track_rebuild`` has something to do again with no new data and subscribers where they are: the
-        next status message; 0 (every cycle) while a gap is open or NAKs wait, or the window is not static."""
-        if self._rebuild < self._hwm or self._pending_naks or not self._static_window:
+        next status message (never, when the receive endpoint's native timer sends it); 0 (every cycle) while a gap
+        is open or NAKs wait, or the window is not static."""
+        slot = self.slot
+        if slot.rebuild < slot.hwm or self._pending_naks or not self._static_window:
             return 0
-        return self._sm_due_ns + 1
+        if slot.timed_natively:
+            return NEVER_NS
+        due: int = slot.sm_due_ns
+        return due + 1
 
     def _measure_rtt(self, now_ns: int) -> int:
         """Ask the sender to echo a timestamp, when congestion control wants RTT (static never does)."""
@@ -318,6 +371,7 @@ class PublicationImage:
     def reject(self, reason: str) -> None:
         """A client refused this image (REJECT_IMAGE): from now on tell the sender with ERR instead of SMs."""
         self.rejection = reason
+        self.slot.native_sm = False  # ERR frames leave from this class's tracking (wake it on the receiver thread)
 
     def send_status_message(self, position: int, window: int, now_ns: int, flags: int = 0) -> None:
         if self.rejection is not None:
@@ -348,23 +402,19 @@ class PublicationImage:
         )
         self._send_control(self._control_view[:n], self.control_address)
         self.counters.status_messages_sent.increment()
-        self._last_sm_window_limit = position + window
+        self.slot.window_limit = position + window
         self._sm_sent(position, now_ns)
 
     def _sm_sent(self, position: int, now_ns: int) -> None:
-        self._time_of_last_sm_ns = now_ns
-        self._last_sm_position = position
-        self._sm_trigger_position = position + (self.window >> 2)
-        self._sm_due_ns = now_ns + self.status_message_timeout_ns
+        slot = self.slot
+        slot.time_of_last_sm_ns = now_ns
+        slot.last_sm_position = position
+        slot.sm_trigger_position = position + (self.window >> 2)
+        slot.sm_due_ns = now_ns + self.status_message_timeout_ns
 
     def _clean_buffer_to(self, position: int) -> None:
-        clean_position = self._clean_position
-        if position <= clean_position:
-            return
-        term_offset = clean_position & self.term_mask
-        length = min(position - clean_position, self.term_length - term_offset)
-        self._terms[(clean_position >> self.position_bits) % 3].set_memory(term_offset, length, 0)
-        self._clean_position = clean_position + length
+        """Zero the term behind ``position`` (up to the end of the term being cleaned): clean before reuse."""
+        self.slot.clean_to(position)
 
     # -- conductor thread -----------------------------------------------------------------------
 

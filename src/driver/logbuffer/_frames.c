@@ -9,6 +9,7 @@
  * those the Python modules of driver.logbuffer describe.
  */
 #include "../concurrent/_atomic_buffer.h"
+#include "_rebuild.h"
 
 /* ---- data frames ----
  * Aeron's write order for one frame: word 0 (version/flags/type | -length) with a
@@ -219,14 +220,7 @@ term_insert_packet(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
             PyErr_Format(PyExc_ValueError, "packet of %zd bytes at %zd does not fit", length, index);
         return NULL;
     }
-    int inserted = 0;
-    if (*(int32_t *)(self->base + index) == 0) {
-        memcpy(self->base + index + 8, (const char *)src.buf + 8, length - 8);
-        int64_t word0;
-        memcpy(&word0, src.buf, 8);
-        __atomic_store_n((int64_t *)(self->base + index), word0, __ATOMIC_RELEASE);
-        inserted = 1;
-    }
+    int inserted = rebuild_insert(self->base + index, (const char *)src.buf, (size_t)length);
     PyBuffer_Release(&src);
     return PyBool_FromLong(inserted);
 }

@@ -1,4 +1,8 @@
+from collections.abc import Callable, Sequence
+
 from typing_extensions import Buffer
+
+from driver.concurrent.atomic_buffer import AtomicBuffer
 
 class DatagramSocket:
     """Non-raising, GIL-keeping datagram I/O on a non-blocking socket it does not own."""
@@ -15,3 +19,87 @@ class DatagramSocket:
         """Bytes sent; -1 when the kernel would block; -2 when the host is not numeric; OSError otherwise."""
     def detach(self) -> None:
         """Forget the descriptor; later calls raise OSError(EBADF)."""
+    def receive_batch(
+        self,
+        routes: ImageRoutes,
+        buffer: Buffer,
+        now_ns: int,
+        limit: int,
+        handler: Callable[[int, tuple[str, int]], object],
+        /,
+    ) -> tuple[int, int]:
+        """(datagrams, bytes) read, up to ``limit``, 16 per recvmmsg: data for a routed image from its source
+        is checked (malformed ones counted) and inserted; any other datagram is copied into ``buffer`` and given to
+        ``handler(length, address)``. OSError for a failure other than nothing waiting (or ECONNREFUSED)."""
+    def send_status_messages(self, routes: ImageRoutes, now_ns: int, /) -> int:
+        """Status messages sent: those due of the quiet images in ``routes`` timed natively (sendmmsg)."""
+
+class ImageSlot:
+    """The receive side's state of one image: what inserting a datagram needs, shared with the batched receive."""
+
+    def __init__(
+        self,
+        *,
+        terms: Sequence[AtomicBuffer],
+        metadata: AtomicBuffer,
+        eos_offset: int,
+        session_id: int,
+        stream_id: int,
+        initial_term_id: int,
+        position_bits: int,
+        hwm_position: tuple[AtomicBuffer, int],
+        rebuild_position: tuple[AtomicBuffer, int],
+        heartbeats: tuple[AtomicBuffer, int],
+        under_runs: tuple[AtomicBuffer, int],
+        over_runs: tuple[AtomicBuffer, int],
+        position: int,
+        window_limit: int,
+        now_ns: int,
+        status_messages_sent: tuple[AtomicBuffer, int],
+        status_message_timeout_ns: int,
+        receiver_id: int,
+    ) -> None: ...
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def stream_id(self) -> int: ...
+    @property
+    def hwm(self) -> int: ...
+    rebuild: int
+    last_sm_position: int
+    window_limit: int
+    @property
+    def time_of_last_packet_ns(self) -> int: ...
+    @property
+    def end_of_stream(self) -> bool: ...
+    @property
+    def timed_natively(self) -> bool:
+        """Its status-message timer runs natively."""
+    @property
+    def clean_position(self) -> int: ...
+    sm_due_ns: int
+    sm_trigger_position: int
+    time_of_last_sm_ns: int
+    window: int
+    native_sm: bool
+    wake: Callable[[], object] | None
+    def insert(self, term_id: int, term_offset: int, packet: Buffer, length: int, now_ns: int, /) -> int:
+        """Bytes taken of a checked datagram (0 outside the window, counted)."""
+    def set_source(self, address: tuple[str, int] | tuple[str, int, int, int], /) -> None:
+        """Where the image's datagrams come from: only those take the batch's native path."""
+    def set_control(self, address: tuple[str, int] | tuple[str, int, int, int], /) -> None:
+        """Where its status messages go."""
+    def set_subscribers(self, locations: Sequence[tuple[AtomicBuffer, int]], /) -> None:
+        """The subscribers' position counters."""
+    def clean_to(self, position: int, /) -> None:
+        """Zero the term behind ``position``."""
+
+class ImageRoutes:
+    """The images a receive endpoint's batch inserts into, by (session, stream)."""
+
+    def __init__(
+        self, invalid_packets: tuple[AtomicBuffer, int], short_sends: tuple[AtomicBuffer, int], status_messages: bool
+    ) -> None: ...
+    def add(self, slot: ImageSlot, /) -> None: ...
+    def remove(self, slot: ImageSlot, /) -> None: ...
+    def __len__(self) -> int: ...

@@ -29,6 +29,12 @@ SETUP for a stream nobody subscribes to is kept for a second: a subscription
 made just after it (a client subscribing on reading a server's grant) connects
 at once instead of at the publisher's next SETUP, 100 ms later.
 
+Both read their sockets in batches (``recvmmsg``, ``DatagramSocket.receive_batch``)
+unless faults are injected on receive: a receive endpoint's data for the images
+it routes (``routes``, by session and stream, from each image's source) is
+checked and inserted natively, and only everything else reaches the Python
+handlers here, one datagram at a time.
+
 Anything malformed is counted as an invalid packet and dropped; nothing read
 from the network raises out of an agent.
 """
@@ -50,6 +56,7 @@ from driver.logbuffer.frame import (
     HDR_TYPE_SETUP,
     HDR_TYPE_SM,
 )
+from driver.media._net import ImageRoutes, ImageSlot
 from driver.media.faults import FaultSpec
 from driver.media.transport import Address, UdpTransport
 from driver.media.udp_channel import UdpChannel
@@ -134,6 +141,11 @@ class ImageHandler(Protocol):
 
     def on_rttm(self, echo_timestamp_ns: int, reception_delta_ns: int, now_ns: int) -> None: ...
 
+    @property
+    def slot(self) -> ImageSlot:
+        """What the batched receive inserts through, and the native status-message timer reads."""
+        ...
+
 
 PublicationErrorHandler = Callable[[FeedbackHandler, ErrorFrame, Address], None]
 """Sender thread: a receiver rejected the stream of this publication (its first ERR)."""
@@ -162,6 +174,44 @@ class EndpointCounters:
         self.bytes_sent = bytes_sent
         self.setups_not_elicited = setups_not_elicited
         self.destinations_refused = destinations_refused
+
+
+def _poll(
+    transport: UdpTransport,
+    routes: ImageRoutes,
+    view: memoryview,
+    now_ns: int,
+    limit: int,
+    dispatch: Callable[[int, Address], None],
+    counters: EndpointCounters,
+) -> int:
+    """Read up to ``limit`` datagrams: a batch at a time when the transport can (data for ``routes`` inserted
+    natively, the rest given to ``dispatch``), else one at a time through the transport's fault injector."""
+    batch = transport.receive_batch
+    if batch is not None:
+        try:
+            count, length = batch(routes, view, now_ns, limit, dispatch)
+        except OSError as exc:
+            transport.receive_failed(exc)  # raises, unless it only means nothing to read
+            return 0
+        if length:
+            counters.bytes_received.get_and_add(length)
+        return count
+    receive = transport.poll_receive
+    count = 0
+    while count < limit:
+        try:
+            received = receive(view)
+        except OSError as exc:
+            transport.receive_failed(exc)
+            break
+        if received is None:
+            break
+        length, address = received
+        count += 1
+        counters.bytes_received.get_and_add(length)
+        dispatch(length, address)
+    return count
 
 
 def _receive_buffer() -> tuple[bytearray, memoryview]:
@@ -278,6 +328,12 @@ class SendChannelEndpoint:
         self._buffer, self._view = _receive_buffer()
         self._send = self.transport.send
         self._reply = bytearray(64)
+        self._no_images = ImageRoutes(
+            invalid_packets=counters.invalid_packets.location(),
+            short_sends=counters.short_sends.location(),
+            status_messages=False,
+        )
+        self._now_ns = 0
 
     def destinations_for(self, private: bool, host: str | None = None) -> DynamicDestinations | None:
         """What a new publication sends through: destinations of its own if it is private (has its own session
@@ -343,39 +399,30 @@ class SendChannelEndpoint:
 
     def poll(self, now_ns: int, limit: int = 16) -> int:
         """Read up to ``limit`` control datagrams and route them; returns how many were read."""
-        transport = self.transport
-        receive = transport.poll_receive
+        self._now_ns = now_ns
+        return _poll(self.transport, self._no_images, self._view, now_ns, limit, self._dispatch, self.counters)
+
+    def _dispatch(self, length: int, address: Address) -> None:
+        """One control datagram, in ``_view``: feedback to the publication it names."""
         view = self._view
         counters = self.counters
-        count = 0
-        while count < limit:
-            try:
-                received = receive(view)
-            except OSError as exc:
-                transport.receive_failed(exc)  # raises, unless it only means nothing to read
-                break
-            if received is None:
-                break
-            length, address = received
-            count += 1
-            counters.bytes_received.get_and_add(length)
-            try:
-                frame_type = classify(view, length)
-                if frame_type == HDR_TYPE_SM:
-                    self._on_status_message(view, address, now_ns)
-                elif frame_type == HDR_TYPE_NAK:
-                    _, _, _, _, session_id, stream_id, term_id, term_offset, nak_length = _unpack_nak(view, 0)
-                    counters.naks_received.increment()
-                    publication = self.publications.get((session_id, stream_id))
-                    if publication is not None:
-                        publication.on_nak(term_id, term_offset, nak_length, now_ns)
-                elif frame_type == HDR_TYPE_RTTM:
-                    self._on_rttm(view, address)
-                elif frame_type == HDR_TYPE_ERR:
-                    self._on_error_frame(view, length, address)
-            except MalformedFrameError:
-                counters.invalid_packets.increment()
-        return count
+        now_ns = self._now_ns
+        try:
+            frame_type = classify(view, length)
+            if frame_type == HDR_TYPE_SM:
+                self._on_status_message(view, address, now_ns)
+            elif frame_type == HDR_TYPE_NAK:
+                _, _, _, _, session_id, stream_id, term_id, term_offset, nak_length = _unpack_nak(view, 0)
+                counters.naks_received.increment()
+                publication = self.publications.get((session_id, stream_id))
+                if publication is not None:
+                    publication.on_nak(term_id, term_offset, nak_length, now_ns)
+            elif frame_type == HDR_TYPE_RTTM:
+                self._on_rttm(view, address)
+            elif frame_type == HDR_TYPE_ERR:
+                self._on_error_frame(view, length, address)
+        except MalformedFrameError:
+            counters.invalid_packets.increment()
 
     def _on_error_frame(self, view: memoryview, length: int, address: Address) -> None:
         """Today's receivers reject a stream with ERR: the publication drops that receiver and tells its owner."""
@@ -477,6 +524,15 @@ class ReceiveChannelEndpoint:
         self._control = bytearray(64)
         self._send = self.transport.send
         self._next_control_elicit_ns = 0
+        self.routes = ImageRoutes(
+            invalid_packets=counters.invalid_packets.location(),
+            short_sends=counters.short_sends.location(),
+            status_messages=self.transport.sends_natively,
+        )
+        """The images of subscribed streams: the batched receive inserts their data natively, and their status
+        messages are sent natively when due while they are quiet (unless faults are injected on send)."""
+        self._send_status_messages = self.transport.send_status_messages
+        self._now_ns = 0
 
     def control_address_for(self, source: Address) -> Address:
         """Where status messages and NAKs go: the sender's socket, or the multicast control group."""
@@ -491,33 +547,42 @@ class ReceiveChannelEndpoint:
         return sent
 
     def poll(self, now_ns: int, limit: int = 32) -> int:
-        transport = self.transport
-        receive = transport.poll_receive
+        """Read up to ``limit`` datagrams: data for routed images inserted natively, the rest dispatched here."""
+        self._now_ns = now_ns
+        return _poll(self.transport, self.routes, self._view, now_ns, limit, self._dispatch, self.counters)
+
+    def _dispatch(self, length: int, address: Address) -> None:
+        """One datagram the batch did not take, in ``_view``."""
         view = self._view
-        counters = self.counters
-        count = 0
-        while count < limit:
-            try:
-                received = receive(view)
-            except OSError as exc:
-                transport.receive_failed(exc)  # raises, unless it only means nothing to read
-                break
-            if received is None:
-                break
-            length, address = received
-            count += 1
-            counters.bytes_received.get_and_add(length)
-            try:
-                frame_type = classify(view, length)
-                if frame_type <= HDR_TYPE_DATA:  # DATA or PAD
-                    self._on_data(view, length, address, now_ns)
-                elif frame_type == HDR_TYPE_SETUP:
-                    self._on_setup_frame(view, address, now_ns)
-                elif frame_type == HDR_TYPE_RTTM:
-                    self._on_rttm(view, address, now_ns)
-            except MalformedFrameError:
-                counters.invalid_packets.increment()
-        return count
+        now_ns = self._now_ns
+        try:
+            frame_type = classify(view, length)
+            if frame_type <= HDR_TYPE_DATA:  # DATA or PAD
+                self._on_data(view, length, address, now_ns)
+            elif frame_type == HDR_TYPE_SETUP:
+                self._on_setup_frame(view, address, now_ns)
+            elif frame_type == HDR_TYPE_RTTM:
+                self._on_rttm(view, address, now_ns)
+        except MalformedFrameError:
+            self.counters.invalid_packets.increment()
+
+    def send_due_status_messages(self, now_ns: int) -> int:
+        """Receiver thread, every duty cycle: the status messages of quiet images that are due (one native call; a
+        comparison until the earliest is due). Images with a gap, NAKs, a rejection or a changing window send
+        theirs from their own tracking."""
+        sent: int = self._send_status_messages(self.routes, now_ns)
+        return sent
+
+    def add_image(self, key: tuple[int, int], image: ImageHandler) -> None:
+        """Receiver thread: data for ``key`` (session, stream) now goes to ``image``."""
+        self.images[key] = image
+        if key[1] in self.stream_ref_counts:
+            self.routes.add(image.slot)
+
+    def remove_image(self, key: tuple[int, int], image: ImageHandler) -> None:
+        if self.images.get(key) is image:
+            del self.images[key]
+            self.routes.remove(image.slot)
 
     def _on_data(self, view: memoryview, length: int, address: Address, now_ns: int) -> None:
         term_offset, session_id, stream_id, term_id = unpack_data_routing(view, 0)
@@ -548,6 +613,10 @@ class ReceiveChannelEndpoint:
 
     def add_stream(self, stream_id: int, session_id: int | None, now_ns: int = 0) -> None:
         """Receiver thread: a subscription to ``stream_id`` (of ``session_id`` only, if given) came."""
+        if stream_id not in self.stream_ref_counts:  # its images' data is taken again (see remove_stream)
+            for key, image in self.images.items():
+                if key[1] == stream_id:
+                    self.routes.add(image.slot)
         self.stream_ref_counts[stream_id] = self.stream_ref_counts.get(stream_id, 0) + 1
         if not self.channel.has_explicit_control or self.channel.is_multicast:
             return
@@ -589,6 +658,9 @@ class ReceiveChannelEndpoint:
             self.stream_ref_counts[stream_id] = count
         else:
             self.stream_ref_counts.pop(stream_id, None)
+            for key, image in self.images.items():  # nobody subscribes: its data is dropped (in _on_data)
+                if key[1] == stream_id:
+                    self.routes.remove(image.slot)
         if not self.channel.has_explicit_control or self.channel.is_multicast:
             return
         if session_id is None:

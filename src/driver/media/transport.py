@@ -102,6 +102,16 @@ class UdpTransport:
         )
         """For the endpoints' poll loops: ``receive_into`` minus a call when no faults are injected, but it
         may raise OSError: give that to :meth:`receive_failed`."""
+        self.receive_batch: Callable[..., tuple[int, int]] | None = (
+            self._io.receive_batch if self._receive_faults is None else None
+        )
+        """``DatagramSocket.receive_batch`` (recvmmsg; data for known images inserted natively) when no faults are
+        injected on receive, else None: the endpoints then read one datagram at a time, so the injector sees
+        every one. May raise OSError: give that to :meth:`receive_failed`."""
+        self.sends_natively = self._send_faults is None
+        """No faults injected on send: native code may send on this socket (the injector would not see it)."""
+        self.send_status_messages = self._io.send_status_messages
+        """``DatagramSocket.send_status_messages``: due status messages of quiet images, batched."""
         self.short_sends = 0
         self.status_indicator_id: int | None = None
         """The owning endpoint's channel status counter, carried by the errors this transport raises."""

@@ -125,3 +125,23 @@ def test_the_setting_is_a_duration_and_must_be_positive() -> None:
     assert DriverContext.from_env({}).publication_heartbeat_interval_ns == 100 * MS
     with pytest.raises(DriverConfigurationError, match=r"aeron\.publication\.heartbeat\.interval=0"):
         DriverContext.from_env({}, publication_heartbeat_interval_ns=0).conclude()
+
+
+def test_a_plain_status_message_does_not_make_an_idle_publication_due_but_asking_for_setup_does(
+    tmp_path: Path,
+) -> None:
+    start = 1_000_000 * MS
+    publication, _, _ = _publication(tmp_path, start, heartbeat_interval_ns=1000 * MS)
+    woken: list[int] = []
+    publication.wake = lambda: woken.append(1)
+    publication.send(start)
+    publication.on_status_message(0, 100, 0, TERM_LENGTH // 2, 5, start + MS)  # a receiver's SM, once a second
+    assert woken == []  # nothing to send until the next heartbeat (a frame waiting shows in the frame watch)
+    assert publication.sender_limit.get() == TERM_LENGTH // 2
+    assert publication.has_receivers
+    publication.on_status_message(0x80, 0, 0, 0, 5, start + 2 * MS)  # SEND_SETUP: the receiver needs a SETUP now
+    assert woken == [1]
+    assert publication.next_send_ns() <= start + 2 * MS
+    publication.is_end_of_stream = True  # lingering: the receivers' SMs may end it
+    publication.on_status_message(0, 100, 0, TERM_LENGTH // 2, 5, start + 3 * MS)
+    assert woken == [1, 1]

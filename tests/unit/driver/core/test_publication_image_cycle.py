@@ -99,7 +99,7 @@ class Harness:
             now_ns=0,
         )
         self.subscriber: AtomicCounter = manager.new_counter("sub-pos")
-        self.image.subscriber_positions = (self.subscriber,)
+        self.image.set_subscriber_positions((self.subscriber,))
         self.image.send_status_message(0, self.image.window, 0)
         self.sent.clear()
 
@@ -225,9 +225,18 @@ def test_an_image_asks_to_be_tracked_when_its_next_status_message_is_due(tmp_pat
         assert h.image.track_rebuild(due) == 1
         assert h.image.next_track_ns() == due + SM_TIMEOUT_NS + 1
         h.data(0, now_ns=due)
-        assert woken == [1]  # new data: the receiver tracks it on its next cycle
-        h.data(0, now_ns=due)
+        assert woken == []  # in order at a complete rebuild: the rebuild moves with it, nothing to track
+        assert h.image.rebuild_position.get() == 64
+        assert h.image.next_track_ns() == due + SM_TIMEOUT_NS + 1
+        h.data(128, now_ns=due)
+        assert woken == [1]  # beyond a gap: the receiver tracks it (a loss scan) on its next cycle
+        assert h.image.next_track_ns() == 0
+        h.data(128, now_ns=due)
         assert woken == [1]  # a duplicate raises nothing
+        h.data(64, now_ns=due)
+        assert woken == [1]  # the gap filled: the next cycle's scan (it is due every cycle) finds it
+        h.image.track_rebuild(due)
+        assert h.image.rebuild_position.get() == 192
 
 
 def test_an_image_with_a_gap_or_a_moving_window_is_tracked_every_cycle(tmp_path: Path) -> None:

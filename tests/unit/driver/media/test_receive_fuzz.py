@@ -332,7 +332,7 @@ def _receive_side(tmp: Path) -> Iterator[tuple[_Counters, ReceiveChannelEndpoint
     )
     subscriber = counters.new("sub-pos")
     subscriber.set(image.join_position)
-    image.subscriber_positions = (subscriber,)
+    image.set_subscriber_positions((subscriber,))
     endpoint.images[(SESSION, STREAM)] = image
     image.send_status_message(image.join_position, image.window, time.monotonic_ns())
     try:
