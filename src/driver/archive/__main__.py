@@ -23,6 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--file-sync-level", help="aeron.archive.file.sync.level: 0 none, 1 data, 2 data and metadata")
     p.add_argument("--control-channel", help="aeron.archive.control.channel")
     p.add_argument("--control-stream-id", help="aeron.archive.control.stream.id")
+    p.add_argument("--max-catalog-entries", help="aeron.archive.max.catalog.entries (the catalog's initial room)")
     return p
 
 
@@ -38,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("file_sync_level", args.file_sync_level),
             ("control_channel", args.control_channel),
             ("control_stream_id", args.control_stream_id),
+            ("max_catalog_entries", args.max_catalog_entries),
         )
         if value is not None
     }

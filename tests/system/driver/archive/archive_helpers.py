@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from driver.archive import Archive, ArchiveContext, RecordingDescriptor
-from driver.archive.segments import segment_base_position, segment_file_name, segment_files
+from driver.archive.segments import segment_base_position, segment_files, segment_path
 from driver.client import Aeron, FragmentAssembler, Header, Publication, Subscription
 from driver.client.subscription import Image
 from driver.concurrent.atomic_buffer import align
@@ -148,7 +148,10 @@ def recording_bytes(
     while position < end:
         base = segment_base_position(d.start_position, position, d.term_buffer_length, d.segment_file_length)
         stop = min(end, base + d.segment_file_length)
-        with (archive_dir / segment_file_name(d.recording_id, base)).open("rb") as f:
+        path = segment_path(
+            archive_dir, d.recording_id, d.start_position, position, d.term_buffer_length, d.segment_file_length
+        )
+        with path.open("rb") as f:
             f.seek(position - base)
             chunk = f.read(stop - position)
         if len(chunk) != stop - position:

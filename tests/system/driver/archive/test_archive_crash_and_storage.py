@@ -21,7 +21,7 @@ from archive_helpers import (
 
 from driver.archive import ArchiveContext, Catalog, RecordingDescriptor, RecordingEvent
 from driver.archive.client import ArchiveClient
-from driver.archive.segments import segment_file_name, segment_files
+from driver.archive.segments import ensure_segment, segment_file_name, segment_files, segment_index, segment_path
 from driver.client import Aeron
 from driver.concurrent.atomic_buffer import align
 from support.driver_process import DriverProcess
@@ -82,6 +82,24 @@ def torn_header(d: RecordingDescriptor, position: int, length: int) -> bytes:
     )
 
 
+def frames_end(archive_dir: Path, d: RecordingDescriptor) -> int:
+    """Where whole frames end on disk: segments are whole (sparse) files, so the end is where a walk of frame lengths
+    through the newest segment holding any meets a zero length."""
+    term_base = d.start_position - d.start_position % d.term_buffer_length
+    for index, path in reversed(segment_files(archive_dir, d.recording_id)):
+        base = term_base + index * SEGMENT
+        data = path.read_bytes()
+        offset = max(d.start_position, base) - base
+        while offset + 32 <= len(data):
+            (length,) = struct.unpack_from("<i", data, offset)
+            if length < 32:
+                break
+            offset += align(length, 32)
+        if offset > max(d.start_position, base) - base or index == 0:
+            return base + offset
+    return d.start_position
+
+
 @pytest.mark.parametrize("tail", ["none", "half frame", "torn header", "garbage"])
 def test_recovery_after_sigkill_mid_segment(
     aeron_dir: Path, archive_dir: Path, tmp_path: Path, archive_processes: list[ArchiveProcess], tail: str
@@ -100,20 +118,25 @@ def test_recovery_after_sigkill_mid_segment(
     with Catalog(archive_dir, writable=False) as catalog:
         crashed = catalog.descriptor(0)
     assert crashed.is_active, "the catalog still shows the recording as active"
-    (last_base, last_path), *_ = reversed(segment_files(archive_dir, 0))
-    on_disk = last_base + last_path.stat().st_size
+    on_disk = frames_end(archive_dir, crashed)
     assert seen <= crashed.recorded_position <= on_disk <= published
+    assert all(path.stat().st_size == SEGMENT for _, path in segment_files(archive_dir, 0)), "whole segments"
     expected_stop = on_disk
+    # The segment a torn write would land in (the next one when the last is full: it may exist already).
+    torn_path = segment_path(archive_dir, 0, 0, on_disk, crashed.term_buffer_length, SEGMENT)
+    torn_base = on_disk - on_disk % SEGMENT
     if tail != "none":
-        if on_disk - last_base == SEGMENT:  # the last segment is full: the torn write went to the next one
-            last_base, last_path = on_disk, archive_dir / segment_file_name(0, on_disk)
         if tail == "half frame":
-            torn = torn_header(crashed, on_disk, 32 + 1000) + bytes(range(200))
+            # Written back by page: the header's page landed, the frame's next page did not (still zeros).
+            length = 4096 - on_disk % 4096 + 1000
+            torn = torn_header(crashed, on_disk, length) + bytes(range(1, 201))
         elif tail == "torn header":
             torn = torn_header(crashed, on_disk, 96)[:20]
         else:
             torn = random.Random(5).randbytes(300)
-        with last_path.open("ab") as f:
+        ensure_segment(torn_path, SEGMENT)
+        with torn_path.open("r+b") as f:
+            f.seek(on_disk - torn_base)
             f.write(torn)
 
     # The dead archive's embedded driver left a fresh heartbeat behind; its free lock lets the new one take over.
@@ -126,15 +149,13 @@ def test_recovery_after_sigkill_mid_segment(
     assert stop == expected_stop
     assert recovered.recorded_position == stop
     assert stop >= seen
-    # the torn tail is gone, and no later segment is left
-    assert all(base <= stop for base, _ in segment_files(archive_dir, 0))
-    if stop > last_base:
-        assert last_path.stat().st_size == stop - last_base
-    else:
-        # The kill came as a segment filled up: the last file (the torn tail's, or one the recorder had just
-        # opened) holds no whole frame. Recovery cuts it to nothing, or removes it when the catalog's position
-        # was still in the previous segment; either way nothing past the stop is left.
-        assert not last_path.exists() or last_path.stat().st_size == 0
+    # the torn tail is gone, no later segment is left, and the segment the stop falls in is whole, zero past it
+    # (when the stop ends a segment, that is the next one, empty, as after a write that filled one)
+    last_index = segment_index(0, stop, crashed.term_buffer_length, SEGMENT)
+    assert [index for index, _ in segment_files(archive_dir, 0)] == list(range(last_index + 1))
+    last = segment_path(archive_dir, 0, 0, stop, crashed.term_buffer_length, SEGMENT).read_bytes()
+    assert len(last) == SEGMENT
+    assert last[stop % SEGMENT :] == bytes(SEGMENT - stop % SEGMENT)
     # everything up to the stop is whole frames of what we published, in order
     recorded = recording_bytes(archive_dir, recovered)
     frames = parse_frames(recorded, 0)
@@ -169,7 +190,9 @@ sys.exit(main(sys.argv[1:]))
 def test_full_disk_stops_the_recording_and_keeps_what_was_written(
     driver_process: DriverProcess, archive_dir: Path, tmp_path: Path, archive_processes: list[ArchiveProcess]
 ) -> None:
-    limit = 1600 * 1024 + 500  # room for the catalog (1 MiB + 1 KiB), not for a 4 MiB segment; mid-term and unaligned
+    # Room for a catalog of 1024 entries (1 MiB + 1 KiB), not for a 4 MiB segment; mid-term and unaligned. The
+    # segment cannot be made whole under that limit, so it is recorded short until a write meets the limit.
+    limit = 1600 * 1024 + 500
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] in (resource.RLIM_INFINITY, -1) or (
         resource.getrlimit(resource.RLIMIT_FSIZE)[0] > limit
     )
@@ -178,7 +201,7 @@ def test_full_disk_stops_the_recording_and_keeps_what_was_written(
         driver_process.aeron_dir,
         tmp_path / "archive.log",
         with_driver=False,
-        args=["--segment-file-length", "4m"],
+        args=["--segment-file-length", "4m", "--max-catalog-entries", "1024"],
         prefix=[sys.executable, "-c", FSIZE_WRAPPER, str(limit)],
     )
     archive_processes.append(archive)
