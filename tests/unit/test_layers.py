@@ -36,7 +36,7 @@ DRIVER_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"driver.client", "driver.core"}),  # they meet only in shared memory (cnc.dat and the logs)
     frozenset({"driver.config", "driver.agent", "driver.ownership", "driver.doorbell"}),
     frozenset({"driver.media"}),
-    frozenset({"driver.cnc", "driver.command", "driver.wire"}),
+    frozenset({"driver.cnc", "driver.command", "driver.wire", "driver.sbe"}),
     frozenset({"driver.logbuffer"}),
     frozenset({"driver.concurrent"}),
     frozenset({"driver.clock", "driver.idle", "driver.logs", "driver.uri"}),
@@ -52,6 +52,7 @@ SANS_IO = (
     "driver.concurrent",
     "driver.command",
     "driver.int32",
+    "driver.sbe",
     "endpoint.handshake.protocol",
     "endpoint.handshake.noise",
     "endpoint.connection.liveness",
