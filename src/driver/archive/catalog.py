@@ -36,7 +36,10 @@ else -- a live recording of Aeron's archive -- the ``rec-pos`` counter found
 through the driver directory that the mark file names; else the start position.
 
 The archive process is the only writer. A new entry becomes visible when its
-length is stored, last, with release ordering.
+length is stored, last, with release ordering. The entries are written and read
+with the SBE codecs of Aeron's schema (:mod:`driver.archive.codecs`); the
+fields other processes poll (stop and recorded positions, length, valid) are
+also reached directly at the offsets the schema gives, for their ordering.
 """
 
 from __future__ import annotations
@@ -48,9 +51,11 @@ from pathlib import Path
 
 import attrs
 
+from driver.archive.codecs import LEGACY
 from driver.archive.errors import CatalogError, CatalogLayoutError, RecordingNotFoundError
 from driver.archive.positions import RecordingPositions
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.sbe import MessageCodec, SbeDecodeError, SbeEncodeError
 
 __all__ = [
     "CATALOG_FILE",
@@ -64,12 +69,22 @@ __all__ = [
     "RecordingDescriptor",
 ]
 
+_CATALOG_HEADER = LEGACY["CatalogHeader"]
+_DESCRIPTOR_HEADER = LEGACY["RecordingDescriptorHeader"]
+_DESCRIPTOR = LEGACY["RecordingDescriptor"]
+
+
+def _offsets(codec: MessageCodec) -> dict[str, int]:
+    return {f.name: f.offset for f in codec.message.fields}
+
+
 CATALOG_FILE = "archive.catalog"
-CATALOG_VERSION = 0
+CATALOG_VERSION = LEGACY.version
+"""The archive schema's version in 1.15.1 (0): Aeron's catalog stores it in its header and refuses any other."""
 RECORD_LENGTH = 1024
 DEFAULT_MAX_ENTRIES = 8 * 1024
-DESCRIPTOR_HEADER_LENGTH = 32
-DESCRIPTOR_BLOCK_LENGTH = 80
+DESCRIPTOR_HEADER_LENGTH = _DESCRIPTOR_HEADER.block_length
+DESCRIPTOR_BLOCK_LENGTH = _DESCRIPTOR.block_length
 MAX_STRINGS_LENGTH = RECORD_LENGTH - (DESCRIPTOR_HEADER_LENGTH + DESCRIPTOR_BLOCK_LENGTH + 12)
 """What the three strings may take together in a 1 KiB entry (Aeron's limit: 900 bytes)."""
 VALID = 1
@@ -79,28 +94,24 @@ NULL_TIMESTAMP = -1
 OLD_LAYOUT_MAGIC = 0x43415045
 """``EPAC``: the first word of our catalogs before they took Aeron's layout."""
 
-# RecordingDescriptorHeader
-_LENGTH = 0
-_VALID = 4
+# CatalogHeader, at the file's start
+_VERSION = _offsets(_CATALOG_HEADER)["version"]
+_ENTRY_LENGTH = _offsets(_CATALOG_HEADER)["entryLength"]
+# RecordingDescriptorHeader, at the entry's start; ours use reserved bytes between its valid and reserved fields
+_LENGTH = _offsets(_DESCRIPTOR_HEADER)["length"]
+_VALID = _offsets(_DESCRIPTOR_HEADER)["valid"]
 _RECORDED = 16
 _RECORDED_MARK = 24
 RECORDED_POSITION_MARK = 0x50525045  # "EPRP"
-# RecordingDescriptor, from the entry's start
+# RecordingDescriptor fields polled or changed in place, from the entry's start
 _D = DESCRIPTOR_HEADER_LENGTH
-_CONTROL_SESSION_ID = _D + 0
-_CORRELATION_ID = _D + 8
-_ID = _D + 16
-_START_TS = _D + 24
-_STOP_TS = _D + 32
-_START_POS = _D + 40
-_STOP_POS = _D + 48
-_INITIAL_TERM_ID = _D + 56
-_SEGMENT_LENGTH = _D + 60
-_TERM_LENGTH = _D + 64
-_MTU = _D + 68
-_SESSION_ID = _D + 72
-_STREAM_ID = _D + 76
-_STRINGS = _D + DESCRIPTOR_BLOCK_LENGTH
+_CONTROL_SESSION_ID = _D + _offsets(_DESCRIPTOR)["controlSessionId"]
+_CORRELATION_ID = _D + _offsets(_DESCRIPTOR)["correlationId"]
+_START_POS = _D + _offsets(_DESCRIPTOR)["startPosition"]
+_STOP_TS = _D + _offsets(_DESCRIPTOR)["stopTimestamp"]
+_STOP_POS = _D + _offsets(_DESCRIPTOR)["stopPosition"]
+if not _VALID < _RECORDED < _RECORDED_MARK + 4 <= _offsets(_DESCRIPTOR_HEADER)["reserved"]:
+    raise ImportError("the descriptor header's reserved bytes are not where this catalog keeps its recorded position")
 
 
 @attrs.frozen
@@ -179,6 +190,8 @@ class Catalog:
         self._fd = -1
         self._entry_length = RECORD_LENGTH
         self._next_id = 0
+        self._decoder = _DESCRIPTOR.decoder()
+        self._encoder = _DESCRIPTOR.encoder()
         if max_entries < 1:
             raise CatalogError(f"max entries {max_entries}: must be at least 1")
         if writable:
@@ -196,8 +209,8 @@ class Catalog:
             if size == 0 and writable:
                 os.ftruncate(self._fd, wanted)
                 self._remap()
-                self._buf.put_int(4, RECORD_LENGTH)
-                self._buf.put_int_ordered(0, CATALOG_VERSION)
+                self._buf.put_int(_ENTRY_LENGTH, RECORD_LENGTH)
+                self._buf.put_int_ordered(_VERSION, CATALOG_VERSION)
                 self._flush()
             else:
                 if size < 8:
@@ -234,7 +247,7 @@ class Catalog:
 
     def _check_header(self) -> None:
         buffer = self._buf
-        version = buffer.get_int_volatile(0)
+        version = buffer.get_int_volatile(_VERSION)
         if version == OLD_LAYOUT_MAGIC:
             raise CatalogLayoutError(
                 f"{self.path} is in the archive's old layout (before it took Aeron's); "
@@ -244,7 +257,7 @@ class Catalog:
             raise CatalogError(
                 f"{self.path}: catalog version {version}; this archive reads Aeron 1.15.1's version {CATALOG_VERSION}"
             )
-        entry_length = buffer.get_int(4)
+        entry_length = buffer.get_int(_ENTRY_LENGTH)
         if entry_length < DESCRIPTOR_HEADER_LENGTH + DESCRIPTOR_BLOCK_LENGTH + 12 or entry_length % 8:
             raise CatalogError(f"{self.path}: entry length {entry_length} cannot hold a recording descriptor")
         if buffer.capacity < 2 * entry_length:
@@ -332,43 +345,54 @@ class Catalog:
         for recording_id in range(self.next_recording_id):
             yield self.entry(recording_id)
 
-    def _strings(self, offset: int) -> list[str]:
-        b = self._buf
-        end = offset + self._entry_length
-        strings: list[str] = []
-        at = offset + _STRINGS
-        for _ in range(3):
-            length = b.get_int(at) if at + 4 <= end else -1
-            if length < 0 or at + 4 + length > end:
-                raise CatalogError(f"{self.path}: the entry at {offset} has a torn descriptor (a string overruns it)")
-            strings.append(_decode(b.get_bytes(at + 4, length)))
-            at += 4 + length
-        return strings
-
     def _read(self, offset: int) -> RecordingDescriptor:
         b = self._buf
-        stripped, original, source = self._strings(offset)
-        recording_id = b.get_long(offset + _ID)
-        start = b.get_long(offset + _START_POS)
-        stop = b.get_long_volatile(offset + _STOP_POS)
+        stop = b.get_long_volatile(offset + _STOP_POS)  # first: the fields read after it are at least as new
+        view = b.view(offset, self._entry_length)
+        try:
+            dec = self._decoder.wrap(view, DESCRIPTOR_HEADER_LENGTH, DESCRIPTOR_BLOCK_LENGTH, CATALOG_VERSION)
+            (
+                control_session_id,
+                correlation_id,
+                recording_id,
+                start_timestamp,
+                stop_timestamp,
+                start,
+                _,
+                initial_term_id,
+                segment_file_length,
+                term_buffer_length,
+                mtu_length,
+                session_id,
+                stream_id,
+            ) = dec.read_fields()
+            stripped = _decode(dec.stripped_channel_bytes())
+            original = _decode(dec.original_channel_bytes())
+            source = _decode(dec.source_identity_bytes())
+        except SbeDecodeError:
+            raise CatalogError(
+                f"{self.path}: the entry at {offset} has a torn descriptor (a string overruns it)"
+            ) from None
+        finally:
+            view.release()
         return RecordingDescriptor(
             recording_id=recording_id,
-            start_timestamp=b.get_long(offset + _START_TS),
-            stop_timestamp=b.get_long(offset + _STOP_TS),
+            start_timestamp=start_timestamp,
+            stop_timestamp=stop_timestamp,
             start_position=start,
             stop_position=stop,
             recorded_position=stop if stop != NULL_POSITION else self._recorded(offset, recording_id, start),
-            initial_term_id=b.get_int(offset + _INITIAL_TERM_ID),
-            segment_file_length=b.get_int(offset + _SEGMENT_LENGTH),
-            term_buffer_length=b.get_int(offset + _TERM_LENGTH),
-            mtu_length=b.get_int(offset + _MTU),
-            session_id=b.get_int(offset + _SESSION_ID),
-            stream_id=b.get_int(offset + _STREAM_ID),
+            initial_term_id=initial_term_id,
+            segment_file_length=segment_file_length,
+            term_buffer_length=term_buffer_length,
+            mtu_length=mtu_length,
+            session_id=session_id,
+            stream_id=stream_id,
             stripped_channel=stripped,
             original_channel=original,
             source_identity=source,
-            control_session_id=b.get_long(offset + _CONTROL_SESSION_ID),
-            correlation_id=b.get_long(offset + _CORRELATION_ID),
+            control_session_id=control_session_id,
+            correlation_id=correlation_id,
         )
 
     def _recorded(self, offset: int, recording_id: int, start: int) -> int:
@@ -460,28 +484,36 @@ class Catalog:
             offset = self._offset(recording_id)
         b = self._buf
         b.set_memory(offset, self._entry_length, 0)
-        b.put_long(offset + _CONTROL_SESSION_ID, control_session_id)
-        b.put_long(offset + _CORRELATION_ID, correlation_id)
-        b.put_long(offset + _ID, recording_id)
-        b.put_long(offset + _START_TS, start_timestamp)
-        b.put_long(offset + _STOP_TS, NULL_TIMESTAMP)
-        b.put_long(offset + _START_POS, start_position)
-        b.put_long(offset + _STOP_POS, NULL_POSITION)
-        b.put_int(offset + _INITIAL_TERM_ID, initial_term_id)
-        b.put_int(offset + _SEGMENT_LENGTH, segment_file_length)
-        b.put_int(offset + _TERM_LENGTH, term_buffer_length)
-        b.put_int(offset + _MTU, mtu_length)
-        b.put_int(offset + _SESSION_ID, session_id)
-        b.put_int(offset + _STREAM_ID, stream_id)
-        at = offset + _STRINGS
-        for e in encoded:
-            b.put_int(at, len(e))
-            b.put_bytes(at + 4, e)
-            at += 4 + len(e)
+        view = b.view(offset, self._entry_length)
+        try:
+            enc = self._encoder.wrap(view, DESCRIPTOR_HEADER_LENGTH)
+            enc.write_fields(
+                control_session_id,
+                correlation_id,
+                recording_id,
+                start_timestamp,
+                NULL_TIMESTAMP,
+                start_position,
+                NULL_POSITION,
+                initial_term_id,
+                segment_file_length,
+                term_buffer_length,
+                mtu_length,
+                session_id,
+                stream_id,
+            )
+            enc.put_stripped_channel(encoded[0])
+            enc.put_original_channel(encoded[1])
+            enc.put_source_identity(encoded[2])
+            length = enc.encoded_length
+        except SbeEncodeError as exc:
+            raise CatalogError(f"{self.path}: cannot encode recording {recording_id}: {exc}") from None
+        finally:
+            view.release()
         b.put_long(offset + _RECORDED, start_position)
         b.put_int(offset + _RECORDED_MARK, RECORDED_POSITION_MARK)
         b.put_byte(offset + _VALID, VALID)
-        b.put_int_ordered(offset + _LENGTH, at - offset - DESCRIPTOR_HEADER_LENGTH)
+        b.put_int_ordered(offset + _LENGTH, length)
         self._next_id = recording_id + 1
         self._flush()
         return recording_id

@@ -29,30 +29,26 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
-import struct
 import time
 from pathlib import Path
 
 import attrs
 
+from driver.archive.codecs import LEGACY_MARK
 from driver.archive.errors import ArchiveInUseError, MarkFileError
 from driver.concurrent.atomic_buffer import AtomicBuffer, align
+from driver.sbe import SbeDecodeError
 
 __all__ = ["MARK_FILE", "MARK_FILE_VERSION", "MarkFile", "MarkFileHeader", "read_mark_file"]
 
+_HEADER = LEGACY_MARK["MarkFileHeader"]
+
 MARK_FILE = "archive-mark.dat"
-MARK_FILE_VERSION = 0
-"""Schema 100's version in 1.15.1; its own tools refuse any other."""
+MARK_FILE_VERSION = LEGACY_MARK.version
+"""Schema 100's version in 1.15.1 (0); its own tools refuse any other."""
 ALIGNMENT = 1024
-BLOCK_LENGTH = 128
-_VERSION = 0
-_ACTIVITY = 8
-_START = 16
-_PID = 24
-_FIXED = struct.Struct("<i4xqqqiii")
-_LENGTH = struct.Struct("<I")
-_MAX_STRING = 1 << 20
-"""Bound on one string read back (the schema allows 1 GiB; no sane channel or path is longer than this)."""
+BLOCK_LENGTH = _HEADER.block_length
+_ACTIVITY = next(f.offset for f in _HEADER.message.fields if f.name == "activityTimestamp")
 
 
 @attrs.frozen
@@ -77,21 +73,26 @@ class MarkFileHeader:
 
 def decode_mark_file_header(data: bytes | bytearray | memoryview, where: str = "mark file") -> MarkFileHeader:
     """Decode the header from the file's bytes; :class:`MarkFileError` if they cannot hold one."""
-    view = memoryview(data)
-    if len(view) < BLOCK_LENGTH:
-        raise MarkFileError(f"{where}: {len(view)} bytes, too short for a mark file ({BLOCK_LENGTH} at least)")
-    fixed = _FIXED.unpack_from(view, 0)
-    strings: list[str] = []
-    at = BLOCK_LENGTH
-    for name in ("control channel", "local control channel", "events channel", "aeron directory"):
-        if at + 4 > len(view):
-            raise MarkFileError(f"{where}: ends before its {name}")
-        (length,) = _LENGTH.unpack_from(view, at)
-        if length > _MAX_STRING or at + 4 + length > len(view):
-            raise MarkFileError(f"{where}: its {name} of {length} bytes runs past the file")
-        strings.append(bytes(view[at + 4 : at + 4 + length]).decode("ascii", "replace"))
-        at += 4 + length
-    return MarkFileHeader(*fixed, *strings)
+    if len(data) < BLOCK_LENGTH:
+        raise MarkFileError(f"{where}: {len(data)} bytes, too short for a mark file ({BLOCK_LENGTH} at least)")
+    try:
+        dec = _HEADER.decoder().wrap(data, 0, BLOCK_LENGTH, MARK_FILE_VERSION)
+        version, activity, start, pid, control, local, events = dec.read_fields()
+        return MarkFileHeader(
+            version,
+            activity,
+            start,
+            pid,
+            control,
+            local,
+            events,
+            dec.control_channel(),
+            dec.local_control_channel(),
+            dec.events_channel(),
+            dec.aeron_directory(),
+        )
+    except SbeDecodeError as exc:
+        raise MarkFileError(f"{where}: not a whole mark file header ({exc})") from None
 
 
 def read_mark_file(archive_dir: str | os.PathLike[str]) -> MarkFileHeader:
@@ -149,9 +150,8 @@ class MarkFile:
             length = align(BLOCK_LENGTH + sum(4 + len(s) for s in strings), ALIGNMENT)
             image = bytearray(length)
             now_ms = int(time.time() * 1000)
-            _FIXED.pack_into(
-                image,
-                0,
+            enc = _HEADER.encoder().wrap(image, 0)
+            enc.write_fields(
                 MARK_FILE_VERSION,
                 now_ms,
                 now_ms,
@@ -160,11 +160,10 @@ class MarkFile:
                 local_control_stream_id,
                 events_stream_id,
             )
-            at = BLOCK_LENGTH
-            for s in strings:
-                _LENGTH.pack_into(image, at, len(s))
-                image[at + 4 : at + 4 + len(s)] = s
-                at += 4 + len(s)
+            enc.put_control_channel(strings[0])
+            enc.put_local_control_channel(strings[1])
+            enc.put_events_channel(strings[2])
+            enc.put_aeron_directory(strings[3])
             os.ftruncate(self._fd, 0)  # a longer file from an earlier archive keeps no stale tail
             os.pwrite(self._fd, bytes(image), 0)
             self._map = mmap.mmap(self._fd, length)
