@@ -16,6 +16,7 @@ from driver.archive.mark import MarkFile
 from driver.archive.operations import ArchiveOperations
 from driver.archive.recorder import SyncLevel
 from driver.client.aeron import Aeron
+from driver.concurrent.system_counters import SystemCounterId
 from driver.config import DriverContext
 from driver.core.media_driver import MediaDriver
 from driver.idle import idle_strategy_from_name
@@ -142,6 +143,23 @@ def _fields(context: ArchiveContext) -> dict[str, object]:
     return attrs.asdict(context, recurse=False)
 
 
+def _into_driver_error_log(
+    driver: MediaDriver, handler: Callable[[BaseException], None]
+) -> Callable[[BaseException], None]:
+    """The archive's errors counted and kept in the driver's distinct error log (cnc.dat), as Aeron 1.15.1's
+    archiving driver keeps them, so ``python -m driver.archive errors <dir>`` and ErrorStat show them; then
+    ``handler``."""
+    conductor = driver.conductor
+    counter = conductor.system_counters.get(SystemCounterId.ERRORS)
+
+    def record(error: BaseException) -> None:
+        counter.increment()
+        conductor.error_log.record(error)
+        handler(error)
+
+    return record
+
+
 class ArchivingMediaDriver:
     """A media driver and an archive in one process, the archive using that driver."""
 
@@ -156,7 +174,11 @@ class ArchivingMediaDriver:
         driver = MediaDriver.launch(driver_context)
         try:
             base = archive_context or ArchiveContext.from_env()
-            archive = Archive.launch(base, aeron_dir=driver.context.aeron_dir)
+            archive = Archive.launch(
+                base,
+                aeron_dir=driver.context.aeron_dir,
+                error_handler=_into_driver_error_log(driver, base.error_handler),
+            )
         except BaseException:
             driver.close()
             raise

@@ -100,6 +100,7 @@ _ENTRY_LENGTH = _offsets(_CATALOG_HEADER)["entryLength"]
 # RecordingDescriptorHeader, at the entry's start; ours use reserved bytes between its valid and reserved fields
 _LENGTH = _offsets(_DESCRIPTOR_HEADER)["length"]
 _VALID = _offsets(_DESCRIPTOR_HEADER)["valid"]
+_RESERVED = _offsets(_DESCRIPTOR_HEADER)["reserved"]
 _RECORDED = 16
 _RECORDED_MARK = 24
 RECORDED_POSITION_MARK = 0x50525045  # "EPRP"
@@ -110,7 +111,7 @@ _CORRELATION_ID = _D + _offsets(_DESCRIPTOR)["correlationId"]
 _START_POS = _D + _offsets(_DESCRIPTOR)["startPosition"]
 _STOP_TS = _D + _offsets(_DESCRIPTOR)["stopTimestamp"]
 _STOP_POS = _D + _offsets(_DESCRIPTOR)["stopPosition"]
-if not _VALID < _RECORDED < _RECORDED_MARK + 4 <= _offsets(_DESCRIPTOR_HEADER)["reserved"]:
+if not _VALID < _RECORDED < _RECORDED_MARK + 4 <= _RESERVED:
     raise ImportError("the descriptor header's reserved bytes are not where this catalog keeps its recorded position")
 
 
@@ -158,6 +159,8 @@ class CatalogEntry:
     descriptor: RecordingDescriptor
     keeps_recorded_position: bool
     """Written by our archive, which keeps the recorded position in the header (Aeron's does not)."""
+    reserved: int = 0
+    """The header's last byte (the schema's ``reserved`` field)."""
 
 
 def _decode(raw: bytes) -> str:
@@ -338,6 +341,7 @@ class Catalog:
             b.get_byte(offset + _VALID) == VALID,
             self._read(offset),
             b.get_int(offset + _RECORDED_MARK) == RECORDED_POSITION_MARK,
+            b.get_byte(offset + _RESERVED),
         )
 
     def entries(self) -> Iterator[CatalogEntry]:
@@ -557,13 +561,26 @@ class Catalog:
 
     def set_valid(self, recording_id: int, valid: bool) -> None:
         """A verify's verdict on an entry, whatever it was before."""
+        offset = self._any_writable_entry(recording_id)
+        self._buf.put_byte(offset + _VALID, VALID if valid else INVALID)
+        self._flush()
+
+    def set_stop(self, recording_id: int, position: int, timestamp: int) -> None:
+        """A verify's recovered stop position for an entry, valid or not."""
+        offset = self._any_writable_entry(recording_id)
+        b = self._buf
+        b.put_long_ordered(offset + _RECORDED, position)
+        b.put_long(offset + _STOP_TS, timestamp)
+        b.put_long_volatile(offset + _STOP_POS, position)
+        self._flush()
+
+    def _any_writable_entry(self, recording_id: int) -> int:
         if not self._writable:
             raise CatalogError(f"{self.path} is open read-only")
         offset = self._offset(recording_id) if recording_id >= 0 else -1
         if offset < 0 or self._buf.get_int_volatile(offset + _LENGTH) <= 0:
             raise RecordingNotFoundError(f"no catalog entry {recording_id}")
-        self._buf.put_byte(offset + _VALID, VALID if valid else INVALID)
-        self._flush()
+        return offset
 
     def _flush(self) -> None:
         if self._sync and self._map is not None:

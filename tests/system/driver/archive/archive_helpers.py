@@ -387,3 +387,19 @@ class ArchiveProcess(LoggedProcess):
 
     def _ready(self) -> bool:
         return "archive ready" in self.output()
+
+
+def record_stopped(harness: ArchiveHarness, channel: str, stream_id: int, messages: list[bytes]) -> int:
+    """Record ``messages`` on a fresh exclusive publication of ``channel``/``stream_id``, stop; the recording id."""
+    harness.archive.start_recording(channel, stream_id)
+    publication = harness.client.add_exclusive_publication(channel, stream_id)
+    d = execute_until(
+        lambda: next((d for d in harness.archive.recordings() if d.session_id == publication.session_id), None),
+        description=f"recording of stream {stream_id}",
+    )
+    end = offer_all(publication, messages)
+    harness.wait_recorded(d.recording_id, end)
+    harness.archive.stop_recording(channel, stream_id)
+    publication.close()
+    harness.wait_stopped(d.recording_id)
+    return d.recording_id

@@ -8,6 +8,10 @@ counter, and once stopped), its bytes are whole frames of the messages sent, and
 
 from __future__ import annotations
 
+import io
+import shutil
+import struct
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,14 +22,16 @@ from archive_helpers import (
     ArchiveProcess,
     assemble,
     message,
-    offer_all,
     parse_frames,
+    record_stopped,
     recording_bytes,
 )
 
 from driver.archive import ArchiveContext, Catalog, RecordingDescriptor
+from driver.archive.catalog_tool import run
 from driver.archive.client import ArchiveClient
 from driver.archive.mark import read_mark_file
+from driver.archive.segments import segment_files
 from driver.client import Aeron
 from support.aeron_java import AeronJava
 from support.java_archive import (
@@ -79,18 +85,7 @@ def as_java_fields(d: RecordingDescriptor) -> dict[str, str]:
 
 
 def record(harness: ArchiveHarness, stream_id: int, messages: list[bytes]) -> int:
-    harness.archive.start_recording(CHANNEL, stream_id)
-    publication = harness.client.add_exclusive_publication(CHANNEL, stream_id)
-    d = execute_until(
-        lambda: next((d for d in harness.archive.recordings() if d.session_id == publication.session_id), None),
-        description=f"recording of stream {stream_id}",
-    )
-    end = offer_all(publication, messages)
-    harness.wait_recorded(d.recording_id, end)
-    harness.archive.stop_recording(CHANNEL, stream_id)
-    publication.close()
-    harness.wait_stopped(d.recording_id)
-    return d.recording_id
+    return record_stopped(harness, CHANNEL, stream_id, messages)
 
 
 def test_catalog_tool_describes_and_verifies_what_our_archive_wrote(
@@ -239,3 +234,81 @@ def test_we_read_follow_and_replay_what_javas_archive_recorded(
     assert ours.archive.recovered == []
     assert ours.archive.recording(recording_id) == d
     assert ours.replay_messages(recording_id, len(sent)) == sent
+
+
+def ours(*argv: str) -> subprocess.CompletedProcess[str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run(list(argv), out, err)
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
+
+
+def test_our_verbs_report_what_catalog_tool_reports(
+    aeron_java: AeronJava, make_archive: Callable[..., ArchiveHarness], archive_dir: Path, tmp_path: Path
+) -> None:
+    harness = make_archive()
+    for stream_id, count, length in ((1, 300, 40), (2, 400, 900), (3, 5, 100), (4, 200, 3000), (5, 50, 40)):
+        record(harness, stream_id, [message(i, length) for i in range(count)])
+    harness.close()
+    with Catalog(archive_dir) as catalog:
+        d2, d4 = catalog.descriptor(2), catalog.descriptor(4)
+        catalog.extend(3)  # left active: both tools recover its stop position from the segments
+    segment_files(archive_dir, 1)[-1][1].unlink()  # missing last segment
+    (_, last2), *_ = segment_files(archive_dir, 2)
+    with last2.open("r+b") as f:  # a frame of another session in the last segment
+        f.seek(0)
+        f.write(struct.pack("<iBBHiiii", 132, 0, 0xC0, 1, 0, d2.session_id + 7, d2.stream_id, d2.initial_term_id))
+    index4, last4 = segment_files(archive_dir, 4)[-1]
+    with last4.open("r+b") as f:  # bytes after the stop
+        f.seek(d4.stop_position - index4 * TERM)
+        f.write(struct.pack("<iBBHiiii", 64, 0, 0xC0, 1, 0, d4.session_id, d4.stream_id, 0))
+    java_copy, our_copy = tmp_path / "java", tmp_path / "ours"
+    shutil.copytree(archive_dir, java_copy)
+    shutil.copytree(archive_dir, our_copy)
+
+    for recording_id in range(6):  # 5 has no entry: both print nothing
+        java = catalog_tool(aeron_java, java_copy, "describe", str(recording_id))
+        assert ours("describe", str(our_copy), str(recording_id)).stdout == java.stdout
+    for verb in ("count-entries", "max-entries"):
+        assert ours(verb, str(our_copy)).stdout == catalog_tool(aeron_java, java_copy, verb).stdout
+
+    java = catalog_tool(aeron_java, java_copy, "verify")
+    mine = ours("verify", str(our_copy))
+    assert mine.stdout == java.stdout
+    assert mine.stdout.splitlines() == [f"(recordingId={i}) OK" for i in (0, 3)]
+    java_errors = [line for line in java.stderr.splitlines() if line.startswith("(recordingId=")]
+    assert [line.replace(str(java_copy), "") for line in java_errors] == [
+        line.replace(str(our_copy), "") for line in mine.stderr.splitlines()
+    ]
+    assert [line.split(" ERR: ")[1].split(":")[0].split("=")[0] for line in java_errors] == [
+        "missing last recording file",
+        "fragment sessionId",
+        "end segment offset",
+    ]
+    # the same verdicts written, and the same stop position recovered for the active one
+    with Catalog(java_copy, writable=False) as theirs, Catalog(our_copy, writable=False) as mine_catalog:
+        assert [e.valid for e in theirs.entries()] == [e.valid for e in mine_catalog.entries()]
+        assert [e.valid for e in mine_catalog.entries()] == [True, False, False, True, False]
+        assert theirs.entry(3).descriptor.stop_position == mine_catalog.entry(3).descriptor.stop_position > 0
+
+
+def test_our_verbs_read_javas_archive_as_catalog_tool_does(
+    aeron_java: AeronJava, java_archive: JavaArchive, tmp_path: Path
+) -> None:
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    recording_id, _ = record_with_java_publisher(aeron_java, java_archive, channel=channel, stream_id=1001, messages=2)
+    described_live = ours("describe", str(java_archive.archive_dir))
+    assert f"|pid={java_archive.pid}|" in described_live.stdout.splitlines()[1]
+    assert java_archive.stop() == 0
+    java = catalog_tool(aeron_java, java_archive.archive_dir, "describe", str(recording_id))
+    assert ours("describe", str(java_archive.archive_dir), str(recording_id)).stdout == java.stdout
+    assert ours("describe", str(java_archive.archive_dir)).stdout.splitlines()[3] == java.stdout.strip()
+    assert ours("verify", str(java_archive.archive_dir)).stdout == "(recordingId=0) OK\n"
+    assert catalog_tool(aeron_java, java_archive.archive_dir, "verify").stdout == "(recordingId=0) OK\n"
+    dumped = ours("dump", str(java_archive.archive_dir)).stdout
+    assert dumped.count("\nFrame at position [") == 2
+    assert "|Hello World! 1|" in dumped
+    # Java's archive keeps its errors in its driver's cnc.dat, which ErrorStat reads as we do.
+    errors = ours("errors", str(java_archive.archive_dir))
+    assert errors.returncode == 0
+    stat = aeron_java.run("io.aeron.samples.ErrorStat", props={"aeron.dir": str(java_archive.aeron_dir)})
+    assert errors.stdout.splitlines()[1:] == stat.stdout.splitlines()[-len(errors.stdout.splitlines()[1:]) :]
