@@ -19,7 +19,9 @@ from archive_helpers import (
     ArchiveHarness,
     assemble,
     message,
+    offer_all,
     parse_frames,
+    positioned_channel,
     record_stopped,
     recording_bytes,
 )
@@ -305,3 +307,27 @@ def test_an_archive_in_the_old_layout_is_refused_then_migrated_once(
         d = harness.archive.recording(rid)
         assert assemble(parse_frames(recording_bytes(archive_dir, d), d.start_position)) == messages
     assert harness.replay_messages(1, len(recorded[1])) == recorded[1]
+
+
+def test_verify_judges_a_recording_that_starts_mid_term(
+    make_archive: Callable[..., ArchiveHarness], archive_dir: Path
+) -> None:
+    """Segments count from the start position's term (Aeron 1.15.1's CatalogTool misjudges such a recording)."""
+    harness = make_archive()
+    harness.archive.start_recording(CHANNEL, 9)
+    publication = harness.client.add_exclusive_publication(positioned_channel(CHANNEL, 100, 3 * TERM + 6400, TERM), 9)
+    d = harness.wait_for_recordings(1)[0]
+    assert d.start_position == 3 * TERM + 6400
+    messages = [message(i, 500) for i in range(400)]  # on into the next segments
+    harness.wait_recorded(d.recording_id, offer_all(publication, messages))
+    harness.archive.stop_recording(CHANNEL, 9)
+    publication.close()
+    d = harness.wait_stopped(d.recording_id)
+    harness.close()
+    assert [i for i, _ in segment_files(archive_dir, d.recording_id)] == [0, 1, 2, 3]
+    assert verbs("verify", str(archive_dir)) == (0, f"(recordingId={d.recording_id}) OK\n", "")
+    with Catalog(archive_dir) as catalog:
+        catalog.extend(d.recording_id)
+    assert verbs("verify", str(archive_dir)) == (0, f"(recordingId={d.recording_id}) OK\n", "")
+    with Catalog(archive_dir, writable=False) as catalog:
+        assert catalog.descriptor(d.recording_id).stop_position == d.stop_position

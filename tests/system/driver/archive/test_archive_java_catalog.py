@@ -22,7 +22,9 @@ from archive_helpers import (
     ArchiveProcess,
     assemble,
     message,
+    offer_all,
     parse_frames,
+    positioned_channel,
     record_stopped,
     recording_bytes,
 )
@@ -312,3 +314,26 @@ def test_our_verbs_read_javas_archive_as_catalog_tool_does(
     assert errors.returncode == 0
     stat = aeron_java.run("io.aeron.samples.ErrorStat", props={"aeron.dir": str(java_archive.aeron_dir)})
     assert errors.stdout.splitlines()[1:] == stat.stdout.splitlines()[-len(errors.stdout.splitlines()[1:]) :]
+
+
+def test_a_recording_starting_mid_term_is_where_our_verify_and_catalog_tool_differ(
+    aeron_java: AeronJava, make_archive: Callable[..., ArchiveHarness], archive_dir: Path, tmp_path: Path
+) -> None:
+    """1.15.1's CatalogTool counts segments from the start position, not from its term, and looks in the wrong
+    place; ours finds the recording whole (docs/archive.md says so)."""
+    harness = make_archive()
+    harness.archive.start_recording(CHANNEL, 9)
+    publication = harness.client.add_exclusive_publication(positioned_channel(CHANNEL, 100, 3 * TERM + 6400, TERM), 9)
+    d = harness.wait_for_recordings(1)[0]
+    messages = [message(i, 500) for i in range(400)]
+    harness.wait_recorded(d.recording_id, offer_all(publication, messages))
+    harness.archive.stop_recording(CHANNEL, 9)
+    publication.close()
+    harness.wait_stopped(d.recording_id)
+    harness.close()
+    java_copy = tmp_path / "java"
+    shutil.copytree(archive_dir, java_copy)
+    assert ours("verify", str(archive_dir)).stdout == "(recordingId=0) OK\n"
+    java = catalog_tool(aeron_java, java_copy, "verify")
+    assert java.stdout == ""
+    assert "(recordingId=0) ERR: " in java.stderr
