@@ -186,7 +186,15 @@ def test_verify_of_a_running_archive_only_reports(
 
 def test_errors_prints_the_archives_errors_from_its_drivers_log(aeron_dir: Path, archive_dir: Path) -> None:
     driver_context = DriverContext.from_env({}, aeron_dir=aeron_dir, threading_mode="SHARED")
-    archive_context = ArchiveContext.from_env({}, archive_dir=archive_dir)
+    ipc = "aeron:ipc?term-length=64k"  # not Aeron's default UDP ports, which every archive would share
+    archive_context = ArchiveContext.from_env(
+        {
+            "AERON_ARCHIVE_CONTROL_CHANNEL": ipc,
+            "AERON_ARCHIVE_CONTROL_RESPONSE_CHANNEL": ipc,
+            "AERON_ARCHIVE_RECORDING_EVENTS_CHANNEL": ipc,
+        },
+        archive_dir=archive_dir,
+    )
     with ArchivingMediaDriver.launch(driver_context, archive_context) as both:
         code, out, _ = verbs("errors", str(archive_dir))
         assert (code, out.splitlines()[-1]) == (0, "0 distinct errors observed.")

@@ -52,6 +52,12 @@ __all__ = ["java_archive"]  # the fixture, imported for pytest
 
 CHANNEL = "aeron:ipc?term-length=64k"
 TERM = 64 * 1024
+IPC_ARCHIVE_ENV = {
+    "AERON_ARCHIVE_CONTROL_CHANNEL": CHANNEL,
+    "AERON_ARCHIVE_CONTROL_RESPONSE_CHANNEL": CHANNEL,
+    "AERON_ARCHIVE_RECORDING_EVENTS_CHANNEL": CHANNEL,
+}
+"""Control, responses and events on IPC, whatever the defaults (Aeron's are UDP ports shared by every archive)."""
 
 
 def described(peer: AeronJava, archive_dir: Path, recording_id: int) -> dict[str, str]:
@@ -136,9 +142,9 @@ def test_catalog_tool_verifies_our_archive_recovered_after_sigkill(
     aeron_java: AeronJava, aeron_dir: Path, archive_dir: Path, tmp_path: Path, archive_processes: list[ArchiveProcess]
 ) -> None:
     args = ["--segment-file-length", "64k"]
-    first = ArchiveProcess.start(archive_dir, aeron_dir, tmp_path / "archive-1.log", args=args)
+    first = ArchiveProcess.start(archive_dir, aeron_dir, tmp_path / "archive-1.log", args=args, env=IPC_ARCHIVE_ENV)
     archive_processes.append(first)
-    context = ArchiveContext.from_env({}, aeron_dir=aeron_dir, archive_dir=archive_dir)
+    context = ArchiveContext.from_env(IPC_ARCHIVE_ENV, aeron_dir=aeron_dir, archive_dir=archive_dir)
     aeron = Aeron.connect(aeron_dir=aeron_dir)
     try:
         control = ArchiveClient.connect(aeron, context, timeout=10)
@@ -160,7 +166,7 @@ def test_catalog_tool_verifies_our_archive_recovered_after_sigkill(
     finally:
         aeron.close()
 
-    second = ArchiveProcess.start(archive_dir, aeron_dir, tmp_path / "archive-2.log", args=args)
+    second = ArchiveProcess.start(archive_dir, aeron_dir, tmp_path / "archive-2.log", args=args, env=IPC_ARCHIVE_ENV)
     archive_processes.append(second)
     assert second.stop() == 0
     with Catalog(archive_dir, writable=False) as catalog:
