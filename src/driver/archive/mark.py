@@ -48,6 +48,7 @@ MARK_FILE_VERSION = LEGACY_MARK.version
 """Schema 100's version in 1.15.1 (0); its own tools refuse any other."""
 ALIGNMENT = 1024
 BLOCK_LENGTH = _HEADER.block_length
+_MAX_READ = 64 * 1024
 _ACTIVITY = next(f.offset for f in _HEADER.message.fields if f.name == "activityTimestamp")
 
 
@@ -99,7 +100,8 @@ def read_mark_file(archive_dir: str | os.PathLike[str]) -> MarkFileHeader:
     """The mark file of ``archive_dir`` (ours or Aeron's); :class:`MarkFileError` when absent or unreadable."""
     path = Path(archive_dir) / MARK_FILE
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(_MAX_READ)  # a mark file is about 1 KiB: a huge one is read no further
     except FileNotFoundError:
         raise MarkFileError(f"no mark file at {path}") from None
     except OSError as exc:

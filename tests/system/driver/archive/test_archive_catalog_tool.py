@@ -29,8 +29,10 @@ from archive_helpers import (
 from driver.archive import ArchiveContext, ArchivingMediaDriver, Catalog
 from driver.archive.catalog_tool import descriptor_text, dump, migrate, run, verify
 from driver.archive.errors import CatalogLayoutError, RecordingNotFoundError
+from driver.archive.positions import RecordingPositions
 from driver.archive.segments import segment_file_name, segment_files
 from driver.config import DriverContext
+from support.waiting import execute_until
 
 pytestmark = [pytest.mark.process]
 
@@ -339,3 +341,28 @@ def test_verify_judges_a_recording_that_starts_mid_term(
     assert verbs("verify", str(archive_dir)) == (0, f"(recordingId={d.recording_id}) OK\n", "")
     with Catalog(archive_dir, writable=False) as catalog:
         assert catalog.descriptor(d.recording_id).stop_position == d.stop_position
+
+
+def test_recording_positions_come_from_rec_pos_counters_of_the_driver_the_mark_file_names(
+    make_archive: Callable[..., ArchiveHarness], archive_dir: Path, tmp_path: Path
+) -> None:
+    """What a reader uses for Aeron's live recordings, checked on ours (whose rec-pos counters have Aeron's key)."""
+    harness = make_archive()
+    harness.archive.start_recording(CHANNEL, 5)
+    publication = harness.client.add_exclusive_publication(CHANNEL, 5)
+    d = harness.wait_for_recordings(1)[0]
+    end = offer_all(publication, [message(i, 100) for i in range(200)])
+    harness.wait_recorded(d.recording_id, end)
+    positions = RecordingPositions(archive_dir)
+    try:
+        assert positions(d.recording_id) == end
+        assert positions(d.recording_id + 1) is None
+        harness.archive.stop_recording(CHANNEL, 5)
+        harness.wait_stopped(d.recording_id)
+        execute_until(lambda: positions(d.recording_id) is None, description="the counter freed with the recording")
+    finally:
+        positions.close()
+        publication.close()
+    nowhere = RecordingPositions(tmp_path)  # no mark file: unknown, no error
+    assert nowhere(0) is None
+    nowhere.close()

@@ -127,9 +127,9 @@ def test_recovery_after_sigkill_mid_segment(
     torn_base = on_disk - on_disk % SEGMENT
     if tail != "none":
         if tail == "half frame":
-            # Written back by page: the header's page landed, the frame's next page did not (still zeros).
-            length = 4096 - on_disk % 4096 + 1000
-            torn = torn_header(crashed, on_disk, length) + bytes(range(1, 201))
+            # Written back by page: the header's page landed (what of the frame is in it), the next did not.
+            in_page = 4096 - on_disk % 4096
+            torn = torn_header(crashed, on_disk, in_page + 1000) + bytes(range(1, 201))[: in_page - 32]
         elif tail == "torn header":
             torn = torn_header(crashed, on_disk, 96)[:20]
         else:
