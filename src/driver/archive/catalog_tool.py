@@ -272,8 +272,10 @@ def _hex_dump(data: bytes, out: TextIO) -> None:
         out.write(f"{at:08x}  {row.hex(' '):<47}  |{text}|\n")
 
 
-def _frames(archive_dir: Path, d: RecordingDescriptor, start: int, end: int) -> Iterator[tuple[int, int, int, bytes]]:
-    """(position, frame type, flags, payload) of the frames in ``[start, end)``."""
+def _frames(
+    archive_dir: Path, d: RecordingDescriptor, start: int, end: int
+) -> Iterator[tuple[int, int, int, int, bytes]]:
+    """(position, frame type, flags, payload length, payload) of the frames in ``[start, end)``."""
     position = start
     fd = -1
     index = -1
@@ -294,8 +296,9 @@ def _frames(archive_dir: Path, d: RecordingDescriptor, start: int, end: int) -> 
             length, _, flags, frame_type, *_ = _FRAME.unpack_from(header)
             if length < HEADER_LENGTH:
                 return
+            # A PAD frame's body is never written (Aeron writes its header only): its length is all there is.
             body = b"" if frame_type == _PAD else os.pread(fd, length - HEADER_LENGTH, offset + HEADER_LENGTH)
-            yield position, frame_type, flags, body
+            yield position, frame_type, flags, length - HEADER_LENGTH, body
             position += align(length, FRAME_ALIGNMENT)
     finally:
         if fd >= 0:
@@ -322,12 +325,14 @@ def dump(archive_dir: Path, fragment_limit: int | None = None, out: TextIO = sys
                 continue
             count = 0
             try:
-                for position, frame_type, flags, body in _frames(archive_dir, d, d.start_position, d.end_position):
+                for position, frame_type, flags, length, body in _frames(
+                    archive_dir, d, d.start_position, d.end_position
+                ):
                     if fragment_limit is not None and count >= fragment_limit:
                         break
                     count += 1
                     out.write(f"\nFrame at position [{position}] data at offset [{HEADER_LENGTH}] ")
-                    out.write(f"with length = {len(body)}\n")
+                    out.write(f"with length = {length}\n")
                     if frame_type == _PAD:
                         out.write("PADDING FRAME\n")
                     elif frame_type == _DATA:

@@ -7,15 +7,18 @@ import resource
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from archive_helpers import (
+    ArchiveHarness,
     ArchiveProcess,
     Collector,
     assemble,
     message,
     parse_frames,
+    record_stopped,
     recording_bytes,
 )
 
@@ -120,7 +123,10 @@ def test_recovery_after_sigkill_mid_segment(
     assert crashed.is_active, "the catalog still shows the recording as active"
     on_disk = frames_end(archive_dir, crashed)
     assert seen <= crashed.recorded_position <= on_disk <= published
-    assert all(path.stat().st_size == SEGMENT for _, path in segment_files(archive_dir, 0)), "whole segments"
+    sizes = [path.stat().st_size for _, path in segment_files(archive_dir, 0)]
+    # Whole segments; the newest may be empty: created, not yet made whole, when the kill came.
+    assert set(sizes[:-1]) == {SEGMENT}
+    assert sizes[-1] in (0, SEGMENT)
     expected_stop = on_disk
     # The segment a torn write would land in (the next one when the last is full: it may exist already).
     torn_path = segment_path(archive_dir, 0, 0, on_disk, crashed.term_buffer_length, SEGMENT)
@@ -153,6 +159,7 @@ def test_recovery_after_sigkill_mid_segment(
     # (when the stop ends a segment, that is the next one, empty, as after a write that filled one)
     last_index = segment_index(0, stop, crashed.term_buffer_length, SEGMENT)
     assert [index for index, _ in segment_files(archive_dir, 0)] == list(range(last_index + 1))
+    assert {path.stat().st_size for _, path in segment_files(archive_dir, 0)} == {SEGMENT}
     last = segment_path(archive_dir, 0, 0, stop, crashed.term_buffer_length, SEGMENT).read_bytes()
     assert len(last) == SEGMENT
     assert last[stop % SEGMENT :] == bytes(SEGMENT - stop % SEGMENT)
@@ -247,3 +254,28 @@ def test_full_disk_stops_the_recording_and_keeps_what_was_written(
         recording_events.close()
     assert archive.stop() == 0
     assert "File too large" in archive.output()
+
+
+def test_recovery_makes_a_segment_the_crash_left_unsized_whole(
+    make_archive: Callable[..., ArchiveHarness], archive_dir: Path
+) -> None:
+    """A kill between creating a segment file and sizing it leaves it empty; recovery keeps every whole frame and
+    leaves whole segments (what Aeron's tools and readers need)."""
+    harness = make_archive()
+    messages = [message(i, 200) for i in range(700)]  # a few 64 KiB segments
+    rid = record_stopped(harness, CHANNEL, STREAM, messages)
+    stop = harness.archive.recording(rid).stop_position
+    harness.close()
+    last_index = segment_files(archive_dir, rid)[-1][0]
+    with Catalog(archive_dir) as catalog:
+        catalog.extend(rid)  # as the crash left it: active, the recorded position at the last segment's base
+        catalog.set_recorded_position(rid, last_index * SEGMENT)
+    next_path = archive_dir / segment_file_name(rid, last_index + 1)
+    next_path.write_bytes(b"")  # created, never sized
+    again = make_archive()
+    assert again.archive.recovered == [rid]
+    recovered = again.archive.recording(rid)
+    assert recovered.stop_position == stop
+    assert not next_path.exists() or next_path.stat().st_size == SEGMENT
+    assert {path.stat().st_size for _, path in segment_files(archive_dir, rid)} == {SEGMENT}
+    assert again.replay_messages(rid, len(messages)) == messages
