@@ -1,4 +1,6 @@
-"""``python -m driver.archive``: run an archive beside a driver, or an archiving driver (both in this process)."""
+"""``python -m driver.archive``: run an archive beside a driver, or an archiving driver (both in this process); or,
+with a verb, inspect an archive directory (``describe``, ``dump``, ``verify``, ``errors``, ... see
+:mod:`driver.archive.catalog_tool`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from driver.archive import catalog_tool
 from driver.archive.archive import Archive, ArchivingMediaDriver
 from driver.archive.context import ArchiveContext
 from driver.config import DriverContext
@@ -15,7 +18,11 @@ from driver.logs import log_warnings_to_stderr
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m driver.archive", description="Run an archive of recorded streams.")
+    p = argparse.ArgumentParser(
+        prog="python -m driver.archive",
+        description="Run an archive of recorded streams. To inspect an archive directory instead: "
+        f"python -m driver.archive {{{','.join(catalog_tool.VERBS)}}} <archive dir> [arg].",
+    )
     p.add_argument("--archive-dir", help="where recordings and the catalog live (aeron.archive.dir)")
     p.add_argument("-d", "--aeron-dir", help="the driver's directory (aeron.dir)")
     p.add_argument("--with-driver", action="store_true", help="also run a media driver in this process")
@@ -23,11 +30,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--file-sync-level", help="aeron.archive.file.sync.level: 0 none, 1 data, 2 data and metadata")
     p.add_argument("--control-channel", help="aeron.archive.control.channel")
     p.add_argument("--control-stream-id", help="aeron.archive.control.stream.id")
+    p.add_argument("--max-catalog-entries", help="aeron.archive.max.catalog.entries (the catalog's initial room)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and (words[0] in catalog_tool.VERBS or (len(words) > 1 and words[1] in catalog_tool.VERBS)):
+        return catalog_tool.run(words)
+    args = _parser().parse_args(words)
     log_warnings_to_stderr()
     overrides = {
         name: value
@@ -38,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("file_sync_level", args.file_sync_level),
             ("control_channel", args.control_channel),
             ("control_stream_id", args.control_stream_id),
+            ("max_catalog_entries", args.max_catalog_entries),
         )
         if value is not None
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,11 +16,36 @@ from driver.archive.mark import MarkFile
 from driver.archive.operations import ArchiveOperations
 from driver.archive.recorder import SyncLevel
 from driver.client.aeron import Aeron
+from driver.concurrent.system_counters import SystemCounterId
 from driver.config import DriverContext
 from driver.core.media_driver import MediaDriver
 from driver.idle import idle_strategy_from_name
 
 __all__ = ["Archive", "ArchivingMediaDriver"]
+
+
+class _MarkedConductor:
+    """The conductor's agent, refreshing the mark file's activity timestamp once per millisecond that passes (as
+    Aeron's archive conductor does), so tools can tell a live archive from a dead one."""
+
+    def __init__(self, conductor: ArchiveConductor, mark: MarkFile) -> None:
+        self.conductor = conductor
+        self.role_name = conductor.role_name
+        self._mark = mark
+        self._last_ms = 0
+
+    def on_start(self) -> None:
+        self.conductor.on_start()
+
+    def do_work(self) -> int:
+        now_ms = int(time.time() * 1000)
+        if now_ms != self._last_ms:
+            self._last_ms = now_ms
+            self._mark.update_activity_timestamp(now_ms)
+        return self.conductor.do_work()
+
+    def on_close(self) -> None:
+        self.conductor.on_close()
 
 
 class Archive(ArchiveOperations):
@@ -33,19 +59,32 @@ class Archive(ArchiveOperations):
     def __init__(self, context: ArchiveContext) -> None:
         self.context = context.conclude()
         self.timeout = 10.0
-        self._mark = MarkFile(context.archive_dir, context.control_channel)
+        self._mark = MarkFile(
+            context.archive_dir,
+            context.control_channel,
+            control_stream_id=context.control_stream_id,
+            events_channel=context.recording_events_channel,
+            events_stream_id=context.recording_events_stream_id,
+            aeron_directory=str(context.aeron_dir),
+        )
         self._aeron: Aeron | None = None
         self._catalog: Catalog | None = None
         self._runner: AgentRunner | None = None
         try:
-            self._catalog = Catalog(context.archive_dir, sync=context.catalog_file_sync_level > SyncLevel.NONE)
+            self._catalog = Catalog(
+                context.archive_dir,
+                sync=context.catalog_file_sync_level > SyncLevel.NONE,
+                max_entries=context.max_catalog_entries,
+            )
             self.recovered = recover_catalog(self._catalog, context.archive_dir)
             self._aeron = Aeron.connect(
                 aeron_dir=context.aeron_dir, use_conductor_agent_invoker=True, error_handler=context.error_handler
             )
             self.conductor = ArchiveConductor(context, self._aeron, self._catalog)
             self._runner = AgentRunner(
-                self.conductor, idle_strategy_from_name(context.idle_strategy), context.error_handler
+                _MarkedConductor(self.conductor, self._mark),
+                idle_strategy_from_name(context.idle_strategy),
+                context.error_handler,
             )
             self._runner.start()
         except BaseException:
@@ -104,6 +143,23 @@ def _fields(context: ArchiveContext) -> dict[str, object]:
     return attrs.asdict(context, recurse=False)
 
 
+def _into_driver_error_log(
+    driver: MediaDriver, handler: Callable[[BaseException], None]
+) -> Callable[[BaseException], None]:
+    """The archive's errors counted and kept in the driver's distinct error log (cnc.dat), as Aeron 1.15.1's
+    archiving driver keeps them, so ``python -m driver.archive errors <dir>`` and ErrorStat show them; then
+    ``handler``."""
+    conductor = driver.conductor
+    counter = conductor.system_counters.get(SystemCounterId.ERRORS)
+
+    def record(error: BaseException) -> None:
+        counter.increment()
+        conductor.error_log.record(error)
+        handler(error)
+
+    return record
+
+
 class ArchivingMediaDriver:
     """A media driver and an archive in one process, the archive using that driver."""
 
@@ -118,7 +174,11 @@ class ArchivingMediaDriver:
         driver = MediaDriver.launch(driver_context)
         try:
             base = archive_context or ArchiveContext.from_env()
-            archive = Archive.launch(base, aeron_dir=driver.context.aeron_dir)
+            archive = Archive.launch(
+                base,
+                aeron_dir=driver.context.aeron_dir,
+                error_handler=_into_driver_error_log(driver, base.error_handler),
+            )
         except BaseException:
             driver.close()
             raise

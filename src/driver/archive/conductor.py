@@ -14,7 +14,6 @@ from control requests.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import queue
 import random
 import time
@@ -34,7 +33,15 @@ from driver.archive.errors import (
 )
 from driver.archive.recorder import RecordingSession, SegmentWriter, StopReason, SyncLevel
 from driver.archive.replayer import FOLLOW, ReplaySession, check_replay_position
-from driver.archive.segments import complete_frames_end, segment_base_position, segment_file_name, segment_files
+from driver.archive.segments import (
+    complete_frames_end,
+    ensure_segment,
+    segment_base_position,
+    segment_files,
+    segment_index,
+    segment_path,
+    zero_tail,
+)
 from driver.archive.sessions import ControlSession, ControlSessions, Listing, SessionLimitError
 from driver.client.aeron import Aeron
 from driver.client.counter import Counter
@@ -57,27 +64,48 @@ _MAX_CHANNEL_BYTES = 800
 """Stripped + original channel in a catalog descriptor, with room left for the source identity."""
 
 
+_PAGE_SIZE = 4096
+"""Write-back granularity assumed when judging frames written but never confirmed (Aeron's ``Catalog.PAGE_SIZE``)."""
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
 def recover_catalog(catalog: Catalog, archive_dir: Path) -> list[int]:
-    """Stop recordings a crash left active at their last complete frame and cut torn tails; returns their ids."""
+    """Stop recordings a crash left active at their last complete frame and zero torn tails; returns their ids.
+
+    What Aeron 1.15.1 does on opening its catalog, done from a position known to be good: ours keep their recorded
+    position in the catalog; for one Aeron's archive left active, the walk starts at its newest segment's base.
+    """
     recovered: list[int] = []
-    for descriptor in catalog.descriptors():
-        if not descriptor.is_active:
+    for entry in list(catalog.entries()):
+        descriptor = entry.descriptor
+        if not entry.valid or not descriptor.is_active:
             continue
-        end = _recover_end(descriptor, archive_dir)
+        known = descriptor.recorded_position if entry.keeps_recorded_position else _newest_base(descriptor, archive_dir)
+        end = _recover_end(descriptor, archive_dir, known)
         catalog.stop(descriptor.recording_id, end, _now_ms())
         recovered.append(descriptor.recording_id)
     return recovered
 
 
-def _recover_end(d: RecordingDescriptor, archive_dir: Path) -> int:
+def _newest_base(d: RecordingDescriptor, archive_dir: Path) -> int:
+    """Where the newest segment file on disk begins (the start position if that is the first segment)."""
+    files = segment_files(archive_dir, d.recording_id)
+    if not files:
+        return d.start_position
     term_length = d.term_buffer_length
-    position = d.recorded_position
-    base = segment_base_position(d.start_position, position, term_length, d.segment_file_length)
-    path = archive_dir / segment_file_name(d.recording_id, base)
+    base = d.start_position - (d.start_position & (term_length - 1)) + files[-1][0] * d.segment_file_length
+    return max(base, d.start_position)
+
+
+def _recover_end(d: RecordingDescriptor, archive_dir: Path, position: int) -> int:
+    term_length = d.term_buffer_length
+    segment_length = d.segment_file_length
+    base = segment_base_position(d.start_position, position, term_length, segment_length)
+    index = segment_index(d.start_position, position, term_length, segment_length)
+    path = segment_path(archive_dir, d.recording_id, d.start_position, position, term_length, segment_length)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -87,16 +115,21 @@ def _recover_end(d: RecordingDescriptor, archive_dir: Path) -> int:
     end_offset = complete_frames_end(
         data,
         position - base,
-        min(len(data), d.segment_file_length),
+        min(len(data), segment_length),
         term_length=term_length,
         stream_id=d.stream_id,
         term_id_at_offset=term_id,
+        page_size=_PAGE_SIZE,
     )
-    if end_offset < len(data):
-        os.truncate(path, end_offset)  # the torn tail (and anything after it) goes
-    for later_base, later in segment_files(archive_dir, d.recording_id):
-        if later_base > base:
+    zero_tail(path, end_offset, segment_length)  # the torn tail (and anything after it) goes
+    for later_index, later in segment_files(archive_dir, d.recording_id):
+        if later_index > index:
             later.unlink()
+    if end_offset == segment_length:  # full: the next segment exists, as after a write that filled one
+        later = segment_path(
+            archive_dir, d.recording_id, d.start_position, base + segment_length, term_length, segment_length
+        )
+        ensure_segment(later, segment_length)
     return base + end_offset
 
 
@@ -404,11 +437,16 @@ class ArchiveConductor:
         if position != d.stop_position:
             check_replay_position(self.archive_dir, d, position)
         base = segment_base_position(d.start_position, position, d.term_buffer_length, d.segment_file_length)
-        for segment_base, path in segment_files(self.archive_dir, recording_id):
-            if segment_base > base or (segment_base == base and position == base and position > d.start_position):
+        index = segment_index(d.start_position, position, d.term_buffer_length, d.segment_file_length)
+        for later_index, path in segment_files(self.archive_dir, recording_id):
+            if later_index > index:
                 path.unlink()
-            elif segment_base == base:
-                os.truncate(path, position - base)
+        # The segment holding the new end stays, whole and zeroed from there (Aeron's tools look for it).
+        path = segment_path(
+            self.archive_dir, recording_id, d.start_position, position, d.term_buffer_length, d.segment_file_length
+        )
+        if path.exists():
+            zero_tail(path, position - base, d.segment_file_length)
         self.catalog.truncate(recording_id, position)
 
     def _op_purge_recording(self, recording_id: int) -> None:

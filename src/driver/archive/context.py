@@ -75,6 +75,9 @@ class ArchiveContext:
     catalog_file_sync_level: int = attrs.field(
         default=0, metadata=_meta("aeron.archive.catalog.file.sync.level", _Kind.INT)
     )
+    max_catalog_entries: int = attrs.field(
+        default=8 * 1024, metadata=_meta("aeron.archive.max.catalog.entries", _Kind.INT)
+    )
     message_timeout_ns: int = attrs.field(
         default=5_000_000_000, metadata=_meta("aeron.archive.message.timeout", _Kind.DURATION)
     )
@@ -123,6 +126,7 @@ class ArchiveContext:
         c.power_of_two("segment_file_length", SEGMENT_MIN_LENGTH, SEGMENT_MAX_LENGTH)
         for name in ("file_sync_level", "catalog_file_sync_level"):
             c.int_range(name, SyncLevel.NONE, SyncLevel.DATA_AND_METADATA)
+        c.int_range("max_catalog_entries", 1, (2**31 - 1) // 1024 - 1)  # Aeron's bound: a catalog under 2 GiB
         c.timeout("message_timeout_ns")
         c.timeout("progress_interval_ns")
         c.idle("idle_strategy")

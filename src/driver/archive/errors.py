@@ -10,7 +10,9 @@ __all__ = [
     "ArchiveStorageError",
     "ArchiveTimeoutError",
     "CatalogError",
+    "CatalogLayoutError",
     "InvalidPositionError",
+    "MarkFileError",
     "RecordingNotFoundError",
     "RecordingStateError",
 ]
@@ -25,7 +27,16 @@ class ArchiveInUseError(ArchiveError):
 
 
 class CatalogError(ArchiveError):
-    """The catalog file is not one we can read (wrong magic, version or a torn descriptor)."""
+    """The catalog file is not one we can read (wrong version, entry length or a torn descriptor)."""
+
+
+class CatalogLayoutError(CatalogError):
+    """The directory holds an archive in a layout this version does not read (our own layout from before the
+    archive spoke Aeron's); :func:`driver.archive.catalog.migrate_archive` converts it once."""
+
+
+class MarkFileError(ArchiveError):
+    """The mark file is absent or does not hold a mark file header."""
 
 
 class RecordingNotFoundError(ArchiveError, KeyError):

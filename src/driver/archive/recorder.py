@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from driver.archive.errors import ArchiveStorageError
-from driver.archive.segments import segment_base_position, segment_file_name
+from driver.archive.segments import segment_base_position, segment_path, zero_tail
 
 if TYPE_CHECKING:
     from driver.archive.catalog import Catalog
@@ -69,6 +69,18 @@ class SegmentWriter:
         self._fd = -1
         self._base = -1
 
+    def open_at(self, position: int) -> None:
+        """Create (or open) the segment for ``position`` before any write, as Aeron's writer does: a recording
+        that never gets a byte still has its first segment; raises ArchiveStorageError when it cannot."""
+        base = segment_base_position(self._start, position, self._term_length, self._segment_length)
+        try:
+            if base != self._base:
+                self._open(base)
+        except OSError as exc:
+            raise ArchiveStorageError(
+                exc.errno, f"recording {self._recording_id}: cannot create its segment: {exc.strerror or exc}"
+            ) from exc
+
     def write(self, block: memoryview, position: int) -> None:
         """Write ``block`` (within one term) at stream ``position``; raises ArchiveStorageError when it cannot."""
         base = segment_base_position(self._start, position, self._term_length, self._segment_length)
@@ -84,6 +96,8 @@ class SegmentWriter:
                 os.fdatasync(self._fd)
             elif self._sync == SyncLevel.DATA_AND_METADATA:
                 os.fsync(self._fd)
+            if at == self._segment_length:  # full: the next segment exists from now on, as Aeron's would
+                self._open(base + self._segment_length)
         except OSError as exc:  # full, over a size limit, or an I/O error: this recording cannot go on
             kind = "storage full" if exc.errno in _STORAGE_ERRNOS else "write failed"
             raise ArchiveStorageError(
@@ -94,13 +108,24 @@ class SegmentWriter:
     def cut(self, position: int) -> None:
         """Drop whatever a failed write left past ``position`` in the current segment."""
         if self._fd >= 0 and position >= self._base:
-            os.ftruncate(self._fd, position - self._base)
+            path = segment_path(
+                self._dir, self._recording_id, self._start, self._base, self._term_length, self._segment_length
+            )
+            zero_tail(path, position - self._base, self._segment_length)
 
     def _open(self, base: int) -> None:
         self.close()
-        path = self._dir / segment_file_name(self._recording_id, base)
+        path = segment_path(self._dir, self._recording_id, self._start, base, self._term_length, self._segment_length)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         self._base = base
+        if os.fstat(self._fd).st_size < self._segment_length:
+            try:
+                os.ftruncate(self._fd, self._segment_length)  # whole and sparse, as Aeron's readers expect
+            except OSError as exc:
+                # A file-size limit below a segment: record into a short file until a write meets the limit
+                # (sparse files take no space, so a full disk is met by the writes, not here).
+                if exc.errno != errno.EFBIG:
+                    raise
         if self._sync != SyncLevel.NONE:
             dir_fd = os.open(self._dir, os.O_RDONLY)
             try:
@@ -138,6 +163,7 @@ class RecordingSession:
         self.position = self.start_position
         self.stop_reason: StopReason | None = None
         self.error: BaseException | None = None
+        self._opened = False
 
     @property
     def is_done(self) -> bool:
@@ -147,6 +173,9 @@ class RecordingSession:
         if self.stop_reason is not None:
             return 0
         try:
+            if not self._opened:
+                self._writer.open_at(self.position)
+                self._opened = True
             length = self.image.block_poll(self._write, self._block_length)
         except Exception as exc:  # one failing recording stops; the others go on
             self.error = exc

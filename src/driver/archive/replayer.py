@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from driver.archive.catalog import Catalog, RecordingDescriptor
 from driver.archive.errors import InvalidPositionError
-from driver.archive.segments import segment_base_position, segment_file_name
+from driver.archive.segments import segment_base_position, segment_path
 from driver.client.publication import CLOSED, MAX_POSITION_EXCEEDED, NOT_CONNECTED
 from driver.concurrent.atomic_buffer import AtomicBuffer, align
 from driver.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
@@ -59,7 +59,14 @@ def check_replay_position(archive_dir: Path, descriptor: RecordingDescriptor, po
         return
     term_length = descriptor.term_buffer_length
     base = segment_base_position(descriptor.start_position, position, term_length, descriptor.segment_file_length)
-    path = archive_dir / segment_file_name(descriptor.recording_id, base)
+    path = segment_path(
+        archive_dir,
+        descriptor.recording_id,
+        descriptor.start_position,
+        base,
+        term_length,
+        descriptor.segment_file_length,
+    )
     fd = os.open(path, os.O_RDONLY)
     try:
         header = read_exact(fd, HEADER_LENGTH, position - base)
@@ -172,7 +179,10 @@ class ReplaySession:
         base = segment_base_position(d.start_position, position, d.term_buffer_length, d.segment_file_length)
         if base != self._base:
             self._close_file()
-            self._fd = os.open(self._dir / segment_file_name(self.recording_id, base), os.O_RDONLY)
+            path = segment_path(
+                self._dir, self.recording_id, d.start_position, base, d.term_buffer_length, d.segment_file_length
+            )
+            self._fd = os.open(path, os.O_RDONLY)
             self._base = base
         raw = bytearray(os.pread(self._fd, min(term_remaining, self._block_length), position - base))
         if len(raw) >= HEADER_LENGTH:  # a frame longer than a block (a long PAD) goes alone, whole

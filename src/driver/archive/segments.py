@@ -3,22 +3,27 @@
 Theory of operation
 -------------------
 A recording keeps the stream's frames exactly as they sat in the term buffers.
-Its bytes are split into segment files named ``<recording id>-<base position>.rec``;
+Its bytes are split into segment files laid out as Aeron 1.15.1 lays them out:
 a segment is a power of two from 64 KiB to 1 GiB and holds a whole number of
-terms, so a term never straddles two segments and a frame at stream position
-``p`` sits at byte ``p - base`` of the segment whose base is::
+terms, so a term never straddles two segments, and segment ``i`` of a recording
+is the file ``<recording id>-<i>.rec`` holding stream positions from its base::
 
-    start_term_base + floor((p - start_term_base) / segment_length) * segment_length
+    base(i) = start_term_base + i * segment_length
 
-where ``start_term_base`` is the start position rounded down to its term. A
-recording that starts mid-term leaves the bytes before its start position as a
-hole in the first segment (files are sparse, never padded by us).
+where ``start_term_base`` is the start position rounded down to its term; a
+frame at stream position ``p`` sits at byte ``p - base`` of segment
+``floor((p - start_term_base) / segment_length)``. A recording that starts
+mid-term leaves the bytes before its start position as a hole in the first
+segment. Every segment file is as long as a segment from the moment it is
+created (sparse, so holes cost nothing): Aeron's readers map whole segments and
+its tools read a frame header past the last frame, where they expect zeros.
+The next segment is created as soon as one fills up, as Aeron's writer does.
 
 Recovery: after a crash the catalog's recorded position may lag what reached
 the file, and the last write may be torn. :func:`complete_frames_end` walks
 frames from a known-good position and stops at the first one whose header is
 not a DATA/PAD frame of this stream at this place, or whose aligned end is past
-what the file holds; everything after that is cut.
+what the file holds; everything after that is zeroed (:func:`zero_tail`).
 """
 
 from __future__ import annotations
@@ -38,10 +43,14 @@ __all__ = [
     "SEGMENT_SUFFIX",
     "check_segment_length",
     "complete_frames_end",
+    "ensure_segment",
     "segment_base_position",
     "segment_file_name",
     "segment_files",
+    "segment_index",
+    "segment_path",
     "segment_spans",
+    "zero_tail",
 ]
 
 SEGMENT_MIN_LENGTH = 64 * 1024
@@ -74,8 +83,39 @@ def segment_base_position(start_position: int, position: int, term_length: int, 
     return start_term_base + from_base - (from_base & (segment_length - 1))
 
 
-def segment_file_name(recording_id: int, base_position: int) -> str:
-    return f"{recording_id}-{base_position}{SEGMENT_SUFFIX}"
+def segment_index(start_position: int, position: int, term_length: int, segment_length: int) -> int:
+    """Index of the segment holding stream ``position`` (the number in its file name)."""
+    start_term_base = start_position - (start_position & (term_length - 1))
+    return max(position - start_term_base, 0) // segment_length
+
+
+def segment_file_name(recording_id: int, segment_index: int) -> str:
+    """``<recording id>-<segment index>.rec``, as Aeron names them."""
+    return f"{recording_id}-{segment_index}{SEGMENT_SUFFIX}"
+
+
+def segment_path(
+    archive_dir: Path, recording_id: int, start_position: int, position: int, term_length: int, segment_length: int
+) -> Path:
+    """The file of the segment holding stream ``position``."""
+    index = segment_index(start_position, position, term_length, segment_length)
+    return archive_dir / segment_file_name(recording_id, index)
+
+
+def ensure_segment(path: Path, segment_length: int) -> None:
+    """Create the segment file if absent, a whole (sparse) segment long."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size < segment_length:
+            os.ftruncate(fd, segment_length)
+    finally:
+        os.close(fd)
+
+
+def zero_tail(path: Path, offset: int, segment_length: int) -> None:
+    """Drop what the segment holds from ``offset`` on, keeping it a whole (sparse) segment long."""
+    os.truncate(path, offset)
+    os.truncate(path, segment_length)
 
 
 def segment_spans(
@@ -91,7 +131,7 @@ def segment_spans(
 
 
 def segment_files(archive_dir: Path, recording_id: int) -> list[tuple[int, Path]]:
-    """The recording's segment files present on disk, by base position."""
+    """The recording's segment files present on disk: ``(segment index, path)`` by index."""
     prefix = f"{recording_id}-"
     found: list[tuple[int, Path]] = []
     try:
@@ -109,6 +149,16 @@ def segment_files(archive_dir: Path, recording_id: int) -> list[tuple[int, Path]
     return found
 
 
+def _pages_written(view: memoryview, start: int, end: int, page_size: int) -> bool:
+    """Each page that ``[start, end)`` reaches after its first holds a non-zero byte of it."""
+    page = start - start % page_size + page_size
+    while page < end:
+        if not any(view[page : min(page + page_size, end)]):
+            return False
+        page += page_size
+    return True
+
+
 def complete_frames_end(
     segment: bytes | bytearray | memoryview,
     offset: int,
@@ -118,6 +168,7 @@ def complete_frames_end(
     stream_id: int,
     session_id: int | None = None,
     term_id_at_offset: int,
+    page_size: int = 0,
 ) -> int:
     """Offset just past the last whole, plausible frame from ``offset`` up to ``limit`` (both within ``segment``).
 
@@ -125,6 +176,16 @@ def complete_frames_end(
     frames must carry their own term offset and term id, this stream (and this
     session, when given: an extended recording changes session), a DATA or PAD
     type and version 0, and fit within their term.
+
+    ``page_size`` (for frames written but never confirmed, as after a crash): a
+    DATA frame whose bytes (not its alignment) reach into further pages must
+    have a non-zero byte in each of them (a PAD frame's body is never written,
+    by us or by Aeron). A last unconfirmed message whose bytes in a page are all
+    zeros is dropped with the torn ones: it was never reported recorded.
+    Segments are whole sparse files and the kernel writes back by page, so a
+    torn write shows as a frame whose header landed and whose later pages are
+    still zeros -- the case Aeron's recovery guards against by dropping a last
+    frame that straddles a page.
     """
     view = memoryview(segment)
     mask = term_length - 1
@@ -151,6 +212,8 @@ def complete_frames_end(
             )
             or int.from_bytes(view[offset + 20 : offset + 24], _LE, signed=True) != term_id
         ):
+            break
+        if page_size and frame_type == _DATA and not _pages_written(view, offset, offset + frame_length, page_size):
             break
         offset += aligned
         if (offset & mask) == 0:

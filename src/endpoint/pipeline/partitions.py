@@ -24,7 +24,7 @@ from typing import Final
 from pyspark.sql.datasource import InputPartition
 
 from driver.archive.catalog import RecordingDescriptor
-from driver.archive.segments import segment_base_position, segment_file_name, segment_spans
+from driver.archive.segments import segment_base_position, segment_file_name, segment_index, segment_spans
 from endpoint.pipeline.frames import (
     FRAME_ALIGNMENT,
     HEADER_LENGTH,
@@ -61,13 +61,15 @@ class SegmentSpan(InputPartition):
     channel: str
     term_length: int
     base_position: int
-    """The segment file's base position (its name)."""
+    """The segment's base position."""
     read_from: int
     """A frame start at or before ``low`` (in this segment)."""
     read_to: int
     """A term end or the recording's end at or after the end of the last message starting below ``high``."""
     low: int
     high: int
+    segment_index: int = 0
+    """The segment's index: its file is ``<recording id>-<index>.rec``."""
 
 
 def _term_base(position: int, term_length: int) -> int:
@@ -106,13 +108,14 @@ def plan_recording(
                 read_to=min(end, last_term_end),
                 low=span_from,
                 high=span_to,
+                segment_index=segment_index(start, base, term_length, descriptor.segment_file_length),
             )
         )
     return spans
 
 
-def _open_segment(archive_dir: str, recording_id: int, base_position: int) -> int:
-    path = Path(archive_dir) / segment_file_name(recording_id, base_position)
+def _open_segment(archive_dir: str, recording_id: int, index: int) -> int:
+    path = Path(archive_dir) / segment_file_name(recording_id, index)
     try:
         return os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -158,7 +161,7 @@ def _chunks(
 
 def read_span(span: SegmentSpan, *, chunk_length: int = CHUNK_LENGTH) -> Iterator[Messages]:
     """The whole messages of ``span`` (positions in ``[low, high)``), chunk by chunk."""
-    fd = _open_segment(span.archive_dir, span.recording_id, span.base_position)
+    fd = _open_segment(span.archive_dir, span.recording_id, span.segment_index)
     try:
         for frames, _ in _chunks(fd, span.base_position, span.read_from, span.read_to, span.term_length, chunk_length):
             messages = find_messages(frames).between(span.low, span.high)
@@ -185,7 +188,8 @@ def message_boundary_at_or_before(
     if scan_from >= position:
         return scan_from
     base = segment_base_position(descriptor.start_position, scan_from, term_length, descriptor.segment_file_length)
-    fd = _open_segment(archive_dir, descriptor.recording_id, base)
+    index = segment_index(descriptor.start_position, base, term_length, descriptor.segment_file_length)
+    fd = _open_segment(archive_dir, descriptor.recording_id, index)
     found = scan_from
     try:
         for _, boundary in _chunks(fd, base, scan_from, position, term_length, chunk_length):

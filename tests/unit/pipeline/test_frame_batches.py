@@ -275,7 +275,7 @@ def _write_segments(directory: Path, recording_id: int, terms: list[Term], segme
     per_segment = segment_length // TERM
     for index, term in enumerate(terms):
         base = (index // per_segment) * segment_length
-        path = directory / segment_file_name(recording_id, base)
+        path = directory / segment_file_name(recording_id, index // per_segment)
         with path.open("r+b" if path.exists() else "wb") as f:
             f.seek(index * TERM - base)
             f.write(term.data[: term.end])

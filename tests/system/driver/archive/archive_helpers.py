@@ -17,7 +17,7 @@ import attrs
 
 from driver.archive import Archive, ArchiveContext, RecordingDescriptor
 from driver.archive.client import replay_session_id
-from driver.archive.segments import segment_base_position, segment_file_name, segment_files
+from driver.archive.segments import segment_base_position, segment_files, segment_path
 from driver.client import Aeron, FragmentAssembler, Header, Publication, Subscription
 from driver.client.subscription import Image
 from driver.concurrent.atomic_buffer import align
@@ -150,7 +150,10 @@ def recording_bytes(
     while position < end:
         base = segment_base_position(d.start_position, position, d.term_buffer_length, d.segment_file_length)
         stop = min(end, base + d.segment_file_length)
-        with (archive_dir / segment_file_name(d.recording_id, base)).open("rb") as f:
+        path = segment_path(
+            archive_dir, d.recording_id, d.start_position, position, d.term_buffer_length, d.segment_file_length
+        )
+        with path.open("rb") as f:
             f.seek(position - base)
             chunk = f.read(stop - position)
         if len(chunk) != stop - position:
@@ -386,3 +389,19 @@ class ArchiveProcess(LoggedProcess):
 
     def _ready(self) -> bool:
         return "archive ready" in self.output()
+
+
+def record_stopped(harness: ArchiveHarness, channel: str, stream_id: int, messages: list[bytes]) -> int:
+    """Record ``messages`` on a fresh exclusive publication of ``channel``/``stream_id``, stop; the recording id."""
+    harness.archive.start_recording(channel, stream_id)
+    publication = harness.client.add_exclusive_publication(channel, stream_id)
+    d = execute_until(
+        lambda: next((d for d in harness.archive.recordings() if d.session_id == publication.session_id), None),
+        description=f"recording of stream {stream_id}",
+    )
+    end = offer_all(publication, messages)
+    harness.wait_recorded(d.recording_id, end)
+    harness.archive.stop_recording(channel, stream_id)
+    publication.close()
+    harness.wait_stopped(d.recording_id)
+    return d.recording_id

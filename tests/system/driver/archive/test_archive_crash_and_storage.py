@@ -7,21 +7,24 @@ import resource
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from archive_helpers import (
+    ArchiveHarness,
     ArchiveProcess,
     Collector,
     assemble,
     message,
     parse_frames,
+    record_stopped,
     recording_bytes,
 )
 
 from driver.archive import ArchiveContext, Catalog, RecordingDescriptor, RecordingEvent
 from driver.archive.client import ArchiveClient
-from driver.archive.segments import segment_file_name, segment_files
+from driver.archive.segments import ensure_segment, segment_file_name, segment_files, segment_index, segment_path
 from driver.client import Aeron
 from driver.concurrent.atomic_buffer import align
 from support.archive_channels import LOCAL_ARCHIVE_ENV
@@ -83,6 +86,24 @@ def torn_header(d: RecordingDescriptor, position: int, length: int) -> bytes:
     )
 
 
+def frames_end(archive_dir: Path, d: RecordingDescriptor) -> int:
+    """Where whole frames end on disk: segments are whole (sparse) files, so the end is where a walk of frame lengths
+    through the newest segment holding any meets a zero length."""
+    term_base = d.start_position - d.start_position % d.term_buffer_length
+    for index, path in reversed(segment_files(archive_dir, d.recording_id)):
+        base = term_base + index * SEGMENT
+        data = path.read_bytes()
+        offset = max(d.start_position, base) - base
+        while offset + 32 <= len(data):
+            (length,) = struct.unpack_from("<i", data, offset)
+            if length < 32:
+                break
+            offset += align(length, 32)
+        if offset > max(d.start_position, base) - base or index == 0:
+            return base + offset
+    return d.start_position
+
+
 @pytest.mark.parametrize("tail", ["none", "half frame", "torn header", "garbage"])
 def test_recovery_after_sigkill_mid_segment(
     aeron_dir: Path, archive_dir: Path, tmp_path: Path, archive_processes: list[ArchiveProcess], tail: str
@@ -101,20 +122,28 @@ def test_recovery_after_sigkill_mid_segment(
     with Catalog(archive_dir, writable=False) as catalog:
         crashed = catalog.descriptor(0)
     assert crashed.is_active, "the catalog still shows the recording as active"
-    (last_base, last_path), *_ = reversed(segment_files(archive_dir, 0))
-    on_disk = last_base + last_path.stat().st_size
+    on_disk = frames_end(archive_dir, crashed)
     assert seen <= crashed.recorded_position <= on_disk <= published
+    sizes = [path.stat().st_size for _, path in segment_files(archive_dir, 0)]
+    # Whole segments; the newest may be empty: created, not yet made whole, when the kill came.
+    assert set(sizes[:-1]) == {SEGMENT}
+    assert sizes[-1] in (0, SEGMENT)
     expected_stop = on_disk
+    # The segment a torn write would land in (the next one when the last is full: it may exist already).
+    torn_path = segment_path(archive_dir, 0, 0, on_disk, crashed.term_buffer_length, SEGMENT)
+    torn_base = on_disk - on_disk % SEGMENT
     if tail != "none":
-        if on_disk - last_base == SEGMENT:  # the last segment is full: the torn write went to the next one
-            last_base, last_path = on_disk, archive_dir / segment_file_name(0, on_disk)
         if tail == "half frame":
-            torn = torn_header(crashed, on_disk, 32 + 1000) + bytes(range(200))
+            # Written back by page: the header's page landed (what of the frame is in it), the next did not.
+            in_page = 4096 - on_disk % 4096
+            torn = torn_header(crashed, on_disk, in_page + 1000) + bytes(range(1, 201))[: in_page - 32]
         elif tail == "torn header":
             torn = torn_header(crashed, on_disk, 96)[:20]
         else:
             torn = random.Random(5).randbytes(300)
-        with last_path.open("ab") as f:
+        ensure_segment(torn_path, SEGMENT)
+        with torn_path.open("r+b") as f:
+            f.seek(on_disk - torn_base)
             f.write(torn)
 
     # The dead archive's embedded driver left a fresh heartbeat behind; its free lock lets the new one take over.
@@ -127,15 +156,14 @@ def test_recovery_after_sigkill_mid_segment(
     assert stop == expected_stop
     assert recovered.recorded_position == stop
     assert stop >= seen
-    # the torn tail is gone, and no later segment is left
-    assert all(base <= stop for base, _ in segment_files(archive_dir, 0))
-    if stop > last_base:
-        assert last_path.stat().st_size == stop - last_base
-    else:
-        # The kill came as a segment filled up: the last file (the torn tail's, or one the recorder had just
-        # opened) holds no whole frame. Recovery cuts it to nothing, or removes it when the catalog's position
-        # was still in the previous segment; either way nothing past the stop is left.
-        assert not last_path.exists() or last_path.stat().st_size == 0
+    # the torn tail is gone, no later segment is left, and the segment the stop falls in is whole, zero past it
+    # (when the stop ends a segment, that is the next one, empty, as after a write that filled one)
+    last_index = segment_index(0, stop, crashed.term_buffer_length, SEGMENT)
+    assert [index for index, _ in segment_files(archive_dir, 0)] == list(range(last_index + 1))
+    assert {path.stat().st_size for _, path in segment_files(archive_dir, 0)} == {SEGMENT}
+    last = segment_path(archive_dir, 0, 0, stop, crashed.term_buffer_length, SEGMENT).read_bytes()
+    assert len(last) == SEGMENT
+    assert last[stop % SEGMENT :] == bytes(SEGMENT - stop % SEGMENT)
     # everything up to the stop is whole frames of what we published, in order
     recorded = recording_bytes(archive_dir, recovered)
     frames = parse_frames(recorded, 0)
@@ -170,7 +198,9 @@ sys.exit(main(sys.argv[1:]))
 def test_full_disk_stops_the_recording_and_keeps_what_was_written(
     driver_process: DriverProcess, archive_dir: Path, tmp_path: Path, archive_processes: list[ArchiveProcess]
 ) -> None:
-    limit = 1600 * 1024 + 500  # room for the catalog (1 MiB + 1 KiB), not for a 4 MiB segment; mid-term and unaligned
+    # Room for a catalog of 1024 entries (1 MiB + 1 KiB), not for a 4 MiB segment; mid-term and unaligned. The
+    # segment cannot be made whole under that limit, so it is recorded short until a write meets the limit.
+    limit = 1600 * 1024 + 500
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] in (resource.RLIM_INFINITY, -1) or (
         resource.getrlimit(resource.RLIMIT_FSIZE)[0] > limit
     )
@@ -179,7 +209,7 @@ def test_full_disk_stops_the_recording_and_keeps_what_was_written(
         driver_process.aeron_dir,
         tmp_path / "archive.log",
         with_driver=False,
-        args=["--segment-file-length", "4m"],
+        args=["--segment-file-length", "4m", "--max-catalog-entries", "1024"],
         prefix=[sys.executable, "-c", FSIZE_WRAPPER, str(limit)],
     )
     archive_processes.append(archive)
@@ -225,3 +255,28 @@ def test_full_disk_stops_the_recording_and_keeps_what_was_written(
         recording_events.close()
     assert archive.stop() == 0
     assert "File too large" in archive.output()
+
+
+def test_recovery_makes_a_segment_the_crash_left_unsized_whole(
+    make_archive: Callable[..., ArchiveHarness], archive_dir: Path
+) -> None:
+    """A kill between creating a segment file and sizing it leaves it empty; recovery keeps every whole frame and
+    leaves whole segments (what Aeron's tools and readers need)."""
+    harness = make_archive()
+    messages = [message(i, 200) for i in range(700)]  # a few 64 KiB segments
+    rid = record_stopped(harness, CHANNEL, STREAM, messages)
+    stop = harness.archive.recording(rid).stop_position
+    harness.close()
+    last_index = segment_files(archive_dir, rid)[-1][0]
+    with Catalog(archive_dir) as catalog:
+        catalog.extend(rid)  # as the crash left it: active, the recorded position at the last segment's base
+        catalog.set_recorded_position(rid, last_index * SEGMENT)
+    next_path = archive_dir / segment_file_name(rid, last_index + 1)
+    next_path.write_bytes(b"")  # created, never sized
+    again = make_archive()
+    assert again.archive.recovered == [rid]
+    recovered = again.archive.recording(rid)
+    assert recovered.stop_position == stop
+    assert not next_path.exists() or next_path.stat().st_size == SEGMENT
+    assert {path.stat().st_size for _, path in segment_files(archive_dir, rid)} == {SEGMENT}
+    assert again.replay_messages(rid, len(messages)) == messages

@@ -41,7 +41,7 @@ from driver.archive import (
 )
 from driver.archive.client import RecordingEvents, replay_session_id
 from driver.archive.mark import MarkFile
-from driver.archive.segments import segment_file_name
+from driver.archive.segments import segment_file_name, segment_index
 from driver.client import Aeron, ExclusivePublication
 from driver.cnc import CncFile
 from driver.concurrent.counters import RECORD_ALLOCATED, CountersReader
@@ -268,11 +268,13 @@ def test_truncate(harness: ArchiveHarness) -> None:
     assert harness.archive.stop_replay(replay_id)
     assert not harness.archive.stop_replay(replay_id)
 
-    # mid-segment: later segments go, the segment holding the position is cut there
+    # mid-segment: later segments go, the segment holding the position is zeroed from there (and stays whole)
     harness.archive.truncate_recording(rid, inside.position)
     base = inside.position - inside.position % TERM
-    assert segment_names(harness.archive_dir, rid) == [segment_file_name(rid, b) for b in range(0, base + 1, TERM)]
-    assert (harness.archive_dir / segment_file_name(rid, base)).stat().st_size == inside.position - base
+    assert segment_names(harness.archive_dir, rid) == [segment_file_name(rid, i) for i in range(base // TERM + 1)]
+    cut = (harness.archive_dir / segment_file_name(rid, base // TERM)).read_bytes()
+    assert len(cut) == TERM
+    assert cut[inside.position - base :] == bytes(TERM - (inside.position - base))
     truncated = harness.archive.recording(rid)
     assert (truncated.stop_position, truncated.recorded_position) == (inside.position, inside.position)
     # (the position is between two fragments of a message: the replay ends with a partial message)
@@ -282,16 +284,18 @@ def test_truncate(harness: ArchiveHarness) -> None:
     assert wait_replay_end(replay, "replay ends at the new stop") == kept
     assert replay.subscription.images == () or replay.subscription.images[0].position == inside.position
 
-    # at a segment boundary: that segment's file goes too
+    # at a segment boundary: the segment starting there stays, empty (Aeron's tools look for it), later ones go
     assert 2 * TERM in frame_starts
     harness.archive.truncate_recording(rid, 2 * TERM)
-    assert segment_names(harness.archive_dir, rid) == [segment_file_name(rid, 0), segment_file_name(rid, TERM)]
-    assert (harness.archive_dir / segment_file_name(rid, TERM)).stat().st_size == TERM
+    assert segment_names(harness.archive_dir, rid) == [segment_file_name(rid, i) for i in range(3)]
+    assert (harness.archive_dir / segment_file_name(rid, 1)).read_bytes().strip(b"\0") != b""
+    assert (harness.archive_dir / segment_file_name(rid, 2)).read_bytes() == bytes(TERM)
     # to the stop position: nothing changes; to the start: no bytes left
     harness.archive.truncate_recording(rid, 2 * TERM)
     harness.archive.truncate_recording(rid, 0)
     assert harness.archive.recording(rid).stop_position == 0
-    assert all((harness.archive_dir / n).stat().st_size == 0 for n in segment_names(harness.archive_dir, rid))
+    assert segment_names(harness.archive_dir, rid) == [segment_file_name(rid, 0)]
+    assert (harness.archive_dir / segment_file_name(rid, 0)).read_bytes() == bytes(TERM)
 
 
 def test_truncate_and_purge_refuse_an_active_recording(harness: ArchiveHarness) -> None:
@@ -478,8 +482,9 @@ def test_segments_hold_at_least_a_term(harness: ArchiveHarness) -> None:
     publication.close()
     d = harness.wait_stopped(d.recording_id)
     assert (d.term_buffer_length, d.segment_file_length) == (256 * KIB, 256 * KIB)
+    last_index = segment_index(0, end, 256 * KIB, 256 * KIB)  # (the next one exists once one is full)
     assert segment_names(harness.archive_dir, d.recording_id) == [
-        segment_file_name(d.recording_id, b) for b in range(0, end, 256 * KIB)
+        segment_file_name(d.recording_id, i) for i in range(last_index + 1)
     ]
     assert assemble(parse_frames(recording_bytes(harness.archive_dir, d), 0)) == messages
     assert harness.replay_messages(d.recording_id, len(messages)) == messages
@@ -567,7 +572,7 @@ def test_an_archive_that_cannot_start_releases_its_directory(media_driver: Any, 
     archive_dir.mkdir(parents=True)
     (archive_dir / "archive.catalog").write_bytes(b"not a catalog".ljust(4096, b"\0"))
     context = ArchiveContext.from_env(LOCAL_ARCHIVE_ENV, archive_dir=archive_dir, aeron_dir=media_driver.aeron_dir)
-    with pytest.raises(CatalogError, match="bad magic"):
+    with pytest.raises(CatalogError, match="catalog version"):
         Archive(context)
     MarkFile(archive_dir).close()  # the failed archive let go of the mark file
     (archive_dir / "archive.catalog").unlink()

@@ -28,7 +28,7 @@ from archive_helpers import (
 
 from driver.archive import InvalidPositionError, RecordingNotFoundError
 from driver.archive.client import replay_session_id
-from driver.archive.segments import segment_file_name
+from driver.archive.segments import segment_file_name, segment_index
 from support.waiting import execute_until
 
 pytestmark = pytest.mark.slow
@@ -119,13 +119,15 @@ def test_record_and_replay_byte_exact(
     recorded = recording_bytes(harness.archive_dir, d)
     assert recorded == live_raw
     assert assemble(parse_frames(recorded, first)) == messages
-    # files: one per segment from the start's term, none padded past the stop
+    # files: segments 0, 1, ... from the start's term, each a whole segment long, zeros past the stop
     term_base = first - first % TERM
-    bases = list(range(term_base, end, segment_length))
-    assert segment_names(harness.archive_dir, rid) == [segment_file_name(rid, b) for b in bases]
-    last = harness.archive_dir / segment_file_name(rid, bases[-1])
-    assert last.stat().st_size == end - bases[-1]
-    first_file = harness.archive_dir / segment_file_name(rid, bases[0])
+    last_index = segment_index(first, end, TERM, segment_length)
+    assert segment_names(harness.archive_dir, rid) == [segment_file_name(rid, i) for i in range(last_index + 1)]
+    last = (harness.archive_dir / segment_file_name(rid, last_index)).read_bytes()
+    assert len(last) == segment_length
+    last_base = term_base + last_index * segment_length
+    assert last[end - last_base :] == bytes(segment_length - (end - last_base))
+    first_file = harness.archive_dir / segment_file_name(rid, 0)
     assert first_file.read_bytes()[: first - term_base] == bytes(first - term_base)  # the hole before the start
 
     # a replay delivers the same messages and the same frames (with the replay's session and stream)

@@ -10,16 +10,15 @@ import pytest
 
 from driver.archive.catalog import (
     CATALOG_FILE,
-    HEADER_LENGTH,
-    INITIAL_SLOTS,
+    DEFAULT_MAX_ENTRIES,
     NULL_POSITION,
-    SLOT_LENGTH,
+    RECORD_LENGTH,
     Catalog,
     RecordingDescriptor,
 )
-from driver.archive.errors import CatalogError, RecordingNotFoundError
+from driver.archive.errors import CatalogError, CatalogLayoutError, RecordingNotFoundError
 
-STRINGS_CAPACITY = SLOT_LENGTH - 96 - 6  # three uint16 lengths after offset 96
+STRINGS_CAPACITY = RECORD_LENGTH - 32 - 80 - 12  # Aeron's limit: header, block, three uint32 lengths
 
 
 def add(catalog: Catalog, **changes: Any) -> int:
@@ -68,7 +67,33 @@ def test_add_then_read_back_every_field(tmp_path: Path) -> None:
         assert d.to_dict()["session_id"] == -77
         assert RecordingDescriptor(**d.to_dict()) == d
         assert catalog.recorded_position(0) == 1024
-    assert (tmp_path / CATALOG_FILE).stat().st_size == HEADER_LENGTH + INITIAL_SLOTS * SLOT_LENGTH
+        assert catalog.max_entries == DEFAULT_MAX_ENTRIES
+    assert (tmp_path / CATALOG_FILE).stat().st_size == (DEFAULT_MAX_ENTRIES + 1) * RECORD_LENGTH
+
+
+def test_the_bytes_are_aeron_1_15_1s_layout(tmp_path: Path) -> None:
+    """CatalogHeader at 0; entry n at (n + 1) KiB: RecordingDescriptorHeader (32), RecordingDescriptor (80, strings)."""
+    with Catalog(tmp_path) as catalog:
+        add(catalog)
+        rid = add(catalog, stripped_channel="aeron:udp?endpoint=h:1", source_identity="127.0.0.1:5555")
+        catalog.stop(rid, 4096, 1_700_000_000_500)
+    raw = (tmp_path / CATALOG_FILE).read_bytes()
+    assert struct.unpack_from("<ii", raw, 0) == (0, 1024)  # version 0, entry length 1024
+    entry = 2 * 1024
+    strings = [b"aeron:udp?endpoint=h:1", b"aeron:ipc?term-length=64k", b"127.0.0.1:5555"]
+    length, valid = struct.unpack_from("<ib", raw, entry)
+    assert (length, valid) == (80 + sum(4 + len(x) for x in strings), 1)
+    fields = struct.unpack_from("<qqqqqqqiiiiii", raw, entry + 32)
+    ids, times, positions = fields[:3], fields[3:5], fields[5:7]
+    assert (ids, times, positions) == ((0, 0, 1), (1_700_000_000_000, 1_700_000_000_500), (1024, 4096))
+    assert fields[7:] == (-5, 128 * 1024, 64 * 1024, 1408, -77, 1001)
+    at = entry + 32 + 80
+    for expected in strings:
+        (n,) = struct.unpack_from("<I", raw, at)
+        assert raw[at + 4 : at + 4 + n] == expected
+        at += 4 + n
+    assert raw[at : entry + 1024].strip(b"\0") == b""
+    assert struct.unpack_from("<i", raw, 3 * 1024)[0] == 0  # no entry 2: the entries end here
 
 
 def test_recorded_position_stop_extend_truncate(tmp_path: Path) -> None:
@@ -94,7 +119,7 @@ def test_recorded_position_stop_extend_truncate(tmp_path: Path) -> None:
         assert d.start_position == 1024
 
 
-def test_delete_keeps_ids_dense_and_never_reuses_one(tmp_path: Path) -> None:
+def test_delete_marks_the_entry_not_valid_keeps_ids_dense_and_never_reuses_one(tmp_path: Path) -> None:
     with Catalog(tmp_path) as catalog:
         ids = [add(catalog, stream_id=i) for i in range(5)]
         assert ids == [0, 1, 2, 3, 4]
@@ -115,12 +140,17 @@ def test_delete_keeps_ids_dense_and_never_reuses_one(tmp_path: Path) -> None:
         assert [d.recording_id for d in catalog.descriptors(4)] == [4, 5]
         assert catalog.descriptors(6) == []
         assert [d.recording_id for d in catalog.descriptors(-3, 1)] == [0]
+        entry = catalog.entry(2)
+        assert (entry.valid, entry.descriptor.recording_id, entry.descriptor.stream_id) == (False, 2, 2)
+        assert [e.valid for e in catalog.entries()] == [True, True, False, True, True, True]
+        catalog.set_valid(2, True)
+        assert catalog.descriptor(2).stop_position == 1024
 
 
 def test_unknown_ids(tmp_path: Path) -> None:
     with Catalog(tmp_path) as catalog:
         add(catalog)
-        for bad in (1, 500, INITIAL_SLOTS, 10 * INITIAL_SLOTS, -1):
+        for bad in (1, 500, DEFAULT_MAX_ENTRIES, 10 * DEFAULT_MAX_ENTRIES, -1):
             with pytest.raises(RecordingNotFoundError) as info:
                 catalog.descriptor(bad)
             assert isinstance(info.value, KeyError)
@@ -143,24 +173,26 @@ def test_find_by_channel_fragment_and_stream(tmp_path: Path) -> None:
 
 
 def test_growth_past_the_initial_slots_and_a_reader_following(tmp_path: Path) -> None:
-    with Catalog(tmp_path) as writer:
+    slots = 16
+    with Catalog(tmp_path, max_entries=slots) as writer:
         add(writer)
         reader = Catalog(tmp_path, writable=False)
         try:
             assert reader.descriptor(0).stream_id == 1001
-            for i in range(1, INITIAL_SLOTS + 40):
+            for i in range(1, slots + 40):
                 assert add(writer, stream_id=i, start_position=i * 32) == i
             size = (tmp_path / CATALOG_FILE).stat().st_size
-            assert size > HEADER_LENGTH + INITIAL_SLOTS * SLOT_LENGTH
-            assert (size - HEADER_LENGTH) % SLOT_LENGTH == 0
+            assert size > (slots + 1) * RECORD_LENGTH
+            assert size % RECORD_LENGTH == 0
+            assert writer.max_entries == size // RECORD_LENGTH - 1
             # the reader mapped the file when it was small; it remaps to see the new slots
-            assert reader.next_recording_id == INITIAL_SLOTS + 40
-            last = reader.descriptor(INITIAL_SLOTS + 39)
-            assert (last.stream_id, last.start_position) == (INITIAL_SLOTS + 39, (INITIAL_SLOTS + 39) * 32)
-            assert len(reader.descriptors()) == INITIAL_SLOTS + 40
+            assert reader.next_recording_id == slots + 40
+            last = reader.descriptor(slots + 39)
+            assert (last.stream_id, last.start_position) == (slots + 39, (slots + 39) * 32)
+            assert len(reader.descriptors()) == slots + 40
             # and sees the writer's updates as they happen
-            writer.set_recorded_position(INITIAL_SLOTS + 39, 1 << 33)
-            assert reader.recorded_position(INITIAL_SLOTS + 39) == 1 << 33
+            writer.set_recorded_position(slots + 39, 1 << 33)
+            assert reader.recorded_position(slots + 39) == 1 << 33
             writer.stop(5, 4096, 7)
             assert reader.descriptor(5).stop_position == 4096
             writer.stop(6, 4096, 7)
@@ -169,10 +201,10 @@ def test_growth_past_the_initial_slots_and_a_reader_following(tmp_path: Path) ->
                 reader.descriptor(6)
         finally:
             reader.close()
-    with Catalog(tmp_path) as again:
-        assert again.next_recording_id == INITIAL_SLOTS + 40
-        assert again.descriptor(INITIAL_SLOTS + 39).recorded_position == 1 << 33
-        assert add(again) == INITIAL_SLOTS + 40
+    with Catalog(tmp_path, max_entries=slots) as again:
+        assert again.next_recording_id == slots + 40
+        assert again.descriptor(slots + 39).recorded_position == 1 << 33
+        assert add(again) == slots + 40
 
 
 def test_a_reader_cannot_write(tmp_path: Path) -> None:
@@ -217,7 +249,7 @@ def _patch(tmp_path: Path, offset: int, value: int) -> None:
 
 @pytest.mark.parametrize(
     ("offset", "value", "match"),
-    [(0, 0x12345678, "bad magic"), (4, 2, "version 2"), (8, 512, "slot 512")],
+    [(0, 1, "catalog version 1"), (0, 3, "version 3"), (4, 0, "entry length 0"), (4, 100, "entry length 100")],
 )
 @pytest.mark.parametrize("writable", [True, False])
 def test_bad_header(tmp_path: Path, offset: int, value: int, match: str, writable: bool) -> None:
@@ -228,22 +260,52 @@ def test_bad_header(tmp_path: Path, offset: int, value: int, match: str, writabl
         Catalog(tmp_path, writable=writable)
 
 
-@pytest.mark.parametrize("size", [1, HEADER_LENGTH - 1])
+@pytest.mark.parametrize("writable", [True, False])
+def test_the_old_layout_gets_its_own_error(tmp_path: Path, writable: bool) -> None:
+    """Catalogs from before the archive took Aeron's layout began with "EPAC"; they are named, not misread."""
+    old = bytearray(1024 + 1024)
+    struct.pack_into("<iii", old, 0, 0x43415045, 1, 1024)
+    (tmp_path / CATALOG_FILE).write_bytes(bytes(old))
+    with pytest.raises(CatalogLayoutError, match="old layout") as info:
+        Catalog(tmp_path, writable=writable)
+    assert isinstance(info.value, CatalogError)
+    assert "migrate" in str(info.value)
+
+
+@pytest.mark.parametrize("size", [1, 7])
 def test_too_short_a_file(tmp_path: Path, size: int) -> None:
-    (tmp_path / CATALOG_FILE).write_bytes(b"EPAC"[:size].ljust(size, b"\0"))
+    (tmp_path / CATALOG_FILE).write_bytes(bytes(size))
     with pytest.raises(CatalogError, match="too short"):
         Catalog(tmp_path)
 
 
 def test_a_zeroed_file_is_not_a_catalog(tmp_path: Path) -> None:
-    (tmp_path / CATALOG_FILE).write_bytes(bytes(HEADER_LENGTH + SLOT_LENGTH))
-    with pytest.raises(CatalogError, match="bad magic"):
+    (tmp_path / CATALOG_FILE).write_bytes(bytes(2 * RECORD_LENGTH))
+    with pytest.raises(CatalogError, match="entry length 0"):
         Catalog(tmp_path)
+
+
+def test_an_entry_without_our_recorded_position_ends_at_its_start_while_active(tmp_path: Path) -> None:
+    """Aeron's archive keeps a live recording's position only in its rec-pos counter; without one found (no driver
+    here), a reader takes the start position until the recording is stopped."""
+    with Catalog(tmp_path) as catalog:
+        rid = add(catalog)
+        catalog.set_recorded_position(rid, 8192)
+    _patch(tmp_path, (rid + 1) * RECORD_LENGTH + 24, 0)  # the mark our archive sets; Aeron leaves it zero
+    with Catalog(tmp_path, writable=False) as reader:
+        entry = reader.entry(rid)
+        assert not entry.keeps_recorded_position
+        assert entry.descriptor.recorded_position == 1024
+        assert reader.recorded_position(rid) == 1024
+    with Catalog(tmp_path) as catalog:
+        catalog.stop(rid, 8192, 5)
+    with Catalog(tmp_path, writable=False) as reader:
+        assert reader.descriptor(rid).end_position == 8192
 
 
 def test_strings_up_to_the_slot_and_no_further(tmp_path: Path) -> None:
     with Catalog(tmp_path) as catalog:
-        # exactly full, with multi-byte UTF-8 (the limit is in bytes)
+        # exactly full (Aeron's 900 bytes), with multi-byte UTF-8 (the limit is in bytes)
         stripped = "é" * 100  # 200 bytes
         original = "aeron:ipc?alias=" + "x" * (STRINGS_CAPACITY - 200 - 16 - 10)
         source = "ü" * 5  # 10 bytes

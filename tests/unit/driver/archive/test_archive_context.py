@@ -44,6 +44,7 @@ def test_environment_forms() -> None:
         "AERON_ARCHIVE_SEGMENT_FILE_LENGTH": "1m",
         "AERON_ARCHIVE_FILE_SYNC_LEVEL": "2",
         "AERON_ARCHIVE_CATALOG_FILE_SYNC_LEVEL": "1",
+        "AERON_ARCHIVE_MAX_CATALOG_ENTRIES": "64",
         "AERON_ARCHIVE_MESSAGE_TIMEOUT": "2s",
         "AERON_ARCHIVE_RECORDING_PROGRESS_INTERVAL": "50ms",
         "AERON_ARCHIVE_IDLE_STRATEGY": "yielding",
@@ -64,6 +65,7 @@ def test_environment_forms() -> None:
     assert ctx.segment_file_length == MIB
     assert ctx.file_sync_level == SyncLevel.DATA_AND_METADATA
     assert ctx.catalog_file_sync_level == SyncLevel.DATA
+    assert ctx.max_catalog_entries == 64
     assert ctx.message_timeout_ns == 2_000_000_000
     assert ctx.progress_interval_ns == 50_000_000
     assert ctx.idle_strategy == "yielding"
@@ -87,6 +89,7 @@ def test_environment_forms() -> None:
         "aeron.archive.segment.file.length",
         "aeron.archive.file.sync.level",
         "aeron.archive.catalog.file.sync.level",
+        "aeron.archive.max.catalog.entries",
         "aeron.archive.message.timeout",
         "aeron.archive.recording.progress.interval",
         "aeron.archive.idle.strategy",
@@ -127,6 +130,8 @@ def test_unknown_override_names_the_fields() -> None:
         ("AERON_ARCHIVE_FILE_SYNC_LEVEL", "-1", "aeron.archive.file.sync.level"),
         ("AERON_ARCHIVE_FILE_SYNC_LEVEL", "full", "aeron.archive.file.sync.level"),
         ("AERON_ARCHIVE_CATALOG_FILE_SYNC_LEVEL", "9", "aeron.archive.catalog.file.sync.level"),
+        ("AERON_ARCHIVE_MAX_CATALOG_ENTRIES", "0", "aeron.archive.max.catalog.entries"),
+        ("AERON_ARCHIVE_MAX_CATALOG_ENTRIES", str(1 << 21), "aeron.archive.max.catalog.entries"),
         ("AERON_ARCHIVE_CONTROL_STREAM_ID", "ten", "aeron.archive.control.stream.id"),
         ("AERON_ARCHIVE_CONTROL_STREAM_ID", str(1 << 31), "aeron.archive.control.stream.id"),
         ("AERON_ARCHIVE_RECORDING_EVENTS_STREAM_ID", "1.5", "aeron.archive.recording.events.stream.id"),

@@ -16,10 +16,14 @@ from driver.archive.segments import (
     SEGMENT_MIN_LENGTH,
     check_segment_length,
     complete_frames_end,
+    ensure_segment,
     segment_base_position,
     segment_file_name,
     segment_files,
+    segment_index,
+    segment_path,
     segment_spans,
+    zero_tail,
 )
 from driver.concurrent.atomic_buffer import AtomicBuffer, align
 from driver.errors import DriverConfigurationError
@@ -104,6 +108,7 @@ def frames_end(data: bytes | bytearray, offset: int = 0, limit: int | None = Non
         stream_id=settings["stream_id"],
         term_id_at_offset=settings["term_id_at_offset"],
         session_id=settings.get("session_id"),
+        page_size=settings.get("page_size", 0),
     )
 
 
@@ -148,15 +153,23 @@ def test_segment_spans_split_a_range_at_segment_boundaries() -> None:
     assert list(segment_spans(0, 32, 64, TERM, TERM)) == [(0, 32, 64)]
 
 
-def test_segment_file_names_and_listing(tmp_path: Path) -> None:
+def test_segment_file_names_are_aeron_s_recording_id_and_segment_index(tmp_path: Path) -> None:
     assert segment_file_name(3, 0) == "3-0.rec"
-    assert segment_file_name(12, 1 << 40) == f"12-{1 << 40}.rec"
-    for name in ("3-0.rec", "3-262144.rec", "3-131072.rec", "33-0.rec", "3-x.rec", "3-65536.tmp", "4-0.rec"):
+    assert segment_file_name(12, 7) == "12-7.rec"
+    # Segments count from the start position's term: a recording starting mid-term 3 has segment 0 at term 3.
+    start = 3 * TERM + 1024
+    assert segment_index(start, start, TERM, 4 * TERM) == 0
+    assert segment_index(start, 7 * TERM - 32, TERM, 4 * TERM) == 0
+    assert segment_index(start, 7 * TERM, TERM, 4 * TERM) == 1
+    assert segment_index(start, 12 * TERM + 64, TERM, 4 * TERM) == 2
+    assert segment_index(0, 5 * TERM, TERM, TERM) == 5
+    assert segment_path(tmp_path, 9, start, 11 * TERM, TERM, 4 * TERM) == tmp_path / "9-2.rec"
+    for name in ("3-0.rec", "3-12.rec", "3-2.rec", "33-0.rec", "3-x.rec", "3-1.tmp", "4-0.rec"):
         (tmp_path / name).write_bytes(b"")
     assert segment_files(tmp_path, 3) == [
         (0, tmp_path / "3-0.rec"),
-        (131072, tmp_path / "3-131072.rec"),
-        (262144, tmp_path / "3-262144.rec"),
+        (2, tmp_path / "3-2.rec"),
+        (12, tmp_path / "3-12.rec"),
     ]
     assert segment_files(tmp_path, 5) == []
     assert segment_files(tmp_path / "absent", 3) == []
@@ -223,6 +236,27 @@ def test_torn_payload_past_the_limit_is_cut() -> None:
     assert frames_end(data, 0, whole) == whole
     for limit in (last + 32, last + 500, whole - 32, whole - 1):
         assert frames_end(data, 0, limit) == last
+
+
+def test_a_frame_whose_later_page_never_landed_is_cut() -> None:
+    """In a whole (sparse) segment a torn write leaves a header whose frame runs on into a page of zeros."""
+    data, _ = build_terms([payload(i + 1, 1000) for i in range(40)])
+    end = frames_end(data)
+    assert frames_end(data, page_size=4096) == end  # every page each frame reaches holds some of it
+    frames, at = [], 0
+    while at < end:
+        length = align(struct.unpack_from("<i", data, at)[0], 32)
+        frames.append((at, at + length))
+        at += length
+    start, stop = next((a, b) for a, b in frames if a // 4096 != (b - 1) // 4096)
+    page = start - start % 4096 + 4096
+    torn = bytearray(data)
+    torn[page:stop] = bytes(stop - page)
+    assert frames_end(torn, page_size=4096) == start
+    assert frames_end(torn) == end  # without the page rule the zeros pass for payload
+    # a frame within one page is all there or not at all
+    small, small_starts = build_terms([payload(i + 1) for i in range(10)])
+    assert frames_end(small, page_size=4096) == small_starts[-1] + 96
 
 
 def test_garbage_after_the_frames_is_cut() -> None:
@@ -320,3 +354,17 @@ def test_fragmented_messages_and_a_mid_term_start() -> None:
     assert frames_end(data, 0, end) == 0
     # a cut inside the last fragment keeps the fragments before it
     assert frames_end(data, 4096, end - 40) == starts[-1]
+
+
+def test_segments_are_whole_and_a_tail_is_zeroed_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "1-0.rec"
+    ensure_segment(path, 4 * TERM)
+    assert path.stat().st_size == 4 * TERM
+    path.write_bytes(b"\x01" * (4 * TERM))
+    ensure_segment(path, 4 * TERM)  # an existing segment keeps its bytes
+    assert path.read_bytes() == b"\x01" * (4 * TERM)
+    zero_tail(path, 96, 4 * TERM)
+    data = path.read_bytes()
+    assert len(data) == 4 * TERM
+    assert data[:96] == b"\x01" * 96
+    assert data[96:] == bytes(4 * TERM - 96)
