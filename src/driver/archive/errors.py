@@ -13,6 +13,7 @@ __all__ = [
     "InvalidPositionError",
     "RecordingNotFoundError",
     "RecordingStateError",
+    "ReplayLimitError",
 ]
 
 
@@ -49,3 +50,7 @@ class ArchiveStorageError(ArchiveError, OSError):
 
 class ArchiveTimeoutError(ArchiveError, TimeoutError):
     """The archive did not answer within the client's timeout."""
+
+
+class ReplayLimitError(ArchiveError):
+    """A bounded replay's limit counter is not one the archive can read (unknown id, or not allocated)."""
