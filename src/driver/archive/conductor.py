@@ -206,6 +206,11 @@ class ArchiveConductor:
             work += self._send_progress()
         return work
 
+    @property
+    def active_replays(self) -> int:
+        """Replays under way (each holds a publication until it ends)."""
+        return len(self._replays)
+
     def on_close(self) -> None:
         for session in list(self._recordings.values()):
             session.stop(StopReason.ARCHIVE_CLOSED)

@@ -135,7 +135,12 @@ class ReplaySession:
         if self._pending is None:
             self._pending = self._read_block()
             if self._pending is None:
-                return self._check_end()
+                if self._check_end():
+                    return 1
+                if self.publication.is_connected:  # waiting for more to replay
+                    self._unconnected_since_ns = 0
+                    return 0
+                return self._unconnected(now_ns)  # waiting with nobody to wait for: do not wait forever
         result = self.publication.offer_block(self._pending)
         if result > 0:
             self.position += len(self._pending)
@@ -144,14 +149,18 @@ class ReplaySession:
             return 1
         if result in (CLOSED, MAX_POSITION_EXCEEDED):
             return self._fail(f"replay publication refused the block ({result})")
-        if result == NOT_CONNECTED:  # the subscriber went away: give it the message timeout to come back
-            if self._unconnected_since_ns == 0:
-                self._unconnected_since_ns = now_ns
-            elif now_ns - self._unconnected_since_ns > self._timeout_ns:
-                return self._fail("the replay's subscriber went away")
-        else:
-            self._unconnected_since_ns = 0
-        return 0  # BACK_PRESSURED, ADMIN_ACTION or NOT_CONNECTED: offer the same block again
+        if result == NOT_CONNECTED:
+            return self._unconnected(now_ns)
+        self._unconnected_since_ns = 0
+        return 0  # BACK_PRESSURED or ADMIN_ACTION: offer the same block again
+
+    def _unconnected(self, now_ns: int) -> int:
+        """The subscriber went away: give it the message timeout to come back, then end the replay."""
+        if self._unconnected_since_ns == 0:
+            self._unconnected_since_ns = now_ns
+        elif now_ns - self._unconnected_since_ns > self._timeout_ns:
+            return self._fail("the replay's subscriber went away")
+        return 0
 
     def _end(self) -> tuple[int, bool]:
         """How far recorded bytes go now, and whether that is final."""

@@ -213,3 +213,21 @@ def test_the_archive_id_is_stable_across_restarts(
         archive_dir=tmp_path / "third-archive", control_stream_id=14, local_control_stream_id=15, archive_id=77
     )
     assert configured.archive.archive_id() == 77
+
+
+def test_a_waiting_bounded_replay_whose_subscriber_goes_away_ends(make_archive: Callable[..., ArchiveHarness]) -> None:
+    harness = make_archive(message_timeout_ns=300_000_000)
+    with ArchiveClient.connect(harness.client, harness.context, timeout=10) as archive:
+        rid, messages, ends = record(harness, archive, 20)
+        limit = harness.client.add_counter(LIMIT_TYPE_ID, b"", "replay limit")
+        try:
+            limit.set(ends[4])  # stands still from here on: the replay waits at message 5
+            replay_id = archive.bounded_replay(rid, limit.id, "aeron:ipc", REPLAY_STREAM)
+            subscription = archive.replay_subscription("aeron:ipc", REPLAY_STREAM, replay_id)
+            assert Collector(subscription).poll_until(5) == messages[:5]
+            assert harness.archive.conductor.active_replays == 1
+            subscription.close()
+            execute_until(lambda: harness.archive.conductor.active_replays == 0, description="the replay ended")
+            assert not archive.stop_replay(replay_id)  # already gone
+        finally:
+            limit.close()
