@@ -57,6 +57,7 @@ SANS_IO = (
     "driver.archive.exchange",
     "driver.archive.codecs",
     "driver.archive.errors",
+    "driver.archive.replay_bound",
     "driver.sbe",
     "endpoint.handshake.protocol",
     "endpoint.handshake.noise",

@@ -24,6 +24,7 @@ from driver.archive.errors import (
     InvalidPositionError,
     RecordingNotFoundError,
     RecordingStateError,
+    ReplayLimitError,
 )
 from driver.archive.replayer import FOLLOW
 
@@ -43,4 +44,5 @@ __all__ = [
     "RecordingEvent",
     "RecordingNotFoundError",
     "RecordingStateError",
+    "ReplayLimitError",
 ]

@@ -36,7 +36,14 @@ from driver.archive.catalog import (
     RecordingDescriptor,
 )
 from driver.archive.codecs import LEGACY, LEGACY_MARK
-from driver.archive.errors import ArchiveError, ArchiveInUseError, CatalogError, MarkFileError, RecordingNotFoundError
+from driver.archive.errors import (
+    ArchiveError,
+    ArchiveInUseError,
+    ArchiveToolError,
+    CatalogError,
+    MarkFileError,
+    RecordingNotFoundError,
+)
 from driver.archive.mark import MARK_FILE, MarkFileHeader, read_mark_file
 from driver.archive.segments import (
     SEGMENT_SUFFIX,
@@ -75,10 +82,6 @@ _FRAME = struct.Struct("<iBBHiiii")
 _PAD = 0
 _DATA = 1
 _UNFRAGMENTED = 0xC0
-
-
-class ToolError(ArchiveError):
-    """The directory cannot be read for this verb; the message says why (one line)."""
 
 
 # -- SBE text as Aeron's generated toString writes it -------------------------------------------------------------
@@ -176,18 +179,18 @@ def _mark_lines(archive_dir: Path) -> list[str]:
 
 def _check_dir(archive_dir: Path) -> None:
     if not archive_dir.is_dir():
-        raise ToolError(f"archive directory not found: {archive_dir}")
+        raise ArchiveToolError(f"archive directory not found: {archive_dir}")
 
 
 def _open_catalog(archive_dir: Path, *, writable: bool = False) -> Catalog:
     _check_dir(archive_dir)
     if not (archive_dir / CATALOG_FILE).is_file():
-        raise ToolError(f"{archive_dir}: no {CATALOG_FILE}")
+        raise ArchiveToolError(f"{archive_dir}: no {CATALOG_FILE}")
     try:
         # Never a writable open that could grow the file: the tool keeps the catalog's length as it is.
         return Catalog(archive_dir, writable=writable, max_entries=1)
     except CatalogError as exc:
-        raise ToolError(str(exc)) from None
+        raise ArchiveToolError(str(exc)) from None
 
 
 def archive_is_running(archive_dir: Path) -> bool:
@@ -246,7 +249,7 @@ def pid(archive_dir: Path, out: TextIO = sys.stdout) -> int:
     try:
         out.write(f"{read_mark_file(archive_dir).pid}\n")
     except MarkFileError as exc:
-        raise ToolError(str(exc)) from None
+        raise ArchiveToolError(str(exc)) from None
     return 0
 
 
@@ -308,7 +311,7 @@ def _frames(
 def dump(archive_dir: Path, fragment_limit: int | None = None, out: TextIO = sys.stdout) -> int:
     """Describe, then each recording's frames (at most ``fragment_limit`` per recording), as ArchiveTool dumps."""
     if fragment_limit is not None and fragment_limit <= 0:
-        raise ToolError(f"invalid fragment count limit {fragment_limit}")
+        raise ArchiveToolError(f"invalid fragment count limit {fragment_limit}")
     with _open_catalog(archive_dir) as catalog:
         for line in _mark_lines(archive_dir):
             out.write(line + "\n")
@@ -482,14 +485,14 @@ def errors(archive_dir: Path, out: TextIO = sys.stdout) -> int:
     try:
         mark = read_mark_file(archive_dir)
     except MarkFileError as exc:
-        raise ToolError(str(exc)) from None
+        raise ArchiveToolError(str(exc)) from None
     if not mark.aeron_directory:
-        raise ToolError(f"{archive_dir}: the mark file names no driver directory")
+        raise ArchiveToolError(f"{archive_dir}: the mark file names no driver directory")
     aeron_dir = Path(mark.aeron_directory)
     try:
         cnc = CncFile.map_existing(aeron_dir, timeout_s=0.0)
     except (DriverError, OSError, ValueError) as exc:
-        raise ToolError(f"{aeron_dir}: cannot read the driver's error log: {exc}") from None
+        raise ArchiveToolError(f"{aeron_dir}: cannot read the driver's error log: {exc}") from None
     try:
         observations = read_error_log(cnc.error_log_buffer)
     finally:
@@ -519,7 +522,7 @@ def _old_entries(data: bytes) -> Iterator[tuple[int, RecordingDescriptor]]:
     for recording_id in range(next_id):
         offset = _OLD_SLOT + recording_id * _OLD_SLOT
         if offset + _OLD_SLOT > len(data):
-            raise ToolError(f"old catalog ends before recording {recording_id}")
+            raise ArchiveToolError(f"old catalog ends before recording {recording_id}")
         state, rid, start_ts, stop_ts, start, stop, recorded, itid, seg, term, mtu, session, stream = (
             _OLD_FIELDS.unpack_from(data, offset)
         )
@@ -558,9 +561,9 @@ def migrate(archive_dir: Path, out: TextIO = sys.stdout) -> int:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise ToolError(f"{archive_dir}: no {CATALOG_FILE}") from None
+        raise ArchiveToolError(f"{archive_dir}: no {CATALOG_FILE}") from None
     if len(data) < 8 or struct.unpack_from("<i", data, 0)[0] != OLD_LAYOUT_MAGIC:
-        raise ToolError(f"{path} is not in the old layout: nothing to migrate")
+        raise ArchiveToolError(f"{path} is not in the old layout: nothing to migrate")
     if archive_is_running(archive_dir):
         raise ArchiveInUseError(f"{archive_dir}: an archive is running on it; stop it first")
     entries = list(_old_entries(data))
@@ -582,7 +585,7 @@ def migrate(archive_dir: Path, out: TextIO = sys.stdout) -> int:
                 source_identity=d.source_identity,
             )
             if rid != d.recording_id:
-                raise ToolError(f"recording {d.recording_id} would become {rid}: the old catalog is not dense")
+                raise ArchiveToolError(f"recording {d.recording_id} would become {rid}: the old catalog is not dense")
             if d.stop_position != NULL_POSITION:
                 catalog.set_stop(rid, d.stop_position, d.stop_timestamp)
             else:

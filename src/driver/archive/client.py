@@ -406,6 +406,23 @@ class AsyncArchiveClient:
     ) -> int:
         return int(await self._request("replay", recording_id, position, length, channel, stream_id))
 
+    async def bounded_replay(
+        self,
+        recording_id: int,
+        limit_counter_id: int,
+        channel: str,
+        stream_id: int,
+        *,
+        position: int = -1,
+        length: int = FOLLOW,
+    ) -> int:
+        return int(
+            await self._request("bounded_replay", recording_id, position, length, limit_counter_id, channel, stream_id)
+        )
+
+    async def archive_id(self) -> int:
+        return int(await self._request("archive_id"))
+
     async def stop_replay(self, replay_id: int) -> bool:
         return bool(await self._request("stop_replay", replay_id))
 

@@ -31,7 +31,9 @@ from driver.archive.errors import (
     RecordingNotFoundError,
     RecordingStateError,
 )
+from driver.archive.mark import archive_id_of
 from driver.archive.recorder import RecordingSession, SegmentWriter, StopReason, SyncLevel
+from driver.archive.replay_bound import CounterBound, check_limit_counter
 from driver.archive.replayer import FOLLOW, ReplaySession, check_replay_position
 from driver.archive.segments import (
     complete_frames_end,
@@ -169,7 +171,7 @@ class ArchiveConductor:
         """Each control session's response publication (the shell's half of the session)."""
         self._next_replay = 1
         self._next_replay_session = random.randint(1, 1 << 30)  # replay images' session ids: clear of others'
-        self.archive_id = NULL_VALUE
+        self.archive_id = archive_id_of(context.archive_dir, context.archive_id)
         self._signal_targets: dict[int, tuple[int, int, int]] = {}
         """Recording id -> (control session, correlation, subscription id) its signals go to."""
         self._pending_images: list[tuple[_RecordingSubscription, Image]] = []
@@ -236,6 +238,11 @@ class ArchiveConductor:
         if self._recordings:
             work += self._send_progress()
         return work
+
+    @property
+    def active_replays(self) -> int:
+        """Replays under way (each holds a publication until it ends)."""
+        return len(self._replays)
 
     def on_close(self) -> None:
         for session in list(self._recordings.values()):
@@ -457,14 +464,27 @@ class ArchiveConductor:
 
     # -- replays -----------------------------------------------------------------------------------
 
-    def _op_replay(self, recording_id: int, position: int, length: int, channel: str, stream_id: int) -> int:
+    def _op_replay(
+        self,
+        recording_id: int,
+        position: int,
+        length: int,
+        channel: str,
+        stream_id: int,
+        bound: CounterBound | None = None,
+    ) -> int:
         d = self.catalog.descriptor(recording_id)
         if position < 0:  # NULL position: from the start
             position = d.start_position
         check_replay_position(self.archive_dir, d, position)
         if length != FOLLOW and length < 0:
             raise InvalidPositionError(f"replay length {length}: must be >= 0, or -1 to follow the recording")
-        if not d.is_active and length == FOLLOW:
+        if bound is not None:
+            if position > bound.value:
+                raise InvalidPositionError(
+                    f"replay of recording {recording_id} from {position} exceeds the limit counter's {bound.value}"
+                )
+        elif not d.is_active and length == FOLLOW:
             length = d.stop_position - position
         session_id = int32(self._next_replay_session)
         self._next_replay_session += 1
@@ -486,9 +506,38 @@ class ArchiveConductor:
         publication = self.aeron.add_exclusive_publication(str(uri), stream_id)
         deadline = time.monotonic_ns() + self.context.message_timeout_ns
         self._replays[replay_id] = ReplaySession(
-            replay_id, d, self.catalog, self.archive_dir, publication, position, length, deadline
+            replay_id,
+            d,
+            self.catalog,
+            self.archive_dir,
+            publication,
+            position,
+            length,
+            deadline,
+            bound=bound,
+            counters=self.aeron.counters_reader if bound is not None else None,
         )
         return replay_id
+
+    def _op_bounded_replay(
+        self, recording_id: int, position: int, length: int, limit_counter_id: int, channel: str, stream_id: int
+    ) -> int:
+        """A replay that never reads past counter ``limit_counter_id``'s value (Aeron's bounded replay)."""
+        reader = self.aeron.counters_reader
+        try:
+            state: int | None = reader.get_counter_state(limit_counter_id)
+        except ValueError:
+            state = None
+        check_limit_counter(limit_counter_id, reader.max_counter_id, state)
+        bound = CounterBound(
+            limit_counter_id,
+            reader.get_counter_registration_id(limit_counter_id),
+            reader.get_counter_value(limit_counter_id),
+        )
+        return self._op_replay(recording_id, position, length, channel, stream_id, bound)
+
+    def _op_archive_id(self) -> int:
+        return self.archive_id
 
     def _op_stop_replay(self, replay_id: int) -> bool:
         replay = self._replays.pop(replay_id, None)
@@ -666,7 +715,10 @@ class ArchiveConductor:
         session.respond(ResponseCode.OK, r.correlation_id, replay_id)
 
     def _on_bounded_replay(self, session: ControlSession, r: control.BoundedReplayRequest) -> None:
-        raise ArchiveError("bounded replay (a replay limited by a counter) is not offered by this archive")
+        replay_id = self._op_bounded_replay(
+            r.recording_id, r.position, r.length, r.limit_counter_id, r.replay_channel, r.replay_stream_id
+        )
+        session.respond(ResponseCode.OK, r.correlation_id, replay_id)
 
     def _on_stop_replay(self, session: ControlSession, r: control.StopReplayRequest) -> None:
         if self._op_stop_replay(r.replay_session_id):

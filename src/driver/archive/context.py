@@ -84,6 +84,8 @@ class ArchiveContext:
     progress_interval_ns: int = attrs.field(
         default=200_000_000, metadata=_meta("aeron.archive.recording.progress.interval", _Kind.DURATION)
     )
+    archive_id: int = attrs.field(default=-1, metadata=_meta("aeron.archive.id", _Kind.INT))
+    """The id ArchiveIdRequest answers; -1: the one kept in the archive directory (made once, at random)."""
     idle_strategy: str = attrs.field(default="backoff", metadata=_meta("aeron.archive.idle.strategy", _Kind.IDLE))
     error_handler: Callable[[BaseException], None] = attrs.field(default=_log_error)
 
@@ -122,6 +124,7 @@ class ArchiveContext:
         ):
             c.int_range(name, -(2**31), 2**31 - 1)
         c.boolean("recording_events_enabled")
+        c.int_range("archive_id", -1, 2**63 - 1)
         c.int_range("max_control_sessions", 1, 1 << 16)
         c.power_of_two("segment_file_length", SEGMENT_MIN_LENGTH, SEGMENT_MAX_LENGTH)
         for name in ("file_sync_level", "catalog_file_sync_level"):

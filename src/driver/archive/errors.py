@@ -9,12 +9,14 @@ __all__ = [
     "ArchiveInUseError",
     "ArchiveStorageError",
     "ArchiveTimeoutError",
+    "ArchiveToolError",
     "CatalogError",
     "CatalogLayoutError",
     "InvalidPositionError",
     "MarkFileError",
     "RecordingNotFoundError",
     "RecordingStateError",
+    "ReplayLimitError",
 ]
 
 
@@ -60,3 +62,11 @@ class ArchiveStorageError(ArchiveError, OSError):
 
 class ArchiveTimeoutError(ArchiveError, TimeoutError):
     """The archive did not answer within the client's timeout."""
+
+
+class ReplayLimitError(ArchiveError):
+    """A bounded replay's limit counter is not one the archive can read (unknown id, or not allocated)."""
+
+
+class ArchiveToolError(ArchiveError):
+    """An operator verb cannot read the directory it was given; the message says why (one line)."""

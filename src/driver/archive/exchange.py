@@ -20,6 +20,7 @@ from driver.archive.errors import (
     InvalidPositionError,
     RecordingNotFoundError,
     RecordingStateError,
+    ReplayLimitError,
 )
 from driver.archive.sessions import SessionLimitError
 
@@ -38,6 +39,7 @@ _ERROR_TYPES: Final[dict[str, type[ArchiveError]]] = {
         InvalidPositionError,
         RecordingNotFoundError,
         RecordingStateError,
+        ReplayLimitError,
         SessionLimitError,
     )
 }
@@ -134,6 +136,13 @@ def request_for(operation: str, args: tuple[Any, ...], session_id: int, correlat
     elif operation == "replay":
         recording_id, position, length, channel, stream_id = args
         m = c.ReplayRequest(session_id, correlation_id, recording_id, position, length, stream_id, channel)
+    elif operation == "bounded_replay":
+        recording_id, position, length, limit_counter_id, channel, stream_id = args
+        m = c.BoundedReplayRequest(
+            session_id, correlation_id, recording_id, position, length, limit_counter_id, stream_id, channel
+        )
+    elif operation == "archive_id":
+        m = c.ArchiveIdRequest(session_id, correlation_id)
     elif operation == "stop_replay":
         m = c.StopReplayRequest(session_id, correlation_id, args[0])
     elif operation == "truncate_recording":

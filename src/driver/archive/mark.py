@@ -29,21 +29,33 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
+import secrets
 import time
 from pathlib import Path
 
 import attrs
 
 from driver.archive.codecs import LEGACY_MARK
-from driver.archive.errors import ArchiveInUseError, MarkFileError
+from driver.archive.errors import ArchiveError, ArchiveInUseError, MarkFileError
 from driver.concurrent.atomic_buffer import AtomicBuffer, align
 from driver.sbe import SbeDecodeError
 
-__all__ = ["MARK_FILE", "MARK_FILE_VERSION", "MarkFile", "MarkFileHeader", "read_mark_file"]
+__all__ = [
+    "ARCHIVE_ID_FILE",
+    "MARK_FILE",
+    "MARK_FILE_VERSION",
+    "MarkFile",
+    "MarkFileHeader",
+    "archive_id_of",
+    "read_mark_file",
+]
 
 _HEADER = LEGACY_MARK["MarkFileHeader"]
 
 MARK_FILE = "archive-mark.dat"
+ARCHIVE_ID_FILE = "archive-id"
+"""The directory's archive id, in decimal. Today's Aeron keeps the id in its mark file; the 1.15.1 mark file has
+no such field, so it lives beside it (Aeron's tools ignore other files in the directory)."""
 MARK_FILE_VERSION = LEGACY_MARK.version
 """Schema 100's version in 1.15.1 (0); its own tools refuse any other."""
 ALIGNMENT = 1024
@@ -193,3 +205,29 @@ class MarkFile:
         if self._fd >= 0:
             os.close(self._fd)  # closing the descriptor releases the lock
             self._fd = -1
+
+
+def archive_id_of(archive_dir: str | os.PathLike[str], configured: int = -1) -> int:
+    """The archive's id: ``configured`` when set (not -1), else the one the directory keeps, made once (a random
+    positive 63-bit number, written whole by rename) so it stays the same across restarts."""
+    if configured != -1:
+        return configured
+    path = Path(archive_dir) / ARCHIVE_ID_FILE
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        archive_id = secrets.randbits(63)
+        temporary = path.with_name(f"{ARCHIVE_ID_FILE}.{os.getpid()}.tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, f"{archive_id}\n".encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+        return archive_id
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ArchiveError(f"{path}: unreadable archive id ({exc})") from None
+    if not text.isdigit() or int(text) >= 1 << 63:
+        raise ArchiveError(f"{path}: {text[:40]!r} is not an archive id")
+    return int(text)

@@ -99,6 +99,27 @@ class ArchiveOperations(abc.ABC):
         ``ArchiveClient.replay_subscription`` does)."""
         return int(self._request("replay", recording_id, position, length, channel, stream_id))
 
+    def bounded_replay(
+        self,
+        recording_id: int,
+        limit_counter_id: int,
+        channel: str,
+        stream_id: int,
+        *,
+        position: int = -1,
+        length: int = FOLLOW,
+    ) -> int:
+        """A replay as :meth:`replay` that never reads past the value of counter ``limit_counter_id`` (a live
+        recording's ``rec-pos`` counter, or any counter on the archive's driver): it waits while the counter has not
+        moved and ends at ``length`` (-1: never; stop it with :meth:`stop_replay`). An unknown or free counter is a
+        :class:`~driver.archive.errors.ReplayLimitError`."""
+        args = (recording_id, position, length, limit_counter_id, channel, stream_id)
+        return int(self._request("bounded_replay", *args))
+
+    def archive_id(self) -> int:
+        """The archive's id: stable across restarts of the same archive directory."""
+        return int(self._request("archive_id"))
+
     def stop_replay(self, replay_id: int) -> bool:
         return bool(self._request("stop_replay", replay_id))
 

@@ -5,7 +5,9 @@ replay starts (same initial term id, term length and position), so each block
 read from a segment lands at the same term offset it was recorded at; only the
 session and stream ids in the frame headers are rewritten to the replay's. A
 replay of an active recording stops at the recorded position and follows it as
-it grows until the recording stops or the requested length is reached.
+it grows until the recording stops or the requested length is reached. A
+bounded replay (:class:`~driver.archive.replay_bound.CounterBound`) reads no
+further than a counter's value and waits while it has not moved.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from driver.archive.catalog import Catalog, RecordingDescriptor
 from driver.archive.errors import InvalidPositionError
+from driver.archive.replay_bound import CounterBound
 from driver.archive.segments import segment_base_position, segment_path
 from driver.client.publication import CLOSED, MAX_POSITION_EXCEEDED, NOT_CONNECTED
 from driver.concurrent.atomic_buffer import AtomicBuffer, align
@@ -25,6 +28,7 @@ from driver.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 
 if TYPE_CHECKING:
     from driver.client.publication import ExclusivePublication
+    from driver.concurrent.counters import CountersReader
 
 __all__ = ["ReplaySession", "ReplayState", "check_replay_position"]
 
@@ -95,7 +99,10 @@ class ReplaySession:
         connect_deadline_ns: int,
         *,
         block_length: int = BLOCK_LENGTH,
+        bound: CounterBound | None = None,
+        counters: CountersReader | None = None,
     ) -> None:
+        """``bound`` (with the ``counters`` it reads): a bounded replay, never past that counter's value."""
         self.replay_id = replay_id
         self.recording_id = descriptor.recording_id
         self._descriptor = descriptor
@@ -115,6 +122,8 @@ class ReplaySession:
         self._header_word = (publication.session_id & 0xFFFFFFFF) | ((publication.stream_id & 0xFFFFFFFF) << 32)
         self.state = ReplayState.CONNECTING
         self.error: str | None = None
+        self._bound = bound
+        self._counters = counters
 
     @property
     def is_done(self) -> bool:
@@ -133,7 +142,12 @@ class ReplaySession:
         if self._pending is None:
             self._pending = self._read_block()
             if self._pending is None:
-                return self._check_end()
+                if self._check_end():
+                    return 1
+                if self.publication.is_connected:  # waiting for more to replay
+                    self._unconnected_since_ns = 0
+                    return 0
+                return self._unconnected(now_ns)  # waiting with nobody to wait for: do not wait forever
         result = self.publication.offer_block(self._pending)
         if result > 0:
             self.position += len(self._pending)
@@ -142,23 +156,49 @@ class ReplaySession:
             return 1
         if result in (CLOSED, MAX_POSITION_EXCEEDED):
             return self._fail(f"replay publication refused the block ({result})")
-        if result == NOT_CONNECTED:  # the subscriber went away: give it the message timeout to come back
-            if self._unconnected_since_ns == 0:
-                self._unconnected_since_ns = now_ns
-            elif now_ns - self._unconnected_since_ns > self._timeout_ns:
-                return self._fail("the replay's subscriber went away")
-        else:
-            self._unconnected_since_ns = 0
-        return 0  # BACK_PRESSURED, ADMIN_ACTION or NOT_CONNECTED: offer the same block again
+        if result == NOT_CONNECTED:
+            return self._unconnected(now_ns)
+        self._unconnected_since_ns = 0
+        return 0  # BACK_PRESSURED or ADMIN_ACTION: offer the same block again
+
+    def _unconnected(self, now_ns: int) -> int:
+        """The subscriber went away: give it the message timeout to come back, then end the replay."""
+        if self._unconnected_since_ns == 0:
+            self._unconnected_since_ns = now_ns
+        elif now_ns - self._unconnected_since_ns > self._timeout_ns:
+            return self._fail("the replay's subscriber went away")
+        return 0
 
     def _end(self) -> tuple[int, bool]:
         """How far recorded bytes go now, and whether that is final."""
         descriptor = self._catalog.descriptor(self.recording_id)
         end = descriptor.end_position
+        if self._bound is not None and self._counters is not None:
+            return self._bounded_end(self._bound, self._counters, end, descriptor.is_active)
         final = not descriptor.is_active
         if self.limit != FOLLOW and self.limit <= end:
             return self.limit, True
         return end, final
+
+    def _bounded_end(
+        self, bound: CounterBound, counters: CountersReader, recorded: int, active: bool
+    ) -> tuple[int, bool]:
+        """A bounded replay's end: the counter's value (never past what is recorded), final at the replay's length
+        or once the counter is gone; while the counter stands still the replay waits, even on a stopped recording
+        (it may be extended), as Aeron's does."""
+        counter_id = bound.counter_id
+        try:
+            value = bound.observe(
+                counters.get_counter_state(counter_id),
+                counters.get_counter_registration_id(counter_id),
+                counters.get_counter_value(counter_id),
+            )
+        except ValueError:  # the counters file shrank under us: nothing more to read
+            value = bound.observe(0, 0, 0)
+        end = min(value, recorded)
+        if self.limit != FOLLOW and self.limit <= end:
+            return self.limit, True
+        return end, bound.frozen and (value <= recorded or not active)
 
     def _check_end(self) -> int:
         end, final = self._end()

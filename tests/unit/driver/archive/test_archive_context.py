@@ -53,6 +53,7 @@ def test_environment_forms() -> None:
         "AERON_ARCHIVE_CONTROL_RESPONSE_CHANNEL": "aeron:ipc?term-length=256k",
         "AERON_ARCHIVE_CONTROL_RESPONSE_STREAM_ID": "21",
         "AERON_ARCHIVE_MAX_CONTROL_SESSIONS": "5",
+        "AERON_ARCHIVE_ID": "1234567",
     }
     ctx = ArchiveContext.from_env(environ).conclude()
     assert ctx.archive_dir == Path("/tmp/some-archive")
@@ -72,6 +73,7 @@ def test_environment_forms() -> None:
     assert (ctx.local_control_channel, ctx.local_control_stream_id) == ("aeron:ipc?term-length=128k", 12)
     assert (ctx.control_response_channel, ctx.control_response_stream_id) == ("aeron:ipc?term-length=256k", 21)
     assert ctx.max_control_sessions == 5
+    assert ctx.archive_id == 1234567
     # every property has exactly the environment name Aeron's convention gives it
     assert set(ctx.to_properties()) == {
         "aeron.archive.dir",
@@ -93,6 +95,7 @@ def test_environment_forms() -> None:
         "aeron.archive.message.timeout",
         "aeron.archive.recording.progress.interval",
         "aeron.archive.idle.strategy",
+        "aeron.archive.id",
     }
     assert {env_name(p) for p in ctx.to_properties()} == set(environ)
 

@@ -18,7 +18,13 @@ from driver.archive.control import (
     decode,
     encode,
 )
-from driver.archive.errors import ArchiveError, InvalidPositionError, RecordingNotFoundError, RecordingStateError
+from driver.archive.errors import (
+    ArchiveError,
+    InvalidPositionError,
+    RecordingNotFoundError,
+    RecordingStateError,
+    ReplayLimitError,
+)
 from driver.archive.exchange import Exchange, request_for, result_of
 from driver.archive.sessions import ControlSession, ControlSessions, SessionLimitError, SessionState
 
@@ -285,6 +291,8 @@ def test_a_listing_ends_at_its_count_or_at_recording_unknown() -> None:
         ("stop_position", (3,), ControlResponse(77, 5, 8192, 0), 8192),
         ("replay", (3, 0, -1, "aeron:ipc", 9), ControlResponse(77, 5, (2 << 32) | 17, 0), (2 << 32) | 17),
         ("connect", ("aeron:ipc", 20), ControlResponse(1234, 5, 1234, 0), 1234),
+        ("bounded_replay", (3, 0, -1, 12, "aeron:ipc", 9), ControlResponse(77, 5, (3 << 32) | 18, 0), (3 << 32) | 18),
+        ("archive_id", (), ControlResponse(77, 5, 1 << 62, 0), 1 << 62),
     ],
 )
 def test_answers_become_values(
@@ -301,6 +309,7 @@ def test_answers_become_values(
         (ControlResponse(77, 5, 5, 1, "unknown recording id 9"), RecordingNotFoundError),  # Aeron's code
         (ControlResponse(77, 5, 2, 1, "cannot truncate active recording"), RecordingStateError),
         (ControlResponse(77, 5, 0, 1, "InvalidPositionError: not a frame"), InvalidPositionError),  # ours: the name
+        (ControlResponse(77, 5, 0, 1, "ReplayLimitError: no counter 99"), ReplayLimitError),
         (ControlResponse(77, 5, 0, 1, "InvalidChannelError: bad uri"), ArchiveError),
         (ControlResponse(77, 5, 0, 1, "invalid position 16008"), ArchiveError),
     ],
@@ -312,3 +321,10 @@ def test_error_answers_are_typed(response: ControlResponse, error: type[Exceptio
         result_of(exchange)
     assert type(info.value) is error
     assert str(info.value).split(": ")[-1] in response.error_message
+
+
+def test_a_bounded_replay_request_carries_its_limit_counter() -> None:
+    data, expected = request_for("bounded_replay", (3, 64, 4096, 12, "aeron:ipc", 9), 77, 5)
+    assert expected == 0
+    assert decode(data) == control.BoundedReplayRequest(77, 5, 3, 64, 4096, 12, 9, "aeron:ipc")
+    assert decode(request_for("archive_id", (), 77, 6)[0]) == control.ArchiveIdRequest(77, 6)
