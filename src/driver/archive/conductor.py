@@ -28,11 +28,14 @@ from driver.archive.control import ProtocolError, ResponseCode
 from driver.archive.errors import (
     ArchiveError,
     InvalidPositionError,
+    MaxRecordingsError,
+    MaxReplaysError,
     RecordingNotFoundError,
     RecordingStateError,
 )
 from driver.archive.mark import archive_id_of
 from driver.archive.recorder import RecordingSession, SegmentWriter, StopReason, SyncLevel
+from driver.archive.refusals import Refusal, Refusals
 from driver.archive.replay_bound import CounterBound, check_limit_counter
 from driver.archive.replayer import FOLLOW, ReplaySession, check_replay_position
 from driver.archive.segments import (
@@ -177,9 +180,8 @@ class ArchiveConductor:
         self._pending_images: list[tuple[_RecordingSubscription, Image]] = []
         self._progress_due_ns = 0
         self._last_progress: dict[int, int] = {}
-        self.malformed_requests = 0
-        self.dropped_answers = 0
-        """Answers that never reached their client: queued when its session ended, or over the queue's bound."""
+        self.refusals = Refusals(aeron.add_counter)
+        """What the archive turned away or dropped, by kind (also in the driver's counters file)."""
         self._control = aeron.add_subscription(context.control_channel, context.control_stream_id)
         self._local_control: Subscription | None = None
         if context.local_control_channel and (context.local_control_channel, context.local_control_stream_id) != (
@@ -240,6 +242,19 @@ class ArchiveConductor:
         return work
 
     @property
+    def malformed_requests(self) -> int:
+        return self.refusals[Refusal.MALFORMED_REQUEST]
+
+    @property
+    def dropped_answers(self) -> int:
+        """Answers that never reached their client: queued when its session ended, or over the queue's bound."""
+        return self.refusals[Refusal.DROPPED_ANSWERS]
+
+    @property
+    def active_recordings(self) -> int:
+        return len(self._recordings)
+
+    @property
     def active_replays(self) -> int:
         """Replays under way (each holds a publication until it ends)."""
         return len(self._replays)
@@ -254,6 +269,7 @@ class ArchiveConductor:
         for publication in self._publications.values():
             publication.close()
         self._publications.clear()
+        self.refusals.close()
 
     def submit(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         """Run ``call`` on the conductor thread; the future holds its result."""
@@ -270,6 +286,10 @@ class ArchiveConductor:
         uri = ChannelUri.parse(channel)
         if len(_strip(channel).encode()) + 2 * len(channel.encode()) > _MAX_CHANNEL_BYTES:
             raise ArchiveError(f"channel of {len(channel.encode())} bytes is too long to catalog")
+        limit = self.context.max_concurrent_recordings
+        if max(len(self._recording_subs), len(self._recordings)) >= limit:
+            self.refusals.add(Refusal.MAX_RECORDINGS)
+            raise MaxRecordingsError(f"max concurrent recordings reached {limit}")
         for link in self._recording_subs.values():
             if link.stream_id == stream_id and link.channel == channel:
                 raise RecordingStateError(f"{channel} stream {stream_id} is already being recorded")
@@ -285,6 +305,15 @@ class ArchiveConductor:
 
     def _start_session(self, link: _RecordingSubscription, image: Image) -> None:
         if link.subscription is None or link.subscription.registration_id not in self._recording_subs:
+            return
+        if len(self._recordings) >= self.context.max_concurrent_recordings:
+            self.refusals.add(Refusal.MAX_RECORDINGS)  # more images than recordings allowed: this one goes unrecorded
+            self.context.error_handler(
+                MaxRecordingsError(
+                    f"max concurrent recordings reached, cannot record {link.stream_id}:{link.channel} "
+                    f"session {image.session_id}"
+                )
+            )
             return
         stripped = link.channel
         if link.extend_id is not None:
@@ -473,6 +502,9 @@ class ArchiveConductor:
         stream_id: int,
         bound: CounterBound | None = None,
     ) -> int:
+        if len(self._replays) >= self.context.max_concurrent_replays:
+            self.refusals.add(Refusal.MAX_REPLAYS)
+            raise MaxReplaysError(f"max concurrent replays reached {self.context.max_concurrent_replays}")
         d = self.catalog.descriptor(recording_id)
         if position < 0:  # NULL position: from the start
             position = d.start_position
@@ -552,7 +584,7 @@ class ArchiveConductor:
         try:
             message = control.decode(payload)
         except ProtocolError as exc:
-            self.malformed_requests += 1
+            self.refusals.add(Refusal.MALFORMED_REQUEST)
             self.context.error_handler(exc)
             return
         if isinstance(message, control.ConnectRequest):
@@ -562,7 +594,7 @@ class ArchiveConductor:
         handler = _HANDLERS.get(type(message))
         session = self._sessions.get(session_id) if isinstance(session_id, int) else None
         if session is None or (handler is None and not isinstance(message, control.CloseSessionRequest)):
-            self.malformed_requests += 1  # not a request, or for a session that is not (or no longer) ours
+            self.refusals.add(Refusal.MALFORMED_REQUEST)  # not a request, or for a session not (or no longer) ours
             return
         if isinstance(message, control.CloseSessionRequest):
             session.end("closed by the client")
@@ -572,6 +604,7 @@ class ArchiveConductor:
         try:
             handler(self, session, message)
         except Exception as exc:
+            self.refusals.add(Refusal.REQUEST_ERRORS)
             session.error(correlation_id, _wire_error(exc), _error_code(exc))
 
     def _connect(self, request: control.ConnectRequest) -> None:
@@ -585,8 +618,11 @@ class ArchiveConductor:
                 max_queued=_MAX_QUEUED_ANSWERS,
             )
         except SessionLimitError as exc:
+            self.refusals.add(Refusal.MAX_CONTROL_SESSIONS)
             self.context.error_handler(exc)
             return
+        if session.refusal:
+            self.refusals.add(Refusal.MAX_CONTROL_SESSIONS)
         try:
             publication = self.aeron.add_exclusive_publication(
                 _response_channel(request.response_channel), request.response_stream_id
@@ -622,7 +658,7 @@ class ArchiveConductor:
                 session.sent()
                 work += 1
             if session.is_done:
-                self.dropped_answers += session.dropped + len(session.queue)
+                self.refusals.add(Refusal.DROPPED_ANSWERS, session.dropped + len(session.queue))
                 self._sessions.remove(session.session_id)
                 self._publications.pop(session.session_id).close()
                 if session.reason != "closed by the client":
@@ -885,6 +921,10 @@ def _error_code(exc: BaseException) -> int:
         return control.ErrorCode.UNKNOWN_RECORDING
     if isinstance(exc, RecordingStateError):
         return control.ErrorCode.ACTIVE_RECORDING
+    if isinstance(exc, MaxReplaysError):
+        return control.ErrorCode.MAX_REPLAYS
+    if isinstance(exc, MaxRecordingsError):
+        return control.ErrorCode.MAX_RECORDINGS
     return control.ErrorCode.GENERIC
 
 

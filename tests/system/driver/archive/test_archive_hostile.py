@@ -1,0 +1,168 @@
+"""The archive's request path as an attacker sees it: raw SBE requests over real sockets to a real archive.
+
+Limits on replays and recordings (Aeron's ``max.concurrent.*`` settings, refused with Aeron's error codes and
+counted in the driver's counters file), absurd ids, positions, lengths and channel strings (each a typed error
+answer, nothing else lost), and the counters the refusals leave for the tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from archive_helpers import ArchiveHarness, message, offer_all
+
+from driver.archive import MaxRecordingsError, MaxReplaysError, control
+from driver.archive.client import ArchiveClient
+from driver.archive.control import ControlResponse, ErrorCode, ResponseCode
+from driver.archive.refusals import ARCHIVE_REFUSALS_TYPE_ID, Refusal
+from driver.client import Aeron, FragmentAssembler
+from driver.concurrent.counters import CountersReader
+from support.waiting import execute_until
+
+CHANNEL = "aeron:ipc?term-length=64k"
+STREAM = 7
+REPLAY_STREAM = 99
+RESPONSE_STREAM = 77
+LIMIT_TYPE_ID = 1101
+
+
+def refusal_counter(reader: CountersReader, kind: Refusal) -> int:
+    """The value of the archive's refusal counter of this kind, found by type id and label (as a tool finds it)."""
+    label = "archive refused: " + kind.name.lower().replace("_", " ")
+    found: list[int] = []
+
+    def visit(counter_id: int, type_id: int, key: bytes, text: str) -> None:
+        if type_id == ARCHIVE_REFUSALS_TYPE_ID and text == label:
+            found.append(reader.get_counter_value(counter_id))
+
+    reader.for_each(visit)
+    assert len(found) == 1, f"{label}: {len(found)} counters"
+    return found[0]
+
+
+class RawSession:
+    """A control session spoken in raw SBE: requests encoded by hand, answers decoded as they come."""
+
+    def __init__(self, aeron: Aeron, harness: ArchiveHarness, response_stream: int = RESPONSE_STREAM) -> None:
+        context = harness.context
+        self.responses = aeron.add_subscription("aeron:ipc", response_stream)
+        self.publication = aeron.add_exclusive_publication(context.control_channel, context.control_stream_id)
+        self.answers: list[control.Message] = []
+        self._assembler = FragmentAssembler(lambda payload, header: self.answers.append(control.decode(payload)))
+        self._next = 1
+        execute_until(lambda: self.publication.is_connected, description="control channel connected")
+        offer_all(self.publication, [control.encode(control.ConnectRequest(1, response_stream, "aeron:ipc"))])
+        connected = self.answer(1)
+        assert connected.code == ResponseCode.OK
+        self.session_id = connected.relevant_id
+
+    def request(self, make: Callable[[int, int], control.Message]) -> int:
+        self._next += 1
+        offer_all(self.publication, [control.encode(make(self.session_id, self._next))])
+        return self._next
+
+    def answer(self, correlation_id: int) -> ControlResponse:
+        def found() -> ControlResponse | None:
+            self.responses.poll(self._assembler, 16)
+            for m in self.answers:
+                if isinstance(m, ControlResponse) and m.correlation_id == correlation_id:
+                    return m
+            return None
+
+        response: ControlResponse = execute_until(found, description=f"the answer to {correlation_id}")
+        return response
+
+    def ask(self, make: Callable[[int, int], control.Message]) -> ControlResponse:
+        return self.answer(self.request(make))
+
+    def close(self) -> None:
+        self.publication.close()
+        self.responses.close()
+
+
+def record(harness: ArchiveHarness, archive: ArchiveClient, count: int) -> tuple[int, list[int]]:
+    """A stopped recording of ``count`` messages: its id and the stream position after each."""
+    archive.start_recording(CHANNEL, STREAM)
+    publication = harness.client.add_exclusive_publication(CHANNEL, STREAM)
+    ends = [offer_all(publication, [message(i, 100)]) for i in range(count)]
+    rid = harness.wait_for_recordings(1)[0].recording_id
+    harness.wait_recorded(rid, ends[-1])
+    publication.close()
+    harness.wait_stopped(rid)
+    assert archive.stop_recording(CHANNEL, STREAM)
+    return rid, ends
+
+
+def test_replays_past_the_limit_are_refused_with_aerons_error_and_counted(
+    make_archive: Callable[..., ArchiveHarness],
+) -> None:
+    harness = make_archive(max_concurrent_replays=2, message_timeout_ns=60_000_000_000)
+    with ArchiveClient.connect(harness.client, harness.context, timeout=10) as archive:
+        rid, ends = record(harness, archive, 10)
+        limit = harness.client.add_counter(LIMIT_TYPE_ID, b"", "replay limit")
+        raw = RawSession(harness.client, harness)
+        try:
+            limit.set(ends[4])  # stands still: the replays wait there, under way
+            replays = [archive.bounded_replay(rid, limit.id, "aeron:ipc", REPLAY_STREAM + i) for i in range(2)]
+            assert harness.archive.conductor.active_replays == 2
+            with pytest.raises(MaxReplaysError, match="max concurrent replays reached 2"):
+                archive.replay(rid, "aeron:ipc", REPLAY_STREAM + 2)
+            refused = raw.ask(lambda s, c: control.ReplayRequest(s, c, rid, 0, -1, REPLAY_STREAM + 3, "aeron:ipc"))
+            assert (refused.code, refused.relevant_id) == (ResponseCode.ERROR, ErrorCode.MAX_REPLAYS)
+            assert harness.archive.conductor.refusals[Refusal.MAX_REPLAYS] == 2
+            assert refusal_counter(harness.client.counters_reader, Refusal.MAX_REPLAYS) == 2
+            assert harness.archive.conductor.active_replays == 2  # nothing else lost
+            assert archive.stop_replay(replays[0])
+            archive.replay(rid, "aeron:ipc", REPLAY_STREAM + 4)  # room again
+            assert harness.archive.conductor.active_replays == 2
+        finally:
+            raw.close()
+            limit.close()
+
+
+def test_recordings_past_the_limit_are_refused_and_extra_images_go_unrecorded(
+    make_archive: Callable[..., ArchiveHarness],
+) -> None:
+    harness = make_archive(max_concurrent_recordings=2)
+    raw = RawSession(harness.client, harness)
+    try:
+        first = raw.ask(lambda s, c: control.StartRecordingRequest(s, c, 1, control.SourceLocation.LOCAL, CHANNEL))
+        assert first.code == ResponseCode.OK
+        second = raw.ask(
+            lambda s, c: control.StartRecordingRequest(
+                s, c, 2, control.SourceLocation.REMOTE, "aeron:udp?endpoint=127.0.0.1:24325"
+            )
+        )
+        assert second.code == ResponseCode.OK
+        # A third subscription (a port of the attacker's choosing) is refused: no socket is opened for it.
+        third = raw.ask(
+            lambda s, c: control.StartRecordingRequest(
+                s, c, 3, control.SourceLocation.REMOTE, "aeron:udp?endpoint=127.0.0.1:24326"
+            )
+        )
+        assert (third.code, third.relevant_id) == (ResponseCode.ERROR, ErrorCode.MAX_RECORDINGS)
+        assert "max concurrent recordings reached 2" in third.error_message
+        # Three publishers on one recorded channel: two recordings, the third image counted and left unrecorded.
+        publications = [harness.client.add_exclusive_publication(CHANNEL, 1) for _ in range(3)]
+        try:
+            for publication in publications:
+                offer_all(publication, [message(0, 64)])
+            execute_until(
+                lambda: harness.archive.conductor.refusals[Refusal.MAX_RECORDINGS] == 2,
+                description="the third image refused",
+            )
+            assert harness.archive.conductor.active_recordings == 2
+            assert len(harness.archive.recordings()) == 2
+            assert refusal_counter(harness.client.counters_reader, Refusal.MAX_RECORDINGS) == 2
+            assert any(isinstance(e, MaxRecordingsError) for e in harness.errors)
+        finally:
+            for publication in publications:
+                publication.close()
+        with (
+            ArchiveClient.connect(harness.client, harness.context, timeout=10) as archive,
+            pytest.raises(MaxRecordingsError),
+        ):
+            archive.start_recording("aeron:ipc?term-length=64k|alias=x", 4)
+    finally:
+        raw.close()
