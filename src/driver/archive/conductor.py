@@ -251,6 +251,11 @@ class ArchiveConductor:
         return self.refusals[Refusal.DROPPED_ANSWERS]
 
     @property
+    def control_sessions(self) -> int:
+        """Control sessions held (connecting, active, or ending), each with a response publication."""
+        return len(self._sessions)
+
+    @property
     def active_recordings(self) -> int:
         return len(self._recordings)
 
@@ -627,8 +632,9 @@ class ArchiveConductor:
             publication = self.aeron.add_exclusive_publication(
                 _response_channel(request.response_channel), request.response_stream_id
             )
-        except Exception as exc:
+        except Exception as exc:  # a response channel the driver will not publish on: counted, unanswered
             self._sessions.remove(session.session_id)
+            self.refusals.add(Refusal.MALFORMED_REQUEST)
             self.context.error_handler(exc)
             return
         self._publications[session.session_id] = publication

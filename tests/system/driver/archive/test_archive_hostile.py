@@ -166,3 +166,119 @@ def test_recordings_past_the_limit_are_refused_and_extra_images_go_unrecorded(
             archive.start_recording("aeron:ipc?term-length=64k|alias=x", 4)
     finally:
         raw.close()
+
+
+BIG = 2**63 - 1
+
+
+def test_absurd_ids_positions_lengths_and_channels_get_error_answers_and_nothing_else_is_lost(
+    harness: ArchiveHarness,
+) -> None:
+    with ArchiveClient.connect(harness.client, harness.context, timeout=10) as archive:
+        rid, ends = record(harness, archive, 10)
+    raw = RawSession(harness.client, harness)
+    huge = (
+        "aeron:udp?endpoint=127.0.0.1:24327|alias=" + "x" * 7_900
+    )  # as long as the control channel carries (64 KiB terms: 8 KiB messages)
+    location = control.SourceLocation.REMOTE
+    errors: dict[str, tuple[Callable[[int, int], control.Message], int]] = {
+        "huge recording channel": (
+            lambda s, c: control.StartRecordingRequest(s, c, 1, location, huge),
+            ErrorCode.GENERIC,
+        ),
+        "huge replay channel": (lambda s, c: control.ReplayRequest(s, c, rid, 0, -1, 5, huge), ErrorCode.GENERIC),
+        "not a channel": (lambda s, c: control.ReplayRequest(s, c, rid, 0, -1, 5, "\x00\x7f:"), ErrorCode.GENERIC),
+        "replay of id -1": (
+            lambda s, c: control.ReplayRequest(s, c, -1, 0, -1, 5, "aeron:ipc"),
+            ErrorCode.UNKNOWN_RECORDING,
+        ),
+        "replay of id max": (
+            lambda s, c: control.ReplayRequest(s, c, BIG, 0, -1, 5, "aeron:ipc"),
+            ErrorCode.UNKNOWN_RECORDING,
+        ),
+        "replay from past the end": (
+            lambda s, c: control.ReplayRequest(s, c, rid, 1 << 62, -1, 5, "aeron:ipc"),
+            ErrorCode.GENERIC,
+        ),
+        "replay of length -5": (
+            lambda s, c: control.ReplayRequest(s, c, rid, 0, -5, 5, "aeron:ipc"),
+            ErrorCode.GENERIC,
+        ),
+        "replay of an unaligned position": (
+            lambda s, c: control.ReplayRequest(s, c, rid, 3, -1, 5, "aeron:ipc"),
+            ErrorCode.GENERIC,
+        ),
+        "bounded by counter -7": (
+            lambda s, c: control.BoundedReplayRequest(s, c, rid, 0, -1, -7, 5, "aeron:ipc"),
+            ErrorCode.GENERIC,
+        ),
+        "bounded by counter max": (
+            lambda s, c: control.BoundedReplayRequest(s, c, rid, 0, -1, 2**31 - 1, 5, "aeron:ipc"),
+            ErrorCode.GENERIC,
+        ),
+        "truncate of id max": (
+            lambda s, c: control.TruncateRecordingRequest(s, c, BIG, 0),
+            ErrorCode.UNKNOWN_RECORDING,
+        ),
+        "truncate past the end": (lambda s, c: control.TruncateRecordingRequest(s, c, rid, 1 << 62), ErrorCode.GENERIC),
+        "truncate below the start": (
+            lambda s, c: control.TruncateRecordingRequest(s, c, rid, -(1 << 62)),
+            ErrorCode.GENERIC,
+        ),
+        "stop position of id -1": (lambda s, c: control.StopPositionRequest(s, c, -1), ErrorCode.UNKNOWN_RECORDING),
+        "extend id max": (
+            lambda s, c: control.ExtendRecordingRequest(s, c, BIG, STREAM, location, CHANNEL),
+            ErrorCode.UNKNOWN_RECORDING,
+        ),
+        "purge id -1": (lambda s, c: control.PurgeRecordingRequest(s, c, -1), ErrorCode.UNKNOWN_RECORDING),
+        "find from id max": (
+            lambda s, c: control.FindLastMatchingRecordingRequest(s, c, BIG, 1, 1, ""),
+            ErrorCode.UNKNOWN_RECORDING,
+        ),
+    }
+    try:
+        for name, (make, code) in errors.items():
+            answer = raw.ask(make)
+            assert (answer.code, answer.relevant_id) == (ResponseCode.ERROR, code), f"{name}: {answer}"
+        unknown = raw.ask(lambda s, c: control.ListRecordingRequest(s, c, -1))
+        assert unknown.code == ResponseCode.RECORDING_UNKNOWN
+        assert raw.ask(lambda s, c: control.RecordingPositionRequest(s, c, BIG)).relevant_id == -1
+        # listings asking for everything are answered as far as there is something, in bounded batches
+        correlation = raw.request(lambda s, c: control.ListRecordingsRequest(s, c, -5, 2**31 - 1))
+        assert raw.answer(correlation).code == ResponseCode.RECORDING_UNKNOWN
+        listed = [m for m in raw.answers if isinstance(m, control.RecordingDescriptorMessage)]
+        assert [d.recording_id for d in listed] == [rid]
+        correlation = raw.request(
+            lambda s, c: control.ListRecordingSubscriptionsRequest(s, c, -(2**31), 2**31 - 1, 0, 0, "")
+        )
+        assert raw.answer(correlation).code == ResponseCode.SUBSCRIPTION_UNKNOWN
+        assert harness.archive.conductor.refusals[Refusal.REQUEST_ERRORS] == len(errors)
+        assert refusal_counter(harness.client.counters_reader, Refusal.REQUEST_ERRORS) == len(errors)
+        assert harness.archive.conductor.active_replays == 0
+        assert harness.archive.conductor.active_recordings == 0
+        # nothing else lost: the session and the archive still serve, the recording is whole
+        assert raw.ask(lambda s, c: control.KeepAliveRequest(s, c)).code == ResponseCode.OK
+        assert raw.ask(lambda s, c: control.StopPositionRequest(s, c, rid)).relevant_id == ends[-1]
+    finally:
+        raw.close()
+
+
+def test_connects_with_response_channels_the_driver_refuses_are_counted_and_hold_nothing(
+    harness: ArchiveHarness,
+) -> None:
+    context = harness.context
+    publication = harness.client.add_exclusive_publication(context.control_channel, context.control_stream_id)
+    try:
+        execute_until(lambda: publication.is_connected, description="control channel connected")
+        bad = ["not a uri", "aeron:udp?endpoint=" + "9" * 7_000, "aeron:udp?endpoint=127.0.0.1:99999"]
+        offer_all(publication, [control.encode(control.ConnectRequest(i, 5, c)) for i, c in enumerate(bad)])
+        execute_until(
+            lambda: harness.archive.conductor.refusals[Refusal.MALFORMED_REQUEST] == len(bad),
+            description="the bad connects counted",
+        )
+        assert harness.archive.conductor.control_sessions == 0
+        assert refusal_counter(harness.client.counters_reader, Refusal.MALFORMED_REQUEST) == len(bad)
+        with ArchiveClient.connect(harness.client, context, timeout=10) as archive:
+            assert archive.recordings() == []
+    finally:
+        publication.close()
