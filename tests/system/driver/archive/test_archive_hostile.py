@@ -7,6 +7,10 @@ answer, nothing else lost), and the counters the refusals leave for the tools.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -18,6 +22,7 @@ from driver.archive.control import ControlResponse, ErrorCode, ResponseCode
 from driver.archive.refusals import ARCHIVE_REFUSALS_TYPE_ID, Refusal
 from driver.client import Aeron, FragmentAssembler
 from driver.concurrent.counters import CountersReader
+from support.endpoints import free_udp_port
 from support.waiting import execute_until
 
 CHANNEL = "aeron:ipc?term-length=64k"
@@ -282,3 +287,81 @@ def test_connects_with_response_channels_the_driver_refuses_are_counted_and_hold
             assert archive.recordings() == []
     finally:
         publication.close()
+
+
+_CHILD = """
+import sys, time
+from pathlib import Path
+from driver.archive import ArchiveContext
+from driver.archive.client import ArchiveClient
+from driver.client import Aeron
+
+aeron_dir, control, response, replay_channel, limit_position, record_channel = sys.argv[1:7]
+context = ArchiveContext.from_env(
+    {}, aeron_dir=Path(aeron_dir), control_channel=control, control_response_channel=response
+)
+aeron = Aeron.connect(aeron_dir=Path(aeron_dir))
+archive = ArchiveClient.connect(aeron, context, timeout=10)
+limit = aeron.add_counter(1101, b"", "child's replay limit")
+limit.set(int(limit_position))
+replay_id = archive.bounded_replay(0, limit.id, replay_channel, 5)
+subscription = archive.replay_subscription(replay_channel, 5, replay_id)
+archive.start_recording(record_channel, 3)
+deadline = time.monotonic() + 20
+while not subscription.images and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("ready" if subscription.images else "no replay image", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_client_killed_mid_replay_leaves_no_session_or_replay_behind(
+    make_archive: Callable[..., ArchiveHarness],
+) -> None:
+    """A client process SIGKILLed with a control session, a waiting replay and a recording subscription open
+    over UDP on 127.0.0.1: its session ends (its response channel disconnects), its replay ends (its subscriber
+    and its limit counter go); the recording subscription stays, as Aeron's do (it belongs to the archive)."""
+    control_port, response_port, replay_port = (free_udp_port() for _ in range(3))
+    harness = make_archive(
+        control_channel=f"aeron:udp?endpoint=127.0.0.1:{control_port}",
+        control_response_channel=f"aeron:udp?endpoint=127.0.0.1:{response_port}",
+        message_timeout_ns=1_000_000_000,
+    )
+    with ArchiveClient.connect(harness.client, harness.context, timeout=10) as archive:
+        rid, ends = record(harness, archive, 10)
+    assert rid == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _CHILD,
+            str(harness.aeron_dir),
+            harness.context.control_channel,
+            harness.context.control_response_channel,
+            f"aeron:udp?endpoint=127.0.0.1:{replay_port}",
+            str(ends[4]),
+            "aeron:ipc?term-length=64k|alias=child",
+        ],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"ready"
+        conductor = harness.archive.conductor
+        assert (conductor.control_sessions, conductor.active_replays) == (1, 1)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        execute_until(
+            lambda: conductor.control_sessions == 0 and conductor.active_replays == 0,
+            timeout_s=30,
+            description="the dead client's session and replay ended",
+        )
+        assert len(harness.archive.recording_subscriptions()) == 1
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        if child.stdout is not None:
+            child.stdout.close()
