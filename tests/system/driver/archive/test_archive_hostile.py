@@ -14,13 +14,13 @@ import sys
 from collections.abc import Callable
 
 import pytest
-from archive_helpers import ArchiveHarness, message, offer_all
+from archive_helpers import ArchiveHarness, Collector, message, offer_all
 
 from driver.archive import MaxRecordingsError, MaxReplaysError, control
 from driver.archive.client import ArchiveClient
 from driver.archive.control import ControlResponse, ErrorCode, ResponseCode
 from driver.archive.refusals import ARCHIVE_REFUSALS_TYPE_ID, Refusal
-from driver.client import Aeron, FragmentAssembler
+from driver.client import Aeron, Counter, FragmentAssembler
 from driver.concurrent.counters import CountersReader
 from support.endpoints import free_udp_port
 from support.waiting import execute_until
@@ -365,3 +365,39 @@ def test_a_client_killed_mid_replay_leaves_no_session_or_replay_behind(
             child.wait(10)
         if child.stdout is not None:
             child.stdout.close()
+
+
+def test_a_reused_limit_counter_slot_has_a_new_registration_id_and_does_not_move_the_replay(
+    harness: ArchiveHarness,
+) -> None:
+    """The archive tells a bounded replay's limit counter from whatever later takes its slot by registration id:
+    the driver must give the slot's new counter a different one, or a stranger's counter would bound the replay."""
+    with ArchiveClient.connect(harness.client, harness.context, timeout=10) as archive:
+        rid, ends = record(harness, archive, 10)
+        limit = harness.client.add_counter(LIMIT_TYPE_ID, b"", "replay limit")
+        limit.set(ends[4])
+        slot, registration_id = limit.id, limit.registration_id
+        replay_id = archive.bounded_replay(rid, limit.id, "aeron:ipc", REPLAY_STREAM)
+        subscription = archive.replay_subscription("aeron:ipc", REPLAY_STREAM, replay_id)
+        collector = Collector(subscription)
+        assert len(collector.poll_until(5)) == 5
+        limit.close()  # allocate (past the free-to-reuse timeout) until a new counter lands in the freed slot
+        held: list[Counter] = []
+
+        def stranger_in() -> Counter | None:
+            counter = harness.client.add_counter(LIMIT_TYPE_ID, b"", "stranger")
+            held.append(counter)
+            return counter if counter.id == slot else None
+
+        try:
+            reused = execute_until(stranger_in, timeout_s=20, max_iterations=2_000, description="the freed slot reused")
+            reader = harness.client.counters_reader
+            assert reader.get_counter_registration_id(slot) == reused.registration_id != registration_id
+            reused.set(ends[-1])  # a stranger's value: the replay must not follow it
+            execute_until(lambda: not subscription.images, description="the replay ended at its frozen bound")
+            collector.poll()
+            assert len(collector.messages) == 5
+        finally:
+            for counter in held:
+                counter.close()
+            subscription.close()
