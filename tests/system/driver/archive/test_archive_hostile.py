@@ -22,6 +22,8 @@ from driver.archive.control import ControlResponse, ErrorCode, ResponseCode
 from driver.archive.refusals import ARCHIVE_REFUSALS_TYPE_ID, Refusal
 from driver.client import Aeron, Counter, FragmentAssembler
 from driver.concurrent.counters import CountersReader
+from driver.tools import families
+from driver.tools.stat import read_counters
 from support.endpoints import free_udp_port
 from support.waiting import execute_until
 
@@ -33,16 +35,14 @@ LIMIT_TYPE_ID = 1101
 
 
 def refusal_counter(reader: CountersReader, kind: Refusal) -> int:
-    """The value of the archive's refusal counter of this kind, found by type id and label (as a tool finds it)."""
-    label = "archive refused: " + kind.name.lower().replace("_", " ")
-    found: list[int] = []
-
-    def visit(counter_id: int, type_id: int, key: bytes, text: str) -> None:
-        if type_id == ARCHIVE_REFUSALS_TYPE_ID and text == label:
-            found.append(reader.get_counter_value(counter_id))
-
-    reader.for_each(visit)
-    assert len(found) == 1, f"{label}: {len(found)} counters"
+    """The value of the archive's refusal counter of this kind, as the stat tools and the exporter read it."""
+    assert ARCHIVE_REFUSALS_TYPE_ID == families.ARCHIVE_REFUSALS_TYPE_ID
+    found = [
+        sample.value
+        for sample in read_counters(reader)
+        if families.classify(sample) == (families.ARCHIVE_REFUSALS, (("reason", kind.name.lower()),))
+    ]
+    assert len(found) == 1, f"{kind}: {len(found)} counters"
     return found[0]
 
 
