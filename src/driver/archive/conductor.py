@@ -47,7 +47,7 @@ from driver.archive.segments import (
     segment_path,
     zero_tail,
 )
-from driver.archive.sessions import ControlSession, ControlSessions, Listing, SessionLimitError
+from driver.archive.sessions import ControlSession, ControlSessions, Listing, Search, SessionLimitError
 from driver.client.aeron import Aeron
 from driver.client.counter import Counter
 from driver.client.publication import ADMIN_ACTION, ExclusivePublication
@@ -648,6 +648,8 @@ class ArchiveConductor:
             work += session.poll(now, publication.is_connected)
             if session.listing is not None and not session.is_done:
                 work += self._continue_listing(session, session.listing)
+            if session.search is not None and not session.is_done:
+                work += self._continue_search(session, session.search)
             while (answer := session.next_answer()) is not None:
                 if len(answer) > publication.max_message_length:
                     session.sent()
@@ -836,13 +838,37 @@ class ArchiveConductor:
     def _on_find_last_matching_recording(
         self, session: ControlSession, r: control.FindLastMatchingRecordingRequest
     ) -> None:
-        if r.min_recording_id < 0 or r.min_recording_id >= self.catalog.next_recording_id:
+        end = self.catalog.next_recording_id
+        if r.min_recording_id < 0 or r.min_recording_id >= end:
             raise RecordingNotFoundError(f"min recording id outside valid range: {r.min_recording_id}")
+        if session.search is not None:
+            raise RecordingStateError("a find last matching recording is already under way on this control session")
+        session.search = Search(r.correlation_id, r.min_recording_id, end, r.session_id, r.stream_id, r.channel)
+        self._continue_search(session, session.search)
+
+    def _continue_search(self, session: ControlSession, search: Search) -> int:
+        """Up to a cycle's worth of catalog entries for a search, newest first; answers once found or exhausted."""
+        scanned = 0
         found = NULL_VALUE
-        for d in self.catalog.descriptors(r.min_recording_id):
-            if d.session_id == r.session_id and d.stream_id == r.stream_id and r.channel in d.original_channel:
-                found = d.recording_id
-        session.respond(ResponseCode.OK, r.correlation_id, found)
+        while search.next_id >= search.min_id and scanned < _MAX_SCANS_PER_CYCLE:
+            recording_id = search.next_id
+            search.next_id -= 1
+            scanned += 1
+            try:
+                d = self.catalog.descriptor(recording_id)
+            except RecordingNotFoundError:
+                continue  # purged
+            if (
+                d.session_id == search.session_id
+                and d.stream_id == search.stream_id
+                and (search.channel in d.original_channel)
+            ):
+                found = recording_id
+                break
+        if found != NULL_VALUE or search.next_id < search.min_id:
+            session.search = None
+            session.respond(ResponseCode.OK, search.correlation_id, found)
+        return scanned
 
     def _on_keep_alive(self, session: ControlSession, r: control.KeepAliveRequest) -> None:
         session.respond(ResponseCode.OK, r.correlation_id)

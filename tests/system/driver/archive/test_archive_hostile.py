@@ -17,6 +17,7 @@ import pytest
 from archive_helpers import ArchiveHarness, Collector, message, offer_all
 
 from driver.archive import MaxRecordingsError, MaxReplaysError, control
+from driver.archive.catalog import Catalog
 from driver.archive.client import ArchiveClient
 from driver.archive.control import ControlResponse, ErrorCode, ResponseCode
 from driver.archive.refusals import ARCHIVE_REFUSALS_TYPE_ID, Refusal
@@ -401,3 +402,51 @@ def test_a_reused_limit_counter_slot_has_a_new_registration_id_and_does_not_move
             for counter in held:
                 counter.close()
             subscription.close()
+
+
+def test_a_find_over_a_large_catalog_does_not_hold_the_archive(make_archive: Callable[..., ArchiveHarness]) -> None:
+    """FindLastMatchingRecording over 20000 recordings, none matching, is worked through a bounded number of
+    entries per duty cycle: a keep-alive sent after it is answered first (before, the whole catalog was read in
+    one go, so one small request could hold the archive's thread -- and its recordings -- for as long as it liked)."""
+    entries = 20_000
+    harness = make_archive(max_catalog_entries=entries + 16)
+    with ArchiveClient.connect(harness.client, harness.context, timeout=10) as archive:
+        rid, _ = record(harness, archive, 1)
+        descriptor = archive.recording(rid)
+    harness.close()
+    catalog = Catalog(harness.archive_dir, max_entries=entries + 16)
+    try:
+        for _ in range(entries):
+            added = catalog.add(
+                start_position=0,
+                start_timestamp=1,
+                initial_term_id=descriptor.initial_term_id,
+                segment_file_length=descriptor.segment_file_length,
+                term_buffer_length=descriptor.term_buffer_length,
+                mtu_length=descriptor.mtu_length,
+                session_id=1,
+                stream_id=2,
+                stripped_channel="aeron:ipc",
+                original_channel="aeron:ipc",
+                source_identity="aeron:ipc",
+            )
+            catalog.stop(added, 0, 2)
+    finally:
+        catalog.close()
+    harness = make_archive(max_catalog_entries=entries + 16)
+    raw = RawSession(harness.client, harness)
+    try:
+        find = raw.request(lambda s, c: control.FindLastMatchingRecordingRequest(s, c, 0, 42, 42, "nowhere"))
+        alive = raw.request(lambda s, c: control.KeepAliveRequest(s, c))
+        assert raw.answer(alive).code == ResponseCode.OK
+        answered_first = [m.correlation_id for m in raw.answers if isinstance(m, ControlResponse)]
+        assert find not in answered_first, "the find held the archive until it had read the whole catalog"
+        assert raw.answer(find).relevant_id == -1  # nothing matched, all the way down
+        same = raw.ask(lambda s, c: control.FindLastMatchingRecordingRequest(s, c, 0, 1, 2, "ipc"))
+        assert same.relevant_id == rid + entries  # the last of those that match
+        ours = raw.ask(
+            lambda s, c: control.FindLastMatchingRecordingRequest(s, c, 0, descriptor.session_id, STREAM, "")
+        )
+        assert ours.relevant_id == rid
+    finally:
+        raw.close()
