@@ -65,6 +65,8 @@ _MAX_SCANS_PER_CYCLE = 256
 _MAX_QUEUED_ANSWERS = 512
 """Answers a control session may have waiting for its client (a listing stops short of filling it)."""
 NULL_VALUE = -1
+_CONTROL_TERM_LENGTH = 64 * 1024
+"""Term length of every response publication (Aeron's ``aeron.archive.control.term.buffer.length`` default)."""
 _MAX_CHANNEL_BYTES = 800
 """Stripped + original channel in a catalog descriptor, with room left for the source identity."""
 
@@ -967,12 +969,12 @@ def _wire_error(exc: BaseException) -> str:
 
 
 def _response_channel(channel: str) -> str:
-    """A client's response channel as the archive publishes on it: 64 KiB terms unless the client says otherwise
-    (as Aeron's archive does; control answers are small)."""
+    """A client's response channel as the archive publishes on it: the parameters that say where (as Aeron's
+    archive strips it), with the archive's own 64 KiB terms -- a client does not choose how much we allocate."""
     uri = ChannelUri.parse(channel)
-    if "term-length" in uri.params:
-        return channel
-    return str(ChannelUri(uri.media, {**uri.params, "term-length": str(64 * 1024)}, uri.prefix))
+    keep = {"endpoint", "interface", "control", "control-mode", "tags", "alias", "session-id"}
+    params = {k: v for k, v in uri.params.items() if k in keep}
+    return str(ChannelUri(uri.media, {**params, "term-length": str(_CONTROL_TERM_LENGTH)}, uri.prefix))
 
 
 def _source_channel(uri: ChannelUri, channel: str, local: bool) -> str:

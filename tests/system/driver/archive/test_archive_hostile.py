@@ -450,3 +450,21 @@ def test_a_find_over_a_large_catalog_does_not_hold_the_archive(make_archive: Cal
         assert ours.relevant_id == rid
     finally:
         raw.close()
+
+
+def test_a_client_does_not_choose_how_much_the_archive_allocates_for_its_answers(harness: ArchiveHarness) -> None:
+    """A connect asking for 16 MiB terms on its response channel gets the archive's 64 KiB (as Aeron's archive
+    strips a response channel and sets its own term length); otherwise 64 sessions could make it map 3 GiB each."""
+    responses = harness.client.add_subscription("aeron:ipc", RESPONSE_STREAM)
+    publication = harness.client.add_exclusive_publication(
+        harness.context.control_channel, harness.context.control_stream_id
+    )
+    try:
+        execute_until(lambda: publication.is_connected, description="control channel connected")
+        request = control.ConnectRequest(1, RESPONSE_STREAM, "aeron:ipc?term-length=16m|alias=a")
+        offer_all(publication, [control.encode(request)])
+        image = execute_until(lambda: responses.images and responses.images[0], description="the response image")
+        assert image.term_buffer_length == 64 * 1024
+    finally:
+        publication.close()
+        responses.close()
