@@ -8,6 +8,7 @@ answer, nothing else lost), and the counters the refusals leave for the tools.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -349,6 +350,8 @@ def test_a_client_killed_mid_replay_leaves_no_session_or_replay_behind(
     )
     try:
         assert child.stdout is not None
+        readable, _, _ = select.select([child.stdout], [], [], 60)  # the child's own waits are bounded too
+        assert readable, "the child never reported"
         assert child.stdout.readline().strip() == b"ready"
         conductor = harness.archive.conductor
         assert (conductor.control_sessions, conductor.active_replays) == (1, 1)
