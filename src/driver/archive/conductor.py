@@ -28,11 +28,14 @@ from driver.archive.control import ProtocolError, ResponseCode
 from driver.archive.errors import (
     ArchiveError,
     InvalidPositionError,
+    MaxRecordingsError,
+    MaxReplaysError,
     RecordingNotFoundError,
     RecordingStateError,
 )
 from driver.archive.mark import archive_id_of
 from driver.archive.recorder import RecordingSession, SegmentWriter, StopReason, SyncLevel
+from driver.archive.refusals import Refusal, Refusals
 from driver.archive.replay_bound import CounterBound, check_limit_counter
 from driver.archive.replayer import FOLLOW, ReplaySession, check_replay_position
 from driver.archive.segments import (
@@ -44,7 +47,7 @@ from driver.archive.segments import (
     segment_path,
     zero_tail,
 )
-from driver.archive.sessions import ControlSession, ControlSessions, Listing, SessionLimitError
+from driver.archive.sessions import ControlSession, ControlSessions, Listing, Search, SessionLimitError
 from driver.client.aeron import Aeron
 from driver.client.counter import Counter
 from driver.client.publication import ADMIN_ACTION, ExclusivePublication
@@ -62,6 +65,8 @@ _MAX_SCANS_PER_CYCLE = 256
 _MAX_QUEUED_ANSWERS = 512
 """Answers a control session may have waiting for its client (a listing stops short of filling it)."""
 NULL_VALUE = -1
+_CONTROL_TERM_LENGTH = 64 * 1024
+"""Term length of every response publication (Aeron's ``aeron.archive.control.term.buffer.length`` default)."""
 _MAX_CHANNEL_BYTES = 800
 """Stripped + original channel in a catalog descriptor, with room left for the source identity."""
 
@@ -177,9 +182,8 @@ class ArchiveConductor:
         self._pending_images: list[tuple[_RecordingSubscription, Image]] = []
         self._progress_due_ns = 0
         self._last_progress: dict[int, int] = {}
-        self.malformed_requests = 0
-        self.dropped_answers = 0
-        """Answers that never reached their client: queued when its session ended, or over the queue's bound."""
+        self.refusals = Refusals(aeron.add_counter)
+        """What the archive turned away or dropped, by kind (also in the driver's counters file)."""
         self._control = aeron.add_subscription(context.control_channel, context.control_stream_id)
         self._local_control: Subscription | None = None
         if context.local_control_channel and (context.local_control_channel, context.local_control_stream_id) != (
@@ -240,6 +244,24 @@ class ArchiveConductor:
         return work
 
     @property
+    def malformed_requests(self) -> int:
+        return self.refusals[Refusal.MALFORMED_REQUEST]
+
+    @property
+    def dropped_answers(self) -> int:
+        """Answers that never reached their client: queued when its session ended, or over the queue's bound."""
+        return self.refusals[Refusal.DROPPED_ANSWERS]
+
+    @property
+    def control_sessions(self) -> int:
+        """Control sessions held (connecting, active, or ending), each with a response publication."""
+        return len(self._sessions)
+
+    @property
+    def active_recordings(self) -> int:
+        return len(self._recordings)
+
+    @property
     def active_replays(self) -> int:
         """Replays under way (each holds a publication until it ends)."""
         return len(self._replays)
@@ -254,6 +276,7 @@ class ArchiveConductor:
         for publication in self._publications.values():
             publication.close()
         self._publications.clear()
+        self.refusals.close()
 
     def submit(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         """Run ``call`` on the conductor thread; the future holds its result."""
@@ -270,6 +293,10 @@ class ArchiveConductor:
         uri = ChannelUri.parse(channel)
         if len(_strip(channel).encode()) + 2 * len(channel.encode()) > _MAX_CHANNEL_BYTES:
             raise ArchiveError(f"channel of {len(channel.encode())} bytes is too long to catalog")
+        limit = self.context.max_concurrent_recordings
+        if max(len(self._recording_subs), len(self._recordings)) >= limit:
+            self.refusals.add(Refusal.MAX_RECORDINGS)
+            raise MaxRecordingsError(f"max concurrent recordings reached {limit}")
         for link in self._recording_subs.values():
             if link.stream_id == stream_id and link.channel == channel:
                 raise RecordingStateError(f"{channel} stream {stream_id} is already being recorded")
@@ -285,6 +312,15 @@ class ArchiveConductor:
 
     def _start_session(self, link: _RecordingSubscription, image: Image) -> None:
         if link.subscription is None or link.subscription.registration_id not in self._recording_subs:
+            return
+        if len(self._recordings) >= self.context.max_concurrent_recordings:
+            self.refusals.add(Refusal.MAX_RECORDINGS)  # more images than recordings allowed: this one goes unrecorded
+            self.context.error_handler(
+                MaxRecordingsError(
+                    f"max concurrent recordings reached, cannot record {link.stream_id}:{link.channel} "
+                    f"session {image.session_id}"
+                )
+            )
             return
         stripped = link.channel
         if link.extend_id is not None:
@@ -473,6 +509,9 @@ class ArchiveConductor:
         stream_id: int,
         bound: CounterBound | None = None,
     ) -> int:
+        if len(self._replays) >= self.context.max_concurrent_replays:
+            self.refusals.add(Refusal.MAX_REPLAYS)
+            raise MaxReplaysError(f"max concurrent replays reached {self.context.max_concurrent_replays}")
         d = self.catalog.descriptor(recording_id)
         if position < 0:  # NULL position: from the start
             position = d.start_position
@@ -552,7 +591,7 @@ class ArchiveConductor:
         try:
             message = control.decode(payload)
         except ProtocolError as exc:
-            self.malformed_requests += 1
+            self.refusals.add(Refusal.MALFORMED_REQUEST)
             self.context.error_handler(exc)
             return
         if isinstance(message, control.ConnectRequest):
@@ -562,7 +601,7 @@ class ArchiveConductor:
         handler = _HANDLERS.get(type(message))
         session = self._sessions.get(session_id) if isinstance(session_id, int) else None
         if session is None or (handler is None and not isinstance(message, control.CloseSessionRequest)):
-            self.malformed_requests += 1  # not a request, or for a session that is not (or no longer) ours
+            self.refusals.add(Refusal.MALFORMED_REQUEST)  # not a request, or for a session not (or no longer) ours
             return
         if isinstance(message, control.CloseSessionRequest):
             session.end("closed by the client")
@@ -572,6 +611,7 @@ class ArchiveConductor:
         try:
             handler(self, session, message)
         except Exception as exc:
+            self.refusals.add(Refusal.REQUEST_ERRORS)
             session.error(correlation_id, _wire_error(exc), _error_code(exc))
 
     def _connect(self, request: control.ConnectRequest) -> None:
@@ -585,14 +625,18 @@ class ArchiveConductor:
                 max_queued=_MAX_QUEUED_ANSWERS,
             )
         except SessionLimitError as exc:
+            self.refusals.add(Refusal.MAX_CONTROL_SESSIONS)
             self.context.error_handler(exc)
             return
+        if session.refusal:
+            self.refusals.add(Refusal.MAX_CONTROL_SESSIONS)
         try:
             publication = self.aeron.add_exclusive_publication(
                 _response_channel(request.response_channel), request.response_stream_id
             )
-        except Exception as exc:
+        except Exception as exc:  # a response channel the driver will not publish on: counted, unanswered
             self._sessions.remove(session.session_id)
+            self.refusals.add(Refusal.MALFORMED_REQUEST)
             self.context.error_handler(exc)
             return
         self._publications[session.session_id] = publication
@@ -606,6 +650,8 @@ class ArchiveConductor:
             work += session.poll(now, publication.is_connected)
             if session.listing is not None and not session.is_done:
                 work += self._continue_listing(session, session.listing)
+            if session.search is not None and not session.is_done:
+                work += self._continue_search(session, session.search)
             while (answer := session.next_answer()) is not None:
                 if len(answer) > publication.max_message_length:
                     session.sent()
@@ -622,7 +668,7 @@ class ArchiveConductor:
                 session.sent()
                 work += 1
             if session.is_done:
-                self.dropped_answers += session.dropped + len(session.queue)
+                self.refusals.add(Refusal.DROPPED_ANSWERS, session.dropped + len(session.queue))
                 self._sessions.remove(session.session_id)
                 self._publications.pop(session.session_id).close()
                 if session.reason != "closed by the client":
@@ -794,13 +840,37 @@ class ArchiveConductor:
     def _on_find_last_matching_recording(
         self, session: ControlSession, r: control.FindLastMatchingRecordingRequest
     ) -> None:
-        if r.min_recording_id < 0 or r.min_recording_id >= self.catalog.next_recording_id:
+        end = self.catalog.next_recording_id
+        if r.min_recording_id < 0 or r.min_recording_id >= end:
             raise RecordingNotFoundError(f"min recording id outside valid range: {r.min_recording_id}")
+        if session.search is not None:
+            raise RecordingStateError("a find last matching recording is already under way on this control session")
+        session.search = Search(r.correlation_id, r.min_recording_id, end, r.session_id, r.stream_id, r.channel)
+        self._continue_search(session, session.search)
+
+    def _continue_search(self, session: ControlSession, search: Search) -> int:
+        """Up to a cycle's worth of catalog entries for a search, newest first; answers once found or exhausted."""
+        scanned = 0
         found = NULL_VALUE
-        for d in self.catalog.descriptors(r.min_recording_id):
-            if d.session_id == r.session_id and d.stream_id == r.stream_id and r.channel in d.original_channel:
-                found = d.recording_id
-        session.respond(ResponseCode.OK, r.correlation_id, found)
+        while search.next_id >= search.min_id and scanned < _MAX_SCANS_PER_CYCLE:
+            recording_id = search.next_id
+            search.next_id -= 1
+            scanned += 1
+            try:
+                d = self.catalog.descriptor(recording_id)
+            except RecordingNotFoundError:
+                continue  # purged
+            if (
+                d.session_id == search.session_id
+                and d.stream_id == search.stream_id
+                and (search.channel in d.original_channel)
+            ):
+                found = recording_id
+                break
+        if found != NULL_VALUE or search.next_id < search.min_id:
+            session.search = None
+            session.respond(ResponseCode.OK, search.correlation_id, found)
+        return scanned
 
     def _on_keep_alive(self, session: ControlSession, r: control.KeepAliveRequest) -> None:
         session.respond(ResponseCode.OK, r.correlation_id)
@@ -885,6 +955,10 @@ def _error_code(exc: BaseException) -> int:
         return control.ErrorCode.UNKNOWN_RECORDING
     if isinstance(exc, RecordingStateError):
         return control.ErrorCode.ACTIVE_RECORDING
+    if isinstance(exc, MaxReplaysError):
+        return control.ErrorCode.MAX_REPLAYS
+    if isinstance(exc, MaxRecordingsError):
+        return control.ErrorCode.MAX_RECORDINGS
     return control.ErrorCode.GENERIC
 
 
@@ -895,12 +969,12 @@ def _wire_error(exc: BaseException) -> str:
 
 
 def _response_channel(channel: str) -> str:
-    """A client's response channel as the archive publishes on it: 64 KiB terms unless the client says otherwise
-    (as Aeron's archive does; control answers are small)."""
+    """A client's response channel as the archive publishes on it: the parameters that say where (as Aeron's
+    archive strips it), with the archive's own 64 KiB terms -- a client does not choose how much we allocate."""
     uri = ChannelUri.parse(channel)
-    if "term-length" in uri.params:
-        return channel
-    return str(ChannelUri(uri.media, {**uri.params, "term-length": str(64 * 1024)}, uri.prefix))
+    keep = {"endpoint", "interface", "control", "control-mode", "tags", "alias", "session-id"}
+    params = {k: v for k, v in uri.params.items() if k in keep}
+    return str(ChannelUri(uri.media, {**params, "term-length": str(_CONTROL_TERM_LENGTH)}, uri.prefix))
 
 
 def _source_channel(uri: ChannelUri, channel: str, local: bool) -> str:

@@ -59,6 +59,15 @@ class ArchiveContext:
         default=11, metadata=_meta("aeron.archive.local.control.stream.id", _Kind.INT)
     )
     max_control_sessions: int = attrs.field(default=64, metadata=_meta("aeron.archive.max.control.sessions", _Kind.INT))
+    max_concurrent_recordings: int = attrs.field(
+        default=20, metadata=_meta("aeron.archive.max.concurrent.recordings", _Kind.INT)
+    )
+    """Recording subscriptions, and recordings, at once (Aeron today: 20; 1.15.1: 128). A remote client can ask
+    for a subscription on any channel: this bounds how many ports and images it can make us take."""
+    max_concurrent_replays: int = attrs.field(
+        default=20, metadata=_meta("aeron.archive.max.concurrent.replays", _Kind.INT)
+    )
+    """Replays at once, each a publication (Aeron today: 20; 1.15.1: 128)."""
     recording_events_channel: str = attrs.field(
         default=DEFAULT_EVENTS_CHANNEL, metadata=_meta("aeron.archive.recording.events.channel", _Kind.TEXT)
     )
@@ -126,6 +135,8 @@ class ArchiveContext:
         c.boolean("recording_events_enabled")
         c.int_range("archive_id", -1, 2**63 - 1)
         c.int_range("max_control_sessions", 1, 1 << 16)
+        c.int_range("max_concurrent_recordings", 1, 1 << 16)
+        c.int_range("max_concurrent_replays", 1, 1 << 16)
         c.power_of_two("segment_file_length", SEGMENT_MIN_LENGTH, SEGMENT_MAX_LENGTH)
         for name in ("file_sync_level", "catalog_file_sync_level"):
             c.int_range(name, SyncLevel.NONE, SyncLevel.DATA_AND_METADATA)

@@ -14,6 +14,8 @@ __all__ = [
     "CatalogLayoutError",
     "InvalidPositionError",
     "MarkFileError",
+    "MaxRecordingsError",
+    "MaxReplaysError",
     "RecordingNotFoundError",
     "RecordingStateError",
     "ReplayLimitError",
@@ -70,3 +72,12 @@ class ReplayLimitError(ArchiveError):
 
 class ArchiveToolError(ArchiveError):
     """An operator verb cannot read the directory it was given; the message says why (one line)."""
+
+
+class MaxReplaysError(ArchiveError):
+    """The archive already runs ``max_concurrent_replays`` replays (Aeron's ``MAX_REPLAYS``)."""
+
+
+class MaxRecordingsError(ArchiveError):
+    """The archive already holds ``max_concurrent_recordings`` recordings or recording subscriptions (Aeron's
+    ``MAX_RECORDINGS``)."""

@@ -18,6 +18,8 @@ from driver.archive.errors import (
     ArchiveStorageError,
     CatalogError,
     InvalidPositionError,
+    MaxRecordingsError,
+    MaxReplaysError,
     RecordingNotFoundError,
     RecordingStateError,
     ReplayLimitError,
@@ -37,6 +39,8 @@ _ERROR_TYPES: Final[dict[str, type[ArchiveError]]] = {
         ArchiveStorageError,
         CatalogError,
         InvalidPositionError,
+        MaxRecordingsError,
+        MaxReplaysError,
         RecordingNotFoundError,
         RecordingStateError,
         ReplayLimitError,
@@ -49,6 +53,8 @@ _CODE_TYPES: Final[dict[int, type[ArchiveError]]] = {
     control.ErrorCode.ACTIVE_SUBSCRIPTION: RecordingStateError,
     control.ErrorCode.UNKNOWN_RECORDING: RecordingNotFoundError,
     control.ErrorCode.INVALID_EXTENSION: InvalidPositionError,
+    control.ErrorCode.MAX_REPLAYS: MaxReplaysError,
+    control.ErrorCode.MAX_RECORDINGS: MaxRecordingsError,
 }
 
 

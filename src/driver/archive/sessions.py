@@ -25,7 +25,7 @@ from driver.archive import control
 from driver.archive.control import ControlResponse, ResponseCode
 from driver.archive.errors import ArchiveError
 
-__all__ = ["ControlSession", "ControlSessions", "Listing", "SessionLimitError", "SessionState"]
+__all__ = ["ControlSession", "ControlSessions", "Listing", "Search", "SessionLimitError", "SessionState"]
 
 DEFAULT_MAX_QUEUED: Final = 256
 DEFAULT_MAX_SESSIONS: Final = 64
@@ -70,6 +70,23 @@ class Listing:
         return self.fragment is not None
 
 
+class Search:
+    """A FindLastMatchingRecording under way: the catalog is looked at newest first, a bounded number of entries
+    per duty cycle, so one request cannot hold the archive's thread for a whole catalog."""
+
+    __slots__ = ("channel", "correlation_id", "min_id", "next_id", "session_id", "stream_id")
+
+    def __init__(
+        self, correlation_id: int, min_id: int, end_id: int, session_id: int, stream_id: int, channel: str
+    ) -> None:
+        self.correlation_id = correlation_id
+        self.min_id = min_id
+        self.next_id = end_id - 1
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.channel = channel
+
+
 class ControlSession:
     """One client's session (see the module docstring)."""
 
@@ -82,6 +99,7 @@ class ControlSession:
         "queue",
         "reason",
         "refusal",
+        "search",
         "session_id",
         "state",
         "timeout_ns",
@@ -110,6 +128,7 @@ class ControlSession:
         self.dropped = 0
         """Answers dropped because the queue was full (the session ends with the first)."""
         self.listing: Listing | None = None
+        self.search: Search | None = None
         self.refusal = ""
         """Why the connect is refused (the archive is full): answered as an error, then the session ends."""
 
@@ -122,6 +141,7 @@ class ControlSession:
             self.state = SessionState.DONE
             self.reason = reason
             self.listing = None
+            self.search = None
 
     def poll(self, now_ns: int, connected: bool) -> int:
         """Advance on time and on the response publication's connection; returns work done."""

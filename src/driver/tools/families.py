@@ -46,6 +46,7 @@ from driver.tools.connections import (
 from driver.tools.stat import CounterSample
 
 __all__ = [
+    "ARCHIVE_REFUSALS_TYPE_ID",
     "FAMILIES",
     "RECORDING_POSITION_TYPE_ID",
     "Family",
@@ -56,6 +57,8 @@ __all__ = [
 
 RECORDING_POSITION_TYPE_ID = 100
 """Aeron Archive's recording position counter."""
+ARCHIVE_REFUSALS_TYPE_ID = 4301
+"""Our archive's refusal counters (``archive refused: <reason>``, one per reason)."""
 
 Kind = Literal["counter", "gauge"]
 Labels = tuple[tuple[str, str], ...]
@@ -232,6 +235,11 @@ CLIENT_HEARTBEAT = _gauge(
 RECORDING_POSITION = _gauge(
     "aeron_archive_recording_position_bytes", "Position an archive recording has reached (rec-pos).", "bytes"
 )
+ARCHIVE_REFUSALS = Family(
+    "aeron_archive_refusals",
+    "counter",
+    "Requests and inputs an archive turned away or dropped, by reason (limits, malformed, errors, answers lost).",
+)
 CONNECTION_RTT = _gauge(
     "aeron_endpoint_connection_rtt_seconds", "An end point connection's last round-trip time.", "seconds", 1e-9
 )
@@ -284,6 +292,7 @@ SESSION_EVENTS = Family(
 _STAT_LABEL = re.compile(r"endpoint-stat: (server|client) (\d+) pid=(\d+) ([\w:]+)")
 _CONNECTION_LABEL = re.compile(r"[\w-]+: (-?\d+) (server|client) (ipc|udp) (\S*) out=(-?\d+)/(-?\d+) in=.*")
 UNCLASSIFIED = _gauge("aeron_unclassified", "A counter of a type this exporter does not know, by type id and label.")
+_ARCHIVE_REFUSED_PREFIX = "archive refused: "
 _RECORDING_LABEL = re.compile(r"rec-pos: (-?\d+) (-?\d+) (-?\d+) (.*)")
 
 FAMILIES: tuple[Family, ...] = (
@@ -295,6 +304,7 @@ FAMILIES: tuple[Family, ...] = (
     *_CHANNEL_STATUS.values(),
     CLIENT_HEARTBEAT,
     RECORDING_POSITION,
+    ARCHIVE_REFUSALS,
     CONNECTION_RTT,
     CONNECTION_SENT,
     CONNECTION_RECEIVED,
@@ -346,6 +356,8 @@ def classify(sample: CounterSample) -> tuple[Family, Labels]:
                 ("stream_id", stream_id),
                 ("channel", channel),
             )
+    if type_id == ARCHIVE_REFUSALS_TYPE_ID and sample.label.startswith(_ARCHIVE_REFUSED_PREFIX):
+        return ARCHIVE_REFUSALS, (("reason", sample.label[len(_ARCHIVE_REFUSED_PREFIX) :].replace(" ", "_")),)
     connection = _CONNECTION.get(type_id)
     if connection is not None:
         match = _CONNECTION_LABEL.fullmatch(sample.label)

@@ -309,7 +309,8 @@ def test_authenticated_connect_without_credentials_is_a_session(harness: Archive
         responses.close()
 
 
-def test_listing_many_recordings_over_the_control_channel(harness: ArchiveHarness) -> None:
+def test_listing_many_recordings_over_the_control_channel(make_archive: Callable[..., ArchiveHarness]) -> None:
+    harness = make_archive(max_concurrent_recordings=32)  # 30 at once: past the default of 20
     for stream_id in range(200, 230):
         harness.archive.start_recording(CHANNEL, stream_id)
     publications = [harness.client.add_exclusive_publication(CHANNEL, s) for s in range(200, 230)]

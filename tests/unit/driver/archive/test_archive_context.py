@@ -30,6 +30,8 @@ def test_defaults() -> None:
     assert ctx.message_timeout_ns == 5_000_000_000
     assert ctx.idle_strategy == "backoff"
     assert callable(ctx.error_handler)
+    # today's Aeron's bounds (1.15.1 allowed 128 of each): an archive open to the network should be conservative
+    assert (ctx.max_concurrent_recordings, ctx.max_concurrent_replays) == (20, 20)
 
 
 def test_environment_forms() -> None:
@@ -53,6 +55,8 @@ def test_environment_forms() -> None:
         "AERON_ARCHIVE_CONTROL_RESPONSE_CHANNEL": "aeron:ipc?term-length=256k",
         "AERON_ARCHIVE_CONTROL_RESPONSE_STREAM_ID": "21",
         "AERON_ARCHIVE_MAX_CONTROL_SESSIONS": "5",
+        "AERON_ARCHIVE_MAX_CONCURRENT_RECORDINGS": "6",
+        "AERON_ARCHIVE_MAX_CONCURRENT_REPLAYS": "7",
         "AERON_ARCHIVE_ID": "1234567",
     }
     ctx = ArchiveContext.from_env(environ).conclude()
@@ -73,6 +77,7 @@ def test_environment_forms() -> None:
     assert (ctx.local_control_channel, ctx.local_control_stream_id) == ("aeron:ipc?term-length=128k", 12)
     assert (ctx.control_response_channel, ctx.control_response_stream_id) == ("aeron:ipc?term-length=256k", 21)
     assert ctx.max_control_sessions == 5
+    assert (ctx.max_concurrent_recordings, ctx.max_concurrent_replays) == (6, 7)
     assert ctx.archive_id == 1234567
     # every property has exactly the environment name Aeron's convention gives it
     assert set(ctx.to_properties()) == {
@@ -85,6 +90,8 @@ def test_environment_forms() -> None:
         "aeron.archive.control.response.channel",
         "aeron.archive.control.response.stream.id",
         "aeron.archive.max.control.sessions",
+        "aeron.archive.max.concurrent.recordings",
+        "aeron.archive.max.concurrent.replays",
         "aeron.archive.recording.events.channel",
         "aeron.archive.recording.events.stream.id",
         "aeron.archive.recording.events.enabled",
@@ -145,6 +152,9 @@ def test_unknown_override_names_the_fields() -> None:
         ("AERON_ARCHIVE_RECORDING_PROGRESS_INTERVAL", "-1s", "aeron.archive.recording.progress.interval"),
         ("AERON_ARCHIVE_IDLE_STRATEGY", "nap", "aeron.archive.idle.strategy"),
         ("AERON_ARCHIVE_DIR", "", "aeron.archive.dir"),
+        ("AERON_ARCHIVE_MAX_CONCURRENT_RECORDINGS", "0", "aeron.archive.max.concurrent.recordings"),
+        ("AERON_ARCHIVE_MAX_CONCURRENT_REPLAYS", "-1", "aeron.archive.max.concurrent.replays"),
+        ("AERON_ARCHIVE_MAX_CONCURRENT_REPLAYS", "many", "aeron.archive.max.concurrent.replays"),
     ],
 )
 def test_bad_values_name_the_property(name: str, text: str, prop: str) -> None:
