@@ -166,6 +166,10 @@ class Connection:
         self.remote_address = remote_address
         """``host:port`` of the peer, or ``"ipc"``."""
         self._pub = publication
+        self._native_offer: Callable[[Buffer], int] | None = (
+            publication.native_offer if endpoint.config.native_dispatch else None
+        )
+        """``send_nowait``'s one native call to the log while unsealed (None once sealed: ``outbox.offer`` seals)."""
         self._sub = subscription
         self._image: Image | None = None
         self._on_released = on_released
@@ -372,6 +376,7 @@ class Connection:
         self._sealer = Sealer(send_key, connection_id=self.id, session_id=self._pub.session_id, direction=out)
         self._core.open_with(Opener(receive_key, connection_id=self.id, session_id=inbound_session_id, direction=back))
         self.outbox.offer = self._offer_sealed
+        self._native_offer = None
         self._max_length = self._pub.max_message_length - OVERHEAD
         self.sealed = True
         self.unreliable_channels = None  # only the reliable stream is sealed: newest-wins messages ride it
@@ -432,6 +437,12 @@ class Connection:
                 f"{type(message).__name__} encodes to {len(data)} bytes; this connection carries at most "
                 f"{self._max_length} (raise term_length, or stream it)"
             )
+        # offer_now written out for the common case (nothing queued, the log open, written at once); the rest its way.
+        native_offer = self._native_offer
+        if native_offer is not None and not outbox._backlog and not self._pub._is_closed and native_offer(data) > 0:
+            outbox.sent += 1
+            self._poke()
+            return True
         return outbox.offer_now(data)
 
     def send_unreliable(self, message: object) -> bool:
