@@ -1,7 +1,7 @@
 """One-way throughput of small messages over one Server/Client connection, beside asyncio TCP and pyzmq, in one run.
 
     python benchmarks/endpoint_throughput.py [--messages 500000] [--term-length 65536] [--quick]
-                                             [--only SUBSTRING] [--profile]
+                                             [--only SUBSTRING] [--profile] [--dispatch native,python]
 
 Every row is a sender process and a receiver process. The message is
 ``Move(seq: int, x: float, y: float)``: an attrs class registered in a
@@ -23,7 +23,8 @@ grants) and again with 1 MiB terms, since how far a publisher may run ahead of
 its subscriber is bounded by the term: a term over IPC, half a term over UDP.
 The ``buffered session`` rows send with ``await conn.send`` on a connection that carries a buffered session
 (``buffered_sessions=True`` on both ends): every message numbered, kept until acknowledged, and acknowledged
-back. ``--profile`` runs our sender and receiver under cProfile and prints the top
+back. ``--dispatch native,python`` runs each of our rows with ``native_dispatch`` True and False (the native
+poll-and-dispatch and one-call ``send_nowait``, or the Python path) for a before/after in one run. ``--profile`` runs our sender and receiver under cProfile and prints the top
 entries.
 
 Peers: a plain asyncio TCP server (``asyncio.start_server``; it feeds
