@@ -24,8 +24,8 @@ its subscriber is bounded by the term: a term over IPC, half a term over UDP.
 The ``buffered session`` rows send with ``await conn.send`` on a connection that carries a buffered session
 (``buffered_sessions=True`` on both ends): every message numbered, kept until acknowledged, and acknowledged
 back. ``--dispatch native,python`` runs each of our rows with ``native_dispatch`` True and False (the native
-poll-and-dispatch and one-call ``send_nowait``, or the Python path) for a before/after in one run. ``--profile`` runs our sender and receiver under cProfile and prints the top
-entries.
+poll-and-dispatch and one-call ``send_nowait``, or the Python path) for a before/after in one run.
+``--profile`` runs our sender and receiver under cProfile and prints the top entries.
 
 Peers: a plain asyncio TCP server (``asyncio.start_server``; it feeds
 ``reader.read(65536)`` into a ``msgpack.Unpacker`` and counts) with a client
