@@ -1,7 +1,7 @@
 """One-way throughput of small messages over one Server/Client connection, beside asyncio TCP and pyzmq, in one run.
 
     python benchmarks/endpoint_throughput.py [--messages 500000] [--term-length 65536] [--quick]
-                                             [--only SUBSTRING] [--profile]
+                                             [--only SUBSTRING] [--profile] [--dispatch native,python]
 
 Every row is a sender process and a receiver process. The message is
 ``Move(seq: int, x: float, y: float)``: an attrs class registered in a
@@ -23,8 +23,9 @@ grants) and again with 1 MiB terms, since how far a publisher may run ahead of
 its subscriber is bounded by the term: a term over IPC, half a term over UDP.
 The ``buffered session`` rows send with ``await conn.send`` on a connection that carries a buffered session
 (``buffered_sessions=True`` on both ends): every message numbered, kept until acknowledged, and acknowledged
-back. ``--profile`` runs our sender and receiver under cProfile and prints the top
-entries.
+back. ``--dispatch native,python`` runs each of our rows with ``native_dispatch`` True and False (the native
+poll-and-dispatch and one-call ``send_nowait``, or the Python path) for a before/after in one run.
+``--profile`` runs our sender and receiver under cProfile and prints the top entries.
 
 Peers: a plain asyncio TCP server (``asyncio.start_server``; it feeds
 ``reader.read(65536)`` into a ``msgpack.Unpacker`` and counts) with a client
@@ -80,6 +81,7 @@ def endpoint_sink(
     profile: bool,
     sealed: bool = False,
     buffered: bool = False,
+    native_dispatch: bool = True,
 ) -> None:
     """Server process: count ``Move`` messages with a sync listener (``sealed``: seal every connection;
     ``buffered``: offer buffered sessions)."""
@@ -97,6 +99,7 @@ def endpoint_sink(
             threading_mode=threading,
             sealed=sealed,
             buffered_sessions=buffered,
+            native_dispatch=native_dispatch,
         )
         server = Server(config)
         count = 0
@@ -137,6 +140,7 @@ def endpoint_source(
     profile: bool,
     sealed: bool = False,
     buffered: bool = False,
+    native_dispatch: bool = True,
 ) -> None:
     """Client process: connect, then send ``messages`` Moves with ``send_nowait`` or ``await send``
     (``sealed``: ask for a sealed connection; ``buffered``: claim a buffered session, every send kept until
@@ -152,6 +156,7 @@ def endpoint_source(
             threading_mode=threading,
             sealed=sealed,
             buffered_sessions=buffered,
+            native_dispatch=native_dispatch,
         )
         try:
             async with Client(config) as client:
@@ -214,9 +219,10 @@ def run_endpoint(
     profile: bool,
     sealed: bool = False,
     buffered: bool = False,
+    native_dispatch: bool = True,
 ) -> Result:
     """One sender process and one receiver process over one connection (``sealed``: a sealed connection;
-    ``buffered``: carrying a buffered session)."""
+    ``buffered``: carrying a buffered session; ``native_dispatch``: the end points' setting of that name)."""
     with children() as group:
         ctx = group.ctx
         ready, stop, done, out, sent_out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
@@ -237,6 +243,7 @@ def run_endpoint(
             profile,
             sealed,
             buffered,
+            native_dispatch,
         )
         client = group.start(
             endpoint_source,
@@ -252,6 +259,7 @@ def run_endpoint(
             profile,
             sealed,
             buffered,
+            native_dispatch,
         )
         result = _collect(out, sent_out)
         done.set()
@@ -414,6 +422,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="threading mode(s) of the embedded drivers, comma-separated for a row each (e.g. INVOKER,SHARED)",
     )
     parser.add_argument("--profile", action="store_true", help="cProfile our sender and receiver (slows them down)")
+    parser.add_argument(
+        "--dispatch",
+        default="native",
+        help="the end points' reading path(s), comma-separated for a row each: native (native_dispatch=True), python",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     n = 20_000 if args.quick else args.messages
@@ -424,15 +437,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     terms = [(args.term_length, "")] if args.quick else [(args.term_length, ""), (TUNED_TERM, ", 1 MiB terms")]
     modes = args.driver_threading.split(",")
+    dispatches = args.dispatch.split(",")
+    if not set(dispatches) <= {"native", "python"}:
+        parser.error("--dispatch takes native, python or both")
     for term_length, suffix in terms:
         for transport in ("IPC", "UDP"):
             for mode in ("send_nowait", "send"):
                 for threading in modes:
-                    label = "send_nowait" if mode == "send_nowait" else "await send"
-                    driver = f", {threading} driver" if len(modes) > 1 else ""
-                    rows[f"endpoint {transport}, {label}{suffix}{driver}"] = functools.partial(
-                        run_endpoint, n, mode, transport == "UDP", term_length, threading, args.profile
-                    )
+                    for dispatch in dispatches:
+                        label = "send_nowait" if mode == "send_nowait" else "await send"
+                        driver = f", {threading} driver" if len(modes) > 1 else ""
+                        how = f", {dispatch} dispatch" if len(dispatches) > 1 else ""
+                        rows[f"endpoint {transport}, {label}{suffix}{driver}{how}"] = functools.partial(
+                            run_endpoint,
+                            n,
+                            mode,
+                            transport == "UDP",
+                            term_length,
+                            threading,
+                            args.profile,
+                            False,
+                            False,
+                            dispatch == "native",
+                        )
     for transport in ("IPC", "UDP"):  # what buffered sessions cost: every message numbered, kept and acknowledged
         rows[f"endpoint {transport}, await send, buffered session"] = functools.partial(
             run_endpoint, n, "send", transport == "UDP", args.term_length, modes[0], args.profile, False, True

@@ -161,14 +161,9 @@ static PyObject *Codec_encode(Codec *self, PyObject *message) {
     return out;
 }
 
-static PyObject *Codec_decode(Codec *self, PyObject *data) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        return PyObject_CallOneArg(self->slow_decode, data);
-    }
-    const unsigned char *p = (const unsigned char *)view.buf;
-    Py_ssize_t n = view.len;
+/* Where the body of a typed message starts in p[0:n] and its type id, if p holds one whole ext8/ext16 header of ours
+ * and a type id up to 0xFFFF: 1; else 0 (the slow path decides what it is). */
+static inline int parse_typed(const unsigned char *p, Py_ssize_t n, Py_ssize_t *start_out, long *tag_out) {
     Py_ssize_t start;
     long tag;
     if (n >= 4 && p[0] == 0xC7 && p[2] == ATTRS_EXT && (Py_ssize_t)p[1] + 3 == n) {
@@ -176,7 +171,7 @@ static PyObject *Codec_decode(Codec *self, PyObject *data) {
     } else if (n >= 5 && p[0] == 0xC8 && p[3] == ATTRS_EXT && (Py_ssize_t)((p[1] << 8) | p[2]) + 4 == n) {
         start = 4;
     } else {
-        goto slow;
+        return 0;
     }
     tag = p[start];
     if (tag < 0x80) {
@@ -188,15 +183,39 @@ static PyObject *Codec_decode(Codec *self, PyObject *data) {
         tag = p[start + 1];
         start += 2;
     } else {
-        goto slow;
+        return 0;
     }
-    PyBuffer_Release(&view);
+    *start_out = start;
+    *tag_out = tag;
+    return 1;
+}
+
+/* The decoder of a type id (borrowed), or NULL: with an error set if the lookup failed, without if none is known. */
+static inline PyObject *decoder_of(Codec *self, long tag) {
     PyObject *key = PyLong_FromLong(tag);
     if (key == NULL) {
         return NULL;
     }
     PyObject *decode = PyDict_GetItemWithError(self->decoders, key);
     Py_DECREF(key);
+    return decode;
+}
+
+static PyObject *Codec_decode(Codec *self, PyObject *data) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return PyObject_CallOneArg(self->slow_decode, data);
+    }
+    Py_ssize_t n = view.len;
+    Py_ssize_t start;
+    long tag;
+    int typed = parse_typed((const unsigned char *)view.buf, n, &start, &tag);
+    PyBuffer_Release(&view);
+    if (!typed) {
+        return PyObject_CallOneArg(self->slow_decode, data);
+    }
+    PyObject *decode = decoder_of(self, tag);
     if (decode == NULL) {
         if (PyErr_Occurred()) {
             return NULL;
@@ -216,14 +235,214 @@ static PyObject *Codec_decode(Codec *self, PyObject *data) {
         return wrap_error(self, "malformed message");
     }
     return message;
-slow:
-    PyBuffer_Release(&view);
-    return PyObject_CallOneArg(self->slow_decode, data);
+}
+
+/* Hand the exception being raised to on_error(exc); NULL only if on_error itself failed. */
+static int report_error(PyObject *on_error) {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (value != NULL && traceback != NULL) {
+        PyException_SetTraceback(value, traceback);
+    }
+    PyObject *handled = PyObject_CallOneArg(on_error, value ? value : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    if (handled == NULL) {
+        return -1;
+    }
+    Py_DECREF(handled);
+    return 0;
+}
+
+/* Whether core.closed_by_peer is true (-1: the attribute could not be read). */
+static int closed_by_peer(PyObject *core) {
+    PyObject *closed = PyObject_GetAttrString(core, "closed_by_peer");
+    if (closed == NULL) {
+        return -1;
+    }
+    int truth = PyObject_IsTrue(closed);
+    Py_DECREF(closed);
+    return truth;
+}
+
+/* dispatch(view, frames, resolved, inbox, connection, on_frame, on_decoded, on_result, on_error, core): one poll's
+ * fragments of an unsealed connection, the common case without a Python frame.
+ *
+ * frames are (frame offset, frame length, flags) of committed DATA frames in the term view (driver.logbuffer's
+ * scan_frames). A whole fragment holding a typed message of ours is decoded here, as decode would; if the
+ * listener manager's cache (resolved: class -> (listeners, any async)) has only sync listeners for its class and
+ * nothing waits in the connection's inbox, each listener(connection, message) is called here: an exception goes
+ * to on_error(exc), a result other than None to on_result(message, result). Any other decoded message goes to
+ * on_decoded(message, length) (the core's checks and routing), and every other fragment (fragmented, a chunk,
+ * newest-wins or session frame, anything that does not decode here) to on_frame(payload, flags), today's path,
+ * which then also says what was wrong. Once the core read the peer's Disconnect, the rest goes to on_frame too. */
+static PyObject *Codec_dispatch(Codec *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "dispatch takes 10 arguments");
+        return NULL;
+    }
+    PyObject *view = args[0], *frames = args[1], *resolved = args[2], *inbox = args[3], *connection = args[4];
+    PyObject *on_frame = args[5], *on_decoded = args[6], *on_result = args[7], *on_error = args[8], *core = args[9];
+    if (!PyList_Check(frames) || !PyDict_Check(resolved)) {
+        PyErr_SetString(PyExc_TypeError, "dispatch: frames must be a list and resolved a dict");
+        return NULL;
+    }
+    /* The view's buffer is held only while a header is read, never across a call: a handler may release it. */
+    Py_buffer term;
+    int fast = 1;
+    Py_ssize_t count = PyList_GET_SIZE(frames);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *frame = PyList_GET_ITEM(frames, i);
+        if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) != 3) {
+            PyErr_SetString(PyExc_TypeError, "dispatch: a frame must be (offset, length, flags)");
+            goto error;
+        }
+        Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(frame, 0));
+        Py_ssize_t length = PyLong_AsSsize_t(PyTuple_GET_ITEM(frame, 1));
+        long flags = PyLong_AsLong(PyTuple_GET_ITEM(frame, 2));
+        if (PyErr_Occurred()) {
+            goto error;
+        }
+        Py_ssize_t begin = offset + 32, end = offset + length;
+        Py_ssize_t start;
+        long tag;
+        int typed = 0;
+        if (fast && (flags & 0xC0) == 0xC0) {
+            if (PyObject_GetBuffer(view, &term, PyBUF_SIMPLE) < 0) {
+                goto error;
+            }
+            if (offset < 0 || begin > end || end > term.len) {
+                PyBuffer_Release(&term);
+                PyErr_SetString(PyExc_ValueError, "dispatch: a frame outside the term");
+                goto error;
+            }
+            typed = parse_typed((const unsigned char *)term.buf + begin, end - begin, &start, &tag);
+            PyBuffer_Release(&term);
+        }
+        PyObject *message = NULL;
+        if (typed) {
+            PyObject *decode = decoder_of(self, tag);
+            if (decode == NULL && PyErr_Occurred()) {
+                goto error;
+            }
+            if (decode != NULL) {
+                Py_INCREF(decode);
+                PyObject *rest = PySequence_GetSlice(view, begin + start, end);
+                message = rest ? PyObject_CallOneArg(decode, rest) : NULL;
+                Py_XDECREF(rest);
+                Py_DECREF(decode);
+                if (message == NULL) {
+                    PyErr_Clear(); /* today's path decodes it again and says what is wrong */
+                }
+            }
+        }
+        if (message == NULL) {
+            PyObject *payload = PySequence_GetSlice(view, begin, end);
+            if (payload == NULL) {
+                goto error;
+            }
+            PyObject *flags_object = PyTuple_GET_ITEM(frame, 2);
+            PyObject *call_args[2] = {payload, flags_object};
+            PyObject *result = PyObject_Vectorcall(on_frame, call_args, 2, NULL);
+            Py_DECREF(payload);
+            if (result == NULL) {
+                if (report_error(on_error) < 0) {
+                    goto error;
+                }
+            } else {
+                Py_DECREF(result);
+            }
+            if (fast) {
+                int closed = closed_by_peer(core);
+                if (closed < 0) {
+                    goto error;
+                }
+                fast = !closed;
+            }
+            continue;
+        }
+        PyObject *entry = PyDict_GetItemWithError(resolved, (PyObject *)Py_TYPE(message));
+        if (entry == NULL && PyErr_Occurred()) {
+            Py_DECREF(message);
+            goto error;
+        }
+        Py_ssize_t waiting = 0;
+        if (entry != NULL && PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2 &&
+            PyTuple_GET_ITEM(entry, 1) == Py_False && PyTuple_Check(PyTuple_GET_ITEM(entry, 0)) &&
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 0)) > 0) {
+            waiting = PyObject_Size(inbox);
+            if (waiting < 0) {
+                Py_DECREF(message);
+                goto error;
+            }
+        } else {
+            entry = NULL;
+        }
+        if (entry == NULL || waiting > 0) {
+            PyObject *size = PyLong_FromSsize_t(end - begin);
+            PyObject *result = NULL;
+            if (size != NULL) {
+                PyObject *call_args[2] = {message, size};
+                result = PyObject_Vectorcall(on_decoded, call_args, 2, NULL);
+                Py_DECREF(size);
+            }
+            Py_DECREF(message);
+            if (result == NULL) {
+                if (report_error(on_error) < 0) {
+                    goto error;
+                }
+            } else {
+                Py_DECREF(result);
+            }
+            int closed = closed_by_peer(core);
+            if (closed < 0) {
+                goto error;
+            }
+            fast = !closed;
+            continue;
+        }
+        PyObject *listeners = PyTuple_GET_ITEM(entry, 0);
+        Py_INCREF(listeners); /* a listener may change the listeners (and drop the cache) */
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(listeners); j++) {
+            PyObject *call_args[2] = {connection, message};
+            PyObject *result = PyObject_Vectorcall(PyTuple_GET_ITEM(listeners, j), call_args, 2, NULL);
+            if (result == NULL) {
+                if (report_error(on_error) < 0) {
+                    Py_DECREF(listeners);
+                    Py_DECREF(message);
+                    goto error;
+                }
+                continue;
+            }
+            if (result != Py_None) {
+                PyObject *more[2] = {message, result};
+                PyObject *handled = PyObject_Vectorcall(on_result, more, 2, NULL);
+                Py_DECREF(result);
+                if (handled == NULL) {
+                    Py_DECREF(listeners);
+                    Py_DECREF(message);
+                    goto error;
+                }
+                Py_DECREF(handled);
+            } else {
+                Py_DECREF(result);
+            }
+        }
+        Py_DECREF(listeners);
+        Py_DECREF(message);
+    }
+    Py_RETURN_NONE;
+error:
+    return NULL;
 }
 
 static PyMethodDef Codec_methods[] = {
     {"encode", (PyCFunction)Codec_encode, METH_O, "One message to msgpack bytes."},
     {"decode", (PyCFunction)Codec_decode, METH_O, "One message from a bytes-like object."},
+    {"dispatch", (PyCFunction)(void (*)(void))Codec_dispatch, METH_FASTCALL,
+     "One poll's fragments of an unsealed connection: typed messages decoded and handed to sync listeners here."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -231,6 +231,11 @@ class Configuration:
     """A connection that hears nothing for this long is dead and closed."""
     close_timeout: float = attrs.field(default=1.0, validator=_positive_seconds(600))
     """How long a graceful close waits for the disconnect message to reach the peer."""
+    native_dispatch: bool = attrs.field(default=True, validator=_bool)
+    """Unsealed connections read the peer with one native call per poll: typed messages are decoded and handed to
+    sync listeners without a Python frame each (everything else takes the Python path); and ``send_nowait`` hands
+    a message to the log in one native call when nothing is queued. False: the Python path each way (kept to
+    compare, and to rule the native one out)."""
     idle_strategy: IdleMode = attrs.field(default="backoff", validator=_one_of("backoff", "busy_spin"))
     """How the end point's poller waits when idle: ``backoff`` spins briefly then sleeps; ``busy_spin`` never sleeps."""
     rpc_timeout: float = attrs.field(default=30.0, validator=_positive_seconds())

@@ -211,6 +211,8 @@ class Serialization:
         self._any_decoder = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
         self._typed_tags: dict[type, bytes] = {}
         """Typed classes: the native codec encodes these itself."""
+        self.native_dispatch: Callable[..., None] | None = None
+        """The native codec's poll-and-dispatch (``Codec.dispatch``), None without the native codec."""
         if _Codec is not None:
             codec = _Codec(
                 self._typed_tags,
@@ -223,6 +225,7 @@ class Serialization:
             # The C methods themselves, so a hot caller's ``ser.encode`` is one native call.
             self.encode = codec.encode  # type: ignore[method-assign,assignment]
             self.decode = codec.decode  # type: ignore[method-assign,assignment]
+            self.native_dispatch = codec.dispatch
 
     # ------------------------------------------------------------------------------------------- registry
 

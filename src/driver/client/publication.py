@@ -25,7 +25,7 @@ answers 0 for every case it leaves to the appender's Python ``offer``.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, ClassVar, Protocol, Self
 
@@ -147,6 +147,13 @@ class Publication(abc.ABC):
     @property
     def is_closed(self) -> bool:
         return self._is_closed
+
+    @property
+    def native_offer(self) -> Callable[[Buffer], int]:
+        """The native writer's offer of one whole message, for a caller's hot path: > 0 the new position; 0 nothing
+        written (back pressure, a message to fragment, an unmapped log...); < 0 an OfferResult code. On anything but
+        > 0 take :meth:`offer`, which decides (and says CLOSED: this one does not look at :attr:`is_closed`)."""
+        return self._writer.offer
 
     @property
     def is_original(self) -> bool:

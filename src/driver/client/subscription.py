@@ -228,6 +228,29 @@ class Image:
         counter.put_long_ordered(0, position + end - offset)
         return len(frames)
 
+    def poll_frames(
+        self, handler: Callable[[memoryview, list[tuple[int, int, int]]], object], fragment_limit: int = 64
+    ) -> int:
+        """Like :meth:`poll_payloads`, with one call per poll: ``handler(term_view, frames)``, ``frames`` being
+        ``(frame offset, frame length, flags)`` of each committed DATA frame read (a payload is
+        ``term_view[offset + 32 : offset + length]``), for a handler that walks them natively. A handler exception
+        goes to the error handler and the frames count as consumed."""
+        if self._is_closed:
+            return 0
+        counter = self._position
+        position = counter.get_long(0)
+        index = (position >> self._position_bits_to_shift) % 3
+        offset = position & self._mask
+        end, frames = scan_frames(self._terms[index], offset, fragment_limit)
+        if end == offset:
+            return 0
+        try:
+            handler(self._term_views[index], frames)
+        except Exception as exc:
+            self._error_handler(exc)
+        counter.put_long_ordered(0, position + end - offset)
+        return len(frames)
+
     def controlled_poll(self, handler: ControlledFragmentHandler, fragment_limit: int = 10) -> int:
         """Like :meth:`poll`, but ``handler`` returns a :class:`ControlledAction` (ABORT, BREAK, COMMIT, CONTINUE)."""
         if self._is_closed:

@@ -107,6 +107,11 @@ class ConnectionCore:
 
     # ------------------------------------------------------------------ reading
 
+    @property
+    def sealed(self) -> bool:
+        """Every message of the peer's is sealed (read through :meth:`on_fragment` and opened)."""
+        return self._opener is not None
+
     def open_with(self, opener: Opener) -> None:
         """Every message of the peer's is sealed from now on (before anything is read)."""
         self._opener = opener
@@ -205,36 +210,51 @@ class ConnectionCore:
             except SerializationError as exc:
                 self._undecodable(payload, exc)
                 return
-            cls = type(message)
-            if cls in _INTERNAL_TYPES:
-                problem = internal_problem(message)
-                if problem is not None:
-                    if cls is RpcCall and type(message.call_id) is int and message.call_id > 0:
-                        self._malformed_call(message.call_id, problem)  # the caller hears of it at once
-                    self._malformed(problem)
-                    return
-                if cls is Ping:
-                    if message.seq == 0:  # a keepalive: heard, which is all it is for
-                        self._control += 1
-                        return
-                    if message.seq == SAMPLE_SEQ:  # a round-trip sample: answered, but no more work than a keepalive
-                        self._control += 1
-                    self._send_control(Pong(message.seq, message.sent_ns))
-                    return
-                if cls is Pong:
-                    if message.seq == 0 or message.seq == SAMPLE_SEQ:
-                        self._control += 1
-                    self._pong(message)
-                    return
-                if cls is Disconnect:
-                    self.closed_by_peer = True
-                    self._peer_closed(message.reason)
-                    return
-                self._route(message)
-                return
-            self._deliver(message, length)
+            self._on_decoded(message, length)
         except Exception as exc:
             self._report(exc)
+
+    def on_decoded(self, message: Any, length: int) -> None:
+        """A whole message of the peer's, decoded already (from ``length`` bytes, not a chunk, newest-wins or session
+        frame): check and route it as :meth:`on_message` does. The native dispatch hands over here what it does not
+        deliver itself; an error goes to ``report``."""
+        if self.closed_by_peer:
+            return
+        try:
+            self._on_decoded(message, length)
+        except Exception as exc:
+            self._report(exc)
+
+    def _on_decoded(self, message: Any, length: int) -> None:
+        """The checks and routing of a decoded message (see :meth:`on_decoded`)."""
+        cls = type(message)
+        if cls in _INTERNAL_TYPES:
+            problem = internal_problem(message)
+            if problem is not None:
+                if cls is RpcCall and type(message.call_id) is int and message.call_id > 0:
+                    self._malformed_call(message.call_id, problem)  # the caller hears of it at once
+                self._malformed(problem)
+                return
+            if cls is Ping:
+                if message.seq == 0:  # a keepalive: heard, which is all it is for
+                    self._control += 1
+                    return
+                if message.seq == SAMPLE_SEQ:  # a round-trip sample: answered, but no more work than a keepalive
+                    self._control += 1
+                self._send_control(Pong(message.seq, message.sent_ns))
+                return
+            if cls is Pong:
+                if message.seq == 0 or message.seq == SAMPLE_SEQ:
+                    self._control += 1
+                self._pong(message)
+                return
+            if cls is Disconnect:
+                self.closed_by_peer = True
+                self._peer_closed(message.reason)
+                return
+            self._route(message)
+            return
+        self._deliver(message, length)
 
     def _on_newest(self, payload: memoryview) -> None:
         """A newest-wins frame: a user message, delivered only if no newer one of its class was."""

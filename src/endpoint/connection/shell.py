@@ -166,12 +166,20 @@ class Connection:
         self.remote_address = remote_address
         """``host:port`` of the peer, or ``"ipc"``."""
         self._pub = publication
+        self._native_offer: Callable[[Buffer], int] | None = (
+            publication.native_offer if endpoint.config.native_dispatch else None
+        )
+        """``send_nowait``'s one native call to the log while unsealed (None once sealed: ``outbox.offer`` seals)."""
         self._sub = subscription
         self._image: Image | None = None
         self._on_released = on_released
         config = endpoint.config
         self._encode: Callable[[object], bytes] = config.serialization.encode
         self._decode = config.serialization.decode
+        self._native_dispatch: Callable[..., None] | None = (
+            getattr(config.serialization, "native_dispatch", None) if config.native_dispatch else None
+        )
+        """The codec's native poll-and-dispatch (``Configuration.native_dispatch``), or None: the Python path."""
         self._listeners = endpoint.listeners
         self._max_length = publication.max_message_length
         poller = endpoint._loop_poller
@@ -368,6 +376,7 @@ class Connection:
         self._sealer = Sealer(send_key, connection_id=self.id, session_id=self._pub.session_id, direction=out)
         self._core.open_with(Opener(receive_key, connection_id=self.id, session_id=inbound_session_id, direction=back))
         self.outbox.offer = self._offer_sealed
+        self._native_offer = None
         self._max_length = self._pub.max_message_length - OVERHEAD
         self.sealed = True
         self.unreliable_channels = None  # only the reliable stream is sealed: newest-wins messages ride it
@@ -428,6 +437,12 @@ class Connection:
                 f"{type(message).__name__} encodes to {len(data)} bytes; this connection carries at most "
                 f"{self._max_length} (raise term_length, or stream it)"
             )
+        # offer_now written out for the common case (nothing queued, the log open, written at once); the rest its way.
+        native_offer = self._native_offer
+        if native_offer is not None and not outbox._backlog and not self._pub._is_closed and native_offer(data) > 0:
+            outbox.sent += 1
+            self._poke()
+            return True
         return outbox.offer_now(data)
 
     def send_unreliable(self, message: object) -> bool:
@@ -590,11 +605,42 @@ class Connection:
             self._endpoint._rebuild_poll_set()
         if self._closed or self._not_reading():
             return 0
-        count = image.poll_payloads(self._core.on_frame, _POLL_LIMIT)
+        if self._native_dispatch is not None and not self._core.sealed:
+            count = image.poll_frames(self._on_frames, _POLL_LIMIT)
+        else:
+            count = image.poll_payloads(self._core.on_frame, _POLL_LIMIT)
         unreliable = self._u_image
         if unreliable is not None:
             count += unreliable.poll_payloads(self._core.on_unreliable_fragment, _POLL_LIMIT)
         return self._core.polled(count, time.monotonic_ns()) if count else 0
+
+    def _on_frames(self, view: memoryview, frames: list[tuple[int, int, int]]) -> None:
+        """One poll's fragments, walked natively (see ``Codec.dispatch``): what it does not deliver itself comes back
+        to the core, fragment or decoded message."""
+        dispatch = self._native_dispatch
+        assert dispatch is not None
+        core = self._core
+        dispatch(
+            view,
+            frames,
+            self._listeners._resolved,  # the listener manager's cache, replaced whenever the listeners change
+            self._inbox,
+            self,
+            core.on_frame,
+            core.on_decoded,
+            self._on_listener_result,
+            self._on_listener_error,
+            core,
+        )
+
+    def _on_listener_result(self, message: Any, result: Any) -> None:
+        """A sync listener called natively returned something: a coroutine runs behind the inbox, as in
+        :meth:`_dispatch`."""
+        if asyncio.iscoroutine(result):
+            self._enqueue((lambda c, m, r=result: r,), message, _MESSAGE)
+
+    def _on_listener_error(self, exc: BaseException) -> None:
+        self._endpoint._notify_error(self, exc)
 
     def _not_reading(self) -> bool:
         """We hold off reading the peer: a stream's consumer is behind, or listeners are (in count or bytes)."""

@@ -214,3 +214,39 @@ async def test_client_side_dispatch_and_errors(transport: str, aeron_dir: Path, 
         assert seen == [Move(2, 2)]
         assert isinstance(errors[0], KeyError)
         assert isinstance(errors[1], UnhandledMessageError)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_either_dispatch_path_keeps_order_across_sync_and_async_listeners_of_different_types(
+    transport: str, native: bool, aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """A message for a sync listener that arrives behind one still held by an async listener waits its turn, whether
+    the connection reads natively (``native_dispatch``) or through Python; keepalives and pings ride along."""
+    seen: list[tuple[str, int]] = []
+    async with (
+        running_server(server_config(aeron_dir, port, native_dispatch=native, ping_interval=0.05)) as server,
+        connected_client(
+            client_config(transport, aeron_dir, client_dir, native_dispatch=native, ping_interval=0.05), port
+        ) as (_, conn),
+    ):
+        await wait_until(lambda: server.connections, 5)
+
+        async def slow(c: Connection, m: Num) -> None:
+            await asyncio.sleep(0.001)
+            seen.append(("num", m.i))
+
+        server.on_message(Num, slow)
+        server.on_message(Move, lambda c, m: seen.append(("move", m.x)))
+        expected: list[tuple[str, int]] = []
+        for i in range(300):
+            message: Num | Move = Num(i) if i % 7 == 0 else Move(i, 0)
+            if not conn.send_nowait(message):  # the native offer, or back pressure: then the waiting send
+                await asyncio.wait_for(conn.send(message), 5)
+            expected.append(("num" if i % 7 == 0 else "move", i))
+            if i % 50 == 0:
+                await asyncio.sleep(0.01)  # let pings and keepalives interleave
+        await wait_until(lambda: len(seen) == len(expected), 20)
+        rtt = await conn.ping(5)
+    assert seen == expected
+    assert rtt > 0
