@@ -7,6 +7,11 @@ are aggregated in batch, with the position pushed down, and read once more as a 
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,3 +103,65 @@ def test_spark_aggregates_recordings_javas_archive_made(
     assert sorted((r.recording_id, r.position) for r in streamed.collect()) == sorted(
         [(first_id, 64 * i) for i in range(3)] + [(second_id, 64 * i) for i in range(4)]
     )
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def run_example(tmp_path: Path, *args: str, timeout_s: float = 240.0) -> str:
+    """``examples/spark_java_archive.py`` to the end, in its own session (killed by its group id if it overstays)."""
+    output = tmp_path / f"example-{len(list(tmp_path.glob('example-*')))}.out"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, str(EXAMPLES / "spark_java_archive.py"), *args],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            code = process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+            pytest.fail(f"the example still runs after {timeout_s} s:\n{output.read_text(errors='replace')[-3000:]}")
+    text = output.read_text(errors="replace")
+    assert code == 0, text[-3000:]
+    return text
+
+
+@pytest.mark.timeout(900)
+def test_example_aggregates_and_streams_exactly_once_across_restarts_over_javas_archive(
+    spark: SparkSession, aeron_java: AeronJava, java_archive: JavaArchive, tmp_path: Path
+) -> None:
+    """The example on a directory Java's archive writes: the batch summary, then a checkpointed stream that a second
+    run (a new Spark application, same checkpoint) continues with exactly the messages recorded in between."""
+    archive_dir = str(java_archive.archive_dir)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    stream_args = ["--stream", str(out), "--checkpoint", str(checkpoint)]
+    first_id, _ = record_with_java_publisher(aeron_java, java_archive, stream_id=1001, messages=3)
+
+    text = run_example(tmp_path, archive_dir, *stream_args)
+    assert re.search(
+        rf"recording {first_id} stream 1001 aeron:udp\S+: 3 messages, 42 payload bytes, last position 128", text
+    ), text
+    assert "batch: 3 messages" in text, text
+    assert f"stream: 3 new messages this run, 3 in {out}" in text, text
+
+    second_id, _ = record_with_java_publisher(aeron_java, java_archive, stream_id=1002, messages=2)
+    text = run_example(tmp_path, archive_dir, "--stream-id", "1002", *stream_args)
+    assert re.search(
+        rf"recording {second_id} stream 1002 aeron:udp\S+: 2 messages, 28 payload bytes, last position 64", text
+    ), text
+    assert "batch: 2 messages" in text, text  # the stream id pushed down: only the second recording
+    assert f"stream: 2 new messages this run, 5 in {out}" in text, text
+
+    streamed = [(r.recording_id, r.position, bytes(r.payload)) for r in spark.read.parquet(str(out)).collect()]
+    assert sorted(streamed) == sorted(
+        [(first_id, 64 * i, f"Hello World! {i}".encode()) for i in range(3)]
+        + [(second_id, 64 * i, f"Hello World! {i}".encode()) for i in range(2)]
+    )
+
+    # Nothing new recorded: a third run adds nothing.
+    text = run_example(tmp_path, archive_dir, *stream_args)
+    assert f"stream: 0 new messages this run, 5 in {out}" in text, text
