@@ -17,15 +17,7 @@ A peer's message is decoded by the generation its header's version belongs to (:
 
 from __future__ import annotations
 
-from driver.sbe import (
-    MessageDecoder,
-    MessageSchema,
-    SbeDecodeError,
-    SbeSchemaIdMismatchError,
-    SbeUnknownTemplateError,
-    load_schema_resource,
-)
-from driver.sbe.flyweight import Buffer, as_buffer
+from driver.sbe import Dispatcher, MessageDecoder, MessageSchema, load_schema_resource
 
 __all__ = [
     "ARCHIVE_SCHEMA_ID",
@@ -75,7 +67,7 @@ def generation_for(version: int, template_id: int) -> MessageSchema:
     return CURRENT
 
 
-class ArchiveDispatcher:
+class ArchiveDispatcher(Dispatcher):
     """Decodes any archive control/event/descriptor message of either generation with reused decoders.
 
     One per receiving loop. :meth:`wrap` returns the message's decoder, positioned on its body: check its
@@ -84,32 +76,12 @@ class ArchiveDispatcher:
     count and drop.
     """
 
-    __slots__ = ("_current", "_legacy", "_read")
+    __slots__ = ("_current",)
 
     def __init__(self) -> None:
-        self._legacy = {tid: codec.decoder() for tid, codec in LEGACY.templates.items()}
+        super().__init__(LEGACY)  # the legacy decoders, and the header and schema id both generations share
         self._current = {tid: codec.decoder() for tid, codec in CURRENT.templates.items()}
-        self._read = LEGACY._header_read
 
-    def wrap(self, buffer: Buffer, offset: int = 0, length: int | None = None) -> MessageDecoder:
-        """The decoder of the message at ``offset`` (``length``, when given, bounds it, header included)."""
-        try:
-            capacity = len(buffer)
-        except TypeError:
-            buffer = as_buffer(buffer)
-            capacity = len(buffer)
-        if length is not None and offset + length < capacity:
-            capacity = offset + length
-        if offset < 0 or offset + 8 > capacity:
-            raise SbeDecodeError(f"no room for a message header at offset {offset} of {capacity} bytes")
-        block_length, template_id, schema_id, version = self._read(buffer, offset)
-        if schema_id != ARCHIVE_SCHEMA_ID:
-            raise SbeSchemaIdMismatchError(ARCHIVE_SCHEMA_ID, schema_id, template_id)
-        decoder = None
-        if version < SOURCE_LOCATION_INT32_VERSION:
-            decoder = self._legacy.get(template_id)
-        if decoder is None:
-            decoder = self._current.get(template_id) or self._legacy.get(template_id)
-        if decoder is None:
-            raise SbeUnknownTemplateError(template_id, schema_id, version)
-        return decoder.wrap(buffer, offset + 8, block_length, version, capacity - offset - 8)
+    def _decoder_for(self, template_id: int, version: int) -> MessageDecoder | None:
+        decoder = self._decoders.get(template_id) if version < SOURCE_LOCATION_INT32_VERSION else None
+        return decoder or self._current.get(template_id) or self._decoders.get(template_id)

@@ -829,11 +829,15 @@ class Dispatcher:
         block_length, template_id, schema_id, version = self._read(buffer, offset)
         if schema_id != self._schema_id:
             raise SbeSchemaIdMismatchError(self._schema_id, schema_id, template_id)
-        decoder = self._decoders.get(template_id)
+        decoder = self._decoder_for(template_id, version)
         if decoder is None:
             raise SbeUnknownTemplateError(template_id, schema_id, version)
         body = offset + self._header_length
         return decoder.wrap(buffer, body, block_length, version, capacity - body)
+
+    def _decoder_for(self, template_id: int, version: int) -> MessageDecoder | None:
+        """The decoder for a message of this template sent at ``version`` (a subclass may pick among schemas)."""
+        return self._decoders.get(template_id)
 
 
 class MessageSchema:
