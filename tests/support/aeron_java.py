@@ -58,6 +58,7 @@ __all__ = [
     "parse_aeron_stat",
     "read_cnc_header",
     "read_cnc_version",
+    "run_bounded",
     "start_java_media_driver",
 ]
 
@@ -254,28 +255,7 @@ class AeronJava:
         input_text: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``cls`` to completion (bounded); on timeout stop its group and raise TimeoutError."""
-        cmd = self.command(cls, *args, props=props)
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            text=True,
-        )
-        try:
-            out, err = proc.communicate(input=input_text, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.stop(proc)
-            out, err = proc.communicate()
-            raise TimeoutError(
-                f"{cls} did not finish within {timeout_s} s\n--- stdout ---\n{out[-4000:]}\n"
-                f"--- stderr ---\n{err[-4000:]}"
-            ) from None
-        except BaseException:
-            self.stop(proc)
-            raise
-        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+        return run_bounded(self.command(cls, *args, props=props), cls, timeout_s, input_text)
 
     @staticmethod
     def stop(proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout_s: float = 10.0) -> int:
@@ -472,3 +452,30 @@ def _main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
+
+
+def run_bounded(
+    cmd: list[str], what: str, timeout_s: float, input_text: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` in a session of its own to completion (bounded); on timeout stop its group and raise
+    TimeoutError with the tail of what it printed."""
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        text=True,
+    )
+    try:
+        out, err = proc.communicate(input=input_text, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        AeronJava.stop(proc)
+        out, err = proc.communicate()
+        raise TimeoutError(
+            f"{what} did not finish within {timeout_s} s\n--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}"
+        ) from None
+    except BaseException:
+        AeronJava.stop(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from support.aeron_java import AeronJava, PeerSetupError, _locked, default_cache_dir
+from support.aeron_java import AeronJava, PeerSetupError, _locked, default_cache_dir, run_bounded
 
 __all__ = ["SOURCES", "JavaProgram", "JavacUnavailableError", "compile_java", "find_javac", "sbe_encoder"]
 
@@ -57,24 +57,8 @@ class JavaProgram:
 
     def run(self, *args: str, input_text: str | None = None, timeout_s: float = 60.0) -> str:
         """Run to completion (bounded) and return stdout; a non-zero exit raises with what it printed."""
-        cmd = self.command(*args)
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            text=True,
-        )
-        try:
-            out, err = proc.communicate(input=input_text, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            AeronJava.stop(proc)
-            out, err = proc.communicate()
-            raise TimeoutError(f"{self.main_class} did not finish within {timeout_s} s\n{err[-4000:]}") from None
-        except BaseException:
-            AeronJava.stop(proc)
-            raise
+        proc = run_bounded(self.command(*args), self.main_class, timeout_s, input_text)
+        out, err = proc.stdout, proc.stderr
         if proc.returncode != 0:
             raise RuntimeError(f"{self.main_class} exited with {proc.returncode}\n{out[-2000:]}\n{err[-4000:]}")
         return out

@@ -17,6 +17,7 @@ so does our archiving driver. ``migrate`` converts an archive directory in our o
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import fcntl
 import os
@@ -231,10 +232,9 @@ def describe(archive_dir: Path, recording_id: int | None = None, out: TextIO = s
     """All entries after the mark file and the catalog's room (or one entry alone), as CatalogTool prints them."""
     with _open_catalog(archive_dir) as catalog:
         if recording_id is not None:
-            try:
+            # CatalogTool prints nothing (and succeeds) for an id without an entry.
+            with contextlib.suppress(RecordingNotFoundError):
                 out.write(descriptor_text(catalog.entry(recording_id).descriptor) + "\n")
-            except RecordingNotFoundError:
-                pass  # CatalogTool prints nothing for an id without an entry
             return 0
         for line in _mark_lines(archive_dir):
             out.write(line + "\n")

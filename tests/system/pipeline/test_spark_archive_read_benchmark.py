@@ -3,13 +3,12 @@ ratio (no timing is asserted)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from support.benchmark_runs import run_benchmark
 
 pytestmark = [pytest.mark.interop, pytest.mark.process, pytest.mark.slow]
 
@@ -20,27 +19,7 @@ RUN_TIMEOUT_S = 240
 @pytest.mark.timeout(RUN_TIMEOUT_S + 30)
 def test_spark_archive_read_benchmark_quick_run(tmp_path: Path) -> None:
     output = tmp_path / "output.txt"
-    with output.open("wb") as sink:
-        # Its own session, so a run that overstays is killed together with the JVMs it started.
-        process = subprocess.Popen(
-            [sys.executable, str(BENCHMARKS / "spark_archive_read.py"), "--quick"],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            code = process.wait(RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
-            pytest.fail(f"still running after {RUN_TIMEOUT_S} s:\n{output.read_text(errors='replace')[-3000:]}")
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
-    text = output.read_text(errors="replace")
-    assert code == 0, text[-3000:]
+    text = run_benchmark([sys.executable, str(BENCHMARKS / "spark_archive_read.py"), "--quick"], output, RUN_TIMEOUT_S)
     for title in (
         "Spark batch read + groupBy of an archive directory, local[2], Java 1.15.1's archive beside ours",
         "ours, 32 B",

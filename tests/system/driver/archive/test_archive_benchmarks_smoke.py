@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from support.benchmark_runs import run_benchmark
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -19,34 +18,18 @@ RUN_TIMEOUT_S = 100
 def run_quick(tmp_path: Path, *args: str) -> str:
     """``archive_throughput.py --quick`` with ``args``, in its own session (bounded, killed if it overstays)."""
     output = tmp_path / "output.txt"
-    with output.open("wb") as sink:
-        # Its own session, so a run that overstays is killed together with the processes it spawned.
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                str(BENCHMARKS / "archive_throughput.py"),
-                "--quick",
-                "--archive-dir",
-                str(tmp_path),
-                *args,
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            code = process.wait(RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
-            pytest.fail(f"archive_throughput.py --quick still running after {RUN_TIMEOUT_S} s:\n{output.read_text()}")
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
-    text = output.read_text(errors="replace")
-    assert code == 0, text[-3000:]
+    text = run_benchmark(
+        [
+            sys.executable,
+            str(BENCHMARKS / "archive_throughput.py"),
+            "--quick",
+            "--archive-dir",
+            str(tmp_path),
+            *args,
+        ],
+        output,
+        RUN_TIMEOUT_S,
+    )
     return text
 
 
