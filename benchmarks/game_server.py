@@ -42,6 +42,7 @@ import contextlib
 import functools
 import inspect
 import math
+import os
 import random
 import signal
 import struct
@@ -381,9 +382,15 @@ def endpoint_game_clients(
     signals: Any,
     out: Any,
     settings: dict[str, Any],
+    loss: float = 0.0,
 ) -> None:
-    """``count`` UDP players in one process (sharing its driver): connect, wait for play, play, report."""
+    """``count`` UDP players in one process (sharing its driver): connect, wait for play, play, report.
+
+    ``loss``: the share of the datagrams this process's driver receives that it drops (its debug fault setting),
+    so the server's snapshots to these players are lost on the way."""
     _on_sigterm()
+    if loss:
+        os.environ["AERON_DEBUG_RECEIVE_LOSS_RATE"] = str(loss)
 
     async def run() -> None:
         from endpoint import Client, ClientConfiguration, Connection
@@ -680,6 +687,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
                         signals,
                         out,
                         settings,
+                        args.loss,
                     )
                 )
             else:
@@ -846,6 +854,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=True, help="uvloop if installed")
     parser.add_argument("--idle-only", action="store_true", help="connect and measure the idle server only")
     parser.add_argument("--unreliable", action="store_true", help="snapshots by conn.send_unreliable")
+    parser.add_argument(
+        "--loss",
+        type=float,
+        default=0.0,
+        help="the players' drivers drop this share of what they receive; runs reliable and newest-wins snapshots",
+    )
     parser.add_argument("--overload", type=float, default=0.0, help="one more run at this factor of the capacity")
     parser.add_argument("--capacity", type=int, default=0, help="players the server serves (default: from this run)")
     parser.add_argument("--profile", action="store_true", help="cProfile the end point server (stderr)")
@@ -881,8 +895,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         results.append(result)
         return result
 
+    loss_pairs: list[tuple[Result, Result]] = []
     for n in counts:
         ours = one(endpoint_transport, n) if args.endpoint else None
+        if args.loss and args.endpoint:
+            other = one("udp" if endpoint_transport == "udp-unreliable" else "udp-unreliable", n)
+            if ours is not None and other is not None:
+                loss_pairs.append((ours, other) if ours.transport == "udp" else (other, ours))
         theirs = one("tcp", n) if args.tcp else None
         pairs.append((ours, theirs))
     overload_result = None
@@ -919,6 +938,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             "End point / asyncio TCP + msgpack, same run",
             ["players", "server CPU playing", "server CPU idle", "snapshots/s", "staleness p99"],
             ratios,
+        )
+    tick_ms = 1000 / TICK_HZ
+    for reliable, newest in loss_pairs:
+        p99 = newest.stale_p99_ms
+        verdict = "within" if p99 <= 2 * tick_ms else "NOT within"
+        print(
+            f"\n  {args.loss:.0%} loss, {reliable.players} players: staleness p99 reliable "
+            f"{reliable.stale_p99_ms:.1f} ms, newest-wins {p99:.1f} ms ({p99 / tick_ms:.1f} ticks): {verdict} two ticks"
         )
     if overload_result is not None:
         r = overload_result
