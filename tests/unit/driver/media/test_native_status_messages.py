@@ -28,6 +28,7 @@ from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.media._net import FEEDBACK_MAX_POSITION, FEEDBACK_MIN, FeedbackRoutes, FeedbackSlot
 from driver.media.endpoints import EndpointCounters, SendChannelEndpoint
+from driver.media.faults import FaultSpec
 from driver.media.udp_channel import UdpChannel
 from driver.wire.error import ErrorFrame
 from driver.wire.nak import write_nak
@@ -93,7 +94,15 @@ def _publication(
 class _Side:
     """A send endpoint with its publications; ``native`` chooses how its status messages are applied."""
 
-    def __init__(self, tmp_path: Path, native: bool, channel: str, fc: str | None, sessions: dict[int, bool]) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        native: bool,
+        channel: str,
+        fc: str | None,
+        sessions: dict[int, bool],
+        faults: tuple[FaultSpec, FaultSpec] | None = None,
+    ) -> None:
         self.manager = CountersManager(AtomicBuffer(bytearray(256 * 1024)), AtomicBuffer(bytearray(64 * 1024)))
         system: dict[SystemCounterId, object] = {sid: self.manager.new_counter(sid.label, 0) for sid in SystemCounterId}
         self.system = system
@@ -109,7 +118,11 @@ class _Side:
             destinations_refused=self.refused,
         )
         self.endpoint = SendChannelEndpoint(
-            UdpChannel.parse(channel), self.counters, self.manager.new_counter("status"), native_feedback=native
+            UdpChannel.parse(channel),
+            self.counters,
+            self.manager.new_counter("status"),
+            native_feedback=native,
+            faults=faults,
         )
         self.errors: list[tuple[int, int]] = []
         self.endpoint.on_publication_error = lambda _p, frame, _a: self.errors.append(
@@ -411,6 +424,25 @@ def test_the_end_of_stream_sends_every_status_message_through_python(tmp_path: P
     lab.sm(0, 7, 0)
     lab.sm(0, 7, 0)
     assert lab.native.dispatched == 3
+
+
+def test_with_faults_injected_on_receive_every_status_message_meets_the_injector(tmp_path: Path) -> None:
+    side = _Side(tmp_path, True, "aeron:udp?endpoint=127.0.0.1:9", None, {7: False}, (FaultSpec(), FaultSpec(1.0)))
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver:
+            receiver.bind(("127.0.0.1", 0))
+            sm = bytearray(36)
+            write_sm(sm, 0, 7, STREAM, INITIAL_TERM_ID, 4096, 32 * 1024, 1000)
+            for _ in range(5):
+                receiver.sendto(sm, side.address)
+            deadline = time.monotonic() + 5.0
+            while side.endpoint.transport.fault_counts["receive_dropped"] < 5 and time.monotonic() < deadline:
+                side.endpoint.poll(START_NS)
+        assert side.endpoint.transport.fault_counts["receive_dropped"] == 5  # the injector saw (and dropped) all
+        assert side.counters.status_messages_received.get() == 0
+        assert not side.publications[7].has_receivers
+    finally:
+        side.close()
 
 
 def test_a_slot_must_be_bound_before_it_is_routed() -> None:
