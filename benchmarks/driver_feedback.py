@@ -1,7 +1,7 @@
 """CPU per status message of the driver's send side: a send endpoint with many publications, receivers' SMs.
 
     python benchmarks/driver_feedback.py [--publications 200] [--messages 4000] [--rounds 5]
-                                         [--channel unicast|dynamic|min] [--quick]
+                                         [--channel unicast|min|dynamic|private] [--quick]
 
 What a game server's driver does for every status message its players' drivers send (one every 200 ms per
 stream when idle): read it from the send endpoint's socket, route it by session and stream to its publication,
@@ -13,8 +13,9 @@ native path (plain SMs applied in C by the batched receive) and the Python path 
 in turns; the best round of each is printed (µs per SM) and their ratio.
 
 ``--channel dynamic`` puts the publications on a ``control-mode=dynamic`` channel (every receiver a known
-destination, refreshed by each SM); ``min`` gives them ``fc=min`` with the receiver known. ``--quick``: a
-small run that only shows it works.
+destination, refreshed by each SM); ``private`` gives each its own session id there, with destinations of its
+own (an end point server's streams to its clients); ``min`` gives them ``fc=min`` with the receiver known.
+``--quick``: a small run that only shows it works.
 """
 
 from __future__ import annotations
@@ -47,13 +48,16 @@ CHANNELS = {
     "unicast": ("aeron:udp?endpoint=127.0.0.1:9", None),
     "dynamic": ("aeron:udp?control=127.0.0.1:0|control-mode=dynamic", None),
     "min": ("aeron:udp?endpoint=127.0.0.1:9", "min"),
+    "private": ("aeron:udp?control=127.0.0.1:0|control-mode=dynamic", None),
 }
 
 
 class _Side:
     """A send endpoint and its publications, on the native path or the Python one."""
 
-    def __init__(self, directory: Path, native: bool, publications: int, channel: str, fc: str | None) -> None:
+    def __init__(
+        self, directory: Path, native: bool, publications: int, channel: str, fc: str | None, private: bool
+    ) -> None:
         room = (publications * 4 + 200) * 512
         self.manager = CountersManager(AtomicBuffer(bytearray(room * 2)), AtomicBuffer(bytearray(room)))
         sc: dict[SystemCounterId, AtomicCounter] = {
@@ -123,8 +127,9 @@ class _Side:
                 multicast_ttl=0,
                 is_exclusive=True,
                 now_ns=0,
+                destinations=self.endpoint.destinations_for(private),
             )
-            self.endpoint.attach((session, STREAM), publication, None)
+            self.endpoint.attach((session, STREAM), publication, publication.destinations)
             self.publications.append(publication)
         host, port = self.endpoint.transport.socket.getsockname()[:2]
         self.address = ("127.0.0.1" if host == "0.0.0.0" else host, port)
@@ -172,7 +177,9 @@ def run(publications: int, messages: int, rounds: int, kind: str) -> tuple[float
     sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
     best = {True: float("inf"), False: float("inf")}
     with tempfile.TemporaryDirectory() as tmp:
-        sides = {native: _Side(Path(tmp), native, publications, channel, fc) for native in (True, False)}
+        sides = {
+            native: _Side(Path(tmp), native, publications, channel, fc, kind == "private") for native in (True, False)
+        }
         try:
             for side in sides.values():  # every publication's first SM (Python's on both paths)
                 _feed(side, sender, publications, 0)
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         args.publications, args.messages, args.rounds = 20, 400, 2
     print(f"send endpoint, {args.publications} publications, {args.messages} SMs a round, best of {args.rounds}")
     print(f"{'channel':>8}  {'native µs/SM':>12}  {'Python µs/SM':>12}  {'ratio':>6}")
-    for kind in args.channel or ["unicast", "min", "dynamic"]:
+    for kind in args.channel or ["unicast", "min", "dynamic", "private"]:
         native, python = run(args.publications, args.messages, args.rounds, kind)
         print(f"{kind:>8}  {native:12.2f}  {python:12.2f}  {python / native:6.1f}")
     return 0

@@ -37,7 +37,10 @@ RUN_TIMEOUT_S = 240
             ["(a) Handshakes per second", "concurrent IPC clients on one server", "(c) Idle CPU", "idle UDP clients"],
         ),
         ("game_server.py", ["Game server: inputs and snapshots", "End point / asyncio TCP + msgpack, same run"]),
-        ("driver_feedback.py", ["send endpoint, 20 publications", "native µs/SM", "unicast", "min", "dynamic"]),
+        (
+            "driver_feedback.py",
+            ["send endpoint, 20 publications", "native µs/SM", "unicast", "min", "dynamic", "private"],
+        ),
         (
             "rpc_calls.py",
             [
