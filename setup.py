@@ -2,7 +2,8 @@
 
 ``driver.concurrent._atomic`` (atomic access to shared buffers), ``driver.concurrent._watches`` (many positions
 checked in one call), ``driver.logbuffer._frames`` (frame writes, the offer and term scans),
-``driver.wire._datagrams`` (the DATA/PAD datagram check), ``driver.media._net`` (datagram I/O, the batched receive) and
+``driver.wire._datagrams`` (the DATA/PAD datagram check), ``driver.media._net`` (datagram I/O, the batched receive and
+the send side's status messages) and
 ``endpoint._codec`` (the end points' message codec in its common case; the Python codec stands in when it is not
 built). The first three and ``_net`` share AtomicBuffer's layout through ``_atomic_buffer.h``.
 """
@@ -14,6 +15,7 @@ _ATOMIC_BUFFER_H = "src/driver/concurrent/_atomic_buffer.h"
 
 _DATA_CHECK_H = "src/driver/wire/_data_check.h"
 _REBUILD_H = "src/driver/logbuffer/_rebuild.h"
+_FEEDBACK_H = "src/driver/media/_feedback.h"
 
 
 def _native(name: str, source: str, *, atomic_buffer: bool = False, headers: tuple[str, ...] = ()) -> Extension:
@@ -37,7 +39,7 @@ setup(
             "driver.media._net",
             "src/driver/media/_net.c",
             atomic_buffer=True,
-            headers=(_DATA_CHECK_H, _REBUILD_H),
+            headers=(_DATA_CHECK_H, _REBUILD_H, _FEEDBACK_H),
         ),
         _native("endpoint._codec", "src/endpoint/_codec.c"),
     ]

@@ -38,6 +38,10 @@ RUN_TIMEOUT_S = 240
         ),
         ("game_server.py", ["Game server: inputs and snapshots", "End point / asyncio TCP + msgpack, same run"]),
         (
+            "driver_feedback.py",
+            ["send endpoint, 20 publications", "native µs/SM", "unicast", "min", "dynamic", "private"],
+        ),
+        (
             "rpc_calls.py",
             [
                 "Unary RPC, price(Order(int, 32-byte str)) -> int",

@@ -16,6 +16,11 @@ Theory of operation (Aeron 1.15.1 semantics, reference §8):
 
 The per-SM path runs for every status message, so it is plain integer arithmetic on locals.
 Times are ``int`` nanoseconds passed in by the caller (sans-IO).
+
+The state an SM changes (unicast/max: the furthest position and the time of the last SM; min: the
+receivers) lives in the strategy's ``feedback`` slot, a native object: a send endpoint's batched
+receive applies the common SM (a known receiver, no SETUP asked) to it in C, with exactly this
+arithmetic, and hands everything else to ``on_status_message`` here.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Protocol
 
 from driver.errors import InvalidChannelError
 from driver.int32 import int32
+from driver.media._net import FEEDBACK_MAX_POSITION, FEEDBACK_MIN, FeedbackSlot, FlowReceiver
 from driver.uri import parse_duration_ns
 
 __all__ = [
@@ -82,11 +88,12 @@ class FlowControl(Protocol):
 class _MaxPositionFlowControl:
     """Shared 1.15.1 logic of unicast and max multicast: the limit follows the fastest receiver."""
 
-    __slots__ = ("_last_position", "_linger", "_receiver_timeout_ns", "_time_of_last_sm_ns")
+    __slots__ = ("_linger", "_receiver_timeout_ns", "feedback")
 
     def __init__(self, receiver_timeout_ns: int = RECEIVER_TIMEOUT_NS) -> None:
-        self._last_position = 0
-        self._time_of_last_sm_ns = 0
+        self.feedback = FeedbackSlot(FEEDBACK_MAX_POSITION)
+        """The furthest position (``last_position``) and the time of the last SM (``flow_sm_ns``), shared with
+        the native SM path."""
         self._linger = True
         self._receiver_timeout_ns = receiver_timeout_ns
 
@@ -105,12 +112,11 @@ class _MaxPositionFlowControl:
         position_bits_to_shift: int,
     ) -> int:
         # computePosition with the int32 wrap of the term count, inlined: this runs per SM.
-        position = (
-            int32(term_id - initial_term_id) << position_bits_to_shift
-        ) + term_offset
-        if position > self._last_position:
-            self._last_position = position
-        self._time_of_last_sm_ns = now_ns
+        position = (int32(term_id - initial_term_id) << position_bits_to_shift) + term_offset
+        feedback = self.feedback
+        if position > feedback.last_position:
+            feedback.last_position = position
+        feedback.flow_sm_ns = now_ns
         limit = position + window
         return limit if limit > sender_limit else sender_limit
 
@@ -119,7 +125,8 @@ class _MaxPositionFlowControl:
             is_eos
             and self._linger
             and (
-                self._last_position >= sender_position or now_ns - self._time_of_last_sm_ns > self._receiver_timeout_ns
+                self.feedback.last_position >= sender_position
+                or now_ns - self.feedback.flow_sm_ns > self._receiver_timeout_ns
             )
         ):
             self._linger = False
@@ -135,7 +142,7 @@ class _MaxPositionFlowControl:
     @property
     def last_position(self) -> int:
         """Highest consumption position any receiver has reported."""
-        return self._last_position
+        return self.feedback.last_position
 
 
 def idles_only_at_end_of_stream(flow_control: FlowControl) -> bool:
@@ -158,15 +165,6 @@ class MaxMulticastFlowControl(_MaxPositionFlowControl):
     __slots__ = ()
 
 
-class _Receiver:
-    __slots__ = ("last_position", "limit", "time_of_last_sm_ns")
-
-    def __init__(self, last_position: int, limit: int, time_of_last_sm_ns: int) -> None:
-        self.last_position = last_position
-        self.limit = limit
-        self.time_of_last_sm_ns = time_of_last_sm_ns
-
-
 class MinMulticastFlowControl:
     """``fc=min``: the slowest live receiver bounds the sender, so no receiver is left behind.
 
@@ -174,10 +172,14 @@ class MinMulticastFlowControl:
     known; 0 (the default) is 1.15.1 behaviour.
     """
 
-    __slots__ = ("_group_min_size", "_linger", "_receiver_timeout_ns", "_receivers")
+    __slots__ = ("_group_min_size", "_linger", "_receiver_timeout_ns", "_receivers", "feedback")
 
     def __init__(self, receiver_timeout_ns: int = RECEIVER_TIMEOUT_NS, group_min_size: int = 0) -> None:
-        self._receivers: dict[int, _Receiver] = {}
+        self.feedback = FeedbackSlot(FEEDBACK_MIN, group_min_size)
+        """Holds the receivers, shared with the native SM path (which updates known ones)."""
+        receivers = self.feedback.receivers
+        assert receivers is not None
+        self._receivers: dict[int, FlowReceiver] = receivers
         self._linger = True
         self._receiver_timeout_ns = receiver_timeout_ns
         self._group_min_size = group_min_size
@@ -196,14 +198,12 @@ class MinMulticastFlowControl:
         initial_term_id: int,
         position_bits_to_shift: int,
     ) -> int:
-        position = (
-            int32(term_id - initial_term_id) << position_bits_to_shift
-        ) + term_offset
+        position = (int32(term_id - initial_term_id) << position_bits_to_shift) + term_offset
         limit = position + window
         receivers = self._receivers
         receiver = receivers.get(receiver_id)
         if receiver is None:
-            receivers[receiver_id] = _Receiver(position, limit, now_ns)
+            receivers[receiver_id] = FlowReceiver(position, limit, now_ns)
         else:
             if position > receiver.last_position:
                 receiver.last_position = position

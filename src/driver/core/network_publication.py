@@ -40,6 +40,7 @@ from driver.core.retransmit import RetransmitHandler
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.logbuffer.scanner import scan_for_availability
+from driver.media._net import FEEDBACK_NONE, FeedbackSlot
 from driver.media.endpoints import DynamicDestinations
 from driver.wire.data import HEARTBEAT_EOS_FLAGS, HEARTBEAT_FLAGS, write_heartbeat
 from driver.wire.setup import write_setup
@@ -122,6 +123,18 @@ class NetworkPublication(DriverPublication):
         self._idle_flow_control = not idles_only_at_end_of_stream(flow_control)
         self._resend = self.resend  # bound once: timeouts are processed every duty cycle
         flow_control.initialize(self.initial_term_id, self.term_length)
+        feedback = getattr(flow_control, "feedback", None)
+        self.feedback: FeedbackSlot = feedback if isinstance(feedback, FeedbackSlot) else FeedbackSlot(FEEDBACK_NONE)
+        """What a status message changes (the time of the last one, flow control's state), shared with the send
+        endpoint's native path, which applies the plain ones while ``feedback.native`` says it may."""
+        self.feedback.bind(
+            session_id,
+            stream_id,
+            self.initial_term_id,
+            self.position_bits,
+            sender_limit.location(),
+            (log.metadata, lbd.LOG_IS_CONNECTED_OFFSET),
+        )
         start = self.producer_position()
         for counter in (publisher_position, publisher_limit, sender_position, sender_limit):
             counter.set_ordered(start)
@@ -136,7 +149,7 @@ class NetworkPublication(DriverPublication):
         self.end_of_stream_sent = False
         self._track_sender_limits = False
         # shared: set by the sender on SM, read by the conductor
-        self.time_of_last_status_message_ns = now_ns
+        self.feedback.last_sm_ns = now_ns
         self.has_receivers = False
         self._rejecting_receivers: set[int] = set()
         # spies: positions and connection kept by the conductor; has_spies and max_spy_position read by the sender
@@ -148,6 +161,34 @@ class NetworkPublication(DriverPublication):
         self._clean_position = start
         self._last_sender_position = start
         self._time_of_last_sender_change_ns = now_ns
+
+    @property
+    def time_of_last_status_message_ns(self) -> int:
+        """When the last status message came (set by the sender, or natively by its endpoint)."""
+        return self.feedback.last_sm_ns
+
+    @time_of_last_status_message_ns.setter
+    def time_of_last_status_message_ns(self, value: int) -> None:
+        self.feedback.last_sm_ns = value
+
+    @property
+    def has_receivers(self) -> bool:
+        """A receiver answers (set by the sender on an SM, cleared by the conductor after the connection timeout).
+        Kept in ``feedback``, whose native SMs need it true."""
+        return self.feedback.has_receivers
+
+    @has_receivers.setter
+    def has_receivers(self, value: bool) -> None:
+        self.feedback.has_receivers = value
+
+    @property
+    def is_end_of_stream(self) -> bool:
+        """The publication is ending (set by the conductor): SMs then wake the sender, so they go through Python."""
+        return self.feedback.end_of_stream
+
+    @is_end_of_stream.setter
+    def is_end_of_stream(self, value: bool) -> None:
+        self.feedback.end_of_stream = value
 
     # -- sender thread --------------------------------------------------------------------------
 
@@ -291,11 +332,15 @@ class NetworkPublication(DriverPublication):
     def on_status_message(
         self, flags: int, term_id: int, term_offset: int, window: int, receiver_id: int, now_ns: int
     ) -> None:
-        self.time_of_last_status_message_ns = now_ns
+        """A status message the native path did not take (see ``feedback``): this one, the first of a receiver,
+        one asking for a SETUP, or any while the publication is not yet (or no longer) in its steady state."""
+        feedback = self.feedback
+        feedback.last_sm_ns = now_ns
         # Only a SETUP asked for, or a linger the receivers may now end, needs the sender's next cycle: a frame
         # waiting behind the limit is visited every cycle anyway (the frame watch), and a plain SM from an idle
         # stream (once a second per stream on a server's idle connections) leaves nothing to send.
         if flags & 0x80:  # SEND_SETUP: the receiver lost (or never had) our SETUP
+            feedback.native = False
             if not self.is_end_of_stream:
                 self.should_send_setup = True
                 self._time_of_last_setup_ns = now_ns - SETUP_INTERVAL_NS - 1
@@ -314,6 +359,10 @@ class NetworkPublication(DriverPublication):
         if new_limit != limit:
             self.sender_limit.set_ordered(new_limit)
         lbd.set_is_connected(self.log.metadata, True)
+        # The next plain SM needs none of the above but times, positions and the limit: the endpoint may apply it
+        # natively (it hands back the first of a new receiver, any asking for a SETUP, and all of them while
+        # has_receivers is False or is_end_of_stream True, which live in ``feedback``).
+        feedback.native = True
 
     def on_error(self, receiver_id: int) -> bool:
         """A receiver rejected this stream (ERR frame): drop it; True the first time it says so."""
@@ -426,7 +475,7 @@ class NetworkPublication(DriverPublication):
     def on_time_event(self, now_ns: int) -> None:
         producer_position = self.producer_position()
         self.publisher_position.set_ordered(producer_position)
-        if self.has_receivers and now_ns - self.time_of_last_status_message_ns > self.connection_timeout_ns:
+        if self.has_receivers and now_ns - self.feedback.last_sm_ns > self.connection_timeout_ns:
             self.has_receivers = False
             NetworkPublication.receivers_version += 1
         self._update_connected()

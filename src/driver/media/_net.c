@@ -916,6 +916,8 @@ static PyTypeObject ImageSlotType = {
     .tp_getset = ImageSlot_getset,
 };
 
+#include "_feedback.h" /* the send side's status messages (FeedbackSlot, FeedbackRoutes) */
+
 /* ---- routes: the images a receive endpoint's batch inserts into, by (session, stream) ---- */
 
 typedef struct {
@@ -926,6 +928,7 @@ typedef struct {
     int sends_status_messages; /* its images' due status messages are sent natively (no faults on send) */
     long long next_sm_ns;      /* no slot's status message is due before this (a lower bound) */
     unsigned long timing_seen; /* timing_changes when next_sm_ns was found */
+    PyObject *feedback;        /* a send endpoint's FeedbackRoutes: status messages applied natively (or NULL) */
 } ImageRoutes;
 
 static PyTypeObject ImageRoutesType;
@@ -960,6 +963,7 @@ static int
 ImageRoutes_traverse(ImageRoutes *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->slots);
+    Py_VISIT(self->feedback);
     return 0;
 }
 
@@ -967,6 +971,7 @@ static int
 ImageRoutes_clear(ImageRoutes *self)
 {
     Py_CLEAR(self->slots);
+    Py_CLEAR(self->feedback);
     Py_CLEAR(self->invalid_packets.buffer);
     Py_CLEAR(self->short_sends.buffer);
     return 0;
@@ -1047,6 +1052,29 @@ static PyMethodDef ImageRoutes_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *
+ImageRoutes_get_feedback(ImageRoutes *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->feedback != NULL ? self->feedback : Py_None);
+}
+
+static int
+ImageRoutes_set_feedback(ImageRoutes *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value != NULL && value != Py_None && !PyObject_TypeCheck(value, &FeedbackRoutesType)) {
+        PyErr_SetString(PyExc_TypeError, "feedback must be a FeedbackRoutes or None");
+        return -1;
+    }
+    Py_XSETREF(self->feedback, value == NULL || value == Py_None ? NULL : Py_NewRef(value));
+    return 0;
+}
+
+static PyGetSetDef ImageRoutes_getset[] = {
+    {"feedback", (getter)ImageRoutes_get_feedback, (setter)ImageRoutes_set_feedback,
+     "A send endpoint's FeedbackRoutes: the batch applies their common status messages natively.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject ImageRoutesType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "driver.media._net.ImageRoutes",
@@ -1059,6 +1087,7 @@ static PyTypeObject ImageRoutesType = {
     .tp_traverse = (traverseproc)ImageRoutes_traverse,
     .tp_clear = (inquiry)ImageRoutes_clear,
     .tp_methods = ImageRoutes_methods,
+    .tp_getset = ImageRoutes_getset,
     .tp_as_sequence = &ImageRoutes_sequence,
 };
 
@@ -1195,6 +1224,14 @@ DatagramSocket_receive_batch(DatagramSocket *self, PyObject *const *args, Py_ssi
                 if (taken < 0)
                     goto error;
                 continue;
+            }
+            if (type == HDR_TYPE_SM && routes->feedback != NULL) {
+                int applied = feedback_status_message(self, (FeedbackRoutes *)routes->feedback, p, length,
+                                                      &batch->addresses[i], from_length, now_ns);
+                if (applied < 0)
+                    goto error;
+                if (applied)
+                    continue;
             }
             Py_ssize_t copied = length < view.len ? length : view.len;
             memcpy(view.buf, p, (size_t)copied);
@@ -1413,7 +1450,8 @@ PyInit__net(void)
         return NULL;
     }
     if (PyModule_AddObjectRef(module, "ImageSlot", (PyObject *)&ImageSlotType) < 0 ||
-        PyModule_AddObjectRef(module, "ImageRoutes", (PyObject *)&ImageRoutesType) < 0) {
+        PyModule_AddObjectRef(module, "ImageRoutes", (PyObject *)&ImageRoutesType) < 0 ||
+        feedback_add_types(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -1,4 +1,5 @@
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from typing_extensions import Buffer
 
@@ -102,4 +103,63 @@ class ImageRoutes:
     ) -> None: ...
     def add(self, slot: ImageSlot, /) -> None: ...
     def remove(self, slot: ImageSlot, /) -> None: ...
+    def __len__(self) -> int: ...
+    feedback: FeedbackRoutes | None
+    """A send endpoint's publications: the batch applies their common status messages natively."""
+
+FEEDBACK_NONE: int
+FEEDBACK_MAX_POSITION: int
+FEEDBACK_MIN: int
+
+class FlowReceiver:
+    """A receiver min multicast flow control knows (shared with the native status-message path)."""
+
+    def __init__(self, last_position: int, limit: int, time_of_last_sm_ns: int) -> None: ...
+    last_position: int
+    limit: int
+    time_of_last_sm_ns: int
+
+class FeedbackSlot:
+    """What a status message changes in one publication, for the Python and the native path alike."""
+
+    def __init__(self, kind: int, group_min_size: int = 0) -> None: ...
+    @property
+    def kind(self) -> int: ...
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def stream_id(self) -> int: ...
+    @property
+    def group_min_size(self) -> int: ...
+    @property
+    def receivers(self) -> dict[int, FlowReceiver] | None:
+        """Min flow control's receivers by id (None for other kinds)."""
+    last_sm_ns: int
+    last_position: int
+    flow_sm_ns: int
+    native: bool
+    """The next plain status message may be applied natively (set by the publication)."""
+    has_receivers: bool
+    """The publication's: status messages are applied natively only while it holds."""
+    end_of_stream: bool
+    """The publication's: while it holds, every status message goes through Python (it wakes the sender)."""
+    def bind(
+        self,
+        session_id: int,
+        stream_id: int,
+        initial_term_id: int,
+        position_bits: int,
+        sender_limit: tuple[AtomicBuffer, int],
+        connected: tuple[AtomicBuffer, int],
+        /,
+    ) -> None: ...
+
+class FeedbackRoutes:
+    """A send endpoint's publications by (session, stream), for the native status-message path."""
+
+    def __init__(
+        self, status_messages: tuple[AtomicBuffer, int], shared_destinations: dict[Any, int] | None = None
+    ) -> None: ...
+    def add(self, slot: FeedbackSlot, destinations: dict[Any, int] | None = None, /) -> None: ...
+    def remove(self, slot: FeedbackSlot, /) -> None: ...
     def __len__(self) -> int: ...

@@ -32,7 +32,11 @@ at once instead of at the publisher's next SETUP, 100 ms later.
 Both read their sockets in batches (``recvmmsg``, ``DatagramSocket.receive_batch``)
 unless faults are injected on receive: a receive endpoint's data for the images
 it routes (``routes``, by session and stream, from each image's source) is
-checked and inserted natively, and only everything else reaches the Python
+checked and inserted natively, and a send endpoint's plain status messages for
+its publications (``feedback``: a receiver flow control already knows, no SETUP
+asked, on a dynamic channel from a known destination) are applied natively to
+the publication's ``FeedbackSlot`` (its flow control's state, the sender limit,
+the time of its last status message); only everything else reaches the Python
 handlers here, one datagram at a time.
 
 Anything malformed is counted as an invalid packet and dropped; nothing read
@@ -56,7 +60,7 @@ from driver.logbuffer.frame import (
     HDR_TYPE_SETUP,
     HDR_TYPE_SM,
 )
-from driver.media._net import ImageRoutes, ImageSlot
+from driver.media._net import FeedbackRoutes, FeedbackSlot, ImageRoutes, ImageSlot
 from driver.media.faults import FaultSpec
 from driver.media.transport import Address, UdpTransport
 from driver.media.udp_channel import UdpChannel
@@ -265,6 +269,11 @@ class DynamicDestinations:
         seen[address] = now_ns
         return True
 
+    @property
+    def last_seen_ns(self) -> dict[Address, int]:
+        """Each destination's time of its last status message (the native path refreshes known ones)."""
+        return self._last_seen_ns
+
     def expire(self, now_ns: int, timeout_ns: int) -> None:
         for address, seen in list(self._last_seen_ns.items()):
             if now_ns - seen > timeout_ns:
@@ -284,6 +293,7 @@ class SendChannelEndpoint:
         so_rcvbuf: int = 0,
         so_sndbuf: int = 0,
         faults: tuple[FaultSpec, FaultSpec] | None = None,
+        native_feedback: bool = True,
     ) -> None:
         self.channel = channel
         self.counters = counters
@@ -333,6 +343,13 @@ class SendChannelEndpoint:
             short_sends=counters.short_sends.location(),
             status_messages=False,
         )
+        self.feedback = FeedbackRoutes(
+            counters.status_messages_received.location(), self._last_seen_ns if self.is_dynamic else None
+        )
+        """The publications whose plain status messages the batch applies natively (unless ``native_feedback`` is
+        False: then every datagram comes to :meth:`_dispatch`, as it does when faults are injected on receive)."""
+        if native_feedback:
+            self._no_images.feedback = self.feedback
         self._now_ns = 0
 
     def destinations_for(self, private: bool, host: str | None = None) -> DynamicDestinations | None:
@@ -345,11 +362,17 @@ class SendChannelEndpoint:
         self.publications[key] = publication
         if own is not None:
             self.private[key] = own
+        feedback = getattr(publication, "feedback", None)
+        if isinstance(feedback, FeedbackSlot):
+            self.feedback.add(feedback, own.last_seen_ns if own is not None else None)
 
     def detach(self, key: tuple[int, int], publication: FeedbackHandler) -> None:
         if self.publications.get(key) is publication:
             del self.publications[key]
             self.private.pop(key, None)
+            feedback = getattr(publication, "feedback", None)
+            if isinstance(feedback, FeedbackSlot):
+                self.feedback.remove(feedback)
 
     def send(self, data: memoryview) -> int:
         """Send to every destination; returns the length if the first destination took it."""
