@@ -37,7 +37,7 @@ setup(
             "driver.media._net",
             "src/driver/media/_net.c",
             atomic_buffer=True,
-            headers=(_DATA_CHECK_H, _REBUILD_H),
+            headers=(_DATA_CHECK_H, _REBUILD_H, "src/driver/media/_send.h"),
         ),
         _native("endpoint._codec", "src/endpoint/_codec.c"),
     ]
