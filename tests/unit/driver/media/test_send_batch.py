@@ -379,3 +379,35 @@ def test_a_full_socket_stops_each_publication_at_the_refused_datagram_and_counts
     for session in (300, 301):
         offsets = [offset for s, offset in result["frames"] if s == session]
         assert offsets == [n * 1376 for n in range(16)]
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback")
+def test_ipv6_destinations_and_an_ipv4_one_left_to_python(tmp_path: Path, sockets: list[socket.socket]) -> None:
+    receiver = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    receiver.bind(("::1", 0))
+    sender = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sender.bind(("::1", 0))
+    sender.setblocking(False)
+    sockets += [receiver, sender]
+    python, native = Rig(tmp_path, "python"), Rig(tmp_path, "native")
+    native.bind(sender, [receiver.getsockname()[:2]])
+    _write_both((python, native), [100, 200, 300])
+    for rig in (python, native):
+        rig.set_limit(TERM_LENGTH)
+    _python_until_idle(python, 7_000 * MS)
+    _native_until_idle(native, 7_000 * MS)
+    assert _drain(receiver, len(python.recorder.sent)) == python.recorder.sent
+    mismatched = Rig(tmp_path, "v4")
+    mismatched.bind(sender, [("127.0.0.1", 40000)])  # an IPv4 address on an IPv6 socket: the Python path's to judge
+    mismatched.write(64)
+    mismatched.set_limit(TERM_LENGTH)
+    assert _native([mismatched], 7_000 * MS) == (0, [0])
