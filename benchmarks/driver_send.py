@@ -1,6 +1,6 @@
 """CPU per datagram of the driver's send path: a sender agent with many publications, small frames, idle heartbeats.
 
-    python benchmarks/driver_send.py [--publications 200] [--rounds 20] [--idle-seconds 3] [--path both]
+    python benchmarks/driver_send.py [--publications 200] [--rounds 20] [--idle-seconds 3] [--path both] [--quick]
 
 What a game server's driver does for every snapshot it sends a player: find the publications with a frame
 waiting, read each from its sender position up to its sender limit, send the datagram, move the sender position.
@@ -216,7 +216,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--idle-seconds", type=float, default=3.0)
     parser.add_argument("--path", choices=("native", "python", "both"), default="both")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 20 publications, 3 rounds, 0.3 s idle")
     args = parser.parse_args()
+    if args.quick:
+        args.publications, args.rounds, args.idle_seconds = 20, 3, 0.3
     paths = ("python", "native") if args.path == "both" else (args.path,)
     print(f" floor: bare sendto, {floor(args.publications, args.rounds):.2f} µs/datagram")
     for path in paths:
