@@ -284,14 +284,20 @@ typedef struct {
     SendTag tags[SEND_LANE_LENGTH];
 } SendLane;
 
-static SendState *send_states = NULL; /* grown as needed; the GIL is held throughout a call, which runs no Python */
-static Py_ssize_t send_states_capacity = 0;
-static SendLane send_lanes[SEND_LANES];
+/* One call's working memory, allocated per call: nothing in it is shared with another thread's call (an allocation
+ * may run a finalizer, and with it let another thread take the GIL). */
+typedef struct {
+    SendState *states;
+    SendLane lanes[SEND_LANES];
+    int lanes_used;
+    Py_ssize_t *python; /* agenda indices left to Python */
+    Py_ssize_t python_count;
+} SendCall;
 
 /* Send a lane's messages; a refused one marks its publication (the rest of its datagrams are dropped from the
  * batch, the position stays before it). */
 static void
-send_lane_flush(SendLane *lane)
+send_lane_flush(SendLane *lane, SendState *send_states)
 {
     int done = 0;
     while (done < lane->count) {
@@ -332,17 +338,17 @@ send_lane_flush(SendLane *lane)
 }
 
 static SendLane *
-send_lane_for(int fd, int *lanes_used)
+send_lane_for(SendCall *call, int fd)
 {
-    for (int i = 0; i < *lanes_used; i++)
-        if (send_lanes[i].fd == fd)
-            return &send_lanes[i];
-    if (*lanes_used == SEND_LANES) {
+    for (int i = 0; i < call->lanes_used; i++)
+        if (call->lanes[i].fd == fd)
+            return &call->lanes[i];
+    if (call->lanes_used == SEND_LANES) {
         for (int i = 0; i < SEND_LANES; i++)
-            send_lane_flush(&send_lanes[i]);
-        *lanes_used = 0;
+            send_lane_flush(&call->lanes[i], call->states);
+        call->lanes_used = 0;
     }
-    SendLane *lane = &send_lanes[(*lanes_used)++];
+    SendLane *lane = &call->lanes[call->lanes_used++];
     lane->fd = fd;
     lane->count = 0;
     return lane;
@@ -350,11 +356,11 @@ send_lane_for(int fd, int *lanes_used)
 
 /* Queue one datagram to every destination of the slot. */
 static void
-send_queue(SendLane *lane, SendSlot *slot, int state_index, int datagram, char *data, size_t length)
+send_queue(SendCall *call, SendLane *lane, SendSlot *slot, int state_index, int datagram, char *data, size_t length)
 {
     for (int d = 0; d < slot->cached; d++) {
         if (lane->count == SEND_LANE_LENGTH)
-            send_lane_flush(lane);
+            send_lane_flush(lane, call->states);
         int m = lane->count++;
         lane->vectors[m].iov_base = data;
         lane->vectors[m].iov_len = length;
@@ -407,7 +413,8 @@ PyDoc_STRVAR(send_publications_doc,
 "when one is due, all in sendmmsg batches per socket; sender positions, times and\n"
 "counters updated as the Python path does, and each one's next deadline (its next\n"
 "heartbeat) written into ``deadlines`` (the agenda's int64 array) at its index.\n"
-"Returns the bytes sent and the indices the Python path must visit (None when none).");
+"Returns the bytes sent and the indices the Python path must visit (None when none).\n"
+"The indices in ``due`` are distinct (an agenda's).");
 
 static PyObject *
 send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
@@ -434,32 +441,45 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
     int64_t *deadline = (int64_t *)deadlines.buf;
     Py_ssize_t deadline_count = deadlines.len / 8;
     Py_ssize_t n = PyList_GET_SIZE(due), slot_count = PyList_GET_SIZE(slots);
-    PyObject *python = NULL;
-    if (n > send_states_capacity) {
-        SendState *grown = PyMem_Realloc(send_states, (size_t)n * sizeof(SendState));
-        if (grown == NULL) {
-            PyBuffer_Release(&deadlines);
-            return PyErr_NoMemory();
-        }
-        send_states = grown;
-        send_states_capacity = n;
-    }
-    int states = 0, lanes_used = 0;
+    /* Check everything first: past this point nothing allocates a Python object until the sends are committed. */
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(due, n ? (start + i) % n : 0);
+        PyObject *item = PyList_GET_ITEM(due, i);
         Py_ssize_t index = PyLong_AsSsize_t(item);
-        if (index == -1 && PyErr_Occurred())
-            goto error;
+        if (index == -1 && PyErr_Occurred()) {
+            PyBuffer_Release(&deadlines);
+            return NULL;
+        }
         if (index < 0 || index >= slot_count || index >= deadline_count) {
-            PyErr_Format(PyExc_IndexError, "due index %zd out of range", index);
-            goto error;
+            PyBuffer_Release(&deadlines);
+            return PyErr_Format(PyExc_IndexError, "due index %zd out of range", index);
         }
-        PyObject *object = PyList_GET_ITEM(slots, index);
-        if (!PyObject_TypeCheck(object, &SendSlotType)) {
+        if (!PyObject_TypeCheck(PyList_GET_ITEM(slots, index), &SendSlotType)) {
+            PyBuffer_Release(&deadlines);
             PyErr_SetString(PyExc_TypeError, "slots must hold SendSlots");
-            goto error;
+            return NULL;
         }
-        SendSlot *slot = (SendSlot *)object;
+    }
+    SendCall *call = PyMem_Malloc(sizeof(SendCall));
+    SendState *states_memory = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(SendState));
+    Py_ssize_t *python_memory = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    if (call == NULL || states_memory == NULL || python_memory == NULL) {
+        PyMem_Free(call);
+        PyMem_Free(states_memory);
+        PyMem_Free(python_memory);
+        PyBuffer_Release(&deadlines);
+        return PyErr_NoMemory();
+    }
+    if (n)
+        start = ((start % n) + n) % n;
+    call->states = states_memory;
+    call->lanes_used = 0;
+    call->python = python_memory;
+    call->python_count = 0;
+    SendState *send_states = call->states;
+    int states = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t index = PyLong_AsSsize_t(PyList_GET_ITEM(due, (start + i) % n));
+        SendSlot *slot = (SendSlot *)PyList_GET_ITEM(slots, index);
         int fd = -1;
         int family = AF_INET;
         if (!slot->python && slot->socket != Py_None && slot->destinations != Py_None) {
@@ -467,10 +487,7 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
             family = ((DatagramSocket *)slot->socket)->family;
         }
         if (fd < 0 || send_slot_destinations(slot, family) < 0) {
-            if (python == NULL && (python = PyList_New(0)) == NULL)
-                goto error;
-            if (PyList_Append(python, item) < 0)
-                goto error;
+            call->python[call->python_count++] = index;
             continue;
         }
         int64_t *position_address = counter_address(&slot->sender_position);
@@ -503,8 +520,8 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
                 if (available <= 0)
                     break;
                 if (lane == NULL)
-                    lane = send_lane_for(fd, &lanes_used);
-                send_queue(lane, slot, states, state->count, term->base + offset, (size_t)available);
+                    lane = send_lane_for(call, fd);
+                send_queue(call, lane, slot, states, state->count, term->base + offset, (size_t)available);
                 position += available + padding;
                 window -= available + padding;
                 state->ends[state->count] = position;
@@ -533,8 +550,8 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
             memcpy(frame + 24, &reserved, 8);
             state->heartbeat = 1;
             if (lane == NULL)
-                lane = send_lane_for(fd, &lanes_used);
-            send_queue(lane, slot, states, 0, frame, DATA_HEADER_LENGTH);
+                lane = send_lane_for(call, fd);
+            send_queue(call, lane, slot, states, 0, frame, DATA_HEADER_LENGTH);
         }
         if (state->count == 0 && !state->heartbeat) {
             /* nothing to send: its next visit is its next heartbeat (or a frame the watch sees) */
@@ -543,8 +560,8 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
         }
         states++;
     }
-    for (int i = 0; i < lanes_used; i++)
-        send_lane_flush(&send_lanes[i]);
+    for (int i = 0; i < call->lanes_used; i++)
+        send_lane_flush(&call->lanes[i], send_states);
     long long total = 0;
     for (int i = 0; i < states; i++) {
         SendState *state = &send_states[i];
@@ -576,26 +593,28 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
             }
         }
         deadline[state->index] = slot->last_send_ns + slot->heartbeat_interval_ns + 1;
-        if (state->hard_error) {
-            PyObject *item = PyLong_FromSsize_t(state->index);
-            if (item == NULL)
-                goto error_after_send;
-            if ((python == NULL && (python = PyList_New(0)) == NULL) || PyList_Append(python, item) < 0) {
-                Py_DECREF(item);
-                goto error_after_send;
-            }
-            Py_DECREF(item);
-        }
+        if (state->hard_error)
+            call->python[call->python_count++] = state->index;
     }
     PyBuffer_Release(&deadlines);
+    PyObject *python = NULL;
+    if (call->python_count) {
+        python = PyList_New(call->python_count);
+        for (Py_ssize_t i = 0; python != NULL && i < call->python_count; i++) {
+            PyObject *item = PyLong_FromSsize_t(call->python[i]);
+            if (item == NULL)
+                Py_CLEAR(python);
+            else
+                PyList_SET_ITEM(python, i, item);
+        }
+    }
+    int failed = call->python_count && python == NULL;
+    PyMem_Free(call->python);
+    PyMem_Free(call->states);
+    PyMem_Free(call);
+    if (failed)
+        return NULL;
     if (python == NULL)
         return Py_BuildValue("LO", total, Py_None);
     return Py_BuildValue("LN", total, python);
-error:
-    for (int i = 0; i < lanes_used; i++)
-        send_lanes[i].count = 0; /* nothing queued leaves: no position moved for it */
-error_after_send:
-    Py_XDECREF(python);
-    PyBuffer_Release(&deadlines);
-    return NULL;
 }
