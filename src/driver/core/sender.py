@@ -41,6 +41,8 @@ __all__ = ["FEW_PUBLICATIONS", "Sender"]
 
 FEW_PUBLICATIONS = 2
 """Up to this many publications each is visited every cycle (lowest latency, no bookkeeping)."""
+_EVERY = [list(range(count)) for count in range(FEW_PUBLICATIONS + 1)]
+"""The agenda indices a cycle visits when there are only a few publications: all of them."""
 
 
 class Sender:
@@ -57,9 +59,7 @@ class Sender:
         self._frames = FrameWatch([])
         self._frames_stale = False
         self._slots: list[SendSlot] = []
-        """Each publication's native send state, in the agenda's order (rebuilt with the frame watch)."""
-        self._every: list[int] = []
-        """Every agenda index: what a cycle visits when there are only a few publications."""
+        """Each publication's native send state, in the agenda's order (kept as the agenda adds and removes)."""
         self._ready = ReadyEndpoints[SendChannelEndpoint]()
         self._dynamic: list[SendChannelEndpoint] = []
         self.sockets_version = 0
@@ -82,9 +82,7 @@ class Sender:
         if count > FEW_PUBLICATIONS:
             bytes_sent = self._send_due(now_ns)
         elif count:
-            if self._frames_stale:
-                self._refresh()
-            bytes_sent = self._send(self._every, 0, now_ns)
+            bytes_sent = self._send(_EVERY[count], 0, now_ns)
         else:
             bytes_sent = 0
         self._cycles += 1
@@ -103,7 +101,8 @@ class Sender:
         agenda = self._agenda
         due = agenda.due(now_ns)
         if self._frames_stale:
-            self._refresh()
+            self._frames_stale = False
+            self._frames = FrameWatch(agenda.entries)  # type: ignore[arg-type]
         waiting = self._frames.ready()
         if waiting:
             due = sorted(set(due).union(waiting)) if due else waiting
@@ -124,13 +123,6 @@ class Sender:
                 agenda.schedule(index, publication.next_send_ns())
                 publication.native.python = not publication.sends_natively()
         return bytes_sent
-
-    def _refresh(self) -> None:
-        self._frames_stale = False
-        agenda = self._agenda
-        self._frames = FrameWatch(agenda.entries)  # type: ignore[arg-type]
-        self._slots = [publication.native for publication in agenda.items]
-        self._every = list(range(len(agenda.items)))
 
     def on_close(self) -> None:
         self._ready.close()
@@ -153,6 +145,7 @@ class Sender:
         publication.native.python = True  # its first visit decides
         self.publications.append(publication)
         self._agenda.add(publication, publication.waiting_entry)
+        self._slots.append(publication.native)
         self._frames_stale = True
         publication.wake = functools.partial(self.wake, publication)
 
@@ -161,7 +154,11 @@ class Sender:
     ) -> None:
         if publication in self.publications:
             self.publications.remove(publication)
+        index = publication.agenda_index
         if self._agenda.remove(publication):
+            last = self._slots.pop()  # as the agenda: its last item moves into the freed place
+            if index < len(self._slots):
+                self._slots[index] = last
             self._frames_stale = True
         publication.wake = no_wake
         publication.native.bind(None, None, False)

@@ -411,3 +411,65 @@ def test_ipv6_destinations_and_an_ipv4_one_left_to_python(tmp_path: Path, socket
     mismatched.write(64)
     mismatched.set_limit(TERM_LENGTH)
     assert _native([mismatched], 7_000 * MS) == (0, [0])
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now_ns = 9_000 * MS
+
+    def nano_time(self) -> int:
+        return self.now_ns
+
+
+def test_a_sender_agent_sends_natively_and_keeps_its_publications_straight_as_they_come_and_go(
+    tmp_path: Path, sockets: list[socket.socket]
+) -> None:
+    from driver.concurrent.atomic_buffer import AtomicBuffer
+    from driver.concurrent.counters import CountersManager
+    from driver.core.command_queues import CommandQueue
+    from driver.core.sender import Sender
+    from driver.media.endpoints import EndpointCounters, SendChannelEndpoint
+    from driver.media.udp_channel import UdpChannel
+
+    receiver = _receiver()
+    sockets.append(receiver)
+    manager = CountersManager(AtomicBuffer(bytearray(64 * 1024)), AtomicBuffer(bytearray(16 * 1024)))
+    sc = {sid: manager.new_counter(sid.label, 0) for sid in SystemCounterId}
+    endpoint = SendChannelEndpoint(
+        UdpChannel.parse(f"aeron:udp?endpoint=127.0.0.1:{receiver.getsockname()[1]}"),
+        EndpointCounters(
+            bytes_received=sc[SystemCounterId.BYTES_RECEIVED],
+            invalid_packets=sc[SystemCounterId.INVALID_PACKETS],
+            status_messages_received=sc[SystemCounterId.STATUS_MESSAGES_RECEIVED],
+            naks_received=sc[SystemCounterId.NAK_MESSAGES_RECEIVED],
+            status_messages_sent=sc[SystemCounterId.STATUS_MESSAGES_SENT],
+            short_sends=sc[SystemCounterId.SHORT_SENDS],
+            bytes_sent=sc[SystemCounterId.BYTES_SENT],
+        ),
+        manager.new_counter("status"),
+    )
+    clock = _Clock()
+    sender = Sender(clock, CommandQueue(manager.new_counter("fails")), 4)
+    rigs = [Rig(tmp_path, f"p{i}", session_id=400 + i, now_ns=clock.now_ns) for i in range(6)]
+    try:
+        for rig in rigs:
+            rig.set_limit(TERM_LENGTH)
+            sender.on_new_publication(rig.publication, endpoint)
+        sender.do_work()  # first visits, through Python: each is found able to send natively
+        assert all(rig.publication.native.python is False for rig in rigs)
+        for gone in (rigs[1], rigs[4], rigs[0]):
+            sender.on_remove_publication(gone.publication, endpoint, lambda: None)
+        kept = [rigs[2], rigs[3], rigs[5]]
+        assert [slot for slot in sender._slots] == [item.native for item in sender._agenda.items]
+        assert {id(slot) for slot in sender._slots} == {id(rig.publication.native) for rig in kept}
+        for rig in kept:
+            rig.write(100, fill=rig.session_id)
+        clock.now_ns += MS
+        for _ in range(5):
+            sender.do_work()
+        assert [rig.sender_position.get() for rig in kept] == [160, 160, 160]
+        sessions = sorted(int.from_bytes(d[12:16], "little") for d in _drain(receiver, 3) if len(d) == 160)
+        assert sessions == [402, 403, 405]
+        assert all(not rig.recorder.sent or all(len(d) == 32 for d in rig.recorder.sent) for rig in kept)
+    finally:
+        endpoint.close()
