@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.send_rig import INITIAL_TERM_ID, MS, MTU, TERM_LENGTH, Rig
 
 from driver.concurrent.system_counters import SystemCounterId
 from driver.media._net import SendSlot, send_publications
+from support.send_rig import INITIAL_TERM_ID, MS, MTU, TERM_LENGTH, Rig
 
 HEARTBEAT_NS = 100 * MS
 
@@ -303,7 +303,7 @@ import array, json, socket, sys, tempfile, time
 from pathlib import Path
 from driver.concurrent.system_counters import SystemCounterId
 from driver.media._net import send_publications
-from tests.support.send_rig import Rig
+from support.send_rig import Rig
 
 receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
@@ -357,7 +357,7 @@ def test_a_full_socket_stops_each_publication_at_the_refused_datagram_and_counts
     takes a few datagrams and refuses the rest with EAGAIN. Each publication's position stays at the first
     refused datagram (one short send each), and later calls send the rest, in order, nothing lost or repeated."""
     root = Path(__file__).resolve().parents[4]
-    env = dict(os.environ, PYTHONPATH=f"{root / 'src'}{os.pathsep}{root}")
+    env = dict(os.environ, PYTHONPATH=f"{root / 'src'}{os.pathsep}{root / 'tests'}")
     script = 'ip link set lo up && tc qdisc add dev lo root tbf rate 2mbit burst 1600 latency 10s && exec "$0" -c "$1"'
     done = subprocess.run(
         ["unshare", "-n", "sh", "-c", script, sys.executable, _FULL_SOCKET_CHILD],
