@@ -15,7 +15,7 @@ from driver.concurrent.counters import AtomicCounter, CountersManager
 from driver.concurrent.system_counters import SystemCounterId
 from driver.core.flow_control import new_flow_control
 from driver.core.loss_detector import StaticDelayGenerator
-from driver.core.network_publication import NetworkPublication, SenderCounters
+from driver.core.network_publication import NetworkPublication, SendEndpoint, SenderCounters
 from driver.core.retransmit import RETRANSMIT_UNICAST_DELAY_NS, RETRANSMIT_UNICAST_LINGER_NS, RetransmitHandler
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.log_buffers import LogBuffers
@@ -44,8 +44,16 @@ class Recorder:
 
 class Rig:
     def __init__(
-        self, directory: Path, name: str = "pub", *, session_id: int = 7, stream_id: int = 10, now_ns: int = 0
+        self,
+        directory: Path,
+        name: str = "pub",
+        *,
+        session_id: int = 7,
+        stream_id: int = 10,
+        now_ns: int = 0,
+        endpoint: SendEndpoint | None = None,
     ) -> None:
+        """``endpoint``: what the Python path sends through (default: a :class:`Recorder`)."""
         self.manager = CountersManager(AtomicBuffer(bytearray(64 * 1024)), AtomicBuffer(bytearray(16 * 1024)))
         self.system = {sid: self.manager.new_counter(sid.label, 0) for sid in SystemCounterId}
         self.log = LogBuffers.create(directory / f"{name}.logbuffer", TERM_LENGTH, 4096)
@@ -65,7 +73,7 @@ class Rig:
         self.publication = NetworkPublication(
             registration_id=2,
             channel="aeron:udp?endpoint=127.0.0.1:40123",
-            endpoint=self.recorder,
+            endpoint=endpoint if endpoint is not None else self.recorder,
             log=self.log,
             session_id=session_id,
             stream_id=stream_id,

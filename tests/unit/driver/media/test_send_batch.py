@@ -17,8 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.concurrent.counters import CountersManager
 from driver.concurrent.system_counters import SystemCounterId
+from driver.core.command_queues import CommandQueue
+from driver.core.sender import Sender
 from driver.media._net import SendSlot, send_publications
+from driver.media.endpoints import EndpointCounters, SendChannelEndpoint
+from driver.media.faults import FaultSpec
+from driver.media.udp_channel import UdpChannel
 from support.send_rig import INITIAL_TERM_ID, MS, MTU, TERM_LENGTH, Rig
 
 HEARTBEAT_NS = 100 * MS
@@ -421,21 +428,10 @@ class _Clock:
         return self.now_ns
 
 
-def test_a_sender_agent_sends_natively_and_keeps_its_publications_straight_as_they_come_and_go(
-    tmp_path: Path, sockets: list[socket.socket]
-) -> None:
-    from driver.concurrent.atomic_buffer import AtomicBuffer
-    from driver.concurrent.counters import CountersManager
-    from driver.core.command_queues import CommandQueue
-    from driver.core.sender import Sender
-    from driver.media.endpoints import EndpointCounters, SendChannelEndpoint
-    from driver.media.udp_channel import UdpChannel
-
-    receiver = _receiver()
-    sockets.append(receiver)
+def _endpoint(receiver: socket.socket, faults: tuple[FaultSpec, FaultSpec] | None = None) -> SendChannelEndpoint:
     manager = CountersManager(AtomicBuffer(bytearray(64 * 1024)), AtomicBuffer(bytearray(16 * 1024)))
     sc = {sid: manager.new_counter(sid.label, 0) for sid in SystemCounterId}
-    endpoint = SendChannelEndpoint(
+    return SendChannelEndpoint(
         UdpChannel.parse(f"aeron:udp?endpoint=127.0.0.1:{receiver.getsockname()[1]}"),
         EndpointCounters(
             bytes_received=sc[SystemCounterId.BYTES_RECEIVED],
@@ -447,9 +443,23 @@ def test_a_sender_agent_sends_natively_and_keeps_its_publications_straight_as_th
             bytes_sent=sc[SystemCounterId.BYTES_SENT],
         ),
         manager.new_counter("status"),
+        faults=faults,
     )
+
+
+def _sender_agent(clock: _Clock) -> Sender:
+    manager = CountersManager(AtomicBuffer(bytearray(4 * 1024)), AtomicBuffer(bytearray(1024)))
+    return Sender(clock, CommandQueue(manager.new_counter("fails")), 4)
+
+
+def test_a_sender_agent_sends_natively_and_keeps_its_publications_straight_as_they_come_and_go(
+    tmp_path: Path, sockets: list[socket.socket]
+) -> None:
+    receiver = _receiver()
+    sockets.append(receiver)
+    endpoint = _endpoint(receiver)
     clock = _Clock()
-    sender = Sender(clock, CommandQueue(manager.new_counter("fails")), 4)
+    sender = _sender_agent(clock)
     rigs = [Rig(tmp_path, f"p{i}", session_id=400 + i, now_ns=clock.now_ns) for i in range(6)]
     try:
         for rig in rigs:
@@ -471,5 +481,37 @@ def test_a_sender_agent_sends_natively_and_keeps_its_publications_straight_as_th
         sessions = sorted(int.from_bytes(d[12:16], "little") for d in _drain(receiver, 3) if len(d) == 160)
         assert sessions == [402, 403, 405]
         assert all(not rig.recorder.sent or all(len(d) == 32 for d in rig.recorder.sent) for rig in kept)
+    finally:
+        endpoint.close()
+
+
+def test_with_a_fault_injector_on_its_socket_every_datagram_goes_through_the_python_path_and_the_injector(
+    tmp_path: Path, sockets: list[socket.socket]
+) -> None:
+    receiver = _receiver()
+    sockets.append(receiver)
+    endpoint = _endpoint(receiver, (FaultSpec(duplicate_rate=1.0), FaultSpec()))
+    clock = _Clock()
+    sender = _sender_agent(clock)
+    rigs = [Rig(tmp_path, f"f{i}", session_id=500 + i, now_ns=clock.now_ns, endpoint=endpoint) for i in range(4)]
+    try:
+        for rig in rigs:
+            rig.set_limit(TERM_LENGTH)
+            sender.on_new_publication(rig.publication, endpoint)
+        sender.do_work()  # first visits: heartbeats, through Python and the injector
+        assert not any(rig.publication.sends_natively() for rig in rigs)
+        for rig in rigs:
+            rig.write(100)
+            rig.write(100)
+        clock.now_ns += MS
+        for _ in range(5):
+            sender.do_work()
+        assert [rig.sender_position.get() for rig in rigs] == [320] * 4
+        received = _drain(receiver, 4 * 2 * 2)
+        data = [d for d in received if len(d) > 32]
+        heartbeats = [d for d in received if len(d) == 32]
+        assert len(data) == 2 * len(set(data)) == 8  # every data datagram duplicated by the injector
+        assert len(heartbeats) == 2 * len(set(heartbeats)) == 8
+        assert endpoint.transport.fault_counts["send_duplicated"] == 8
     finally:
         endpoint.close()
