@@ -6,7 +6,12 @@ straight from the term, at most one MTU per datagram and never beyond the sender
 limit that flow control derives from the receivers' status messages; with
 nothing to send, a heartbeat goes out every 100 ms (with the EOS flag once the
 publication has been drained). NAKs are answered by resending from the term
-through the retransmit handler's delay and linger rules.
+through the retransmit handler's delay and linger rules. The common case (data
+and plain heartbeats of a connected publication) is sent natively for all due
+publications at once (``driver.media._net.send_publications``, see the sender):
+``send`` here is the same algorithm, the path for everything else, and the two
+share ``native`` (a ``SendSlot``: the time of the last datagram, the stall
+tracking, and the flag that says this path must visit).
 
 The conductor calls ``update_publisher_limit`` each cycle (the publisher may run
 a term window ahead of the sender once a receiver is connected, and old terms are
