@@ -16,6 +16,7 @@ _ATOMIC_BUFFER_H = "src/driver/concurrent/_atomic_buffer.h"
 _DATA_CHECK_H = "src/driver/wire/_data_check.h"
 _REBUILD_H = "src/driver/logbuffer/_rebuild.h"
 _FEEDBACK_H = "src/driver/media/_feedback.h"
+_SEND_H = "src/driver/media/_send.h"
 
 
 def _native(name: str, source: str, *, atomic_buffer: bool = False, headers: tuple[str, ...] = ()) -> Extension:
@@ -39,7 +40,7 @@ setup(
             "driver.media._net",
             "src/driver/media/_net.c",
             atomic_buffer=True,
-            headers=(_DATA_CHECK_H, _REBUILD_H, _FEEDBACK_H),
+            headers=(_DATA_CHECK_H, _REBUILD_H, _FEEDBACK_H, _SEND_H),
         ),
         _native("endpoint._codec", "src/endpoint/_codec.c"),
     ]

@@ -37,6 +37,7 @@ RUN_TIMEOUT_S = 240
             ["(a) Handshakes per second", "concurrent IPC clients on one server", "(c) Idle CPU", "idle UDP clients"],
         ),
         ("game_server.py", ["Game server: inputs and snapshots", "End point / asyncio TCP + msgpack, same run"]),
+        ("driver_send.py", ["floor: bare sendto", "python: 20 publications: data", "native: 20 publications: data"]),
         (
             "driver_feedback.py",
             ["send endpoint, 20 publications", "native µs/SM", "unicast", "min", "dynamic", "private"],

@@ -86,6 +86,11 @@ class Agenda(Generic[T]):
         for index in range(len(self._deadlines)):
             self._deadlines[index] = ALWAYS
 
+    @property
+    def deadlines(self) -> array.array[int]:
+        """The deadlines themselves (int64, by index): a native step may write the ones it visited."""
+        return self._deadlines
+
     def schedule(self, index: int, deadline_ns: int) -> None:
         self._deadlines[index] = deadline_ns
 

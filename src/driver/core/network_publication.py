@@ -6,7 +6,12 @@ straight from the term, at most one MTU per datagram and never beyond the sender
 limit that flow control derives from the receivers' status messages; with
 nothing to send, a heartbeat goes out every 100 ms (with the EOS flag once the
 publication has been drained). NAKs are answered by resending from the term
-through the retransmit handler's delay and linger rules.
+through the retransmit handler's delay and linger rules. The common case (data
+and plain heartbeats of a connected publication) is sent natively for all due
+publications at once (``driver.media._net.send_publications``, see the sender):
+``send`` here is the same algorithm, the path for everything else, and the two
+share ``native`` (a ``SendSlot``: the time of the last datagram, the stall
+tracking, and the flag that says this path must visit).
 
 The conductor calls ``update_publisher_limit`` each cycle (the publisher may run
 a term window ahead of the sender once a receiver is connected, and old terms are
@@ -40,7 +45,7 @@ from driver.core.retransmit import RetransmitHandler
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.logbuffer.scanner import scan_for_availability
-from driver.media._net import FEEDBACK_NONE, FeedbackSlot
+from driver.media._net import FEEDBACK_NONE, FeedbackSlot, SendSlot
 from driver.media.endpoints import DynamicDestinations
 from driver.wire.data import HEARTBEAT_EOS_FLAGS, HEARTBEAT_FLAGS, write_heartbeat
 from driver.wire.setup import write_setup
@@ -142,12 +147,31 @@ class NetworkPublication(DriverPublication):
         self.agenda_index = -1
         self.wake: Callable[[], None] = no_wake
         """Set by the sender: makes its next duty cycle visit this publication (feedback arrived)."""
-        self._time_of_last_send_or_heartbeat_ns = now_ns - heartbeat_interval_ns - 1
+        self.native = SendSlot(
+            terms=log.terms,
+            session_id=session_id,
+            stream_id=stream_id,
+            initial_term_id=self.initial_term_id,
+            position_bits=self.position_bits,
+            mtu=self.mtu,
+            sender_position=sender_position.location(),
+            sender_limit=sender_limit.location(),
+            bytes_sent=counters.bytes_sent.location(),
+            heartbeats_sent=counters.heartbeats_sent.location(),
+            short_sends=counters.short_sends.location(),
+            sender_flow_control_limits=counters.sender_flow_control_limits.location(),
+            heartbeat_interval_ns=heartbeat_interval_ns,
+            last_send_ns=now_ns - heartbeat_interval_ns - 1,
+        )
+        """The send state both paths share (time of the last datagram, a stall tracked, whether Python must visit):
+        the sender binds it to the endpoint's socket and destinations, and then sends the common case natively
+        (``driver.media._net.send_publications``)."""
+        self._native_capable = not self._idle_flow_control and not spies_simulate_connection
+        """Nothing the native step leaves out is ever needed while the publication has no SETUP, resend or end of
+        stream to send (flow control with no idle step; spies never stand in for receivers)."""
         self._time_of_last_setup_ns = now_ns - SETUP_INTERVAL_NS - 1
-        self.should_send_setup = True
-        self.is_end_of_stream = False
+        self._should_send_setup = True
         self.end_of_stream_sent = False
-        self._track_sender_limits = False
         # shared: set by the sender on SM, read by the conductor
         self.feedback.last_sm_ns = now_ns
         self.has_receivers = False
@@ -181,16 +205,40 @@ class NetworkPublication(DriverPublication):
     def has_receivers(self, value: bool) -> None:
         self.feedback.has_receivers = value
 
+    # -- sender thread --------------------------------------------------------------------------
+
+    @property
+    def should_send_setup(self) -> bool:
+        return self._should_send_setup
+
+    @should_send_setup.setter
+    def should_send_setup(self, value: bool) -> None:
+        self._should_send_setup = value
+        if value:
+            self.native.python = True  # SETUP is sent by the Python path
+
     @property
     def is_end_of_stream(self) -> bool:
-        """The publication is ending (set by the conductor): SMs then wake the sender, so they go through Python."""
+        """The publication is ending (set by the conductor): its SMs then wake the sender, so they go through
+        Python (``feedback``), and so do its sends (``native``)."""
         return self.feedback.end_of_stream
 
     @is_end_of_stream.setter
     def is_end_of_stream(self, value: bool) -> None:
         self.feedback.end_of_stream = value
+        if value:
+            self.native.python = True  # end-of-stream heartbeats and the linger are the Python path's
 
-    # -- sender thread --------------------------------------------------------------------------
+    def sends_natively(self) -> bool:
+        """Whether the native step may send for this publication now: nothing but data and plain heartbeats to
+        send (no SETUP, no resend pending, not at end of stream), through a bound socket."""
+        return (
+            self._native_capable
+            and self.native.bound
+            and not self._should_send_setup
+            and not self.feedback.end_of_stream
+            and not self.retransmit_handler.active_count
+        )
 
     def send(self, now_ns: int) -> int:
         sender_position = self.sender_position.get()
@@ -201,7 +249,7 @@ class NetworkPublication(DriverPublication):
         bytes_sent = self._send_data(now_ns, sender_position)
         if bytes_sent == 0:
             # An idle cycle: a heartbeat when one is due, and flow control's idle step where it has one.
-            if now_ns - self._time_of_last_send_or_heartbeat_ns > self.heartbeat_interval_ns or self.is_end_of_stream:
+            if now_ns - self.native.last_send_ns > self.heartbeat_interval_ns or self.is_end_of_stream:
                 term_offset = sender_position & self.term_mask
                 active_term_id = lbd.int32((sender_position >> self.position_bits) + self.initial_term_id)
                 bytes_sent = self._heartbeat_check(now_ns, active_term_id, term_offset)
@@ -241,7 +289,7 @@ class NetworkPublication(DriverPublication):
             or (self.is_end_of_stream and self.signal_eos and not self.end_of_stream_sent)
         ):
             return 0
-        due = self._time_of_last_send_or_heartbeat_ns + self.heartbeat_interval_ns + 1
+        due = self.native.last_send_ns + self.heartbeat_interval_ns + 1
         if self.should_send_setup:
             setup_due = self._time_of_last_setup_ns + SETUP_INTERVAL_NS + 1
             if setup_due < due:
@@ -256,8 +304,8 @@ class NetworkPublication(DriverPublication):
         """
         window = self.sender_limit.get() - sender_position
         if window <= 0:
-            if self._track_sender_limits:
-                self._track_sender_limits = False
+            if self.native.track_limits:
+                self.native.track_limits = False
                 self.counters.sender_flow_control_limits.increment()
             return 0
         mtu = self.mtu
@@ -288,8 +336,9 @@ class NetworkPublication(DriverPublication):
             if window <= 0:
                 break
         if bytes_sent:
-            self._time_of_last_send_or_heartbeat_ns = now_ns
-            self._track_sender_limits = True
+            native = self.native
+            native.last_send_ns = now_ns
+            native.track_limits = True
             self.sender_position.set_ordered(sender_position)
             self.counters.bytes_sent.get_and_add(bytes_sent)
         return bytes_sent
@@ -297,7 +346,7 @@ class NetworkPublication(DriverPublication):
     def _setup_check(self, now_ns: int, active_term_id: int, term_offset: int) -> None:
         if now_ns - self._time_of_last_setup_ns > SETUP_INTERVAL_NS:
             self._time_of_last_setup_ns = now_ns
-            self._time_of_last_send_or_heartbeat_ns = now_ns
+            self.native.last_send_ns = now_ns
             length = write_setup(
                 self._control,
                 0,
@@ -314,7 +363,7 @@ class NetworkPublication(DriverPublication):
 
     def _heartbeat_check(self, now_ns: int, active_term_id: int, term_offset: int) -> int:
         signal_eos = self.is_end_of_stream and self.signal_eos
-        due = now_ns - self._time_of_last_send_or_heartbeat_ns > self.heartbeat_interval_ns
+        due = now_ns - self.native.last_send_ns > self.heartbeat_interval_ns
         if not due and not (signal_eos and not self.end_of_stream_sent):  # the first EOS goes out at once
             return 0
         flags = HEARTBEAT_EOS_FLAGS if signal_eos else HEARTBEAT_FLAGS
@@ -326,7 +375,7 @@ class NetworkPublication(DriverPublication):
                 self.end_of_stream_sent = True
         else:
             self.counters.short_sends.increment()
-        self._time_of_last_send_or_heartbeat_ns = now_ns
+        self.native.last_send_ns = now_ns
         return sent
 
     def on_status_message(

@@ -10,6 +10,16 @@ Past a few publications a cycle visits only those with a frame waiting at
 their sender position (one native scan) or whose agenda deadline passed (a
 heartbeat or SETUP due, a resend pending); feedback wakes a publication. Past
 a few endpoints, only those whose socket has a datagram are read.
+
+The publications a cycle visits are sent in one native step
+(``driver.media._net.send_publications``): data from each sender position up to
+its limit, or a due heartbeat, for all of them in ``sendmmsg`` batches per
+socket. A publication with anything else to do (SETUP, resends, end of stream,
+flow control's idle step, spies standing in for receivers, faults injected on
+its socket, a destination that is not a numeric address) is flagged for the
+Python path (``NetworkPublication.send``); whatever changes that (feedback, the
+conductor) wakes it, which flags it, and each Python visit clears the flag when
+nothing of it is left.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from driver.concurrent._watches import FrameWatch
 from driver.core.agenda import Agenda, no_wake
 from driver.core.command_queues import CommandQueue
 from driver.core.network_publication import NetworkPublication
+from driver.media._net import SendSlot, send_publications
 from driver.media.endpoints import SendChannelEndpoint
 from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints
 
@@ -30,6 +41,8 @@ __all__ = ["FEW_PUBLICATIONS", "Sender"]
 
 FEW_PUBLICATIONS = 2
 """Up to this many publications each is visited every cycle (lowest latency, no bookkeeping)."""
+_EVERY = [list(range(count)) for count in range(FEW_PUBLICATIONS + 1)]
+"""The agenda indices a cycle visits when there are only a few publications: all of them."""
 
 
 class Sender:
@@ -45,6 +58,8 @@ class Sender:
         """Each publication with what a :class:`FrameWatch` needs to see whether it has a frame to send."""
         self._frames = FrameWatch([])
         self._frames_stale = False
+        self._slots: list[SendSlot] = []
+        """Each publication's native send state, in the agenda's order (kept as the agenda adds and removes)."""
         self._ready = ReadyEndpoints[SendChannelEndpoint]()
         self._dynamic: list[SendChannelEndpoint] = []
         self.sockets_version = 0
@@ -66,12 +81,10 @@ class Sender:
         count = len(publications)
         if count > FEW_PUBLICATIONS:
             bytes_sent = self._send_due(now_ns)
-        elif count == 1:
-            bytes_sent = publications[0].send(now_ns)
+        elif count:
+            bytes_sent = self._send(_EVERY[count], 0, now_ns)
         else:
             bytes_sent = 0
-            for publication in publications:
-                bytes_sent += publication.send(now_ns)
         self._cycles += 1
         if bytes_sent == 0 or self._cycles >= self._status_poll_ratio:
             self._cycles = 0
@@ -95,15 +108,20 @@ class Sender:
             due = sorted(set(due).union(waiting)) if due else waiting
         if not due:
             return 0
-        items = agenda.items
-        n = len(due)
-        start = self._round_robin = (self._round_robin + 1) % n
-        bytes_sent = 0
-        for i in range(n):
-            index = due[(start + i) % n]
-            publication = items[index]
-            bytes_sent += publication.send(now_ns)
-            agenda.schedule(index, publication.next_send_ns())
+        start = self._round_robin = (self._round_robin + 1) % len(due)
+        return self._send(due, start, now_ns)
+
+    def _send(self, due: list[int], start: int, now_ns: int) -> int:
+        """The publications at agenda indices ``due``: natively where they may be, the rest through Python."""
+        agenda = self._agenda
+        bytes_sent, python = send_publications(self._slots, due, start, now_ns, agenda.deadlines)
+        if python:
+            items = agenda.items
+            for index in python:
+                publication = items[index]
+                bytes_sent += publication.send(now_ns)
+                agenda.schedule(index, publication.next_send_ns())
+                publication.native.python = not publication.sends_natively()
         return bytes_sent
 
     def on_close(self) -> None:
@@ -119,24 +137,38 @@ class Sender:
             if endpoint.is_dynamic:
                 self._dynamic.append(endpoint)
         endpoint.attach((publication.session_id, publication.stream_id), publication, publication.destinations)
+        transport = endpoint.transport
+        if transport.sends_natively:
+            own = publication.destinations
+            addresses = own.addresses if own is not None else endpoint.destinations
+            publication.native.bind(transport.datagram_socket, addresses, own is not None)
+        publication.native.python = True  # its first visit decides
         self.publications.append(publication)
         self._agenda.add(publication, publication.waiting_entry)
+        self._slots.append(publication.native)
         self._frames_stale = True
-        publication.wake = functools.partial(self._agenda.wake, publication)
+        publication.wake = functools.partial(self.wake, publication)
 
     def on_remove_publication(
         self, publication: NetworkPublication, endpoint: SendChannelEndpoint, done: Callable[[], object]
     ) -> None:
         if publication in self.publications:
             self.publications.remove(publication)
+        index = publication.agenda_index
         if self._agenda.remove(publication):
+            last = self._slots.pop()  # as the agenda: its last item moves into the freed place
+            if index < len(self._slots):
+                self._slots[index] = last
             self._frames_stale = True
         publication.wake = no_wake
+        publication.native.bind(None, None, False)
         endpoint.detach((publication.session_id, publication.stream_id), publication)
         done()
 
     def wake(self, publication: NetworkPublication) -> None:
-        """Visit ``publication`` on the next cycle (the conductor changed its state, e.g. end of stream)."""
+        """Visit ``publication`` on the next cycle, through the Python path (feedback arrived, or the conductor
+        changed its state, e.g. end of stream)."""
+        publication.native.python = True
         self._agenda.wake(publication)
 
     def on_close_endpoint(self, endpoint: SendChannelEndpoint, done: Callable[[], object]) -> None:

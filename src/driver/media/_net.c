@@ -1425,11 +1425,20 @@ static PyTypeObject DatagramSocketType = {
     .tp_getset = DatagramSocket_getset,
 };
 
+/* ---- the sender's common case: a separate file ---- */
+#include "_send.h"
+
+static PyMethodDef net_functions[] = {
+    {"send_publications", (PyCFunction)(void (*)(void))send_publications, METH_FASTCALL, send_publications_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef net_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "driver.media._net",
     .m_doc = "Non-raising, GIL-keeping datagram I/O for the driver's UDP transports.",
     .m_size = -1,
+    .m_methods = net_functions,
 };
 
 PyMODINIT_FUNC
@@ -1438,7 +1447,7 @@ PyInit__net(void)
     if (import_atomic_buffer() < 0)
         return NULL;
     if (PyType_Ready(&DatagramSocketType) < 0 || PyType_Ready(&ImageSlotType) < 0 ||
-        PyType_Ready(&ImageRoutesType) < 0)
+        PyType_Ready(&ImageRoutesType) < 0 || PyType_Ready(&SendSlotType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&net_module);
     if (module == NULL)
@@ -1451,7 +1460,8 @@ PyInit__net(void)
     }
     if (PyModule_AddObjectRef(module, "ImageSlot", (PyObject *)&ImageSlotType) < 0 ||
         PyModule_AddObjectRef(module, "ImageRoutes", (PyObject *)&ImageRoutesType) < 0 ||
-        feedback_add_types(module) < 0) {
+        feedback_add_types(module) < 0 ||
+        PyModule_AddObjectRef(module, "SendSlot", (PyObject *)&SendSlotType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

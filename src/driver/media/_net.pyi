@@ -163,3 +163,48 @@ class FeedbackRoutes:
     def add(self, slot: FeedbackSlot, destinations: dict[Any, int] | None = None, /) -> None: ...
     def remove(self, slot: FeedbackSlot, /) -> None: ...
     def __len__(self) -> int: ...
+
+class SendSlot:
+    """The send-side state of one network publication, shared by its Python path and the native batched send."""
+
+    def __init__(
+        self,
+        *,
+        terms: Sequence[AtomicBuffer],
+        session_id: int,
+        stream_id: int,
+        initial_term_id: int,
+        position_bits: int,
+        mtu: int,
+        sender_position: tuple[AtomicBuffer, int],
+        sender_limit: tuple[AtomicBuffer, int],
+        bytes_sent: tuple[AtomicBuffer, int],
+        heartbeats_sent: tuple[AtomicBuffer, int],
+        short_sends: tuple[AtomicBuffer, int],
+        sender_flow_control_limits: tuple[AtomicBuffer, int],
+        heartbeat_interval_ns: int,
+        last_send_ns: int,
+    ) -> None: ...
+    last_send_ns: int
+    track_limits: bool
+    python: bool
+    heartbeat_interval_ns: int
+    @property
+    def bound(self) -> bool:
+        """A socket and destinations are given: the native step may send for it."""
+    def bind(
+        self,
+        socket: DatagramSocket | None,
+        destinations: list[tuple[str, int]] | list[tuple[str, int, int, int]] | None,
+        all_destinations: bool,
+        /,
+    ) -> None:
+        """Send natively through ``socket`` to the address tuples in ``destinations`` (the very list its owner
+        changes in place); with ``all_destinations`` a datagram counts as sent only when every destination took it.
+        ``bind(None, None, False)`` unbinds."""
+
+def send_publications(
+    slots: list[SendSlot], due: list[int], start: int, now_ns: int, deadlines: Buffer, /
+) -> tuple[int, list[int] | None]:
+    """(bytes sent, indices the Python path must visit or None): the due publications' data up to their sender
+    limits, or due heartbeats, in sendmmsg batches per socket; positions, times, counters and deadlines updated."""
