@@ -18,7 +18,7 @@ through 256 values. Then a local[2] SparkSession
 The peer is the same rows (all ten columns, same types) written by pyarrow
 to one Parquet file (row groups of 131,072 rows, default compression) and
 read with ``spark.read.parquet``, which Spark reads natively in the JVM.
-Each query runs once untimed (workers start, the JIT warms), then
+Each query runs once untimed (workers start, the JIT warms; not with ``--quick``), then
 ``--repeat`` times; the table shows the best run, rows/s = messages / seconds.
 The ratio is archive rows/s over Parquet rows/s (> 1: the archive is faster).
 """
@@ -110,9 +110,10 @@ def write_parquet(spark_rows_source: Path, out: Path, messages: int) -> None:
         raise RuntimeError(f"Parquet got {rows:,} rows, expected {messages:,}")
 
 
-def timed(run: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """(best, median) seconds of ``repeat`` runs after one untimed warm-up run."""
-    run()
+def timed(run: Callable[[], object], repeat: int, warm_up: bool = True) -> tuple[float, float]:
+    """(best, median) seconds of ``repeat`` runs after one untimed warm-up run (if ``warm_up``)."""
+    if warm_up:
+        run()
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
@@ -132,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--batch-rows", type=int, default=65_536, help="archive: max_rows_per_batch option (default: %(default)s)"
     )
-    parser.add_argument("--quick", action="store_true", help="smoke run: 50,000 messages, one timed run")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 50,000 messages, one run, no warm-up")
     args = parser.parse_args(argv)
     messages = 50_000 if args.quick else args.messages
     repeat = 1 if args.quick else args.repeat
@@ -195,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             ("parquet count", count(parquet_df)),
             ("parquet groupBy", group(parquet_df)),
         ):
-            results[name] = best, _ = timed(run, repeat)
+            results[name] = best, _ = timed(run, repeat, warm_up=not args.quick)
             print(f"  {name}: {messages / best:,.0f} rows/s", file=sys.stderr, flush=True)
     finally:
         if spark is not None:

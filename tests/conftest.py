@@ -98,8 +98,11 @@ V15_DRIVER_SETTINGS: dict[str, object] = {**FAST_DRIVER_SETTINGS, "cnc_generatio
 
 
 def _driver_settings(request: pytest.FixtureRequest) -> dict[str, object]:
-    """Today's generation (the default) unless the test is marked ``cnc_v15``."""
-    return V15_DRIVER_SETTINGS if request.node.get_closest_marker("cnc_v15") else FAST_DRIVER_SETTINGS
+    """Today's generation (the default) unless the test is marked ``cnc_v15``; a ``driver_settings(**fields)``
+    marker changes fields (shorter timeouts for a test that waits them out, say)."""
+    settings = V15_DRIVER_SETTINGS if request.node.get_closest_marker("cnc_v15") else FAST_DRIVER_SETTINGS
+    marker = request.node.get_closest_marker("driver_settings")
+    return {**settings, **marker.kwargs} if marker else settings
 
 
 @pytest.fixture

@@ -14,13 +14,14 @@ in a cache; without such a CPython these tests skip, saying so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
 import struct
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,7 @@ OUR_DRIVER_SETTINGS: dict[str, object] = {
     "term_buffer_length": 1 << 20,
     "ipc_term_buffer_length": 1 << 20,
 }
+SHORT_CLIENT_LIVENESS_NS = 2_000_000_000
 LOSS_SETTINGS: dict[str, object] = {
     "send_loss_rate": 0.05,
     "send_fault_seed": 31,
@@ -98,11 +100,11 @@ def c_dir(aeron_dir: Path) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def c_driver(aeron_c: AeronC, c_dir: Path, tmp_path: Path) -> Iterator[Path]:
-    """The C media driver (SHARED threading) in a peer process on ``c_dir``; stopped by its group id."""
-    log = tmp_path / "c-driver.log"
-    proc = aeron_c.start(PEER, "driver", str(c_dir), log_path=log)
+@contextlib.contextmanager
+def running_c_driver(aeron_c: AeronC, c_dir: Path, log: Path, env: Mapping[str, str] | None = None) -> Iterator[Path]:
+    """The C media driver (SHARED threading) in a peer process on ``c_dir``, configured by Aeron's environment
+    variables in ``env``; stopped by its group id."""
+    proc = aeron_c.start(PEER, "driver", str(c_dir), log_path=log, env=env)
     try:
         execute_until(
             lambda: proc.poll() is None and "driver-ready" in log.read_text(),
@@ -113,6 +115,13 @@ def c_driver(aeron_c: AeronC, c_dir: Path, tmp_path: Path) -> Iterator[Path]:
         yield c_dir
     finally:
         AeronC.stop(proc)
+
+
+@pytest.fixture
+def c_driver(aeron_c: AeronC, c_dir: Path, tmp_path: Path) -> Iterator[Path]:
+    """The C media driver with its defaults on ``c_dir``."""
+    with running_c_driver(aeron_c, c_dir, tmp_path / "c-driver.log") as path:
+        yield path
 
 
 def check_received(output: str, count: int, subscribers: int) -> None:
@@ -288,12 +297,20 @@ def test_our_client_uses_today_s_commands_and_error_codes_on_the_c_driver(c_driv
             aeron.add_publication("aeron:bogus", 1)
 
 
-def test_our_client_stays_alive_on_the_c_driver_past_its_liveness_timeout(c_driver: Path) -> None:
-    """Today's drivers time clients out by the heartbeat counter, which our client must stamp."""
-    with Aeron.connect(aeron_dir=c_driver) as aeron:
+def test_our_client_stays_alive_on_the_c_driver_past_its_liveness_timeout(
+    aeron_c: AeronC, c_dir: Path, tmp_path: Path
+) -> None:
+    """Today's drivers time clients out by the heartbeat counter, which our client must stamp. The driver's
+    liveness timeout is set to 2 s (its default is 10 s) so that waiting past it is short."""
+    env = {"AERON_CLIENT_LIVENESS_TIMEOUT": str(SHORT_CLIENT_LIVENESS_NS)}
+    with (
+        running_c_driver(aeron_c, c_dir, tmp_path / "c-driver.log", env) as c_driver,
+        Aeron.connect(aeron_dir=c_driver) as aeron,
+    ):
         subscription = aeron.add_subscription("aeron:ipc", 77)
-        liveness_s = CncFile.map_existing(c_driver).client_liveness_timeout_ns / 1e9
-        time.sleep(min(liveness_s + 1.0, 12.0))
+        liveness_ns = CncFile.map_existing(c_driver).client_liveness_timeout_ns
+        assert liveness_ns == SHORT_CLIENT_LIVENESS_NS  # the driver took the setting: the wait below is past it
+        time.sleep(liveness_ns / 1e9 + 1.0)
         assert not aeron.is_closed
         publication = aeron.add_publication("aeron:ipc", 77)
         execute_until(lambda: subscription.is_connected and publication.is_connected, timeout_s=30, interval_s=0.01)

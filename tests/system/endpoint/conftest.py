@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -46,14 +46,15 @@ def _no_driver_left_behind() -> Iterator[None]:
 
 @pytest.fixture
 def start_server(tmp_path: Path, aeron_dir: Path) -> Iterator[Callable[..., LoggedProcess]]:
-    """``start(port, directory, *options)`` starts ``server_process.py`` on them (wait for ``has("serving ")``
-    before connecting). Every one still running at the end is SIGKILLed by pid (before
-    ``aeron_dir`` is removed)."""
+    """``start(port, directory, *options, env=None)`` starts ``server_process.py`` on them (wait for
+    ``has("serving ")`` before connecting), with ``env`` added to the environment (``AERON_*`` settings of its
+    driver, say). Every one still running at the end is SIGKILLed by pid (before ``aeron_dir`` is removed)."""
     started: list[LoggedProcess] = []
 
-    def start(port: int, directory: Path, *options: str) -> LoggedProcess:
+    def start(port: int, directory: Path, *options: str, env: Mapping[str, str] | None = None) -> LoggedProcess:
         args = [sys.executable, str(SERVER_PROCESS), "--port", str(port), "--aeron-dir", str(directory), *options]
-        started.append(LoggedProcess.spawn(args, tmp_path / f"server-{len(started)}.log"))
+        environ = {**os.environ, **env} if env else None
+        started.append(LoggedProcess.spawn(args, tmp_path / f"server-{len(started)}.log", environ))
         return started[-1]
 
     try:

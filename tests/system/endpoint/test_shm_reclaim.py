@@ -22,7 +22,9 @@ from support.logged_process import LoggedProcess
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 CLIENT = Path(__file__).with_name("unique_client.py")
-ROUNDS = 10
+ROUNDS = 4
+"""Three reclaims of a killed client's directory, each asserted, prove "again and again" (each round is
+a process start: the cost of this test)."""
 
 
 def _their_dirs(base: Path) -> list[Path]:

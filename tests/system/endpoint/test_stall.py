@@ -3,8 +3,8 @@
 A stall shorter than the liveness timeouts costs nothing: the server's embedded driver does not restart,
 its clients are not timed out, and the client's connection (IPC on the server's driver, or UDP with a
 driver of its own) is the same one afterwards, with no disconnect told. The server here stalls for longer
-than the driver's own client liveness timeout (5 s, Aeron's default), which used to make the driver time
-out the end point's own client in its process and restart; but for less than the end points'
+than its driver's own client liveness timeout (set to 3 s; Aeron's default is 5 s), which used to make the
+driver time out the end point's own client in its process and restart; but for less than the end points'
 ``peer_timeout`` and ``driver_timeout``.
 
 A stall longer than ``peer_timeout`` ends the connection on both sides, each told through on_disconnect
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from driver.cnc import CncFile
 from endpoint import Client, Connection
 from support.endpoints import TRANSPORTS, Ack, Num, client_config, wait_until
 from support.logged_process import LoggedProcess
@@ -30,8 +31,10 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 PEER_TIMEOUT = 12.0
 DRIVER_TIMEOUT = 15.0
-STALL_S = 6.0
-"""Longer than the driver's client liveness timeout (5 s), well shorter than peer_timeout and driver_timeout
+SERVER_CLIENT_LIVENESS_NS = 3_000_000_000
+"""The server's driver's client liveness timeout (the suite's drivers use 3 s too): a stall past it is shorter."""
+STALL_S = 4.0
+"""Longer than the server's driver's client liveness timeout, well shorter than peer_timeout and driver_timeout
 (margins for a loaded machine, where the resumed process takes a while to catch up)."""
 
 
@@ -52,6 +55,7 @@ async def test_a_stall_shorter_than_the_timeouts_costs_nothing(
         str(DRIVER_TIMEOUT),
         "--ping-interval",
         "0.5",
+        env={"AERON_CLIENT_LIVENESS_TIMEOUT": str(SERVER_CLIENT_LIVENESS_NS)},
     )
     acks: list[int] = []
     lost: list[Connection] = []
@@ -72,6 +76,8 @@ async def test_a_stall_shorter_than_the_timeouts_costs_nothing(
     client.on_error(lambda conn, exc: errors.append(exc))
     try:
         await wait_until(partial(server.has, "serving "), 30, 0.02, "the server to serve")
+        with CncFile.map_existing(aeron_dir) as cnc:  # the server's driver took the setting: the stall outlasts it
+            assert cnc.client_liveness_timeout_ns == SERVER_CLIENT_LIVENESS_NS
         async with asyncio.timeout(120), client:
             conn = await client.connect("127.0.0.1", port)
             assert conn.is_ipc == (transport == "ipc")

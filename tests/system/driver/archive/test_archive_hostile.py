@@ -317,12 +317,16 @@ time.sleep(60)
 """
 
 
+@pytest.mark.driver_settings(image_liveness_timeout_ns=3_000_000_000, publication_connection_timeout_ns=3_000_000_000)
 def test_a_client_killed_mid_replay_leaves_no_session_or_replay_behind(
     make_archive: Callable[..., ArchiveHarness],
 ) -> None:
     """A client process SIGKILLed with a control session, a waiting replay and a recording subscription open
     over UDP on 127.0.0.1: its session ends (its response channel disconnects), its replay ends (its subscriber
-    and its limit counter go); the recording subscription stays, as Aeron's do (it belongs to the archive)."""
+    and its limit counter go); the recording subscription stays, as Aeron's do (it belongs to the archive).
+
+    The driver first times the dead client out, then its image, then the publication's connection: each
+    timeout is 3 s here (Aeron's 10 s and 5 s defaults for the last two would add 9 s to wait out)."""
     control_port, response_port, replay_port = (free_udp_port() for _ in range(3))
     harness = make_archive(
         control_channel=f"aeron:udp?endpoint=127.0.0.1:{control_port}",
