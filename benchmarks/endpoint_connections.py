@@ -100,20 +100,23 @@ def endpoint_server(
     out: Any,
     env: dict[str, str] | None = None,
     profile: str = "",
+    window: tuple[Any, Any] | None = None,
 ) -> None:
     """A ``Server`` that counts its live connections in ``connected`` until ``stop``; then reports its errors.
 
     ``env`` is set first: ``AERON_*`` variables reach the embedded driver's context. ``profile``: a file to write
-    the server process's cProfile statistics to (its event loop's thread; the driver's own threads are not in it).
+    the server process's cProfile statistics to (its event loop's thread; the driver's own threads are not in it),
+    over its whole life or, with ``window`` (two events), from the first event set to the second.
     """
     os.environ.update(env or {})
     if profile:
         import cProfile
 
         profiler = cProfile.Profile()
-        profiler.enable()
+        if window is None:
+            profiler.enable()
         try:
-            _endpoint_server(aeron_dir, port, connected, ready, stop, out)
+            _endpoint_server(aeron_dir, port, connected, ready, stop, out, profiler if window else None, window)
         finally:
             profiler.disable()
             profiler.dump_stats(profile)
@@ -127,7 +130,16 @@ _SERVER_GC_ENV = "BENCH_SERVER_GC"
 generation's threshold): ``--storm-server-env BENCH_SERVER_GC=freeze,10000``."""
 
 
-def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop: Any, out: Any) -> None:
+def _endpoint_server(
+    aeron_dir: str,
+    port: int,
+    connected: Any,
+    ready: Any,
+    stop: Any,
+    out: Any,
+    profiler: Any = None,
+    window: tuple[Any, Any] | None = None,
+) -> None:
 
     # The garbage collector's time (full collections grow with the objects every connection holds).
     gc_time = [0.0, 0.0, 0]
@@ -141,8 +153,19 @@ def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop
 
     gc.callbacks.append(on_gc)
 
+    async def profile_window() -> None:
+        # cProfile follows the thread that enables it: the event loop's, where the storm is served.
+        assert window is not None
+        if await wait_event(window[0], 3600, interval=0.001):
+            profiler.enable()
+            await wait_event(window[1], 3600, interval=0.01)
+            profiler.disable()
+
     async def serve() -> None:
         from endpoint import Connection, Server, ServerConfiguration
+
+        if profiler is not None:
+            profiling = asyncio.ensure_future(profile_window())
 
         # Integer settings to override, as NAME=VALUE,... (the storm phases' --storm-server-config).
         extra = {
@@ -181,6 +204,8 @@ def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop
                 await wait_event(stop, 3600, interval=0.1)
                 gc_note = f"; gc {gc_time[0]:.2f} s in {gc_time[2]} collections" if gc_time[2] else ""
                 out.put(("server", len(errors), errors[:3], repr(server.handshake_stats) + gc_note))
+                if profiler is not None:
+                    profiling.cancel()
         except Exception as exc:
             out.put(("server", -1, [f"{type(exc).__name__}: {exc}"], ""))
             raise
@@ -403,10 +428,21 @@ class Storm(NamedTuple):
 
 
 def storm_clients(
-    aeron_dir: str, port: int, local_ports: list[int], count: int, go: Any, out: Any, release: Any
+    aeron_dir: str,
+    port: int,
+    local_ports: list[int],
+    count: int,
+    go: Any,
+    out: Any,
+    release: Any,
+    profile: str = "",
 ) -> None:
     """Client process: ``count`` UDP clients (on ``local_ports`` when given: a route each; else sharing one) all
-    connecting at once when ``go`` is set; reports (ok, start, end, failures), then holds them until ``release``."""
+    connecting at once when ``go`` is set; reports (ok, start, end, failures), then holds them until ``release``.
+    ``profile``: a file for the process's cProfile statistics over the connects."""
+    import cProfile
+
+    profiler = cProfile.Profile()
 
     async def run() -> None:
         from endpoint import Client
@@ -416,7 +452,12 @@ def storm_clients(
         await asyncio.sleep(0)
         await wait_event(go, 120, interval=0.01)
         start, cpu = time.time(), time.process_time()
+        if profile:
+            profiler.enable()
         outcomes = await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients), return_exceptions=True)
+        if profile:
+            profiler.disable()
+            profiler.dump_stats(profile)
         end, cpu = time.time(), time.process_time() - cpu
         failures: dict[str, int] = {}
         for o in outcomes:
@@ -438,13 +479,15 @@ def run_storm(
     separate processes have), else the clients of a process share one."""
     with children() as group:
         ctx = group.ctx
-        ready, stop, go, release = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
+        ready, stop, go, release, stormed = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
         out, server_out = ctx.Queue(), ctx.Queue()
         connected = ctx.Value("i", 0, lock=False)
         server_dir = fresh_aeron_dir("ep-storm-srv")
         group.dirs.append(server_dir)
         port = free_udp_port()
-        server = group.start(endpoint_server, str(server_dir), port, connected, ready, stop, server_out, env, profile)
+        server = group.start(
+            endpoint_server, str(server_dir), port, connected, ready, stop, server_out, env, profile, (go, stormed)
+        )
         if not ready.wait(60):
             raise RuntimeError("the server process did not start")
         ports = distinct_free_udp_ports(processes * per_process) if own_routes else []
@@ -453,12 +496,16 @@ def run_storm(
             client_dir = fresh_aeron_dir("ep-storm-cli")
             group.dirs.append(client_dir)
             mine = ports[i * per_process : (i + 1) * per_process]
-            procs.append(group.start(storm_clients, str(client_dir), port, mine, per_process, go, out, release))
+            client_profile = f"{profile}.client{i}" if profile else ""
+            procs.append(
+                group.start(storm_clients, str(client_dir), port, mine, per_process, go, out, release, client_profile)
+            )
         time.sleep(3.0 + 0.2 * per_process * processes / 100)  # client processes start their drivers
         cpu_before = cpu_seconds(server.pid)
         go.set()
         results = [out.get(timeout=300) for _ in procs]
         cpu_after = cpu_seconds(server.pid)
+        stormed.set()
         release.set()
         for proc in procs:
             group.join(proc, 60)
@@ -651,7 +698,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="(s) ServerConfiguration settings for the server, e.g. max_answer_routes_per_source=1024",
     )
     parser.add_argument("--storm-only", default="", help="(s) 'routes' or 'shared': run that phase only")
-    parser.add_argument("--storm-profile", default="", help="(s) write the server's cProfile stats to FILE.<phase>")
+    parser.add_argument(
+        "--storm-profile",
+        default="",
+        help="(s) write the server's cProfile stats over the storm to FILE.<phase>, client process i's to "
+        "FILE.<phase>.client<i>",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 20 handshakes, 40 clients, 1 s windows")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))

@@ -113,6 +113,9 @@ async def await_request(conductor: RequestService, request: PendingRequest) -> o
     """Wait for the driver's answer to ``request`` without blocking the loop (bounded by the driver timeout)."""
     backoff = PollBackoff(yield_window=_DRIVER_ANSWER_WINDOW_S)
     try:
+        # Let the other tasks of this loop round send their commands first: a driver in this process then answers
+        # them all in one duty cycle (a connect storm begins hundreds at once; each first poll ran a whole cycle).
+        await anyio.sleep(0)
         while not conductor.try_service(request):
             await backoff.idle()
     except BaseException:
