@@ -213,7 +213,9 @@ def _endpoint_server(
     asyncio.run(serve())
 
 
-def _client_config(aeron_dir: str, udp: bool, connect_timeout: float = 30.0, local_port: int = 0) -> Any:
+def _client_config(
+    aeron_dir: str, udp: bool, connect_timeout: float = 30.0, local_port: int = 0, local_address: str | None = None
+) -> Any:
     from endpoint import ClientConfiguration
 
     return ClientConfiguration(
@@ -222,6 +224,7 @@ def _client_config(aeron_dir: str, udp: bool, connect_timeout: float = 30.0, loc
         prefer_ipc=not udp,
         connect_timeout=connect_timeout,
         local_port=local_port,
+        local_address=local_address,
     )
 
 
@@ -436,10 +439,12 @@ def storm_clients(
     out: Any,
     release: Any,
     profile: str = "",
+    local_addresses: list[str] | None = None,
 ) -> None:
     """Client process: ``count`` UDP clients (on ``local_ports`` when given: a route each; else sharing one) all
     connecting at once when ``go`` is set; reports (ok, start, end, failures), then holds them until ``release``.
-    ``profile``: a file for the process's cProfile statistics over the connects."""
+    ``profile``: a file for the process's cProfile statistics over the connects. ``local_addresses``: each
+    client's own source address (loopback aliases standing for hosts of their own), else 127.0.0.1 for all."""
     import cProfile
 
     profiler = cProfile.Profile()
@@ -448,7 +453,11 @@ def storm_clients(
         from endpoint import Client
 
         ports = local_ports or [0] * count
-        clients = [Client(_client_config(str(aeron_dir), True, connect_timeout=30.0, local_port=p)) for p in ports]
+        addresses: list[str | None] = list(local_addresses) if local_addresses else [None] * count
+        clients = [
+            Client(_client_config(str(aeron_dir), True, connect_timeout=30.0, local_port=p, local_address=a))
+            for p, a in zip(ports, addresses, strict=True)
+        ]
         await asyncio.sleep(0)
         await wait_event(go, 120, interval=0.01)
         start, cpu = time.time(), time.process_time()
@@ -472,11 +481,18 @@ def storm_clients(
 
 
 def run_storm(
-    processes: int, per_process: int, own_routes: bool, profile: str = "", env: dict[str, str] | None = None
+    processes: int,
+    per_process: int,
+    own_routes: bool,
+    profile: str = "",
+    env: dict[str, str] | None = None,
+    sources: int = 0,
 ) -> Storm:
     """``processes`` client processes (a driver each) of ``per_process`` UDP clients each, all connecting at once
     into one server process: with ``own_routes`` a handshake route per client (a local port each, as clients in
-    separate processes have), else the clients of a process share one."""
+    separate processes have), else the clients of a process share one. ``sources`` > 0: the clients come from that
+    many loopback addresses (127.0.0.2, ...) in turn, as clients on hosts of their own would, instead of all from
+    127.0.0.1 (where the server's per-address caps, a flood defence, hold them to 64 handshake routes at once)."""
     with children() as group:
         ctx = group.ctx
         ready, stop, go, release, stormed = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
@@ -497,8 +513,22 @@ def run_storm(
             group.dirs.append(client_dir)
             mine = ports[i * per_process : (i + 1) * per_process]
             client_profile = f"{profile}.client{i}" if profile else ""
+            addresses = (
+                [f"127.0.0.{2 + n % sources}" for n in range(i * per_process, (i + 1) * per_process)] if sources else []
+            )
             procs.append(
-                group.start(storm_clients, str(client_dir), port, mine, per_process, go, out, release, client_profile)
+                group.start(
+                    storm_clients,
+                    str(client_dir),
+                    port,
+                    mine,
+                    per_process,
+                    go,
+                    out,
+                    release,
+                    client_profile,
+                    addresses,
+                )
             )
         time.sleep(3.0 + 0.2 * per_process * processes / 100)  # client processes start their drivers
         cpu_before = cpu_seconds(server.pid)
@@ -682,6 +712,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--only", default="abc", help="parts to run, e.g. 'a' or 'bc'; 's' (connect storms) on demand")
     parser.add_argument("--storm-processes", type=int, default=4, help="(s) client processes, a route per client")
     parser.add_argument("--storm-per-process", type=int, default=100, help="(s) clients per client process")
+    parser.add_argument(
+        "--storm-sources",
+        type=int,
+        default=0,
+        help="(s) routes phase: the clients come from this many loopback addresses (127.0.0.2, ...) in turn, as "
+        "clients on hosts of their own; 0: all from 127.0.0.1, which the server's per-address caps hold to 64 routes "
+        "at once",
+    )
     parser.add_argument("--storm-shared", type=int, default=400, help="(s) clients in one process sharing a route")
     parser.add_argument(
         "--storm-server-env",
@@ -829,7 +867,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         storm_rows: list[tuple[object, ...]] = []
         phases = [
             (
-                f"{args.storm_processes} processes x {args.storm_per_process}, a route each",
+                f"{args.storm_processes} processes x {args.storm_per_process}, a route each"
+                + (f", from {args.storm_sources} addresses" if args.storm_sources else ""),
                 args.storm_processes,
                 args.storm_per_process,
                 True,
@@ -844,7 +883,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if args.storm_only and tag != args.storm_only:
                 continue
             profile = f"{args.storm_profile}.{tag}" if args.storm_profile else ""
-            st = run_storm(m, k, own, profile, server_env)
+            st = run_storm(m, k, own, profile, server_env, args.storm_sources if own else 0)
             rate = st.ok / st.seconds if st.seconds else 0.0
             storm_rows.append(
                 (name, f"{st.ok}/{st.tried}", st.seconds, rate, f"{st.server_cpu_ms:.1f}", f"{st.client_cpu_ms:.1f}")
