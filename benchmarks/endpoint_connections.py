@@ -4,6 +4,7 @@
                                               [--client-processes 4] [--concurrency 16] [--crowd-seconds 5]
                                               [--idle-clients 100] [--idle-seconds 10] [--only abcs] [--quick]
                                               [--storm-processes 4] [--storm-per-process 100] [--storm-shared 400]
+                                              [--storm-sources 16]
 
 About two minutes with the defaults on a 2-core machine, most of it the
 thousand IPC clients of (b) and the idle periods of (c).
@@ -35,11 +36,14 @@ used over ``--crowd-seconds`` while they sat idle.
 (s) Connect storms (only when asked: ``--only s``). UDP clients all calling
 ``connect`` at once into one server process: ``--storm-processes`` client
 processes (a driver each) of ``--storm-per-process`` clients with a handshake
-route each (a local port each), then one process of ``--storm-shared`` clients
-sharing one route. Reported: connections made, handshakes per second (first
-connect to last answer), the server's and the clients' CPU per connection
-(drivers included), failures by reason, the server's ``HandshakeStats`` and its
-garbage collector's time; ``--storm-profile`` writes the server's cProfile.
+route each (a local port each; from ``--storm-sources`` loopback addresses in
+turn when given, as clients on hosts of their own, else all from 127.0.0.1),
+then one process of ``--storm-shared`` clients sharing one route. Reported:
+connections made, handshakes per second (first connect to last answer), the
+server's and the clients' CPU per connection (drivers included), failures by
+reason, the server's ``HandshakeStats`` and its garbage collector's time;
+``--storm-profile`` writes the server's and each client process's cProfile over
+the storm.
 
 (c) An idle server with ``--idle-clients`` idle IPC clients (one client
 process): the server process's CPU time (``/proc/<pid>/stat``, all threads,
