@@ -4,6 +4,7 @@
                                               [--client-processes 4] [--concurrency 16] [--crowd-seconds 5]
                                               [--idle-clients 100] [--idle-seconds 10] [--only abcs] [--quick]
                                               [--storm-processes 4] [--storm-per-process 100] [--storm-shared 400]
+                                              [--storm-sources 16]
 
 About two minutes with the defaults on a 2-core machine, most of it the
 thousand IPC clients of (b) and the idle periods of (c).
@@ -35,11 +36,14 @@ used over ``--crowd-seconds`` while they sat idle.
 (s) Connect storms (only when asked: ``--only s``). UDP clients all calling
 ``connect`` at once into one server process: ``--storm-processes`` client
 processes (a driver each) of ``--storm-per-process`` clients with a handshake
-route each (a local port each), then one process of ``--storm-shared`` clients
-sharing one route. Reported: connections made, handshakes per second (first
-connect to last answer), the server's and the clients' CPU per connection
-(drivers included), failures by reason, the server's ``HandshakeStats`` and its
-garbage collector's time; ``--storm-profile`` writes the server's cProfile.
+route each (a local port each; from ``--storm-sources`` loopback addresses in
+turn when given, as clients on hosts of their own, else all from 127.0.0.1),
+then one process of ``--storm-shared`` clients sharing one route. Reported:
+connections made, handshakes per second (first connect to last answer), the
+server's and the clients' CPU per connection (drivers included), failures by
+reason, the server's ``HandshakeStats`` and its garbage collector's time;
+``--storm-profile`` writes the server's and each client process's cProfile over
+the storm.
 
 (c) An idle server with ``--idle-clients`` idle IPC clients (one client
 process): the server process's CPU time (``/proc/<pid>/stat``, all threads,
@@ -100,20 +104,23 @@ def endpoint_server(
     out: Any,
     env: dict[str, str] | None = None,
     profile: str = "",
+    window: tuple[Any, Any] | None = None,
 ) -> None:
     """A ``Server`` that counts its live connections in ``connected`` until ``stop``; then reports its errors.
 
     ``env`` is set first: ``AERON_*`` variables reach the embedded driver's context. ``profile``: a file to write
-    the server process's cProfile statistics to (its event loop's thread; the driver's own threads are not in it).
+    the server process's cProfile statistics to (its event loop's thread; the driver's own threads are not in it),
+    over its whole life or, with ``window`` (two events), from the first event set to the second.
     """
     os.environ.update(env or {})
     if profile:
         import cProfile
 
         profiler = cProfile.Profile()
-        profiler.enable()
+        if window is None:
+            profiler.enable()
         try:
-            _endpoint_server(aeron_dir, port, connected, ready, stop, out)
+            _endpoint_server(aeron_dir, port, connected, ready, stop, out, profiler if window else None, window)
         finally:
             profiler.disable()
             profiler.dump_stats(profile)
@@ -127,7 +134,16 @@ _SERVER_GC_ENV = "BENCH_SERVER_GC"
 generation's threshold): ``--storm-server-env BENCH_SERVER_GC=freeze,10000``."""
 
 
-def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop: Any, out: Any) -> None:
+def _endpoint_server(
+    aeron_dir: str,
+    port: int,
+    connected: Any,
+    ready: Any,
+    stop: Any,
+    out: Any,
+    profiler: Any = None,
+    window: tuple[Any, Any] | None = None,
+) -> None:
 
     # The garbage collector's time (full collections grow with the objects every connection holds).
     gc_time = [0.0, 0.0, 0]
@@ -141,8 +157,19 @@ def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop
 
     gc.callbacks.append(on_gc)
 
+    async def profile_window() -> None:
+        # cProfile follows the thread that enables it: the event loop's, where the storm is served.
+        assert window is not None
+        if await wait_event(window[0], 3600, interval=0.001):
+            profiler.enable()
+            await wait_event(window[1], 3600, interval=0.01)
+            profiler.disable()
+
     async def serve() -> None:
         from endpoint import Connection, Server, ServerConfiguration
+
+        if profiler is not None:
+            profiling = asyncio.ensure_future(profile_window())
 
         # Integer settings to override, as NAME=VALUE,... (the storm phases' --storm-server-config).
         extra = {
@@ -181,6 +208,8 @@ def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop
                 await wait_event(stop, 3600, interval=0.1)
                 gc_note = f"; gc {gc_time[0]:.2f} s in {gc_time[2]} collections" if gc_time[2] else ""
                 out.put(("server", len(errors), errors[:3], repr(server.handshake_stats) + gc_note))
+                if profiler is not None:
+                    profiling.cancel()
         except Exception as exc:
             out.put(("server", -1, [f"{type(exc).__name__}: {exc}"], ""))
             raise
@@ -188,7 +217,9 @@ def _endpoint_server(aeron_dir: str, port: int, connected: Any, ready: Any, stop
     asyncio.run(serve())
 
 
-def _client_config(aeron_dir: str, udp: bool, connect_timeout: float = 30.0, local_port: int = 0) -> Any:
+def _client_config(
+    aeron_dir: str, udp: bool, connect_timeout: float = 30.0, local_port: int = 0, local_address: str | None = None
+) -> Any:
     from endpoint import ClientConfiguration
 
     return ClientConfiguration(
@@ -197,6 +228,7 @@ def _client_config(aeron_dir: str, udp: bool, connect_timeout: float = 30.0, loc
         prefer_ipc=not udp,
         connect_timeout=connect_timeout,
         local_port=local_port,
+        local_address=local_address,
     )
 
 
@@ -403,20 +435,42 @@ class Storm(NamedTuple):
 
 
 def storm_clients(
-    aeron_dir: str, port: int, local_ports: list[int], count: int, go: Any, out: Any, release: Any
+    aeron_dir: str,
+    port: int,
+    local_ports: list[int],
+    count: int,
+    go: Any,
+    out: Any,
+    release: Any,
+    profile: str = "",
+    local_addresses: list[str] | None = None,
 ) -> None:
     """Client process: ``count`` UDP clients (on ``local_ports`` when given: a route each; else sharing one) all
-    connecting at once when ``go`` is set; reports (ok, start, end, failures), then holds them until ``release``."""
+    connecting at once when ``go`` is set; reports (ok, start, end, failures), then holds them until ``release``.
+    ``profile``: a file for the process's cProfile statistics over the connects. ``local_addresses``: each
+    client's own source address (loopback aliases standing for hosts of their own), else 127.0.0.1 for all."""
+    import cProfile
+
+    profiler = cProfile.Profile()
 
     async def run() -> None:
         from endpoint import Client
 
         ports = local_ports or [0] * count
-        clients = [Client(_client_config(str(aeron_dir), True, connect_timeout=30.0, local_port=p)) for p in ports]
+        addresses: list[str | None] = list(local_addresses) if local_addresses else [None] * count
+        clients = [
+            Client(_client_config(str(aeron_dir), True, connect_timeout=30.0, local_port=p, local_address=a))
+            for p, a in zip(ports, addresses, strict=True)
+        ]
         await asyncio.sleep(0)
         await wait_event(go, 120, interval=0.01)
         start, cpu = time.time(), time.process_time()
+        if profile:
+            profiler.enable()
         outcomes = await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients), return_exceptions=True)
+        if profile:
+            profiler.disable()
+            profiler.dump_stats(profile)
         end, cpu = time.time(), time.process_time() - cpu
         failures: dict[str, int] = {}
         for o in outcomes:
@@ -431,20 +485,29 @@ def storm_clients(
 
 
 def run_storm(
-    processes: int, per_process: int, own_routes: bool, profile: str = "", env: dict[str, str] | None = None
+    processes: int,
+    per_process: int,
+    own_routes: bool,
+    profile: str = "",
+    env: dict[str, str] | None = None,
+    sources: int = 0,
 ) -> Storm:
     """``processes`` client processes (a driver each) of ``per_process`` UDP clients each, all connecting at once
     into one server process: with ``own_routes`` a handshake route per client (a local port each, as clients in
-    separate processes have), else the clients of a process share one."""
+    separate processes have), else the clients of a process share one. ``sources`` > 0: the clients come from that
+    many loopback addresses (127.0.0.2, ...) in turn, as clients on hosts of their own would, instead of all from
+    127.0.0.1 (where the server's per-address caps, a flood defence, hold them to 64 handshake routes at once)."""
     with children() as group:
         ctx = group.ctx
-        ready, stop, go, release = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
+        ready, stop, go, release, stormed = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
         out, server_out = ctx.Queue(), ctx.Queue()
         connected = ctx.Value("i", 0, lock=False)
         server_dir = fresh_aeron_dir("ep-storm-srv")
         group.dirs.append(server_dir)
         port = free_udp_port()
-        server = group.start(endpoint_server, str(server_dir), port, connected, ready, stop, server_out, env, profile)
+        server = group.start(
+            endpoint_server, str(server_dir), port, connected, ready, stop, server_out, env, profile, (go, stormed)
+        )
         if not ready.wait(60):
             raise RuntimeError("the server process did not start")
         ports = distinct_free_udp_ports(processes * per_process) if own_routes else []
@@ -453,12 +516,30 @@ def run_storm(
             client_dir = fresh_aeron_dir("ep-storm-cli")
             group.dirs.append(client_dir)
             mine = ports[i * per_process : (i + 1) * per_process]
-            procs.append(group.start(storm_clients, str(client_dir), port, mine, per_process, go, out, release))
+            client_profile = f"{profile}.client{i}" if profile else ""
+            addresses = (
+                [f"127.0.0.{2 + n % sources}" for n in range(i * per_process, (i + 1) * per_process)] if sources else []
+            )
+            procs.append(
+                group.start(
+                    storm_clients,
+                    str(client_dir),
+                    port,
+                    mine,
+                    per_process,
+                    go,
+                    out,
+                    release,
+                    client_profile,
+                    addresses,
+                )
+            )
         time.sleep(3.0 + 0.2 * per_process * processes / 100)  # client processes start their drivers
         cpu_before = cpu_seconds(server.pid)
         go.set()
         results = [out.get(timeout=300) for _ in procs]
         cpu_after = cpu_seconds(server.pid)
+        stormed.set()
         release.set()
         for proc in procs:
             group.join(proc, 60)
@@ -635,6 +716,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--only", default="abc", help="parts to run, e.g. 'a' or 'bc'; 's' (connect storms) on demand")
     parser.add_argument("--storm-processes", type=int, default=4, help="(s) client processes, a route per client")
     parser.add_argument("--storm-per-process", type=int, default=100, help="(s) clients per client process")
+    parser.add_argument(
+        "--storm-sources",
+        type=int,
+        default=0,
+        help="(s) routes phase: the clients come from this many loopback addresses (127.0.0.2, ...) in turn, as "
+        "clients on hosts of their own; 0: all from 127.0.0.1, which the server's per-address caps hold to 64 routes "
+        "at once",
+    )
     parser.add_argument("--storm-shared", type=int, default=400, help="(s) clients in one process sharing a route")
     parser.add_argument(
         "--storm-server-env",
@@ -651,7 +740,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="(s) ServerConfiguration settings for the server, e.g. max_answer_routes_per_source=1024",
     )
     parser.add_argument("--storm-only", default="", help="(s) 'routes' or 'shared': run that phase only")
-    parser.add_argument("--storm-profile", default="", help="(s) write the server's cProfile stats to FILE.<phase>")
+    parser.add_argument(
+        "--storm-profile",
+        default="",
+        help="(s) write the server's cProfile stats over the storm to FILE.<phase>, client process i's to "
+        "FILE.<phase>.client<i>",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 20 handshakes, 40 clients, 1 s windows")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
@@ -777,7 +871,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         storm_rows: list[tuple[object, ...]] = []
         phases = [
             (
-                f"{args.storm_processes} processes x {args.storm_per_process}, a route each",
+                f"{args.storm_processes} processes x {args.storm_per_process}, a route each"
+                + (f", from {args.storm_sources} addresses" if args.storm_sources else ""),
                 args.storm_processes,
                 args.storm_per_process,
                 True,
@@ -792,7 +887,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if args.storm_only and tag != args.storm_only:
                 continue
             profile = f"{args.storm_profile}.{tag}" if args.storm_profile else ""
-            st = run_storm(m, k, own, profile, server_env)
+            st = run_storm(m, k, own, profile, server_env, args.storm_sources if own else 0)
             rate = st.ok / st.seconds if st.seconds else 0.0
             storm_rows.append(
                 (name, f"{st.ok}/{st.tried}", st.seconds, rate, f"{st.server_cpu_ms:.1f}", f"{st.client_cpu_ms:.1f}")

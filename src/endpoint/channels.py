@@ -177,12 +177,29 @@ def is_local_host(ip: str) -> bool:
         return False
 
 
+_ROUTE_LOOKUP_TTL_NS = 1_000_000_000
+_ROUTE_LOOKUPS_MAX = 256
+_route_clock_ns = time.monotonic_ns
+_route_lookups: dict[str, tuple[int, str]] = {}
+"""Recent answers of :func:`local_address_towards` by destination, for :data:`_ROUTE_LOOKUP_TTL_NS` (a route that
+changes is seen a second later): a connect storm asked the kernel twice per client, a socket each time. At most
+:data:`_ROUTE_LOOKUPS_MAX` destinations (the oldest goes first)."""
+
+
 def local_address_towards(ip: str) -> str:
     """The local address the kernel would use to reach ``ip`` (no packet is sent)."""
+    now_ns = _route_clock_ns()
+    known = _route_lookups.get(ip)
+    if known is not None and now_ns - known[0] < _ROUTE_LOOKUP_TTL_NS:
+        return known[1]
     family = socket.AF_INET6 if ipaddress.ip_address(ip).version == 6 else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect((ip, 9))
-        return str(s.getsockname()[0])
+        local = str(s.getsockname()[0])
+    if ip not in _route_lookups and len(_route_lookups) >= _ROUTE_LOOKUPS_MAX:
+        del _route_lookups[next(iter(_route_lookups))]
+    _route_lookups[ip] = (now_ns, local)
+    return local
 
 
 def free_udp_port(host: str) -> int:

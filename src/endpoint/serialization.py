@@ -185,6 +185,22 @@ def _unset(_: object) -> Any:  # pragma: no cover - replaced before use
     raise AssertionError("codec entry not built")
 
 
+class _Description:
+    """What the handshake shows of a frozen registry, made once per process for equal registries."""
+
+    __slots__ = ("packed", "schemas")
+
+    def __init__(self) -> None:
+        self.schemas: list[ClassSchema] | None = None
+        self.packed: bytes | None = None
+
+
+_DESCRIBED_MAX = 16
+_described: dict[tuple[tuple[int, type, tuple[str, tuple[str, ...]]], ...], _Description] = {}
+"""Descriptions of frozen registries by what they register (:meth:`Serialization._shared_description`), at most
+:data:`_DESCRIBED_MAX` (registries come from the program, not the network)."""
+
+
 class Serialization:
     """Registry of message types plus the codec; frozen once an end point starts using it.
 
@@ -312,6 +328,10 @@ class Serialization:
         the handshake compares (see :mod:`endpoint.schema`)."""
         if self._schemas is not None:
             return self._schemas
+        shared = self._shared_description()
+        if shared is not None and shared.schemas is not None:
+            self._schemas = shared.schemas
+            return shared.schemas
         name_of = self._type_ref
         schemas = [
             describe(self._classes[type_id], type_id, self._names[type_id][0], name_of)
@@ -319,16 +339,38 @@ class Serialization:
         ]
         if self._frozen:
             self._schemas = schemas
+            if shared is not None:
+                shared.schemas = schemas
         return schemas
 
     def packed_schemas(self) -> bytes:
         """:meth:`schemas` packed for the handshake (:func:`endpoint.schema.pack`); made once when frozen."""
         packed = self._packed
         if packed is None:
+            shared = self._shared_description()
+            if shared is not None and shared.packed is not None:
+                packed = self._packed = shared.packed
+                return packed
             packed = pack(self.schemas())
             if self._frozen:
                 self._packed = packed
+                if shared is not None:
+                    shared.packed = packed
         return packed
+
+    def _shared_description(self) -> _Description | None:
+        """The description of a frozen registry of the same classes under the same ids and names, made by any
+        registry of this process (None while not frozen): a host's clients each have a registry of their own, and
+        describing and packing the classes was a millisecond of every connect in a storm of hundreds."""
+        if not self._frozen:
+            return None
+        key = tuple((type_id, self._classes[type_id], self._names[type_id]) for type_id in sorted(self._classes))
+        shared = _described.get(key)
+        if shared is None:
+            if len(_described) >= _DESCRIBED_MAX:
+                del _described[next(iter(_described))]
+            shared = _described[key] = _Description()
+        return shared
 
     def _type_ref(self, cls: type) -> str | None:
         type_id = self._ids.get(cls)

@@ -365,9 +365,10 @@ class Aeron:
 
     async def _begin_async(self, start: Callable[[], PendingRequest]) -> PendingRequest:
         lock = self._conductor.lock
-        with anyio.fail_after(self.context.driver_timeout_ms / 1000.0):
-            while not lock.acquire(blocking=False):
-                await anyio.sleep(0.000_1)
+        if not lock.acquire(blocking=False):  # usually free: the timed wait (a cancel scope) only when it is not
+            with anyio.fail_after(self.context.driver_timeout_ms / 1000.0):
+                while not lock.acquire(blocking=False):
+                    await anyio.sleep(0.000_1)
         try:
             return start()
         finally:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -186,7 +187,8 @@ class ClientConductor:
 
         self._resources: dict[int, Publication | Subscription | Counter] = {}
         self._logs: dict[int, _MappedLog] = {}
-        self._lingering: list[_MappedLog] = []
+        self._lingering: deque[_MappedLog] = deque()
+        """Released logs kept mapped a while, oldest first (each stamped when it joins the end)."""
         self._pending: dict[int, PendingRequest] = {}
         self._is_closed = False
         self._is_terminating = False
@@ -289,15 +291,11 @@ class ClientConductor:
         if self._pending:
             self._drop_stale_requests(now_ns)
         lingering = self._lingering
-        if lingering:
-            linger_ns = self._resource_linger_ns
-            keep = [log for log in lingering if now_ns - log.time_of_last_state_change_ns <= linger_ns]
-            if len(keep) != len(lingering):
-                for log in lingering:
-                    if now_ns - log.time_of_last_state_change_ns > linger_ns:
-                        log.buffers.close()
-                        work += 1
-                self._lingering = keep
+        linger_ns = self._resource_linger_ns
+        # Oldest first: only the expired head is looked at (a storm's closes left hundreds, scanned every 16 ms).
+        while lingering and now_ns - lingering[0].time_of_last_state_change_ns > linger_ns:
+            lingering.popleft().buffers.close()
+            work += 1
         return work
 
     def _stamp_heartbeat(self) -> None:

@@ -46,6 +46,35 @@ def _usable_space(directory: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
+_SPACE_RECHECK_EVERY = 32
+_SPACE_SLACK = 256 << 20
+_SPACE_DIRECTORIES_MAX = 16
+_space: dict[Path, tuple[int, int]] = {}
+"""Per directory: the logs created there since its usable space was last read, and that figure less their
+lengths."""
+
+
+def _enough_space(directory: Path, length: int) -> int | None:
+    """None when ``directory`` has room for ``length`` more bytes, else the usable space it has.
+
+    A connect storm creates a few logs per connection, and each read of the file system's figures cost a
+    ``statvfs`` (slow on a busy tmpfs). So a directory's figure is read for one log in
+    :data:`_SPACE_RECHECK_EVERY`, less what was created there since for the others; and for every log once that
+    leaves under :data:`_SPACE_SLACK` to spare (others use the file system too)."""
+    known = _space.get(directory)
+    if known is not None and known[0] < _SPACE_RECHECK_EVERY and known[1] - length >= _SPACE_SLACK:
+        _space[directory] = (known[0] + 1, known[1] - length)
+        return None
+    usable = _usable_space(directory)
+    if usable < length:
+        _space.pop(directory, None)
+        return usable
+    if directory not in _space and len(_space) >= _SPACE_DIRECTORIES_MAX:
+        del _space[next(iter(_space))]
+    _space[directory] = (1, usable - length)
+    return None
+
+
 def _fill_zeros(fd: int, length: int) -> None:
     try:
         os.posix_fallocate(fd, 0, length)
@@ -92,11 +121,10 @@ class LogBuffers:
         check_page_size(page_size)
         file_path = Path(path)
         length = compute_log_length(term_length, page_size)
-        usable = _usable_space(file_path.parent)
-        if usable < length:
+        usable = _enough_space(file_path.parent, length)
+        if usable is not None:
             raise StorageSpaceError(
-                f"insufficient usable storage for new log of length={length} in {file_path.parent} "
-                f"(usable={usable})"
+                f"insufficient usable storage for new log of length={length} in {file_path.parent} (usable={usable})"
             )
         fd = os.open(file_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
         try:

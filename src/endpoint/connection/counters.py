@@ -14,6 +14,7 @@ and the connection goes on without it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -95,17 +96,23 @@ class ConnectionCounters:
         key = connection_key(connection, self.role)
         encoded = key.encode()
         self._pending.add(connection)
-        allocated: list[Counter] = []
         try:
-            for type_id in _TYPE_IDS:
-                allocated.append(await aeron.add_counter_async(type_id, encoded, key.label(type_id)))
-        except Exception as exc:  # counters file full or driver gone: the connection goes on without them
-            self.failures += 1
-            _log.debug("no counters for connection %s: %s", connection.id, exc)
-            await _release(aeron, allocated)
-            return
+            # The three commands in flight at once: the driver answers them in one duty cycle, not three.
+            outcomes = await asyncio.gather(
+                *(aeron.add_counter_async(type_id, encoded, key.label(type_id)) for type_id in _TYPE_IDS),
+                return_exceptions=True,
+            )
         finally:
             self._pending.discard(connection)
+        allocated = [c for c in outcomes if isinstance(c, Counter)]
+        failed = [e for e in outcomes if isinstance(e, BaseException)]
+        if failed:  # counters file full or driver gone: the connection goes on without them
+            self.failures += 1
+            _log.debug("no counters for connection %s: %s", connection.id, failed[0])
+            await _release(aeron, allocated)
+            if not isinstance(failed[0], Exception):
+                raise failed[0]  # cancelled: not a failure to swallow
+            return
         if connection.is_closed:
             await _release(aeron, allocated)
             return
@@ -289,13 +296,21 @@ def used_counter_slots(reader: CountersReader) -> int:
 
 
 async def _release(aeron: Aeron, counters: list[Counter]) -> None:
+    """Free ``counters``: every release sent first, then their answers awaited (one driver duty cycle, not one
+    each)."""
     conductor = aeron.conductor
+    requests = []
     for counter in counters:
         try:
             request = conductor.begin_release(counter)
             if request is not None:
-                await await_request(conductor, request)
+                requests.append((counter, request))
         except Exception as exc:  # the driver may be gone; its counters with it
+            _log.debug("freeing %r failed: %s", counter, exc)
+    for counter, request in requests:
+        try:
+            await await_request(conductor, request)
+        except Exception as exc:
             _log.debug("freeing %r failed: %s", counter, exc)
 
 

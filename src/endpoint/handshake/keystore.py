@@ -98,6 +98,22 @@ def load_or_create_private_key(path: Path | None) -> X25519PrivateKey:
     return key
 
 
+_PARSED_FILES_MAX = 8
+_parsed: dict[Path, tuple[tuple[int, int, int], dict[str, bytes]]] = {}
+"""The pin files this process read last, by path: (stamp, pins). A host's clients each keep a
+:class:`KnownServers` of the same file; a connect storm of hundreds read and parsed it once each (a grown file
+took milliseconds every time). Bounded by :data:`_PARSED_FILES_MAX` paths (from configuration, not the network)."""
+
+
+def _remember_parsed(path: Path, stamp: tuple[int, int, int] | None, keys: dict[str, bytes]) -> None:
+    if stamp is None:
+        _parsed.pop(path, None)
+        return
+    if path not in _parsed and len(_parsed) >= _PARSED_FILES_MAX:
+        del _parsed[next(iter(_parsed))]
+    _parsed[path] = (stamp, dict(keys))
+
+
 class KnownServers:
     """Trust on first use: the public key each server address ("host:port") presented the first time."""
 
@@ -126,7 +142,12 @@ class KnownServers:
         stamp = self._file_stamp()
         if stamp == self._stamp:
             return
-        self._keys = self._load(self.path) if stamp is not None or self.path.is_symlink() else {}
+        parsed = _parsed.get(self.path)
+        if stamp is not None and parsed is not None and parsed[0] == stamp:
+            self._keys = dict(parsed[1])  # ours to change (remember, forget)
+        else:
+            self._keys = self._load(self.path) if stamp is not None or self.path.is_symlink() else {}
+            _remember_parsed(self.path, stamp, self._keys)
         self._stamp = stamp
 
     @contextlib.contextmanager
@@ -223,3 +244,4 @@ class KnownServers:
         except OSError as exc:
             raise ConfigurationError(f"cannot write known servers file {self.path}: {exc.strerror or exc}") from exc
         self._stamp = self._file_stamp()
+        _remember_parsed(self.path, self._stamp, self._keys)

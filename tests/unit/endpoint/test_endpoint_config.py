@@ -539,3 +539,29 @@ def test_the_udp_timers_reach_the_embedded_driver(tmp_path: Path) -> None:
     assert "heartbeat-interval=2000ms" in data_channel("127.0.0.1:40000", 7, 65536, 1408, heartbeat_interval=2.0)
     assert "heartbeat" not in data_channel(None, 7, 65536, None, heartbeat_interval=2.0)
     assert "heartbeat" not in udp_channel("127.0.0.1:40000", handshake=True)
+
+
+def test_the_route_towards_an_address_is_asked_of_the_kernel_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from endpoint import channels
+
+    sockets: list[socket.socket] = []
+    real_socket = socket.socket
+
+    def counted_socket(family: int, kind: int) -> socket.socket:
+        sockets.append(real_socket(family, kind))
+        return sockets[-1]
+
+    monkeypatch.setattr(channels.socket, "socket", counted_socket)
+    monkeypatch.setattr(channels, "_route_lookups", {})
+    clock = [10**12]
+    monkeypatch.setattr(channels, "_route_clock_ns", lambda: clock[0])
+    assert [channels.local_address_towards("127.0.0.1") for _ in range(50)] == ["127.0.0.1"] * 50
+    assert len(sockets) == 1
+    clock[0] += channels._ROUTE_LOOKUP_TTL_NS  # a second on: asked again (a route may have changed)
+    assert channels.local_address_towards("127.0.0.1") == "127.0.0.1"
+    assert len(sockets) == 2
+    for n in range(channels._ROUTE_LOOKUPS_MAX + 10):  # bounded however many destinations
+        channels.local_address_towards(f"127.0.{n // 250}.{n % 250 + 1}")
+    assert len(channels._route_lookups) == channels._ROUTE_LOOKUPS_MAX

@@ -230,3 +230,31 @@ def test_a_re_pin_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) ->
     with caplog.at_level(logging.WARNING, logger="endpoint"):
         store.remember("a:1", b"\x02" * 32)
     assert any("re-pinning a:1" in record.getMessage() for record in caplog.records)
+
+
+def test_stores_of_one_file_parse_it_once_until_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "known.json"
+    path.write_text(json.dumps({f"h:{n}": f"{n:02x}" * 32 for n in range(50)}))
+    loads: list[Path] = []
+    real_load = KnownServers._load
+
+    def counting_load(file: Path) -> dict[str, bytes]:
+        loads.append(file)
+        return real_load(file)
+
+    monkeypatch.setattr(KnownServers, "_load", staticmethod(counting_load))
+    stores = [KnownServers(path) for _ in range(20)]  # a host's clients in one process, as in a connect storm
+    assert all(store.get("h:7") == b"\x07" * 32 for store in stores)
+    assert len(loads) == 1
+    stores[0].remember("new:1", b"\x01" * 32)  # the writer's own result is kept: nobody parses it again
+    assert all(store.get("new:1") == b"\x01" * 32 for store in stores)
+    assert len(loads) == 1
+    stores[1].forget("h:7")  # saved: the others see it, from the writer's copy
+    assert stores[2].get("h:7") is None
+    assert stores[0].get("new:1") == b"\x01" * 32
+    assert len(loads) == 1
+    other = json.loads(path.read_text())
+    other["outside:1"] = "aa" * 32
+    path.write_text(json.dumps(other))  # another process's write: seen once, parsed once
+    assert all(store.get("outside:1") == b"\xaa" * 32 for store in stores)
+    assert len(loads) == 2

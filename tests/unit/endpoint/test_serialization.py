@@ -785,3 +785,25 @@ def test_python_and_native_codecs_refuse_alike(data: bytes) -> None:
     with pytest.raises(SerializationError) as python_error:
         python.decode(data)
     assert str(native_error.value) == str(python_error.value)
+
+
+def test_frozen_registries_of_the_same_classes_share_one_description() -> None:
+    def registry(*classes: type) -> Serialization:
+        ser = Serialization()
+        for cls in classes:
+            ser.register(cls)
+        ser.freeze()
+        return ser
+
+    first, second = registry(Move, Point), registry(Move, Point)
+    assert first.packed_schemas() is second.packed_schemas()  # described and packed once per process
+    assert first.schemas() is second.schemas()
+    other = registry(Move, Chat)
+    assert other.packed_schemas() != first.packed_schemas()
+    assert [s.name for s in other.schemas()] != [s.name for s in first.schemas()]
+    unfrozen = Serialization()
+    unfrozen.register(Move)
+    unfrozen.register(Point)
+    assert unfrozen.packed_schemas() == first.packed_schemas()  # equal, made afresh: it may still change
+    unfrozen.register(Chat)
+    assert unfrozen.packed_schemas() != first.packed_schemas()

@@ -24,8 +24,14 @@ def test_create_and_map_round_trip(tmp_path: Path) -> None:
         assert all(len(v) == TL for v in log.term_views)
         assert log.metadata.capacity == 4096
         d.initialize_publication_metadata(
-            log.metadata, session_id=1, stream_id=2, initial_term_id=3, mtu_length=1408,
-            term_length=TL, page_size=4096, correlation_id=4,
+            log.metadata,
+            session_id=1,
+            stream_id=2,
+            initial_term_id=3,
+            mtu_length=1408,
+            term_length=TL,
+            page_size=4096,
+            correlation_id=4,
         )
         log.terms[1].put_long(8, 0x1122334455)
         with LogBuffers.map(path) as mapped:
@@ -122,7 +128,7 @@ def test_map_rejects_bad_files(tmp_path: Path) -> None:
     truncated = tmp_path / "truncated"
     LogBuffers.create(truncated, TL, 4096).close()
     data = truncated.read_bytes()
-    truncated.write_bytes(data[: TL] + data[-4096:])
+    truncated.write_bytes(data[:TL] + data[-4096:])
     with pytest.raises(DriverConfigurationError, match="log_length"):
         LogBuffers.map(truncated)
 
@@ -139,3 +145,40 @@ def test_close_is_idempotent_and_survives_outstanding_slices(tmp_path: Path) -> 
         log.terms[0].get_int(0)
     del kept
     gc.collect()
+
+
+def test_usable_space_is_read_once_per_batch_of_logs_while_plenty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[Path] = []
+    plenty = 1 << 40
+
+    def usable(directory: Path) -> int:
+        reads.append(directory)
+        return plenty
+
+    monkeypatch.setattr(lb, "_usable_space", usable)
+    for i in range(lb._SPACE_RECHECK_EVERY + 1):
+        LogBuffers.create(tmp_path / f"{i}.logbuffer", TL, 4096, sparse=True).close()
+    assert len(reads) == 2  # the first log, then one batch later
+    plenty = 1000  # the file system filled up meanwhile (others wrote): noticed at the next read
+    for i in range(lb._SPACE_RECHECK_EVERY - 1):  # the rest of the batch: taken from what was read
+        LogBuffers.create(tmp_path / f"late-{i}.logbuffer", TL, 4096, sparse=True).close()
+    with pytest.raises(StorageSpaceError, match="insufficient usable storage"):
+        LogBuffers.create(tmp_path / "late-full.logbuffer", TL, 4096, sparse=True)
+    assert len(reads) == 3
+
+
+def test_usable_space_is_read_for_every_log_when_little_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[Path] = []
+
+    def usable(directory: Path) -> int:
+        reads.append(directory)
+        return lb._SPACE_SLACK  # room, but under the slack once a log is taken from it
+
+    monkeypatch.setattr(lb, "_usable_space", usable)
+    for i in range(3):
+        LogBuffers.create(tmp_path / f"{i}.logbuffer", TL, 4096, sparse=True).close()
+    assert len(reads) == 3
