@@ -912,21 +912,30 @@ class DriverConductor:
         self.delete_file(publication.log.path)
 
     def _check_for_blocked_commands(self, now_ns: int) -> None:
-        if self._to_sender or self._to_receiver:
-            # The conductor itself holds the ring back (its backlog waits): no client is stuck mid-write.
-            self._time_of_last_command_position_change_ns = now_ns
-            return
-        consumer_position = self._to_driver.consumer_position()
-        if consumer_position == self._last_command_consumer_position:
-            if (
-                self._to_driver.producer_position() > consumer_position
-                and now_ns - self._time_of_last_command_position_change_ns > self._ctx.client_liveness_timeout_ns
-                and self._to_driver.unblock()
-            ):
-                self._unblocked_commands.increment()
-        else:
+        """Unblock the to-driver ring when a client claimed a record and has not finished it for the client
+        liveness timeout (it died mid-write).
+
+        What is timed is how long the ring has been held back, not how long since it last moved: a ring with
+        nothing in it, or one the conductor holds back itself (its backlog waits), starts the watch again. Timed
+        from the last move, a ring quiet for longer than the timeout took the next client to be caught mid-write
+        at a timer tick (a thread switch there is enough) for a dead one, and turned its live command to
+        padding: that command was never answered.
+        """
+        ring = self._to_driver
+        consumer_position = ring.consumer_position()
+        if (
+            consumer_position != self._last_command_consumer_position
+            or ring.producer_position() == consumer_position
+            or self._to_sender
+            or self._to_receiver
+        ):
             self._last_command_consumer_position = consumer_position
             self._time_of_last_command_position_change_ns = now_ns
+            return
+        if now_ns - self._time_of_last_command_position_change_ns > self._ctx.client_liveness_timeout_ns and (
+            ring.unblock()
+        ):
+            self._unblocked_commands.increment()
 
 
 _HOST_STALL_MAX_NS = 1_000_000_000

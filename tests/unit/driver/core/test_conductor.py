@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,8 @@ from driver.command.responses import decode_response
 from driver.command.types import CommandType, ResponseType
 from driver.concurrent.counters import RECORD_ALLOCATED
 from driver.concurrent.error_log import read_error_log
+from driver.concurrent.ring_buffer import HEADER_LENGTH, TAIL_POSITION_OFFSET
+from driver.concurrent.system_counters import SystemCounterId
 from driver.errors import ErrorCode
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.appender import TermAppender
@@ -210,6 +212,62 @@ def test_unblocks_a_log_left_mid_claim(harness: Harness) -> None:
         assert log.terms[0].get_int(0) == 64  # padded over
         assert log.terms[0].get_ushort(6) == 0  # PAD
     assert harness.counters.get_counter_value(19) == 1  # UNBLOCKED_PUBLICATIONS
+
+
+def _claim(harness: Harness, command: CommandType, body: bytes) -> Callable[[], None]:
+    """Claim a record in the to-driver ring as a client's write does and stop mid-write (length negative, as a
+    thread switched out there leaves it); returns what finishes the write."""
+    buffer = harness.cnc.to_driver_buffer
+    tail_index = harness.ring.capacity + TAIL_POSITION_OFFSET
+    tail = buffer.get_long_volatile(tail_index)
+    record_length = HEADER_LENGTH + len(body)
+    assert buffer.compare_and_set_long(tail_index, tail, tail + ((record_length + 7) & -8))
+    index = tail & (harness.ring.capacity - 1)
+    buffer.put_long_ordered(index, (int(command) << 32) | (-record_length & 0xFFFF_FFFF))
+
+    def finish() -> None:
+        buffer.put_bytes(index + HEADER_LENGTH, body)
+        buffer.put_int_ordered(index, record_length)
+
+    return finish
+
+
+def _unblocked_commands(harness: Harness) -> int:
+    return harness.conductor.system_counters.get(SystemCounterId.UNBLOCKED_COMMANDS).get()
+
+
+def test_a_command_caught_mid_write_after_a_quiet_spell_is_not_taken_for_a_dead_client(harness: Harness) -> None:
+    harness.send(CommandType.ADD_COUNTER, CounterMessage(harness.client_id, harness.cid(), 1001, b"k", "first"))
+    assert [kind for kind, _ in harness.work()] == [ResponseType.ON_COUNTER_READY]
+    harness.run_for(3_000)  # the ring is still for longer than the client liveness timeout (2 s)
+    cid = harness.cid()
+    finish = _claim(
+        harness, CommandType.ADD_COUNTER, CounterMessage(harness.client_id, cid, 1001, b"k", "late").encode()
+    )
+    harness.work(advance_ms=100, cycles=1)  # a timer tick while the client is switched out mid-write
+    assert _unblocked_commands(harness) == 0
+    finish()
+    [(kind, ready)] = harness.work()
+    assert kind is ResponseType.ON_COUNTER_READY
+    assert ready.correlation_id == cid  # type: ignore[attr-defined]
+
+
+def test_a_record_left_mid_write_for_the_liveness_timeout_is_unblocked_and_the_ring_moves_on(
+    harness: Harness,
+) -> None:
+    harness.run_for(3_000)
+    _claim(
+        harness, CommandType.ADD_COUNTER, CounterMessage(harness.client_id, harness.cid(), 1001, b"k", "dead").encode()
+    )
+    cid = harness.cid()
+    harness.send(CommandType.ADD_COUNTER, CounterMessage(harness.client_id, cid, 1001, b"k", "behind it"))
+    assert harness.run_for(1_900) == []  # the stuck record holds the ring back: nothing behind it is read yet
+    assert _unblocked_commands(harness) == 0
+    responses = harness.run_for(300)
+    assert _unblocked_commands(harness) == 1
+    assert [(kind, body.correlation_id) for kind, body in responses] == [  # type: ignore[attr-defined]
+        (ResponseType.ON_COUNTER_READY, cid)
+    ]
 
 
 def test_reserved_session_ids_are_left_at_a_random_point() -> None:
