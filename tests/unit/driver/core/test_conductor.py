@@ -31,8 +31,13 @@ from support.conductor_harness import MS, ConductorHarness
 class Harness(ConductorHarness):
     """Commands as messages, responses decoded."""
 
-    def __init__(self, aeron_dir: Path) -> None:
-        super().__init__(aeron_dir, publication_linger_timeout_ns=500 * MS, publication_unblock_timeout_ns=3_000 * MS)
+    def __init__(self, aeron_dir: Path, **settings: object) -> None:
+        super().__init__(
+            aeron_dir,
+            publication_linger_timeout_ns=500 * MS,
+            publication_unblock_timeout_ns=3_000 * MS,
+            **settings,
+        )
 
     def send(self, command: CommandType, message: object) -> None:
         self.send_raw(command, message.encode())  # type: ignore[attr-defined]
@@ -374,5 +379,37 @@ def test_spies_out_of_counters_fail_alone(tmp_path: Path) -> None:
         assert kind is ResponseType.ON_ERROR
         assert error.offending_correlation_id == late  # type: ignore[attr-defined]
         assert [s.registration_id for s in harness.conductor.subscription_links] == spies
+    finally:
+        harness.close()
+
+
+def test_commands_held_back_by_a_full_agent_queue_are_all_answered_once_the_agent_drains(tmp_path: Path) -> None:
+    """Queues to the agents that hold one command, and a sender that takes nothing for a while: what the conductor
+    could not hand over waits in its backlog and it reads no client command meanwhile (not even one the sender
+    has no part in); once the sender drains, every command is handed over in order and every client command is
+    answered, once."""
+    harness = Harness(tmp_path / "aeron", command_queue_capacity=1)
+    try:
+        sender = harness.conductor.sender
+        channel = "aeron:udp?endpoint=127.0.0.1:40199"
+        added = [harness.add_publication(channel=channel, stream_id=10 + n, exclusive=True) for n in range(4)]
+        responses = harness.work()
+        assert [body.correlation_id for _, body in responses] == added  # type: ignore[attr-defined]
+        assert len(sender.commands) == 1  # the first publication for the sender; the other three wait
+        assert harness.conductor.has_pending_work()
+        remove_id = harness.cid()
+        harness.send(CommandType.REMOVE_PUBLICATION, RemoveMessage(harness.client_id, remove_id, added[0]))
+        counter_id = harness.cid()
+        harness.send(CommandType.ADD_COUNTER, CounterMessage(harness.client_id, counter_id, 1001, b"k", "after"))
+        assert harness.run_for(1_500) == []  # held back: the ring waits for the backlog
+        assert _unblocked_commands(harness) == 0
+        answered: list[int] = []
+        for _ in range(10):
+            sender.commands.drain()
+            answered += [body.correlation_id for _, body in harness.work(cycles=1)]  # type: ignore[attr-defined]
+        assert answered == [remove_id, counter_id]
+        assert [p.registration_id for p in sender.publications] == added
+        assert len(sender.commands) == 0
+        assert not harness.conductor.has_pending_work()
     finally:
         harness.close()
