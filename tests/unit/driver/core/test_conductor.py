@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -385,31 +386,61 @@ def test_spies_out_of_counters_fail_alone(tmp_path: Path) -> None:
 
 def test_commands_held_back_by_a_full_agent_queue_are_all_answered_once_the_agent_drains(tmp_path: Path) -> None:
     """Queues to the agents that hold one command, and a sender that takes nothing for a while: what the conductor
-    could not hand over waits in its backlog and it reads no client command meanwhile (not even one the sender
-    has no part in); once the sender drains, every command is handed over in order and every client command is
-    answered, once."""
+    could not hand over waits in its backlog, and from then on it reads no client command (not even one the
+    sender has no part in); once the sender drains, every command is handed over in order and every client
+    command is answered, once."""
     harness = Harness(tmp_path / "aeron", command_queue_capacity=1)
     try:
         sender = harness.conductor.sender
         channel = "aeron:udp?endpoint=127.0.0.1:40199"
         added = [harness.add_publication(channel=channel, stream_id=10 + n, exclusive=True) for n in range(4)]
-        responses = harness.work()
-        assert [body.correlation_id for _, body in responses] == added  # type: ignore[attr-defined]
-        assert len(sender.commands) == 1  # the first publication for the sender; the other three wait
-        assert harness.conductor.has_pending_work()
         remove_id = harness.cid()
         harness.send(CommandType.REMOVE_PUBLICATION, RemoveMessage(harness.client_id, remove_id, added[0]))
         counter_id = harness.cid()
         harness.send(CommandType.ADD_COUNTER, CounterMessage(harness.client_id, counter_id, 1001, b"k", "after"))
+        # The first publication fills the sender's queue, the second waits in the backlog: nothing more is read.
+        assert [body.correlation_id for _, body in harness.work()] == added[:2]  # type: ignore[attr-defined]
+        assert len(sender.commands) == 1
+        assert harness.conductor.has_pending_work()
         assert harness.run_for(1_500) == []  # held back: the ring waits for the backlog
         assert _unblocked_commands(harness) == 0
         answered: list[int] = []
         for _ in range(10):
             sender.commands.drain()
             answered += [body.correlation_id for _, body in harness.work(cycles=1)]  # type: ignore[attr-defined]
-        assert answered == [remove_id, counter_id]
+        assert answered == [*added[2:], remove_id, counter_id]
         assert [p.registration_id for p in sender.publications] == added
         assert len(sender.commands) == 0
         assert not harness.conductor.has_pending_work()
     finally:
         harness.close()
+
+
+def test_a_subscription_on_a_channel_whose_endpoint_is_still_closing_waits_for_its_port(harness: Harness) -> None:
+    """Its last subscription gone, a channel's endpoint is handed to the receiver to close: a new subscription on
+    the channel meanwhile is read only once the old socket has let go of the port (it used to make a second
+    endpoint at once and fail with "address already in use")."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
+    first = harness.cid()
+    harness.send(CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, first, 10, channel))
+    assert [kind for kind, _ in harness.work()] == [ResponseType.ON_SUBSCRIPTION_READY]
+    remove_id = harness.cid()
+    harness.send(CommandType.REMOVE_SUBSCRIPTION, RemoveMessage(harness.client_id, remove_id, first))
+    again = harness.cid()
+    harness.send(CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, again, 10, channel))
+    # The receiver (not run here) has yet to let go of the endpoint: the remove is answered, the add waits.
+    assert [(kind, body.correlation_id) for kind, body in harness.work()] == [  # type: ignore[attr-defined]
+        (ResponseType.ON_OPERATION_SUCCESS, remove_id)
+    ]
+    assert harness.conductor.network.endpoints_closing
+    receiver = harness.conductor.receiver
+    answered: list[tuple[ResponseType, int]] = []
+    for _ in range(5):
+        receiver.commands.drain()
+        answered += [(kind, body.correlation_id) for kind, body in harness.work(cycles=1)]  # type: ignore[attr-defined]
+    assert answered == [(ResponseType.ON_SUBSCRIPTION_READY, again)]
+    assert not harness.conductor.network.endpoints_closing
+    assert len(harness.conductor.network.receive_endpoints) == 1
