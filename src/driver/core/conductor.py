@@ -239,12 +239,23 @@ class DriverConductor:
         if last_ns and started_ns - last_ns > self._host_stall_ns:
             self._on_host_stall(started_ns - last_ns)
         # What a full sender or receiver queue did not take goes first, in order. While some still waits,
-        # no new client command is read: the to-driver ring holds them, and back-pressures the clients.
+        # no new client command is read: the to-driver ring holds them, and back-pressures the clients. Nor
+        # while an endpoint handed to the sender or receiver to close is still open: a command for its channel
+        # would bind a new socket to the port the old one still holds.
         work = self._to_sender.flush() + self._to_receiver.flush()
-        if not (self._to_sender or self._to_receiver):
+        if not self._holds_commands():
             # Commands first: after a stall (the process descheduled, the machine loaded), keepalives
-            # already waiting in the ring count before liveness is judged.
-            read = self._to_driver.read(self._on_command, COMMAND_LIMIT)
+            # already waiting in the ring count before liveness is judged. One at a time: the next one waits
+            # in the ring as soon as the conductor holds them (a command asked for an endpoint's close).
+            read = 0
+            ring_read = self._to_driver.read
+            on_command = self._on_command
+            for _ in range(COMMAND_LIMIT):
+                if not ring_read(on_command, 1):
+                    break
+                read += 1
+                if self._holds_commands():
+                    break
             if self._keepalives:
                 # A keepalive needs no follow-up: it must not keep an otherwise idle driver spinning.
                 read -= self._keepalives
@@ -258,6 +269,10 @@ class DriverConductor:
             work += self._on_timer(now_ns, self._epoch_clock.time_ms())
         work += self.network.update_publisher_limits()
         return work + self._update_ipc_publisher_limits()
+
+    def _holds_commands(self) -> bool:
+        """Client commands wait in the to-driver ring: the backlog to the agents, or an endpoint still closing."""
+        return bool(self._to_sender or self._to_receiver) or self.network.endpoints_closing
 
     def _update_ipc_publisher_limits(self) -> int:
         """Move IPC publisher limits; after a change of publications or subscribers, all of them, else only
@@ -912,21 +927,30 @@ class DriverConductor:
         self.delete_file(publication.log.path)
 
     def _check_for_blocked_commands(self, now_ns: int) -> None:
-        if self._to_sender or self._to_receiver:
-            # The conductor itself holds the ring back (its backlog waits): no client is stuck mid-write.
-            self._time_of_last_command_position_change_ns = now_ns
-            return
-        consumer_position = self._to_driver.consumer_position()
-        if consumer_position == self._last_command_consumer_position:
-            if (
-                self._to_driver.producer_position() > consumer_position
-                and now_ns - self._time_of_last_command_position_change_ns > self._ctx.client_liveness_timeout_ns
-                and self._to_driver.unblock()
-            ):
-                self._unblocked_commands.increment()
-        else:
+        """Unblock the to-driver ring when a client claimed a record and has not finished it for the client
+        liveness timeout (it died mid-write).
+
+        What is timed is how long the ring has been held back, not how long since it last moved: a ring with
+        nothing in it, or one the conductor holds back itself (its backlog waits, or an endpoint is closing),
+        starts the watch again. Timed
+        from the last move, a ring quiet for longer than the timeout took the next client to be caught mid-write
+        at a timer tick (a thread switch there is enough) for a dead one, and turned its live command to
+        padding: that command was never answered.
+        """
+        ring = self._to_driver
+        consumer_position = ring.consumer_position()
+        if (
+            consumer_position != self._last_command_consumer_position
+            or ring.producer_position() == consumer_position
+            or self._holds_commands()
+        ):
             self._last_command_consumer_position = consumer_position
             self._time_of_last_command_position_change_ns = now_ns
+            return
+        if now_ns - self._time_of_last_command_position_change_ns > self._ctx.client_liveness_timeout_ns and (
+            ring.unblock()
+        ):
+            self._unblocked_commands.increment()
 
 
 _HOST_STALL_MAX_NS = 1_000_000_000

@@ -1070,6 +1070,16 @@ class NetworkResources:
         done = functools.partial(conductor.after_teardown, functools.partial(self._closed, endpoint))
         conductor.receiver_command(functools.partial(self._receiver.on_close_endpoint, endpoint, done))
 
+    @property
+    def endpoints_closing(self) -> bool:
+        """Endpoints handed to the sender or receiver to close are still open (their sockets still bound).
+
+        While one is, the conductor reads no client command: a subscription (or publication) on the same
+        channel would otherwise make a new endpoint while the old socket still holds the port, and fail with
+        "address already in use" (the channel's index forgets the endpoint when its close is asked for, the
+        socket goes when the agent has let go of it)."""
+        return bool(self._closing)
+
     def _closed(self, endpoint: SendChannelEndpoint | ReceiveChannelEndpoint) -> None:
         """Conductor: the sender or receiver has let go of ``endpoint``."""
         self._closing.discard(endpoint)

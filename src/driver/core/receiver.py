@@ -158,8 +158,12 @@ class Receiver:
         done()
 
     def on_close_endpoint(self, endpoint: ReceiveChannelEndpoint, done: Callable[[], object]) -> None:
-        if endpoint in self.endpoints:
-            self.endpoints.remove(endpoint)
-            self._ready.remove(endpoint)
-            self.sockets_version += 1
-        done()
+        """Let go of ``endpoint``; ``done`` runs whatever happens (the conductor reads no client command until
+        the endpoint is closed)."""
+        try:
+            if endpoint in self.endpoints:
+                self.endpoints.remove(endpoint)
+                self._ready.remove(endpoint)
+                self.sockets_version += 1
+        finally:
+            done()

@@ -172,10 +172,14 @@ class Sender:
         self._agenda.wake(publication)
 
     def on_close_endpoint(self, endpoint: SendChannelEndpoint, done: Callable[[], object]) -> None:
-        if endpoint in self.endpoints:
-            self.endpoints.remove(endpoint)
-            self._ready.remove(endpoint)
-            self.sockets_version += 1
-            if endpoint in self._dynamic:
-                self._dynamic.remove(endpoint)
-        done()
+        """Let go of ``endpoint``; ``done`` runs whatever happens (the conductor reads no client command until
+        the endpoint is closed)."""
+        try:
+            if endpoint in self.endpoints:
+                self.endpoints.remove(endpoint)
+                self._ready.remove(endpoint)
+                self.sockets_version += 1
+                if endpoint in self._dynamic:
+                    self._dynamic.remove(endpoint)
+        finally:
+            done()

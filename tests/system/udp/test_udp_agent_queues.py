@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from udp_helpers import UdpDrivers, allocated_counters, counters_of, free_udp_port
+from udp_helpers import UdpDrivers, allocated_counters, counters_of, free_udp_port_outside_ephemeral
 
 from driver.client import Aeron
 from driver.concurrent.system_counters import DriverSystemCounterId, SystemCounterId
@@ -85,8 +85,15 @@ def test_a_flood_through_tiny_agent_queues_loses_nothing_and_frees_everything(ud
     driver = udp.embedded("flood", command_queue_capacity=capacity)
     aeron_dir = Path(driver.aeron_dir)
     files_before = _files(aeron_dir)
-    pub_ports = [free_udp_port() for _ in range(CHANNELS)]
-    sub_ports = [free_udp_port() for _ in range(CHANNELS)]
+    # Each round binds the subscriptions' ports again: ports no socket bound to port 0 (the driver's own send
+    # endpoints among them) can be given in between. Ten distinct ones: a port shared by two channels would make
+    # them one endpoint.
+    ports: set[int] = set()
+    for _ in range(1000):
+        if len(ports) == 2 * CHANNELS:
+            break
+        ports.add(free_udp_port_outside_ephemeral())
+    pub_ports, sub_ports = sorted(ports)[:CHANNELS], sorted(ports)[CHANNELS:]
 
     async def main() -> int:
         client = await Aeron.connect_async(aeron_dir=aeron_dir, error_handler=udp.errors)

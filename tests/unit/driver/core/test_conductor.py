@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ from driver.command.responses import decode_response
 from driver.command.types import CommandType, ResponseType
 from driver.concurrent.counters import RECORD_ALLOCATED
 from driver.concurrent.error_log import read_error_log
+from driver.concurrent.ring_buffer import HEADER_LENGTH, TAIL_POSITION_OFFSET
+from driver.concurrent.system_counters import SystemCounterId
 from driver.errors import ErrorCode
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.appender import TermAppender
@@ -29,8 +32,13 @@ from support.conductor_harness import MS, ConductorHarness
 class Harness(ConductorHarness):
     """Commands as messages, responses decoded."""
 
-    def __init__(self, aeron_dir: Path) -> None:
-        super().__init__(aeron_dir, publication_linger_timeout_ns=500 * MS, publication_unblock_timeout_ns=3_000 * MS)
+    def __init__(self, aeron_dir: Path, **settings: object) -> None:
+        super().__init__(
+            aeron_dir,
+            publication_linger_timeout_ns=500 * MS,
+            publication_unblock_timeout_ns=3_000 * MS,
+            **settings,
+        )
 
     def send(self, command: CommandType, message: object) -> None:
         self.send_raw(command, message.encode())  # type: ignore[attr-defined]
@@ -212,6 +220,62 @@ def test_unblocks_a_log_left_mid_claim(harness: Harness) -> None:
     assert harness.counters.get_counter_value(19) == 1  # UNBLOCKED_PUBLICATIONS
 
 
+def _claim(harness: Harness, command: CommandType, body: bytes) -> Callable[[], None]:
+    """Claim a record in the to-driver ring as a client's write does and stop mid-write (length negative, as a
+    thread switched out there leaves it); returns what finishes the write."""
+    buffer = harness.cnc.to_driver_buffer
+    tail_index = harness.ring.capacity + TAIL_POSITION_OFFSET
+    tail = buffer.get_long_volatile(tail_index)
+    record_length = HEADER_LENGTH + len(body)
+    assert buffer.compare_and_set_long(tail_index, tail, tail + ((record_length + 7) & -8))
+    index = tail & (harness.ring.capacity - 1)
+    buffer.put_long_ordered(index, (int(command) << 32) | (-record_length & 0xFFFF_FFFF))
+
+    def finish() -> None:
+        buffer.put_bytes(index + HEADER_LENGTH, body)
+        buffer.put_int_ordered(index, record_length)
+
+    return finish
+
+
+def _unblocked_commands(harness: Harness) -> int:
+    return harness.conductor.system_counters.get(SystemCounterId.UNBLOCKED_COMMANDS).get()
+
+
+def test_a_command_caught_mid_write_after_a_quiet_spell_is_not_taken_for_a_dead_client(harness: Harness) -> None:
+    harness.send(CommandType.ADD_COUNTER, CounterMessage(harness.client_id, harness.cid(), 1001, b"k", "first"))
+    assert [kind for kind, _ in harness.work()] == [ResponseType.ON_COUNTER_READY]
+    harness.run_for(3_000)  # the ring is still for longer than the client liveness timeout (2 s)
+    cid = harness.cid()
+    finish = _claim(
+        harness, CommandType.ADD_COUNTER, CounterMessage(harness.client_id, cid, 1001, b"k", "late").encode()
+    )
+    harness.work(advance_ms=100, cycles=1)  # a timer tick while the client is switched out mid-write
+    assert _unblocked_commands(harness) == 0
+    finish()
+    [(kind, ready)] = harness.work()
+    assert kind is ResponseType.ON_COUNTER_READY
+    assert ready.correlation_id == cid  # type: ignore[attr-defined]
+
+
+def test_a_record_left_mid_write_for_the_liveness_timeout_is_unblocked_and_the_ring_moves_on(
+    harness: Harness,
+) -> None:
+    harness.run_for(3_000)
+    _claim(
+        harness, CommandType.ADD_COUNTER, CounterMessage(harness.client_id, harness.cid(), 1001, b"k", "dead").encode()
+    )
+    cid = harness.cid()
+    harness.send(CommandType.ADD_COUNTER, CounterMessage(harness.client_id, cid, 1001, b"k", "behind it"))
+    assert harness.run_for(1_900) == []  # the stuck record holds the ring back: nothing behind it is read yet
+    assert _unblocked_commands(harness) == 0
+    responses = harness.run_for(300)
+    assert _unblocked_commands(harness) == 1
+    assert [(kind, body.correlation_id) for kind, body in responses] == [  # type: ignore[attr-defined]
+        (ResponseType.ON_COUNTER_READY, cid)
+    ]
+
+
 def test_reserved_session_ids_are_left_at_a_random_point() -> None:
     """Drivers whose first pick falls in the reserved range must not all move to the same next id."""
     from driver.core.conductor import _random_outside
@@ -318,3 +382,65 @@ def test_spies_out_of_counters_fail_alone(tmp_path: Path) -> None:
         assert [s.registration_id for s in harness.conductor.subscription_links] == spies
     finally:
         harness.close()
+
+
+def test_commands_held_back_by_a_full_agent_queue_are_all_answered_once_the_agent_drains(tmp_path: Path) -> None:
+    """Queues to the agents that hold one command, and a sender that takes nothing for a while: what the conductor
+    could not hand over waits in its backlog, and from then on it reads no client command (not even one the
+    sender has no part in); once the sender drains, every command is handed over in order and every client
+    command is answered, once."""
+    harness = Harness(tmp_path / "aeron", command_queue_capacity=1)
+    try:
+        sender = harness.conductor.sender
+        channel = "aeron:udp?endpoint=127.0.0.1:40199"
+        added = [harness.add_publication(channel=channel, stream_id=10 + n, exclusive=True) for n in range(4)]
+        remove_id = harness.cid()
+        harness.send(CommandType.REMOVE_PUBLICATION, RemoveMessage(harness.client_id, remove_id, added[0]))
+        counter_id = harness.cid()
+        harness.send(CommandType.ADD_COUNTER, CounterMessage(harness.client_id, counter_id, 1001, b"k", "after"))
+        # The first publication fills the sender's queue, the second waits in the backlog: nothing more is read.
+        assert [body.correlation_id for _, body in harness.work()] == added[:2]  # type: ignore[attr-defined]
+        assert len(sender.commands) == 1
+        assert harness.conductor.has_pending_work()
+        assert harness.run_for(1_500) == []  # held back: the ring waits for the backlog
+        assert _unblocked_commands(harness) == 0
+        answered: list[int] = []
+        for _ in range(10):
+            sender.commands.drain()
+            answered += [body.correlation_id for _, body in harness.work(cycles=1)]  # type: ignore[attr-defined]
+        assert answered == [*added[2:], remove_id, counter_id]
+        assert [p.registration_id for p in sender.publications] == added
+        assert len(sender.commands) == 0
+        assert not harness.conductor.has_pending_work()
+    finally:
+        harness.close()
+
+
+def test_a_subscription_on_a_channel_whose_endpoint_is_still_closing_waits_for_its_port(harness: Harness) -> None:
+    """Its last subscription gone, a channel's endpoint is handed to the receiver to close: a new subscription on
+    the channel meanwhile is read only once the old socket has let go of the port (it used to make a second
+    endpoint at once and fail with "address already in use")."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
+    first = harness.cid()
+    harness.send(CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, first, 10, channel))
+    assert [kind for kind, _ in harness.work()] == [ResponseType.ON_SUBSCRIPTION_READY]
+    remove_id = harness.cid()
+    harness.send(CommandType.REMOVE_SUBSCRIPTION, RemoveMessage(harness.client_id, remove_id, first))
+    again = harness.cid()
+    harness.send(CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, again, 10, channel))
+    # The receiver (not run here) has yet to let go of the endpoint: the remove is answered, the add waits.
+    assert [(kind, body.correlation_id) for kind, body in harness.work()] == [  # type: ignore[attr-defined]
+        (ResponseType.ON_OPERATION_SUCCESS, remove_id)
+    ]
+    assert harness.conductor.network.endpoints_closing
+    receiver = harness.conductor.receiver
+    answered: list[tuple[ResponseType, int]] = []
+    for _ in range(5):
+        receiver.commands.drain()
+        answered += [(kind, body.correlation_id) for kind, body in harness.work(cycles=1)]  # type: ignore[attr-defined]
+    assert answered == [(ResponseType.ON_SUBSCRIPTION_READY, again)]
+    assert not harness.conductor.network.endpoints_closing
+    assert len(harness.conductor.network.receive_endpoints) == 1
