@@ -39,7 +39,9 @@ def test_every_c_source_is_built_as_the_module_its_path_names() -> None:
 def test_a_native_module_exports_what_its_stub_declares(name: str) -> None:
     module = importlib.import_module(name)
     stub = ast.parse((SRC / (name.replace(".", "/") + ".pyi")).read_text())
-    declared = {node.name for node in stub.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    declared = {node.name for node in stub.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))} | {
+        node.target.id for node in stub.body if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    }
     assert declared
     exported = {attribute for attribute in vars(module) if not attribute.startswith("_")}
     assert declared == exported
