@@ -87,6 +87,12 @@ _HELLO_SENDS = 3
 """HELLOs one route sends unanswered before the next attempt opens a fresh route (another local port and session):
 the server may have let go of this route's answers (restarted, or its caps made them give way), and our
 subscription takes a stream of the same session again only a while after the previous one went."""
+_REUSED_ROUTE_PROBE_S = 0.25
+_REUSED_ROUTE_PROBE_FACTOR = 10
+"""The first HELLO on a route reused after going idle waits this long (or this many times the route's last answer
+took, if more; at most ``handshake_timeout``) for an answer before the route is given up for a fresh one: a live
+server answers within milliseconds, a restarted one cannot reach the old route (see
+:attr:`HandshakeRoute.unproven`). A slow server costs one fresh route, no more: a fresh route is never probed."""
 _PORT_ATTEMPTS = 5
 """A free port picked for the answer route may be taken before the driver binds it: pick again this often."""
 
@@ -313,13 +319,20 @@ class Client(EndPoint[ClientConfiguration]):
             if schema is not None and handshake.hello_length > route.publication.max_payload_length:
                 schema = None  # they fit, but not with the rest of HELLO
                 continue
+            started = time.monotonic()
             try:
                 answer = await self._exchange(
-                    route, handshake, functools.partial(_hello_now, handshake), step, _HELLO_SENDS
+                    route,
+                    handshake,
+                    functools.partial(_hello_now, handshake),
+                    step,
+                    _HELLO_SENDS,
+                    probe=_reuse_probe(route),
                 )
             except BaseException:
                 self._add_stats(handshake)
                 raise
+            route.answer_s = min(time.monotonic() - started, step)
             if (
                 isinstance(answer, Rejected)
                 and not answer.authenticated
@@ -422,10 +435,18 @@ class Client(EndPoint[ClientConfiguration]):
             setattr(total, field.name, getattr(total, field.name) + getattr(handshake.stats, field.name))
 
     async def _exchange(
-        self, route: HandshakeRoute, handshake: ClientHandshake, packet: Any, step: float, sends: int = 0
+        self,
+        route: HandshakeRoute,
+        handshake: ClientHandshake,
+        packet: Any,
+        step: float,
+        sends: int = 0,
+        *,
+        probe: float | None = None,
     ) -> object:
         """Send ``packet()`` and wait for a decisive answer (the loop's poller reads the route), resending every
-        ``step`` seconds; TimeoutError after ``sends`` unanswered sends (0: until the caller's budget ends)."""
+        ``step`` seconds; TimeoutError after ``sends`` unanswered sends (0: until the caller's budget ends).
+        ``probe``: _StaleRoute if the route is still unproven that long after the first send (nothing came back)."""
         answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
 
         def on_answer(data: memoryview) -> None:
@@ -447,8 +468,15 @@ class Client(EndPoint[ClientConfiguration]):
                 sent += 1
                 await offer_async(route.publication, packet(), timeout=step)
                 self._poke_poller()
+                wait = step
+                if probe is not None and sent == 1 and probe < step:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(answer), probe)
+                    if not answer.done() and route.unproven:
+                        raise _StaleRoute(f"no answer within {probe:g} s on a route reused after going idle")
+                    wait = step - probe  # something came back (a cookie asked for): the usual resend
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(answer), step)
+                    await asyncio.wait_for(asyncio.shield(answer), wait)
             return answer.result()
         finally:
             route.forget(handshake.connect_key)
@@ -791,6 +819,18 @@ def _hello_now(handshake: ClientHandshake) -> bytes:
 
 class _Retry(Exception):
     """The handshake route broke; open a new one."""
+
+
+class _StaleRoute(_Retry):
+    """A reused route's first HELLO went unanswered: the server behind it is likely not the one it talked to."""
+
+
+def _reuse_probe(route: HandshakeRoute) -> float | None:
+    """How soon an unanswered HELLO gives ``route`` up (None: it is fresh or in use, or IPC, where no image of an
+    old server's lingers on our side: a restarted server's stream is a new one on the shared driver)."""
+    if not route.unproven or route.is_ipc:
+        return None
+    return max(_REUSED_ROUTE_PROBE_S, _REUSED_ROUTE_PROBE_FACTOR * route.answer_s)
 
 
 def _rejected(answer: Rejected) -> ClientRejectedError:

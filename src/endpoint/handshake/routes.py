@@ -12,8 +12,9 @@ clients are busy elsewhere: over IPC the server's answer stream is shared by
 every client process and advances only as fast as its slowest reader.
 
 A route outlives its last handshake by ``LINGER_NS`` (the next connect, a
-reconnect, reuses it) and is closed when the last client using its driver on
-this loop closes.
+reconnect, reuses it, if the server answers it at once: see
+:attr:`HandshakeRoute.unproven`) and is closed when the last client using its
+driver on this loop closes.
 """
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ class HandshakeRoute:
         self.closing = False
         self.unclaimed = 0
         """Answers nobody here waited for (another process's, over IPC; a late duplicate)."""
+        self.unproven = False
+        """Idle since its last answer: the server behind it may have gone and come back since (a restart on the
+        same port). Over UDP our driver still holds the old server's answer image of this route's session, which
+        swallows a new server's answers (their terms are not that image's) until it times out, so a HELLO on such
+        a route must be answered soon or the route given up (see the client's HELLO). Cleared by any answer."""
+        self.answer_s = 0.0
+        """How long the last HELLO through this route waited for its answer: the pace of this server and machine,
+        which scales how soon a reused route is given up."""
         self.waiting: dict[int, Callable[[memoryview], None]] = {}
         """connect key -> what takes its answers; the poller reads a route every round only while this is not
         empty (and every route now and then)."""
@@ -102,6 +111,7 @@ class HandshakeRoute:
         if on_answer is None:
             self.unclaimed += 1
         else:
+            self.unproven = False
             on_answer(payload)
 
     async def close(self) -> None:
@@ -161,6 +171,7 @@ class HandshakeRoutes:
             self._drop(route)
         elif route.users <= 0:
             route.idle_since_ns = time.monotonic_ns()
+            route.unproven = True
             if route.broken:
                 self._close(route)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import endpoint.client as client_module
+import endpoint.handshake.routes as routes_module
 from endpoint import Client, Connection
 from endpoint.handshake.routes import LINGER_NS, HandshakeRoutes
 from endpoint.poller import LoopPoller
@@ -87,6 +88,41 @@ async def test_a_route_is_reused_by_the_next_connect_and_closed_after_its_linger
         # The connection made through it lives on (its subscription keeps the port).
         assert not second.is_closed
         assert await second.ping() > 0
+
+
+async def test_an_idle_route_to_a_server_that_was_replaced_gives_way_to_a_fresh_one_at_once(
+    aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server closes and another binds its port while the client's route to it idles. The client's driver still
+    holds the old server's answer image of that route's session, which takes the new server's answers (their terms
+    are not its own: dropped) until it times out; three HELLOs on that route (here 15 s) would go unanswered. The
+    reused route is given up after its first HELLO's short probe, and a fresh route (another session) connects."""
+    monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 1_000_000_000)  # the old route idles, whatever the pace
+    client = Client(client_config("udp", aeron_dir, client_dir, handshake_timeout=5.0, connect_timeout=30.0))
+    try:
+        async with running_server(server_config(aeron_dir, port)):
+            first = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
+            (old,) = _routes().polled
+            await first.close("again")
+        async with running_server(server_config(aeron_dir, port)) as server:
+            assert _routes().polled == (old,)
+            assert old.unproven
+            assert old.reply.image_count == 1  # the first server's answer image lingers
+            started = time.monotonic()
+            second = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
+            took = time.monotonic() - started
+            (new,) = _routes().polled
+            assert new is not old
+            assert old.broken
+            assert new.publication.session_id != old.publication.session_id
+            assert new.local != old.local
+            # One probe, not three handshake timeouts (a generous bound: 15 s if the old route were kept).
+            assert took < 5.0, f"the second connect took {took:.1f} s"
+            await wait_until(lambda: old.publication.is_closed and old.reply.is_closed, 5, what="old route closed")
+            assert {c.remote_address for c in server.connections} == {f"127.0.0.1:{new.local[1]}"}
+            assert await second.ping() > 0
+    finally:
+        await client.close()
 
 
 async def test_a_client_with_a_fixed_port_reconnects_after_its_route_closed(
