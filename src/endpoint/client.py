@@ -87,12 +87,13 @@ _HELLO_SENDS = 3
 """HELLOs one route sends unanswered before the next attempt opens a fresh route (another local port and session):
 the server may have let go of this route's answers (restarted, or its caps made them give way), and our
 subscription takes a stream of the same session again only a while after the previous one went."""
-_REUSED_ROUTE_PROBE_S = 0.25
+_REUSED_ROUTE_PROBE_S = 0.5
 _REUSED_ROUTE_PROBE_FACTOR = 10
 """The first HELLO on a route reused after going idle waits this long (or this many times the route's last answer
 took, if more; at most ``handshake_timeout``) for an answer before the route is given up for a fresh one: a live
-server answers within milliseconds, a restarted one cannot reach the old route (see
-:attr:`HandshakeRoute.unproven`). A slow server costs one fresh route, no more: a fresh route is never probed."""
+server answers within milliseconds (half a second leaves room for a loaded machine), a restarted one cannot reach
+the old route (see :attr:`HandshakeRoute.unproven`). A slow server costs one fresh route, no more: a fresh route is
+never probed."""
 _PORT_ATTEMPTS = 5
 """A free port picked for the answer route may be taken before the driver binds it: pick again this often."""
 
