@@ -37,7 +37,8 @@ def test_only_what_is_due_comes_back_earliest_first_and_once() -> None:
     assert agenda.pop_due(9) == []
     assert agenda.pop_due(20) == ["a", "b"]
     assert agenda.pop_due(20) == []
-    assert "c" in agenda and "a" not in agenda
+    assert "c" in agenda
+    assert "a" not in agenda
     assert agenda.next_due_ns == 30
 
 
@@ -245,5 +246,6 @@ def test_looked_at_only_when_due_a_dead_peer_is_declared_dead_within_the_timeout
     ends = _simulate(seed, victim, busy, 10 * TIMEOUT)
     died = ends[victim][0]
     declared = ends["b" if victim == "a" else "a"][1]
-    assert died is not None and declared is not None
+    assert died is not None
+    assert declared is not None
     assert died < declared <= died + TIMEOUT + PING
