@@ -94,7 +94,8 @@ class EndPoint(Generic[ConfigT]):
         self._polled: tuple[Connection, ...] = ()
         self._mapped: tuple[Connection, ...] = ()
         self._unmapped: tuple[Connection, ...] = ()
-        self._reads_ipc = False
+        self._ipc_connections = 0
+        """Connections over IPC (kept as they come and go: a poll-set rebuild must not walk them once more)."""
         self._shared: SharedDriver | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._polling = False
@@ -209,7 +210,11 @@ class EndPoint(Generic[ConfigT]):
         return [c for c in self._connections.values() if not c.is_closed]
 
     def _add_connection(self, connection: Connection) -> None:
+        replaced = self._connections.get(connection.id)
+        if replaced is not None:
+            self._ipc_connections -= replaced.is_ipc
         self._connections[connection.id] = connection
+        self._ipc_connections += connection.is_ipc
         self._agenda.file(connection, grid_after(time.monotonic_ns(), self._connection_tick_ns))
         self._rebuild_poll_set()
         self.connection_counters.admit(connection, time.monotonic_ns())
@@ -221,6 +226,7 @@ class EndPoint(Generic[ConfigT]):
         self._agenda.discard(connection)
         if self._connections.get(connection.id) is connection:
             del self._connections[connection.id]
+            self._ipc_connections -= connection.is_ipc
             self._rebuild_poll_set()
         shared = self._shared
         self._spawn(self.connection_counters.close(shared.aeron if shared else None, connection), connection)
@@ -328,7 +334,7 @@ class EndPoint(Generic[ConfigT]):
     def _sleeps_soundly(self) -> bool:
         """Nothing this end point waits for can arrive without waking the poller (see :class:`LoopPoller`): no
         connection reads an IPC log (its frames ring nothing) or waits for its image to be mapped."""
-        return not self._reads_ipc and not self._unmapped
+        return not self._ipc_connections and not self._unmapped
 
     def _poll_unmapped(self) -> int:
         """Handshakes, and connections whose image is not mapped yet; the poller checks mapped ones natively."""
@@ -345,7 +351,6 @@ class EndPoint(Generic[ConfigT]):
         self._polled = tuple(self._connections.values())
         self._mapped = tuple(c for c in self._polled if c._image is not None)
         self._unmapped = tuple(c for c in self._polled if c._image is None)
-        self._reads_ipc = any(c.is_ipc for c in self._polled)
         if self._polling:
             LoopPoller.for_running_loop().changed = True
 
