@@ -8,10 +8,11 @@ here under that time and, at each of its ticks, takes back only the connections 
 looked at files itself again; hearing from the peer or sending only ever moves its next check later, so a check
 that comes early finds nothing to do and files it again.
 
-Times are put on a grid (:func:`grid_after`, :func:`grid_at_or_before`): the checks of many connections then fall
-on the same instants, and one wake-up serves them all (their keepalives leave together). :meth:`Agenda.pop_due`
-also takes what is due within a small slack after ``now_ns``, so deadlines a few milliseconds apart (off the grid,
-or on the grids of different settings) share a wake-up rather than making one each.
+Times are put on a grid (:func:`grid_after`, and see
+:meth:`~endpoint.connection.liveness.Liveness.next_check_ns`): the checks of many connections then fall on the same
+instants, and one wake-up serves them all (their keepalives leave together). :meth:`Agenda.pop_due` also takes what
+is due within a small slack after ``now_ns``, so deadlines a few milliseconds apart (off the grid, or on the grids
+of different settings) share a wake-up rather than making one each.
 
 An entry filed again replaces its earlier time: the old heap entry stays until it surfaces and is skipped, and the
 heap is rebuilt when such stale entries outnumber live ones, so its size stays bounded by the live entries.
@@ -23,7 +24,7 @@ import heapq
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-__all__ = ["Agenda", "grid_after", "grid_at_or_before"]
+__all__ = ["Agenda", "grid_after"]
 
 T = TypeVar("T", bound=Hashable)
 
@@ -34,11 +35,6 @@ _COMPACT_FLOOR = 64
 def grid_after(t_ns: int, grid_ns: int) -> int:
     """The first point of the grid strictly after ``t_ns``."""
     return (t_ns // grid_ns + 1) * grid_ns
-
-
-def grid_at_or_before(t_ns: int, grid_ns: int) -> int:
-    """The last point of the grid at or before ``t_ns``."""
-    return t_ns // grid_ns * grid_ns
 
 
 class Agenda(Generic[T]):

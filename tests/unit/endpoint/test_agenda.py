@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from endpoint.connection.agenda import Agenda, grid_after, grid_at_or_before
+from endpoint.connection.agenda import Agenda, grid_after
 from endpoint.connection.liveness import Liveness, Verdict, tick_interval_ns
 
 MS = 1_000_000
@@ -94,8 +94,6 @@ def test_the_grid() -> None:
     assert grid_after(0, 500) == 500
     assert grid_after(499, 500) == 500
     assert grid_after(500, 500) == 1_000
-    assert grid_at_or_before(500, 500) == 500
-    assert grid_at_or_before(999, 500) == 500
 
 
 # ------------------------------------------------------------------------------------------------ next check
