@@ -158,6 +158,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
+def context_switches(pid: int) -> int:
+    """Times the threads of ``pid`` gave up a core, voluntarily or not (``/proc/<pid>/task/*/status``): its wake-ups.
+
+    Each voluntary switch is a sleep that something later ended (a timer, a datagram, another thread), so over an
+    idle window this counts how often the process was woken to run; threads that ended meanwhile are not counted."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:  # the thread ended while we looked
+            continue
+        for line in text.splitlines():
+            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                total += int(line.split()[1])
+    return total
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of ``pid`` (``/proc/<pid>/statm``), shared mappings (the logs in /dev/shm) included."""
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE

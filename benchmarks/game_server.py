@@ -58,6 +58,7 @@ from _endpoint_common import (
     Input,
     Snapshot,
     children,
+    context_switches,
     cpu_seconds,
     free_port_both,
     game_serialization,
@@ -614,6 +615,8 @@ class Result(NamedTuple):
     error: str
     udp_drops: int = 0
     """Datagrams the kernel dropped for a full socket receive buffer while measured (the whole machine)."""
+    idle_wakeups: float = float("nan")
+    """Server, context switches per second of all its threads while idle: how often it is woken to run."""
 
     @property
     def lost(self) -> int:
@@ -635,6 +638,13 @@ def _cpu(pids: Sequence[int]) -> list[float]:
         except OSError:
             out.append(float("nan"))
     return out
+
+
+def _switches(pid: int) -> float:
+    try:
+        return float(context_switches(pid))
+    except OSError:
+        return float("nan")
 
 
 def run_game(transport: str, players: int, args: argparse.Namespace, profile: bool = False) -> Result:
@@ -704,9 +714,11 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         # Over UDP the handshakes' own streams close a few seconds after the last handshake.
         time.sleep(args.settle + (args.handshake_settle if endpoint else 0.0))
         before = _cpu([server.pid])[0]
+        switches = _switches(server.pid)
         time.sleep(args.idle_seconds)
         idle_cpu = (_cpu([server.pid])[0] - before) / args.idle_seconds * 100
-        note(f"{transport}: idle server {idle_cpu:.1f} % of a core")
+        idle_wakeups = (_switches(server.pid) - switches) / args.idle_seconds
+        note(f"{transport}: idle server {idle_cpu:.1f} % of a core, {idle_wakeups:.0f} wake-ups/s")
         if args.idle_only:
             signals["done"].set()
             signals["play"].set()
@@ -718,7 +730,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
             nan = float("nan")
             return Result(
                 transport, players, connected, connect_s, idle_cpu, nan, nan, nan, nan, nan, nan, nan, 0, 0, nan, 0, 0,
-                0, "; ".join(errors),
+                0, "; ".join(errors), 0, idle_wakeups,
             )  # fmt: skip
         signals["play"].set()
         time.sleep(WARMUP_S)
@@ -777,6 +789,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         refused_inputs,
         "; ".join(errors),
         drops,
+        idle_wakeups,
     )
 
 
@@ -798,6 +811,7 @@ def _row(r: Result) -> tuple[object, ...]:
         r.players,
         f"{r.connected}",
         f"{r.play_cpu:.0f} / {r.idle_cpu:.1f}",
+        f"{r.idle_wakeups:.0f}",
         f"{r.snaps_mean:.1f} / {r.snaps_min:.1f}",
         f"{r.stale_p50_ms:.1f} / {r.stale_p99_ms:.1f}",
         f"{r.stale_max_ms:.0f}",
@@ -815,6 +829,7 @@ _HEADER = [
     "players",
     "connected",
     "server CPU % play / idle",
+    "idle wake-ups/s",
     "snapshots/s mean / min",
     "staleness ms p50 / p99",
     "max ms",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from endpoint.config import Configuration
+from endpoint.connection.agenda import Agenda, grid_after
 from endpoint.connection.counters import ConnectionCounters, EndpointCounters, role_of
 from endpoint.connection.liveness import tick_interval_ns
 from endpoint.connection.newest import Sequencer
@@ -44,10 +45,13 @@ __all__ = ["EndPoint", "MessageListenerDecorator"]
 
 _LEASE_RETRY_S = 0.1
 _CONNECTION_TICK_CEILING_NS = 500_000_000
-"""Connections' timers run every half ``ping_interval`` (the liveness promise: a dead peer is found within
-``peer_timeout`` plus one ``ping_interval``), at most every 500 ms and at least every 10 ms; not at every tick of
-the poller, which a thousand idle connections would pay for ten times a second."""
+"""Connections' timers fall on a grid of half ``ping_interval`` (the liveness promise: a dead peer is found within
+``peer_timeout`` plus one ``ping_interval``), at most 500 ms and at least 10 ms apart. Each connection is filed in
+the end point's agenda (:mod:`endpoint.connection.agenda`) under the point its timers next need looking at, so an
+idle connection costs one look per keepalive (every 1.5 ``ping_interval``), not one per step."""
 _CONNECTION_TICK_FLOOR_NS = 10_000_000
+_AGENDA_SLACK_NS = 5_000_000
+"""Connections due within this much after a tick are looked at in it rather than waking the loop once more."""
 END_POINT_CLOSED = "end point closed"
 """The close reason of every connection of an end point that closes (a server shutting down, say)."""
 _log = logging.getLogger("endpoint")
@@ -90,6 +94,8 @@ class EndPoint(Generic[ConfigT]):
         self._polled: tuple[Connection, ...] = ()
         self._mapped: tuple[Connection, ...] = ()
         self._unmapped: tuple[Connection, ...] = ()
+        self._ipc_connections = 0
+        """Connections over IPC (kept as they come and go: a poll-set rebuild must not walk them once more)."""
         self._shared: SharedDriver | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._polling = False
@@ -99,7 +105,9 @@ class EndPoint(Generic[ConfigT]):
         self._connection_tick_ns = tick_interval_ns(
             int(config.ping_interval * 1e9), _CONNECTION_TICK_CEILING_NS, _CONNECTION_TICK_FLOOR_NS
         )
-        self._next_connection_tick_ns = 0
+        """The grid of the connections' timers (see :mod:`endpoint.connection.agenda`)."""
+        self._agenda: Agenda[Connection] = Agenda()
+        """Every open connection, filed under when its timers next need looking at."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self.restarts = 0
         self.connection_counters = ConnectionCounters(role_of(self))
@@ -202,7 +210,12 @@ class EndPoint(Generic[ConfigT]):
         return [c for c in self._connections.values() if not c.is_closed]
 
     def _add_connection(self, connection: Connection) -> None:
+        replaced = self._connections.get(connection.id)
+        if replaced is not None:
+            self._ipc_connections -= replaced.is_ipc
         self._connections[connection.id] = connection
+        self._ipc_connections += connection.is_ipc
+        self._agenda.file(connection, grid_after(time.monotonic_ns(), self._connection_tick_ns))
         self._rebuild_poll_set()
         self.connection_counters.admit(connection, time.monotonic_ns())
         connection._fire_connect()
@@ -210,8 +223,10 @@ class EndPoint(Generic[ConfigT]):
     def _connection_released(self, connection: Connection) -> None:
         for group in tuple(connection.groups):  # before on_disconnect runs: a broadcast no longer reaches it
             group.discard(connection)
+        self._agenda.discard(connection)
         if self._connections.get(connection.id) is connection:
             del self._connections[connection.id]
+            self._ipc_connections -= connection.is_ipc
             self._rebuild_poll_set()
         shared = self._shared
         self._spawn(self.connection_counters.close(shared.aeron if shared else None, connection), connection)
@@ -315,6 +330,12 @@ class EndPoint(Generic[ConfigT]):
     def _tick_extra(self, now_ns: int) -> None:
         """Hook: the server expires half-done handshakes here."""
 
+    @property
+    def _sleeps_soundly(self) -> bool:
+        """Nothing this end point waits for can arrive without waking the poller (see :class:`LoopPoller`): no
+        connection reads an IPC log (its frames ring nothing) or waits for its image to be mapped."""
+        return not self._ipc_connections and not self._unmapped
+
     def _poll_unmapped(self) -> int:
         """Handshakes, and connections whose image is not mapped yet; the poller checks mapped ones natively."""
         work = self._poll_extra()
@@ -333,18 +354,36 @@ class EndPoint(Generic[ConfigT]):
         if self._polling:
             LoopPoller.for_running_loop().changed = True
 
+    def _attend(self, connection: Connection) -> None:
+        """``connection``'s timers need looking at from the next step of the grid on (a stream started arriving,
+        reading was held off ...): file it there if it was filed later. One being looked at now (not filed) is
+        filed again afterwards by what it then needs."""
+        agenda = self._agenda
+        due = agenda.due_of(connection)
+        if due is not None:
+            step = grid_after(time.monotonic_ns(), self._connection_tick_ns)
+            if due > step:
+                agenda.file(connection, step)
+
     def _tick(self, now_ns: int) -> None:
-        due_ns = self._next_connection_tick_ns
-        if now_ns >= due_ns:
-            self._next_connection_tick_ns = now_ns + self._connection_tick_ns
-            # Held up (an overloaded loop, a starved process) past a whole interval: that time was ours, not
-            # the peers' silence; a dead peer is found that much later, a live one is not dropped for our delay.
-            stall_ns = now_ns - due_ns - self._connection_tick_ns if due_ns else 0
-            for connection in self._polled:
+        agenda = self._agenda
+        due_ns = agenda.next_due_ns
+        if due_ns is not None and now_ns + _AGENDA_SLACK_NS >= due_ns:
+            grid_ns = self._connection_tick_ns
+            # Held up (an overloaded loop, a starved process) past a whole step after the first connection was
+            # due: that time was ours, not the peers' silence; a dead peer is found that much later, a live one
+            # is not dropped for our delay.
+            stall_ns = max(0, now_ns - due_ns - grid_ns)
+            connections = self._connections
+            for connection in agenda.pop_due(now_ns, _AGENDA_SLACK_NS):
+                if connection._closing or connections.get(connection.id) is not connection:
+                    continue
                 try:
                     connection._tick(now_ns, stall_ns)
                 except Exception as exc:  # one connection's failure is its own, and the others still tick
                     self._notify_error(connection, exc)
+                if not connection._closing:
+                    agenda.file(connection, connection._next_check_ns(now_ns, grid_ns))
         self._tick_extra(now_ns)
         self.connection_counters.refresh(now_ns)
         shared = self._shared

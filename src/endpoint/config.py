@@ -226,7 +226,8 @@ class Configuration:
     send_timeout: float = attrs.field(default=5.0, validator=_positive_seconds())
     """How long ``send`` waits out back pressure before TransmitError."""
     ping_interval: float = attrs.field(default=1.0, validator=_positive_seconds(3600))
-    """A quiet connection pings its peer this often."""
+    """A connection that has sent nothing for this long sends its peer a keepalive, at the latest half an interval
+    later (so that those of many idle connections leave together; see ``endpoint.connection.liveness``)."""
     peer_timeout: float = attrs.field(default=5.0, validator=_positive_seconds(86_400))
     """A connection that hears nothing for this long is dead and closed."""
     close_timeout: float = attrs.field(default=1.0, validator=_positive_seconds(600))

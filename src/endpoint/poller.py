@@ -36,6 +36,9 @@ _SPIN_NS = 1_000_000
 _SHALLOW_IDLE_NS = 1_000_000_000
 _SHALLOW_SLEEP_S = 0.001
 _DEEP_SLEEP_S = 0.01
+_MIN_NAP_NS = 1_000_000
+"""A nap until the next timer is at least this long (a timer due sooner is run a little late rather than
+spinning for it)."""
 
 
 class Polled(Protocol):
@@ -63,6 +66,11 @@ class Polled(Protocol):
 
     def _poll_unmapped(self) -> int: ...
 
+    @property
+    def _sleeps_soundly(self) -> bool:
+        """Whatever it waits for wakes the poller when it comes (a datagram, a command, a send of this loop)."""
+        ...
+
     def _tick(self, now_ns: int) -> None: ...
 
     def _notify_error(self, connection: Connection | None, error: BaseException) -> None: ...
@@ -76,16 +84,27 @@ class LoopPoller:
     connections with data. When there is work it yields to the loop after each
     round; when there is none it waits: ``busy_spin`` (if any end point asked
     for it) only yields; otherwise it keeps yielding for 1 ms after the last
-    work, then sleeps 1 ms, and after a second without work sleeps 10 ms, so
-    idle end points cost little. Keepalive pings are not work. Every 100 ms (or
-    half the shortest ``ping_interval``, down to 10 ms) it runs the end points'
-    timers: keepalives, dead-peer timeouts, handshake expiry, driver health.
+    work, then sleeps 1 ms, and after a second without work sleeps until its
+    next timer when anything that arrives wakes it anyway (see below), 10 ms
+    otherwise, so idle end points cost little. Keepalive pings are not work.
+    At every point of a 100 ms grid (or of half the shortest ``ping_interval``,
+    down to 10 ms) it runs the end points' timers: the connections that are
+    due on their agendas (keepalives, dead-peer timeouts), handshake expiry,
+    driver health. Timers on a grid shared by every end point (and every
+    process: the clock is the machine's) fall due together, so their work
+    and the datagrams it sends come in one wake-up, not many.
 
     An embedded driver in INVOKER mode runs here too, one duty cycle per round:
     the driver, the end points and the loop then share one thread and never wait
     for each other's GIL hand-offs. A datagram on one of that driver's sockets
     ends a nap at once (the poller watches them with an epoll set of its own,
-    itself watched by the loop).
+    itself watched by the loop). So does a client's command (the driver's
+    doorbell) and a send of this loop's (:meth:`poke`). When every end point on
+    the loop is on such a driver and none waits for what rings nothing (a
+    connection over IPC, a handshake under way or arriving over IPC, an image
+    not yet mapped), nothing can arrive unseen, and an idle poller sleeps until
+    its next timer: an idle server wakes for the datagrams it gets and for its
+    timers, not on a fixed period.
     """
 
     _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopPoller] = weakref.WeakKeyDictionary()
@@ -105,6 +124,7 @@ class LoopPoller:
         self._invokers: tuple[AgentInvoker, ...] = ()
         self._driver_invokers: tuple[AgentInvoker, ...] = ()
         self._network = False
+        self._wakeable = False
         self._commands_handled = 0
         self._breathe = False
         self._sockets = _SocketWatch(self._end_nap)
@@ -165,6 +185,13 @@ class LoopPoller:
         self._network = any(not c.is_ipc for e in self.endpoints for c in e._polled)
         # Threads of a driver (or a driver client) in this process need the GIL now and then; INVOKER ones don't.
         self._breathe = any(not d.invokers for d in drivers.values())
+        # Anything that arrives wakes a nap if every end point is on an INVOKER-mode driver whose sockets and
+        # doorbell are watched (and each end point says it waits for nothing else: see _nap_ns).
+        self._wakeable = (
+            bool(self._drivers)
+            and len(self._drivers) == len(drivers)
+            and all(e._shared is not None for e in self.endpoints)
+        )
 
     async def _run(self) -> None:
         try:
@@ -228,13 +255,16 @@ class LoopPoller:
                         connection._endpoint._notify_error(connection, exc)
             now = monotonic_ns()
             if now >= next_tick:
-                next_tick = now + self._tick_ns
+                next_tick = (now // self._tick_ns + 1) * self._tick_ns  # on the grid (see the class docstring)
                 self.routes.tick(now)
                 for endpoint in endpoints:
                     try:
                         endpoint._tick(now)
                     except Exception as exc:
                         endpoint._notify_error(None, exc)
+                if self._network:  # UDP: what the timers wrote (keepalives, cancels, acks) leaves in this wake-up
+                    for invoker in self._driver_invokers:
+                        invoker.invoke()
             if self._breathe and now - last_breath > _BREATHE_EVERY_NS and threading.active_count() > 1:
                 last_breath = now
                 # Yielding to the loop hands the GIL back and takes it again at once, which starves the
@@ -251,12 +281,26 @@ class LoopPoller:
                 await sleep(0)
             elif self._busy_spin or now - last_work < _SPIN_NS:
                 await sleep(0)
-            elif not await self._nap_driving(_SHALLOW_SLEEP_S if now - last_work < _SHALLOW_IDLE_NS else _DEEP_SLEEP_S):
+            elif not await self._nap_driving(self._nap_ns(now, last_work, next_tick)):
                 last_work = now  # a command came in just now: answer it first
 
-    async def _nap_driving(self, seconds: float) -> bool:
+    def _nap_ns(self, now: int, last_work: int, next_tick: int) -> int:
+        """How long to nap: 1 ms within a second of the last work (more may follow); after that until the next
+        timer when whatever arrives ends the nap anyway, else 10 ms."""
+        if now - last_work < _SHALLOW_IDLE_NS:
+            return int(_SHALLOW_SLEEP_S * 1e9)
+        if (
+            self._wakeable
+            and all(e._sleeps_soundly for e in self.endpoints)
+            and not any(route.waiting for route in self.routes.polled)
+        ):
+            return max(_MIN_NAP_NS, next_tick - now)
+        return int(_DEEP_SLEEP_S * 1e9)
+
+    async def _nap_driving(self, nap_ns: int) -> bool:
         """Nap, watching the INVOKER-mode drivers' sockets and doorbells; False (no nap) if a command waits."""
         drivers = self._drivers
+        seconds = nap_ns / 1e9
         if not drivers:
             await self._nap(seconds)
             return True
@@ -268,6 +312,9 @@ class LoopPoller:
         try:
             if len(parked) < len(drivers):
                 return False
+            until = time.monotonic_ns() + nap_ns
+            for driver in drivers:
+                driver.napping_until_ns = until  # not stalled, only idle: the keeper stays asleep
             await self._nap(seconds)
             return True
         finally:

@@ -78,6 +78,9 @@ class SharedDriver:
         self.generation = 0
         self.driven_ns = time.monotonic_ns()
         """When an event loop's poller last ran this driver's invokers (INVOKER mode)."""
+        self.napping_until_ns = 0
+        """When the poller, napping, means to run them next at the latest (a datagram or a client's command may
+        wake it sooner): until then the driver is not stalled, only idle."""
         self._keeper: _Keeper | None = None
 
     @property
@@ -244,8 +247,9 @@ class SharedDriver:
 class _Keeper:
     """Runs an INVOKER-mode driver while no event loop does (a loop blocked in synchronous code).
 
-    The loop's poller normally runs the driver every round and stamps ``driven_ns``; when that stamp is
-    older than 50 ms, this thread takes over at a millisecond cadence until the poller is back. Without
+    The loop's poller normally runs the driver every round and stamps ``driven_ns`` (and ``napping_until_ns``
+    before it naps); when both are more than 50 ms past, this thread takes over at a millisecond cadence until
+    the poller is back. Until then it sleeps until they could go stale. Without
     it, a blocked loop would stall the driver for every process using it, and a blocking call to the driver
     made on the loop by a client that cannot run it (another ``Aeron`` in this process) would never be answered.
     """
@@ -260,8 +264,12 @@ class _Keeper:
         shared = self._shared
         period = _KEEPER_PERIOD_S
         while not self._stopped.wait(period):
-            if time.monotonic_ns() - shared.driven_ns <= _KEEPER_STALE_NS:
-                period = _KEEPER_PERIOD_S
+            fresh_until = max(shared.driven_ns, shared.napping_until_ns) + _KEEPER_STALE_NS
+            left = fresh_until - time.monotonic_ns()
+            if left >= 0:
+                # Asleep until the stamp could go stale, not on a short period: an idle process is not woken
+                # for nothing (the take-over still comes within a millisecond of the stamp going stale).
+                period = left / 1e9 + _KEEPER_STALLED_PERIOD_S
                 continue
             period = _KEEPER_STALLED_PERIOD_S
             for invoker in shared.invokers:

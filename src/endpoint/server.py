@@ -444,6 +444,12 @@ class Server(EndPoint[ServerConfiguration]):
 
     polls_handshakes = True
 
+    @property
+    def _sleeps_soundly(self) -> bool:
+        """Also no handshake is under way, nor can one arrive over IPC unseen (a client's handshake image there)."""
+        ipc = self._ipc_handshake
+        return super()._sleeps_soundly and not self._pending and (ipc is None or not ipc.images)
+
     def _poll_extra(self) -> int:
         work = 0
         for sub, is_ipc in ((self._udp_handshake, False), (self._ipc_handshake, True)):

@@ -296,6 +296,9 @@ class StreamManager:
         """Streams and large messages dropped after ``stream_stall_timeout`` without a chunk."""
         self.deliver_whole: Callable[[memoryview], None] = lambda message: None
         """Where a large message goes once whole and checked (the connection's reader, as if it came in one)."""
+        self.attend: Callable[[], None] = lambda: None
+        """Called when something starts arriving: from now on :meth:`tick` must run every step (the connection's
+        timers are on the end point's agenda, which otherwise looks at an idle connection rarely)."""
 
     @property
     def held_bytes(self) -> int:
@@ -383,6 +386,7 @@ class StreamManager:
                 self._over_budget(open_.stream_id, f"{open_.size} bytes announced", "max_incoming_bytes")
                 return
             self._assemblies[open_.stream_id] = _Assembly()
+            self.attend()
             return
         listeners = self._stream_listeners()
         if not listeners:
@@ -390,6 +394,7 @@ class StreamManager:
             return
         stream = IncomingStream(self, open_, self._window)
         self._incoming[open_.stream_id] = stream
+        self.attend()
         self._spawn(self._consume(stream, listeners))
 
     def _over_budget(self, stream_id: int, detail: str, budget: str) -> None:

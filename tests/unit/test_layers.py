@@ -62,6 +62,7 @@ SANS_IO = (
     "endpoint.handshake.protocol",
     "endpoint.handshake.noise",
     "endpoint.connection.liveness",
+    "endpoint.connection.agenda",
     "endpoint.connection.core",
     "endpoint.connection.newest",
     "endpoint.connection.sealing",

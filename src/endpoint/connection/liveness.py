@@ -6,12 +6,18 @@ connected, an image still mapped) say nothing about the peer's process for up to
 timeouts, so they never extend a peer's life; an image that closed or ended may only end it sooner (the
 connection checks that itself).
 
-Each end sends a keepalive when it has sent nothing for ``ping_interval``, so a live peer is heard at
-least that often whatever the traffic pattern (one way streaming included: the receiving end's
-keepalives reach the sender, whose own may be held back by back pressure). A peer is dead when nothing
-was heard from it for longer than ``peer_timeout``; :meth:`Liveness.check` runs at least every ``tick``
-nanoseconds, so a peer that dies at ``t`` is declared dead no later than ``t + peer_timeout + tick``.
-The end point's poller ticks at least every half ``ping_interval``, which keeps the promise of detection
+Each end sends a keepalive when it has sent nothing for ``ping_interval``, and at the latest
+:attr:`Liveness.keepalive_slack_ns` after that (half a ping interval, less when ``peer_timeout`` leaves
+little room), so a live peer is heard at least that often whatever the traffic pattern (one way streaming
+included: the receiving end's keepalives reach the sender, whose own may be held back by back pressure).
+The slack lets the keepalives of many idle connections that fall due within it leave in one wake-up (the
+end point's agenda, :mod:`endpoint.connection.agenda`, files each connection at a point of a grid inside
+that window), and makes an idle connection's keepalives a third fewer than one every ``ping_interval``.
+Keepalives ride the reliable stream, so a lost one is sent again, not missed.
+A peer is dead when nothing was heard from it for longer than ``peer_timeout``. :meth:`Liveness.next_check_ns`
+says when the next check can find something to do (a keepalive owed, the peer overdue, or dead); the end point
+checks no later than one grid step after that, so a peer that dies at ``t`` is declared dead no later than
+``t + peer_timeout + grid``, the grid being at most half ``ping_interval``: the promise of detection
 within ``peer_timeout`` plus one ``ping_interval``.
 
 So is time this end did not run at all (its
@@ -45,13 +51,17 @@ class Verdict(enum.Enum):
 class Liveness:
     """Liveness of one connection's peer, from what was heard and sent when (monotonic nanoseconds)."""
 
-    __slots__ = ("last_heard_ns", "last_sent_ns", "peer_timeout_ns", "ping_interval_ns")
+    __slots__ = ("keepalive_slack_ns", "last_heard_ns", "last_sent_ns", "peer_timeout_ns", "ping_interval_ns")
 
     def __init__(self, now_ns: int, ping_interval_ns: int, peer_timeout_ns: int) -> None:
         if not 0 < ping_interval_ns < peer_timeout_ns:
             raise ValueError(f"need 0 < ping_interval_ns ({ping_interval_ns}) < peer_timeout_ns ({peer_timeout_ns})")
         self.ping_interval_ns = ping_interval_ns
         self.peer_timeout_ns = peer_timeout_ns
+        self.keepalive_slack_ns = min(ping_interval_ns // 2, (peer_timeout_ns - ping_interval_ns) // 4)
+        """How much later than ``ping_interval`` after our last send a keepalive may leave (so that many leave
+        together): half a ping interval, or a quarter of what ``peer_timeout`` leaves beyond it if that is less,
+        so the peer still hears us several times within its timeout."""
         self.last_heard_ns = now_ns
         """When a message from the peer was last read (or reading last resumed)."""
         self.last_sent_ns = now_ns
@@ -84,6 +94,16 @@ class Liveness:
 
     def silent_for_ns(self, now_ns: int) -> int:
         return now_ns - self.last_heard_ns
+
+    def next_check_ns(self, grid_ns: int) -> int:
+        """When :meth:`check` can next find something to do if nothing is heard or sent meanwhile (hearing and
+        sending only move it later): the keepalive, at the last point of the grid inside its slack window (the
+        window's start if none is); the peer overdue (silent two ping intervals, when the end point starts
+        looking at how far its stream got) or dead, at the first point of the grid after. Pure: no clock."""
+        owed = self.last_sent_ns + self.ping_interval_ns
+        keepalive = max(owed, (owed + self.keepalive_slack_ns) // grid_ns * grid_ns)
+        overdue = self.last_heard_ns + min(2 * self.ping_interval_ns, self.peer_timeout_ns)
+        return min(keepalive, (overdue // grid_ns + 1) * grid_ns)
 
     def check(self, now_ns: int) -> Verdict:
         if now_ns - self.last_heard_ns > self.peer_timeout_ns:

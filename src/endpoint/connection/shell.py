@@ -141,6 +141,8 @@ class ConnectionOwner(Protocol):
 
     def _rebuild_poll_set(self) -> None: ...
 
+    def _attend(self, connection: Connection) -> None: ...
+
     async def _add_stream(self, channel: str, stream_id: int, publication: bool) -> Publication | Subscription: ...
 
 
@@ -290,6 +292,7 @@ class Connection:
         )
         """The protocol without I/O (:mod:`endpoint.connection.core`): reassembly, opening, decoding, liveness."""
         streams.deliver_whole = self._core.on_message
+        streams.attend = self._attend
 
     # ------------------------------------------------------------------ state
 
@@ -400,6 +403,7 @@ class Connection:
     def _join_session(self, session: Session, resumed: bool) -> None:
         """Carry ``session`` (before anything is read): its frames go to it, sends through it."""
         self.session = session
+        self._attend()
         self.resumed = resumed
         self._core.on_session = functools.partial(session.on_frame, self)
 
@@ -496,6 +500,7 @@ class Connection:
     def _open_unreliable(self, *, publication: bool) -> None:
         """Open our half of the unreliable pair (once): the publication to send, the subscription to read."""
         self._u_opening |= 1 if publication else 2
+        self._attend()
         self._endpoint._spawn(self._open_unreliable_half(publication), self)
 
     async def _open_unreliable_half(self, publication: bool) -> None:
@@ -708,6 +713,7 @@ class Connection:
     def _pause_reading(self) -> None:
         """A stream's consumer is behind: stop reading (the sender feels it as back pressure)."""
         self._paused += 1
+        self._attend()
 
     def _resume_reading(self) -> None:
         self._paused -= 1
@@ -726,6 +732,7 @@ class Connection:
         self._inbox_bytes += size
         if self._worker is None:
             self._worker = asyncio.get_running_loop().create_task(self._drain(), name=f"{self!r} listeners")
+            self._attend()
 
     async def _drain(self) -> None:
         inbox = self._inbox
@@ -760,7 +767,7 @@ class Connection:
     def _release_calls(self, connection: Connection) -> None:
         self._held_calls -= 1
 
-    # ------------------------------------------------------------------ liveness (poller, every tick)
+    # ------------------------------------------------------------------ liveness (the end point's agenda)
 
     def _tick(self, now_ns: int, stall_ns: int = 0) -> None:
         """Keepalive and dead-peer check (see :meth:`ConnectionCore.tick`), and streams that stalled; ``stall_ns``:
@@ -788,6 +795,33 @@ class Connection:
             core.kept_alive(now_ns, self.outbox.sent)
         if self.session is not None:
             self.session.tick(self)
+
+    def _attend(self) -> None:
+        """Something started that :meth:`_tick` watches every step (see :meth:`_next_check_ns`): be looked at at
+        the next step, not when the idle connection's next check would have come."""
+        self._endpoint._attend(self)
+
+    def _next_check_ns(self, now_ns: int, grid_ns: int) -> int:
+        """When :meth:`_tick` next has something to do (see :mod:`endpoint.connection.agenda`): its liveness's next
+        check (:meth:`~endpoint.connection.liveness.Liveness.next_check_ns`), or the next point of the grid while
+        it needs looking at every step: not reading (the peer's silence is ours, its clock restarts each step),
+        streams arriving (their stall timers), a buffered session (its acknowledgements), an unreliable stream
+        opened (its image may come or go), the peer overdue (how far its stream got is watched each step).
+        Never before the next point of the grid: a keepalive that back pressure refused is tried again then."""
+        step = (now_ns // grid_ns + 1) * grid_ns
+        if (
+            self._paused
+            or self._inbox
+            or self.streams.incoming
+            or self.session is not None
+            or self._u_sub is not None
+            or self._u_opening
+        ):
+            return step
+        liveness = self._core.liveness
+        if liveness.silent_for_ns(now_ns) > 2 * liveness.ping_interval_ns:
+            return step
+        return max(step, liveness.next_check_ns(grid_ns))
 
     def _tick_unreliable(self) -> None:
         """Subscribe to the peer's unreliable stream once its first newest-wins frame came the reliable way, and

@@ -190,6 +190,12 @@ async def test_large_messages_never_finished_hold_at_most_the_budget_and_time_ou
             held_high = max(held_high, s_conn.streams.held_bytes)
             # Whatever was still assembling gets no more chunks: dropped once stream_stall_timeout passes.
             await wait_until(lambda: s_conn.streams.incoming == 0, 10, what="stalled messages dropped")
+            # The server cancels each dropped stream; a message it sends after them arrives after them, so the
+            # client's own stream below (its ids start at 1 too) cannot be hit by a cancel still in flight.
+            back: list[str] = []
+            client.on_message(Chat, lambda c, m: back.append(m.text))
+            await s_conn.send(Chat("cancels sent"))
+            await wait_until(lambda: back == ["cancels sent"], 10, what="the server's cancels read")
         streams = s_conn.streams
         print(
             f"{transport}: held at most {held_high} bytes of a {BUDGET['max_incoming_bytes']} budget; "
