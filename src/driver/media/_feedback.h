@@ -293,12 +293,6 @@ typedef struct {
 
 static PyTypeObject FeedbackRoutesType;
 
-static inline unsigned long long
-feedback_key(int32_t session_id, int32_t stream_id)
-{
-    return ((unsigned long long)(uint32_t)session_id << 32) | (uint32_t)stream_id;
-}
-
 static int
 FeedbackRoutes_init(FeedbackRoutes *self, PyObject *args, PyObject *kwds)
 {
@@ -363,7 +357,7 @@ FeedbackRoutes_add(FeedbackRoutes *self, PyObject *args)
     }
     if (self->slots == NULL)
         return PyErr_Format(PyExc_ValueError, "cleared");
-    PyObject *key = PyLong_FromUnsignedLongLong(feedback_key(s->session_id, s->stream_id));
+    PyObject *key = PyLong_FromUnsignedLongLong(route_key(s->session_id, s->stream_id));
     if (key == NULL)
         return NULL;
     int failed = PyDict_SetItem(self->slots, key, slot);
@@ -384,7 +378,7 @@ FeedbackRoutes_remove(FeedbackRoutes *self, PyObject *slot)
     if (self->slots == NULL)
         Py_RETURN_NONE;
     FeedbackSlot *s = (FeedbackSlot *)slot;
-    PyObject *key = PyLong_FromUnsignedLongLong(feedback_key(s->session_id, s->stream_id));
+    PyObject *key = PyLong_FromUnsignedLongLong(route_key(s->session_id, s->stream_id));
     if (key == NULL)
         return NULL;
     PyObject *known = PyDict_GetItemWithError(self->slots, key);
@@ -454,7 +448,7 @@ feedback_status_message(DatagramSocket *sock, FeedbackRoutes *routes, const unsi
     memcpy(&term_offset, p + 20, 4);
     memcpy(&window, p + 24, 4);
     memcpy(&receiver_id, p + 28, 8);
-    PyObject *key = PyLong_FromUnsignedLongLong(feedback_key(session_id, stream_id));
+    PyObject *key = PyLong_FromUnsignedLongLong(route_key(session_id, stream_id));
     if (key == NULL)
         return -1;
     PyObject *found = PyDict_GetItemWithError(routes->slots, key);

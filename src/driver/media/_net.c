@@ -916,6 +916,13 @@ static PyTypeObject ImageSlotType = {
     .tp_getset = ImageSlot_getset,
 };
 
+/* The key both route tables (images by stream, publications by stream) file a slot under. */
+static inline unsigned long long
+route_key(int32_t session_id, int32_t stream_id)
+{
+    return ((unsigned long long)(uint32_t)session_id << 32) | (uint32_t)stream_id;
+}
+
 #include "_feedback.h" /* the send side's status messages (FeedbackSlot, FeedbackRoutes) */
 
 /* ---- routes: the images a receive endpoint's batch inserts into, by (session, stream) ---- */
@@ -932,12 +939,6 @@ typedef struct {
 } ImageRoutes;
 
 static PyTypeObject ImageRoutesType;
-
-static inline unsigned long long
-route_key(int32_t session_id, int32_t stream_id)
-{
-    return ((unsigned long long)(uint32_t)session_id << 32) | (uint32_t)stream_id;
-}
 
 static int
 ImageRoutes_init(ImageRoutes *self, PyObject *args, PyObject *kwds)
