@@ -46,6 +46,12 @@ class Receiver:
         self.endpoints: list[ReceiveChannelEndpoint] = []
         self.images: list[PublicationImage] = []
         self._next_expiry_ns = 0
+        self.polled_ns = clock.nano_time()
+        """When this receiver last read its sockets (the start of that duty cycle): the conductor judges an image's
+        silence up to here, not up to its own now. After a stall of the whole process (a starved CPU, a stopped
+        process) the conductor may run before the receiver has read what waited in the sockets meanwhile, and
+        would otherwise take a live image for a dead one: a reliable stream would lose what it had not delivered
+        and a new image join further on."""
         self._agenda: Agenda[PublicationImage] = Agenda()
         self._ready = ReadyEndpoints[ReceiveChannelEndpoint]()
         self.sockets_version = 0
@@ -70,6 +76,7 @@ class Receiver:
             endpoints = self._ready.ready()
         for endpoint in endpoints:
             work += endpoint.poll(now_ns)
+        self.polled_ns = now_ns
         for endpoint in self.endpoints:
             if now_ns >= endpoint.next_elicit_ns:
                 endpoint.elicit_waiting(now_ns)
