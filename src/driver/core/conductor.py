@@ -61,7 +61,7 @@ from driver.core.ipc_publication import IpcPublication, PublicationState
 from driver.core.links import ClientSession, CounterLink, PublicationLink, SubscriberPosition, SubscriptionLink
 from driver.core.network import NetworkResources
 from driver.core.network_publication import NetworkPublication
-from driver.core.receiver import Receiver
+from driver.core.receiver import STALL_NS_DEFAULT, Receiver
 from driver.core.sender import Sender
 from driver.errors import (
     ChannelEndpointError,
@@ -142,7 +142,11 @@ class DriverConductor:
             CommandQueue(sc.get(SystemCounterId.SENDER_PROXY_FAILS), capacity),
             ctx.send_to_status_poll_ratio,
         )
-        self.receiver = Receiver(self._nano_clock, CommandQueue(sc.get(SystemCounterId.RECEIVER_PROXY_FAILS), capacity))
+        self.receiver = Receiver(
+            self._nano_clock,
+            CommandQueue(sc.get(SystemCounterId.RECEIVER_PROXY_FAILS), capacity),
+            stall_ns=max(STALL_NS_DEFAULT, ctx.image_liveness_timeout_ns // 4),
+        )
         deferred = sc.get(DriverSystemCounterId.AGENT_COMMANDS_DEFERRED)
         self._to_sender = Backlog(self.sender.commands, deferred)
         self._to_receiver = Backlog(self.receiver.commands, deferred)

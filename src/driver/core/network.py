@@ -1000,7 +1000,8 @@ class NetworkResources:
                 )
         for image in list(self.images):
             was_active = image.state is ImageState.ACTIVE
-            ended = image.on_time_event(now_ns)
+            receiver = self._receiver
+            ended = image.on_time_event(now_ns, receiver.polled_ns, receiver.awake_since_ns)
             if was_active and image.state is not ImageState.ACTIVE:
                 self._images_changed()
             if ended:

@@ -418,15 +418,23 @@ class PublicationImage:
 
     # -- conductor thread -----------------------------------------------------------------------
 
-    def on_time_event(self, now_ns: int) -> bool:
+    def on_time_event(self, now_ns: int, polled_ns: int | None = None, awake_since_ns: int | None = None) -> bool:
         """Timer step; True when the image just went to linger (tell the subscribers it is unavailable).
+
+        ``polled_ns``: when the receiver last read its sockets; ``awake_since_ns``: since when it has done so
+        without a stall. Silence counts only between the two: a packet that waits unread in a socket (the receiver
+        not yet run after a stall) is not silence, nor is a stall of the process, which stalls a publisher in it too.
 
         As in 1.15.1, an image that ended (end of stream, or silence) stays INACTIVE, and
         still available to its subscribers, until every subscriber has read up to the rebuild
         position: telling them earlier would lose the messages they have not polled yet.
         """
         if self.state is ImageState.ACTIVE:
-            idle = now_ns - self.time_of_last_packet_ns > self.image_liveness_timeout_ns
+            heard_until = now_ns if polled_ns is None or polled_ns > now_ns else polled_ns
+            quiet_since = self.time_of_last_packet_ns
+            if awake_since_ns is not None and awake_since_ns > quiet_since:
+                quiet_since = awake_since_ns
+            idle = heard_until - quiet_since > self.image_liveness_timeout_ns
             ended = self.is_end_of_stream and self.rebuild_position.get_volatile() >= self.hwm_position.get_volatile()
             if idle or ended:
                 self.state = ImageState.INACTIVE

@@ -37,15 +37,33 @@ PENDING_SETUP_TIMEOUT_NS = 1_000_000_000
 IMAGE_COOLDOWN_NS = 5_000_000_000
 
 
+STALL_NS_DEFAULT = 100_000_000
+"""A gap between two of the receiver's reads of its sockets longer than this is a stall (its parks are far
+shorter): the silence before it does not count towards an image's liveness timeout. (The driver uses a quarter
+of its image liveness timeout when that is longer, so that a loaded machine's shorter hiccups do not keep
+putting off the end of an image whose publisher did die.)"""
+
+
 class Receiver:
     role_name = "receiver"
 
-    def __init__(self, clock: NanoClock, commands: CommandQueue) -> None:
+    def __init__(self, clock: NanoClock, commands: CommandQueue, stall_ns: int = STALL_NS_DEFAULT) -> None:
         self._clock = clock
         self.commands = commands
         self.endpoints: list[ReceiveChannelEndpoint] = []
         self.images: list[PublicationImage] = []
         self._next_expiry_ns = 0
+        self.polled_ns = clock.nano_time()
+        """When this receiver last read its sockets (the start of that duty cycle): the conductor judges an image's
+        silence up to here, not up to its own now. After a stall of the whole process (a starved CPU, a stopped
+        process) the conductor may run before the receiver has read what waited in the sockets meanwhile, and
+        would otherwise take a live image for a dead one: a reliable stream would lose what it had not delivered
+        and a new image join further on."""
+        self.awake_since_ns = self.polled_ns
+        """Start of the receiver's current run of duty cycles with no gap longer than ``stall_ns`` between two
+        reads of its sockets: silence counts only from here. A publisher in the same stalled process (or host)
+        could not send either, so a stall's silence is not the publisher's."""
+        self._stall_ns = stall_ns
         self._agenda: Agenda[PublicationImage] = Agenda()
         self._ready = ReadyEndpoints[ReceiveChannelEndpoint]()
         self.sockets_version = 0
@@ -70,6 +88,9 @@ class Receiver:
             endpoints = self._ready.ready()
         for endpoint in endpoints:
             work += endpoint.poll(now_ns)
+        if now_ns - self.polled_ns > self._stall_ns:
+            self.awake_since_ns = now_ns
+        self.polled_ns = now_ns
         for endpoint in self.endpoints:
             if now_ns >= endpoint.next_elicit_ns:
                 endpoint.elicit_waiting(now_ns)

@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +28,7 @@ from udp_helpers import (
     counters_of,
     driver_errors,
     free_udp_port,
+    make_message,
     publish_checked,
     publish_with_embedded_driver,
     subscribe_with_embedded_driver,
@@ -107,6 +109,41 @@ def test_publisher_process_killed_mid_stream_makes_the_image_unavailable(udp: Ud
 
 
 @pytest.mark.process
+def test_a_subscriber_driver_stalled_past_image_liveness_keeps_its_image_and_loses_nothing(udp: UdpDrivers) -> None:
+    # A whole-process stall (SIGSTOP here; a starved CPU or a VM pause alike) longer than image liveness (1 s): on
+    # resuming, the driver's conductor may run before its receiver has read what waited in the socket meanwhile.
+    # That is no silence: the image must stay, and the reliable stream deliver every message once, in order.
+    subscriber = udp.process("sub")
+    publisher_dir = udp.embedded("pub").aeron_dir
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    unavailable: list[Image] = []
+    subscription = udp.client(subscriber.aeron_dir).add_subscription(
+        channel, STREAM_ID, unavailable_image_handler=unavailable.append
+    )
+    publication = udp.client(publisher_dir).add_exclusive_publication(channel, STREAM_ID)
+    (image,) = wait_for_image(subscription, timeout_s=30)
+    collector = Collector(session_id=publication.session_id)
+    body = 1000
+    publish_checked(publication, [(subscription, collector)], 100, body, timeout_s=30)
+    seq = 100
+    os.kill(subscriber.process.pid, signal.SIGSTOP)
+    try:
+        # Offer on while it is stopped: what the window takes is sent and waits in the stopped driver's socket.
+        stop_until = time.monotonic() + 1.5 * UDP_SETTINGS["image_liveness_timeout_ns"] / 1e9  # type: ignore[operator]
+        while time.monotonic() < stop_until:
+            if publication.offer(make_message(0, seq, body)) > 0:
+                seq += 1
+            else:
+                time.sleep(0.001)
+    finally:
+        os.kill(subscriber.process.pid, signal.SIGCONT)
+    publish_checked(publication, [(subscription, collector)], 100, body, timeout_s=30, start_seq=seq)
+    assert unavailable == []
+    assert subscription.images == (image,)
+    assert driver_errors(subscriber.aeron_dir) == []
+
+
+@pytest.mark.process
 def test_subscriber_process_killed_disconnects_the_publication_which_is_reclaimed_on_close(
     udp: UdpDrivers,
 ) -> None:
@@ -147,10 +184,12 @@ def test_subscriber_process_killed_disconnects_the_publication_which_is_reclaime
     publication.close()
     with counters_of(publisher_driver.aeron_dir) as (_, reader):
         execute_until(
-            lambda: not log_path.exists()
-            and not any(
-                label.startswith(("snd-pos", "snd-lmt", "pub-lmt")) and f": {registration_id} " in label
-                for _, _, label in allocated_counters(reader)
+            lambda: (
+                not log_path.exists()
+                and not any(
+                    label.startswith(("snd-pos", "snd-lmt", "pub-lmt")) and f": {registration_id} " in label
+                    for _, _, label in allocated_counters(reader)
+                )
             ),
             timeout_s=15,
             interval_s=0.02,

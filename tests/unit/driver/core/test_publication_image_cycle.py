@@ -11,7 +11,7 @@ from driver.concurrent.counters import AtomicCounter, CountersManager
 from driver.concurrent.system_counters import SystemCounterId
 from driver.core.congestion import CongestionOutcome, StaticWindowCongestionControl
 from driver.core.loss_detector import LossDetector, StaticDelayGenerator
-from driver.core.publication_image import ImageCounters, PublicationImage
+from driver.core.publication_image import ImageCounters, ImageState, PublicationImage
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SM
 from driver.logbuffer.log_buffers import LogBuffers
@@ -251,3 +251,22 @@ def test_an_image_with_a_gap_or_a_moving_window_is_tracked_every_cycle(tmp_path:
     (tmp_path / "forcing").mkdir()
     with harness(tmp_path / "forcing", ForcingCongestion()) as h:
         assert h.image.next_track_ns() == 0
+
+
+def test_liveness_counts_silence_only_while_the_receiver_reads_its_sockets(tmp_path: Path) -> None:
+    liveness = 10_000 * MS  # the harness's image liveness timeout
+    with harness(tmp_path) as h:
+        h.data(0, now_ns=1 * MS)
+        image = h.image
+        # A stalled process resumes: the conductor's clock is far past the last packet, but the receiver has not
+        # read its socket since before the stall (what waits there is no silence).
+        assert not image.on_time_event(1 * MS + 2 * liveness, polled_ns=2 * MS, awake_since_ns=0)
+        assert image.state is ImageState.ACTIVE
+        # The receiver reads again right after the stall and finds nothing yet: the stall's silence does not count.
+        resumed = 1 * MS + 2 * liveness
+        assert not image.on_time_event(resumed + MS, polled_ns=resumed, awake_since_ns=resumed)
+        assert image.state is ImageState.ACTIVE
+        # Silence heard for the whole timeout by a receiver awake all along: the image is idle.
+        later = resumed + liveness + MS
+        image.on_time_event(later, polled_ns=later, awake_since_ns=resumed)
+        assert image.state is not ImageState.ACTIVE

@@ -87,3 +87,36 @@ def test_delegate_may_keep_the_message_view() -> None:
     publication.offer(b"y" * 8000)  # forces the builder to grow (past 4096) while a view is held
     subscriber.poll(assembler)
     assert bytes(kept[1]) == b"y" * 8000
+
+
+def _fragmented_log(fill: int) -> MemoryLog:
+    """A log of session 7 holding one 100-byte message in 32-byte fragments (mtu 64): 4 frames of 64 bytes."""
+    log = MemoryLog(TL, session_id=7, mtu=64)
+    TermAppender(log.terms[0], log.metadata, 0).append_fragmented(
+        HeaderWriter(d.default_frame_header(log.metadata)), bytes([fill]) * 100, 0, 100, 32, None, 0
+    )
+    return log
+
+
+def test_a_skip_between_fragments_drops_the_partial_message_instead_of_joining_two() -> None:
+    # The subscriber read the head of message A from one image of session 7 (up to offset 128); the image was lost
+    # and a new one of the same session joined further on, mid-way through message B (at 192). B's tail must not be
+    # appended to A's head.
+    first, second = _fragmented_log(0xA), _fragmented_log(0xB)
+    got: list[bytes] = []
+    assembler = FragmentAssembler(lambda p, h: got.append(bytes(p)))
+    assert read(first.terms[0], 0, assembler, 2, Header(0, 16))[0] == 2  # BEGIN and one middle fragment of A
+    assert read(second.terms[0], 192, assembler, 10, Header(0, 16))[0] == 1  # the END fragment of B
+    assert got == []
+    # The stream goes on normally afterwards: a whole message is delivered.
+    assert read(second.terms[0], 0, assembler, 10, Header(0, 16))[0] == 4
+    assert got == [b"\x0b" * 100]
+
+
+def test_a_fragment_missing_from_the_middle_drops_the_message() -> None:
+    log = _fragmented_log(0xC)
+    got: list[bytes] = []
+    assembler = FragmentAssembler(lambda p, h: got.append(bytes(p)))
+    read(log.terms[0], 0, assembler, 1, Header(0, 16))  # BEGIN
+    read(log.terms[0], 128, assembler, 10, Header(0, 16))  # fragments 3 and 4: fragment 2 skipped
+    assert got == []
