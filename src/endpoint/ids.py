@@ -65,10 +65,14 @@ class IdAllocator:
         """The ids in ``_cooling`` (each at most once: only a live id is released, and none cooling is handed out),
         so that a wide range's draw checks one in O(1) however many connections came and went lately."""
         self._free: list[int] | None = None
+        """A dense range's free ids, in no particular order: each allocation draws one of them at random (a
+        shuffle done one draw at a time), so a server starts without ~60,000 calls to the system's random source
+        for a pool it may never use much of."""
         if self._size <= _DENSE_LIMIT:
-            pool = [i for i in range(low, high + 1) if i not in self._reserved]
-            self._random.shuffle(pool)
-            self._free = pool
+            reserved_ = self._reserved
+            self._free = (
+                [i for i in range(low, high + 1) if i not in reserved_] if reserved_ else list(range(low, high + 1))
+            )
 
     @property
     def capacity(self) -> int:
@@ -87,19 +91,18 @@ class IdAllocator:
             _, value = cooling.popleft()
             self._cooling_ids.discard(value)
             if self._free is not None:
-                # Put it somewhere random so reuse order can't be predicted either.
-                free = self._free
-                free.append(value)
-                j = self._random.randrange(len(free))
-                free[j], free[-1] = free[-1], free[j]
+                self._free.append(value)  # drawn at random like the rest: reuse order can't be predicted either
 
     def allocate(self, now_ns: int) -> int:
         """A fresh id; AllocationError when every id is live or still cooling down."""
         self._thaw(now_ns)
         if self._free is not None:
-            if not self._free:
+            free = self._free
+            if not free:
                 raise self._exhausted()
-            value = self._free.pop()
+            j = self._random.randrange(len(free))
+            free[j], free[-1] = free[-1], free[j]
+            value = free.pop()
         else:
             if len(self._live) + len(self._cooling) >= self._size:
                 raise self._exhausted()

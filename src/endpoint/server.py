@@ -745,7 +745,7 @@ class Server(EndPoint[ServerConfiguration]):
             self._pending.pop(hello.connect_key, None)
             await self._free_pending(pending)
             if not self._closing and not quiet:
-                self._notify_error(None, ServerError(f"handshake with {address} failed: {exc}"))
+                self._notify_error(None, ServerError(f"handshake with {address} failed: {type(exc).__name__}: {exc}"))
 
     async def _reply_route(self, pending: _Pending, port: object) -> Publication:
         """Where answers to this client go: the shared IPC reply stream, or a publication to its UDP reply port."""
@@ -936,7 +936,9 @@ class Server(EndPoint[ServerConfiguration]):
             handshake.abandon(done.connect_key)
             await self._free_pending(pending)
             if not self._closing:
-                self._notify_error(None, ServerError(f"handshake with {pending.address} failed at DONE: {exc}"))
+                self._notify_error(
+                    None, ServerError(f"handshake with {pending.address} failed at DONE: {type(exc).__name__}: {exc}")
+                )
             return
         self._ids_of[connection.id] = pending.ids
         if not pending.is_ipc:

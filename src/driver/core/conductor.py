@@ -156,6 +156,9 @@ class DriverConductor:
         self.subscription_links: list[SubscriptionLink] = []
         self._subscription_by_id: dict[int, SubscriptionLink] = {}
         """The same links by registration id: a server removing one of thousands finds it without a scan."""
+        self.spy_links: list[SubscriptionLink] = []
+        """The spies among them (few): each new network publication looks for its spies here, not among every
+        subscription (a connect storm adds a publication per connection while thousands of links exist)."""
         self.counter_links: list[CounterLink] = []
         self._active_session_ids: set[int] = set()
         self._keepalives = 0
@@ -705,6 +708,7 @@ class DriverConductor:
         self.subscription_links.append(sub)
         self._subscription_by_id[sub.registration_id] = sub
         if sub.is_spy:
+            self.spy_links.append(sub)
             try:
                 positions = self.network.add_spy(sub)
             except BaseException:  # no counter left: nothing of the spy stays
@@ -738,6 +742,8 @@ class DriverConductor:
     def _unlink_subscription(self, sub: SubscriptionLink) -> None:
         self.subscription_links.remove(sub)
         self._subscription_by_id.pop(sub.registration_id, None)
+        if sub.is_spy:
+            self.spy_links.remove(sub)
         if sub.endpoint is not None:
             self.network.remove_subscription(sub)
             return

@@ -133,6 +133,11 @@ class ConductorServices(Protocol):
     @property
     def subscription_links(self) -> Sequence[SubscriptionLink]: ...
 
+    @property
+    def spy_links(self) -> Sequence[SubscriptionLink]:
+        """The spy subscriptions among ``subscription_links``."""
+        ...
+
     def now_ns(self) -> int: ...
 
     def next_correlation_id(self) -> int: ...
@@ -442,7 +447,7 @@ class NetworkResources:
         which no counter is left misses this publication (the error logged and counted): the publication, and
         the client that asked for it, are not failed for a spy."""
         made = []
-        for link in self._conductor.subscription_links:
+        for link in self._conductor.spy_links:
             if self._spies_on(link, publication) and not link.is_linked(publication):
                 try:
                     position = self._link_spy(link, publication)
@@ -485,7 +490,7 @@ class NetworkResources:
 
     def _cleanup_spies(self, publication: NetworkPublication) -> None:
         """The publication has drained and its spies have read it to the end: their images go."""
-        for link in self._conductor.subscription_links:
+        for link in self._conductor.spy_links:
             position = link.positions.get(publication.registration_id)
             if position is not None and position.publication is publication:
                 del link.positions[publication.registration_id]

@@ -6,6 +6,7 @@ Time is passed in and randomness is injected, so every test here is deterministi
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Sequence
 
 import pytest
@@ -378,3 +379,48 @@ def test_sparse_range_skips_a_cooling_id_until_it_thawed() -> None:
     rng.script = [value]
     assert alloc.allocate(T0 + SEC) == value, "thawed, it can be handed out again"
     assert alloc.cooling_count() == 0
+
+
+class CountingRandom(random.Random):
+    """Counts the draws (``randrange``, ``shuffle``, ``random``) made of it."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.draws = 0
+
+    def random(self) -> float:
+        self.draws += 1
+        return super().random()
+
+    def getrandbits(self, k: int, /) -> int:
+        self.draws += 1
+        return super().getrandbits(k)
+
+
+def test_a_dense_pool_costs_no_draws_until_ids_are_taken_and_one_each_then() -> None:
+    """A server's pools (60,000 stream ids) are made at every start: drawing happens per allocation instead."""
+    rng = CountingRandom(3)
+    alloc = IdAllocator(0x1000, 0xFFFF, reserved=(0x1001,), rng=rng)
+    assert rng.draws == 0
+    got = [alloc.allocate(T0) for _ in range(100)]
+    assert 100 <= rng.draws < 200  # one draw each (retried now and then: a uniform draw below n rejects some bits)
+    assert len(set(got)) == 100
+    assert 0x1001 not in got
+    assert got != sorted(got)
+    assert got != sorted(got, reverse=True)
+
+
+def test_every_free_id_is_equally_likely_to_come_first_and_after_a_thaw() -> None:
+    """Each allocation is a uniform draw over the free ids, those thawed included (seeded: deterministic)."""
+    firsts = Counter(IdAllocator(1, 10, rng=random.Random(seed)).allocate(T0) for seed in range(3000))
+    assert set(firsts) == set(range(1, 11))
+    assert all(200 <= n <= 400 for n in firsts.values()), firsts
+    thawed: Counter[int] = Counter()
+    for seed in range(3000):
+        alloc = IdAllocator(1, 10, reuse_delay_ns=SEC, rng=random.Random(seed))
+        taken = [alloc.allocate(T0) for _ in range(5)]
+        for value in taken:
+            alloc.release(value, T0)
+        alloc.allocate(T0 + SEC)  # five never taken and five thawed: each 1 in 10
+        thawed[int(any(alloc.is_live(v) for v in taken))] += 1
+    assert 1200 <= thawed[1] <= 1800, thawed

@@ -326,6 +326,38 @@ def test_spy_subscription_reads_a_network_publication_and_frees_its_counter(harn
     assert harness.counters.get_counter_state(late_pos) == RECORD_ALLOCATED
 
 
+def test_publications_find_their_spies_among_many_subscriptions_and_removed_spies_are_forgotten(
+    harness: Harness,
+) -> None:
+    """New network publications look for spies in the conductor's spy index, not among every subscription: a
+    spy added among many ordinary subscriptions still gets the publication's image, a removed spy leaves the
+    index (the next publication does not link it), and the ordinary subscriptions never enter it."""
+    channel = "aeron:udp?endpoint=127.0.0.1:40199"
+    for n in range(20):
+        harness.send(
+            CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, harness.cid(), 100 + n, "aeron:ipc")
+        )
+    spies = [harness.cid(), harness.cid()]
+    for cid in spies:
+        harness.send(
+            CommandType.ADD_SUBSCRIPTION, SubscriptionMessage(harness.client_id, cid, 10, f"aeron-spy:{channel}")
+        )
+    assert [kind for kind, _ in harness.work()] == [ResponseType.ON_SUBSCRIPTION_READY] * 22
+    assert [s.registration_id for s in harness.conductor.spy_links] == spies
+    harness.add_publication(channel=channel)
+    responses = harness.work()
+    images = [r for kind, r in responses if kind is ResponseType.ON_AVAILABLE_IMAGE]
+    assert sorted(i.subscription_registration_id for i in images) == spies  # type: ignore[attr-defined]
+    harness.send(CommandType.REMOVE_SUBSCRIPTION, RemoveMessage(harness.client_id, harness.cid(), spies[0]))
+    assert [kind for kind, _ in harness.work()] == [ResponseType.ON_OPERATION_SUCCESS]
+    assert [s.registration_id for s in harness.conductor.spy_links] == spies[1:]
+    harness.add_publication(channel=channel, stream_id=10, exclusive=True)
+    images = [r for kind, r in harness.work() if kind is ResponseType.ON_AVAILABLE_IMAGE]
+    assert [i.subscription_registration_id for i in images] == spies[1:]  # type: ignore[attr-defined]
+    for publication in harness.conductor.network.publications:
+        assert len(publication.spy_positions) == 1
+
+
 def test_spy_prefix_on_a_publication_or_ipc_is_refused(harness: Harness) -> None:
     on_publication = harness.add_publication(channel="aeron-spy:aeron:udp?endpoint=127.0.0.1:40199")
     on_ipc = harness.cid()
