@@ -89,6 +89,8 @@ class ConnectionCore:
         """Messages of the peer's that did not open (the first one ends the connection)."""
         self._control = 0
         self._seen_sent = 0
+        self._seen_at_ns = now_ns
+        """When ``_seen_sent`` was last looked at: sends counted after it left no earlier than this."""
         self._seen_hwm: int | None = None
         self._fragments: bytearray | None = None
         self._opener: Opener | None = None
@@ -289,8 +291,11 @@ class ConnectionCore:
         ``stall_ns``: how much later than due this tick came (this end was held up): not the peer's silence."""
         liveness = self.liveness
         if sent != self._seen_sent:
+            # They left between the last look and now; when is not known, so the earliest: stamping them now
+            # would let an idle connection's next keepalive leave up to two windows after its last send.
             self._seen_sent = sent
-            liveness.sent(now_ns)
+            liveness.sent(self._seen_at_ns)
+        self._seen_at_ns = now_ns
         if not reading:
             liveness.not_reading(now_ns)
         liveness.stalled(now_ns, stall_ns)
@@ -305,6 +310,7 @@ class ConnectionCore:
     def kept_alive(self, now_ns: int, sent: int) -> None:
         """The keepalive :meth:`tick` asked for went out."""
         self._seen_sent = sent
+        self._seen_at_ns = now_ns
         self.liveness.sent(now_ns)
 
     def dead_reason(self, now_ns: int) -> str:

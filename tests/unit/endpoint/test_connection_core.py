@@ -254,6 +254,21 @@ def test_liveness_keepalive_when_quiet_dead_after_the_timeout_and_not_reading_is
     assert core.dead_reason(2_300 * MS + 1).startswith(PEER_TIMED_OUT)
 
 
+def test_a_send_between_looks_counts_from_the_earlier_look_so_the_next_keepalive_is_not_put_off() -> None:
+    """A message of ours that left between two looks (an RTT ping, an answer) left no earlier than the first look:
+    counting it from the second would let an idle connection's next keepalive leave up to two windows after its
+    last send, and two lost keepalives then look like a dead peer to the other end."""
+    core, _, _ = make()
+    assert core.tick(PING, sent=0, reading=True) is Verdict.KEEPALIVE
+    core.kept_alive(PING, sent=1)
+    # Something of ours left soon after (sent 1 -> 2), seen only at the next look a window and a half later.
+    assert core.tick(PING + PING + PING // 2, sent=2, reading=True) is Verdict.KEEPALIVE
+    core.kept_alive(PING + PING + PING // 2, sent=3)
+    # Looks close together make it nearly exact: nothing is owed a moment after a send seen at once.
+    assert core.tick(3 * PING, sent=3, reading=True) is Verdict.ALIVE
+    assert core.tick(3 * PING + PING // 4, sent=4, reading=True) is Verdict.ALIVE
+
+
 def test_session_frames_go_to_the_session_once_the_connection_carries_one() -> None:
     from endpoint.connection.session import ack_frame, data_frame
 
