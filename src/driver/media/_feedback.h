@@ -381,14 +381,9 @@ FeedbackRoutes_remove(FeedbackRoutes *self, PyObject *slot)
     PyObject *key = PyLong_FromUnsignedLongLong(route_key(s->session_id, s->stream_id));
     if (key == NULL)
         return NULL;
-    PyObject *known = PyDict_GetItemWithError(self->slots, key);
-    int failed = 0;
-    if (known == slot)
-        failed = PyDict_DelItem(self->slots, key);
-    else if (PyErr_Occurred())
-        failed = -1;
+    int dropped = route_drop(self->slots, key, slot);
     Py_DECREF(key);
-    if (failed)
+    if (dropped < 0)
         return NULL;
     Py_RETURN_NONE;
 }

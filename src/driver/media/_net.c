@@ -923,6 +923,17 @@ route_key(int32_t session_id, int32_t stream_id)
     return ((unsigned long long)(uint32_t)session_id << 32) | (uint32_t)stream_id;
 }
 
+/* Drop ``slot`` from a route table under ``key`` if it is the one routed there: 1 dropped, 0 another (or none)
+ * is routed there, -1 an error is set. */
+static int
+route_drop(PyObject *slots, PyObject *key, PyObject *slot)
+{
+    PyObject *known = PyDict_GetItemWithError(slots, key);
+    if (known == slot)
+        return PyDict_DelItem(slots, key) < 0 ? -1 : 1;
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 #include "_feedback.h" /* the send side's status messages (FeedbackSlot, FeedbackRoutes) */
 
 /* ---- routes: the images a receive endpoint's batch inserts into, by (session, stream) ---- */
@@ -1023,17 +1034,12 @@ ImageRoutes_remove(ImageRoutes *self, PyObject *slot)
         Py_XDECREF(key);
         return NULL;
     }
-    PyObject *known = PyDict_GetItemWithError(self->slots, key);
-    int failed = 0;
-    if (known == slot) {
-        ((ImageSlot *)slot)->routed = 0;
-        failed = PyDict_DelItem(self->slots, key);
-    }
-    else if (PyErr_Occurred())
-        failed = -1;
+    int dropped = route_drop(self->slots, key, slot);
     Py_DECREF(key);
-    if (failed)
+    if (dropped < 0)
         return NULL;
+    if (dropped)
+        ((ImageSlot *)slot)->routed = 0;
     Py_RETURN_NONE;
 }
 
