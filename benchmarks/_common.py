@@ -214,3 +214,26 @@ def run_zmq_round_trip(address: str, messages: int, busy: bool, request_reply: b
     ping.join(30)
     pong.join(30)
     return rtts
+
+
+def driver_log(
+    path: Path, session_id: int, stream_id: int, initial_term_id: int, term_length: int, *, image: bool = False
+) -> Any:
+    """A log file with its metadata as the driver writes it for a publication (or, with ``image``, an image):
+    what the driver benchmarks build their publications and images on."""
+    from driver.logbuffer import descriptor as lbd
+    from driver.logbuffer.log_buffers import LogBuffers
+
+    log = LogBuffers.create(path, term_length, 4096)
+    initialize = lbd.initialize_image_metadata if image else lbd.initialize_publication_metadata
+    initialize(
+        log.metadata,
+        session_id=session_id,
+        stream_id=stream_id,
+        initial_term_id=initial_term_id,
+        mtu_length=1408,
+        term_length=term_length,
+        page_size=4096,
+        correlation_id=session_id,
+    )
+    return log

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import driver_log
+
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import AtomicCounter, CountersManager
 from driver.concurrent.system_counters import SystemCounterId
@@ -34,8 +36,6 @@ from driver.core.flow_control import new_flow_control
 from driver.core.loss_detector import StaticDelayGenerator
 from driver.core.network_publication import NetworkPublication, SenderCounters
 from driver.core.retransmit import RETRANSMIT_UNICAST_DELAY_NS, RETRANSMIT_UNICAST_LINGER_NS, RetransmitHandler
-from driver.logbuffer import descriptor as lbd
-from driver.logbuffer.log_buffers import LogBuffers
 from driver.media.endpoints import EndpointCounters, SendChannelEndpoint
 from driver.media.udp_channel import UdpChannel
 from driver.wire.status import write_sm
@@ -92,17 +92,7 @@ class _Side:
         name = "native" if native else "python"
         for index in range(publications):
             session = 1000 + index
-            log = LogBuffers.create(directory / f"{name}-{session}.logbuffer", TERM_LENGTH, 4096)
-            lbd.initialize_publication_metadata(
-                log.metadata,
-                session_id=session,
-                stream_id=STREAM,
-                initial_term_id=INITIAL,
-                mtu_length=1408,
-                term_length=TERM_LENGTH,
-                page_size=4096,
-                correlation_id=session,
-            )
+            log = driver_log(directory / f"{name}-{session}.logbuffer", session, STREAM, INITIAL, TERM_LENGTH)
             publication = NetworkPublication(
                 registration_id=session,
                 channel=channel,

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import driver_log
+
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import CountersManager
 from driver.concurrent.system_counters import SystemCounterId
@@ -32,9 +34,7 @@ from driver.core.congestion import StaticWindowCongestionControl
 from driver.core.loss_detector import LossDetector, StaticDelayGenerator
 from driver.core.publication_image import ImageCounters, PublicationImage
 from driver.core.receiver import Receiver
-from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.frame import HDR_TYPE_DATA
-from driver.logbuffer.log_buffers import LogBuffers
 from driver.media.endpoints import EndpointCounters, ReceiveChannelEndpoint
 from driver.media.udp_channel import UdpChannel
 from driver.wire.data import HEARTBEAT_FLAGS, write_data_header, write_heartbeat
@@ -86,17 +86,7 @@ def run(images: int, datagrams: int, rounds: int, heartbeats: bool, idle_seconds
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(images):
             session = 1000 + index
-            log = LogBuffers.create(Path(tmp) / f"{session}.logbuffer", TERM_LENGTH, 4096)
-            lbd.initialize_image_metadata(
-                log.metadata,
-                session_id=session,
-                stream_id=STREAM,
-                initial_term_id=INITIAL,
-                mtu_length=1408,
-                term_length=TERM_LENGTH,
-                page_size=4096,
-                correlation_id=session,
-            )
+            log = driver_log(Path(tmp) / f"{session}.logbuffer", session, STREAM, INITIAL, TERM_LENGTH, image=True)
             image = PublicationImage(
                 correlation_id=session,
                 session_id=session,

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import driver_log
+
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import CountersManager
 from driver.concurrent.system_counters import SystemCounterId
@@ -40,7 +42,6 @@ from driver.core.loss_detector import StaticDelayGenerator
 from driver.core.network_publication import NetworkPublication, SenderCounters
 from driver.core.retransmit import RETRANSMIT_UNICAST_DELAY_NS, RETRANSMIT_UNICAST_LINGER_NS, RetransmitHandler
 from driver.core.sender import Sender
-from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.media._net import DatagramSocket
 from driver.media.endpoints import EndpointCounters, SendChannelEndpoint
@@ -88,17 +89,7 @@ def run(publications: int, rounds: int, idle_seconds: float, native: bool) -> tu
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(publications):
             session = 1000 + index
-            log = LogBuffers.create(Path(tmp) / f"{session}.logbuffer", TERM_LENGTH, 4096)
-            lbd.initialize_publication_metadata(
-                log.metadata,
-                session_id=session,
-                stream_id=STREAM,
-                initial_term_id=INITIAL,
-                mtu_length=1408,
-                term_length=TERM_LENGTH,
-                page_size=4096,
-                correlation_id=session,
-            )
+            log = driver_log(Path(tmp) / f"{session}.logbuffer", session, STREAM, INITIAL, TERM_LENGTH)
             publication = NetworkPublication(
                 registration_id=session,
                 channel=channel.original_uri_string,
