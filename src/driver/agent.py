@@ -146,8 +146,10 @@ class CompositeAgent:
         return found
 
     def on_close(self) -> None:
+        """Last started, first closed: later agents use what earlier ones own (the driver's sender and receiver
+        use the conductor's sockets), as separate runners are closed in reverse too."""
         errors: list[BaseException] = []
-        for agent in self._agents:
+        for agent in reversed(self._agents):
             try:
                 agent.on_close()
             except Exception as exc:

@@ -361,6 +361,16 @@ class NetworkPublication(DriverPublication):
             )
             self._out.send(self._control_view[:length])
 
+    def signal_end_on_close(self, now_ns: int) -> int:
+        """The driver closes: one end-of-stream heartbeat at what was sent, unless told already or ``eos=false``."""
+        if not self.signal_eos or self.end_of_stream_sent or not self.has_receivers:
+            return 0
+        self.is_end_of_stream = True
+        sender_position = self.sender_position.get()
+        term_offset = sender_position & self.term_mask
+        active_term_id = lbd.int32((sender_position >> self.position_bits) + self.initial_term_id)
+        return self._heartbeat_check(now_ns, active_term_id, term_offset)
+
     def _heartbeat_check(self, now_ns: int, active_term_id: int, term_offset: int) -> int:
         signal_eos = self.is_end_of_stream and self.signal_eos
         due = now_ns - self.native.last_send_ns > self.heartbeat_interval_ns

@@ -125,6 +125,14 @@ class Sender:
         return bytes_sent
 
     def on_close(self) -> None:
+        """The driver is stopping: each publication's receivers are told the stream ends here (an end-of-stream
+        heartbeat), so their images close now instead of after the image liveness timeout."""
+        now_ns = self._clock.nano_time()
+        for publication in self.publications:
+            try:
+                publication.signal_end_on_close(now_ns)
+            except OSError:  # a socket already gone: its receivers time out as before
+                pass
         self._ready.close()
 
     # -- commands from the conductor (run on this agent's thread) --------------------------------

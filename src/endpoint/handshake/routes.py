@@ -89,7 +89,13 @@ class HandshakeRoute:
 
     @property
     def usable(self) -> bool:
-        return not (self.broken or self.publication.is_closed or self.reply.is_closed)
+        return not (self.broken or self.publication.is_closed or self.reply.is_closed or self._answers_ended())
+
+    def _answers_ended(self) -> bool:
+        """The server's answer stream ended (it closed, or its driver stopped and said so): a new server on the
+        same port would answer into that old image, so the route is not reused. A fresh one costs a few ms."""
+        images = self.reply.images
+        return bool(images) and all(image.is_end_of_stream for image in images)
 
     def expect(self, connect_key: int, on_answer: Callable[[memoryview], None]) -> None:
         """Hand answers naming ``connect_key`` to ``on_answer`` until :meth:`forget`; the poller spins a while."""

@@ -7,8 +7,11 @@ shared by the clients of the test, as the clients of one process share one drive
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,7 @@ from support.endpoints import (
     server_config,
     wait_until,
 )
+from support.logged_process import LoggedProcess
 
 
 def _routes() -> HandshakeRoutes:
@@ -90,24 +94,60 @@ async def test_a_route_is_reused_by_the_next_connect_and_closed_after_its_linger
         assert await second.ping() > 0
 
 
-async def test_an_idle_route_to_a_server_that_was_replaced_gives_way_to_a_fresh_one_at_once(
+async def test_an_idle_route_to_a_server_that_closed_is_not_reused(
     aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A server closes and another binds its port while the client's route to it idles. The client's driver still
-    holds the old server's answer image of that route's session, which takes the new server's answers (their terms
-    are not its own: dropped) until it times out; three HELLOs on that route (here 15 s) would go unanswered. The
-    reused route is given up after its first HELLO's short probe, and a fresh route (another session) connects."""
+    """A server closes gracefully while the client's route to it idles: its driver ends the answer stream on the
+    way out (an end-of-stream heartbeat), so the client knows the route is spent before it sends anything, and
+    the next connect (another server on the port) takes a fresh route at once, with no probe."""
     monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 1_000_000_000)  # the old route idles, whatever the pace
+    monkeypatch.setattr(client_module, "_REUSED_ROUTE_PROBE_S", 60.0)  # a probe would outlast the connect below
     client = Client(client_config("udp", aeron_dir, client_dir, handshake_timeout=5.0, connect_timeout=30.0))
     try:
         async with running_server(server_config(aeron_dir, port)):
             first = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
             (old,) = _routes().polled
             await first.close("again")
+        await wait_until(lambda: not old.usable, 5, what="the old route known spent")
+        async with running_server(server_config(aeron_dir, port)) as server:
+            second = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
+            (new,) = _routes().polled
+            assert new is not old
+            assert old.broken
+            assert new.local != old.local
+            assert {c.remote_address for c in server.connections} == {f"127.0.0.1:{new.local[1]}"}
+            assert await second.ping() > 0
+    finally:
+        await client.close()
+
+
+async def test_an_idle_route_to_a_killed_server_gives_way_to_a_fresh_one_after_one_probe(
+    aeron_dir: Path,
+    client_dir: Path,
+    port: int,
+    monkeypatch: pytest.MonkeyPatch,
+    start_server: Callable[..., LoggedProcess],
+) -> None:
+    """A server is SIGKILLed (no end of stream) and another binds its port while the client's route to it idles.
+    The client's driver still holds the old server's answer image of that route's session, which takes the new
+    server's answers (their terms are not its own: dropped) until it times out; three HELLOs on that route (here
+    15 s) would go unanswered. The reused route is given up after its first HELLO's short probe, and a fresh
+    route (another session) connects."""
+    monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 1_000_000_000)  # the old route idles, whatever the pace
+    killed_dir = aeron_dir.parent / f"{aeron_dir.name}-killed"
+    client = Client(client_config("udp", aeron_dir, client_dir, handshake_timeout=5.0, connect_timeout=30.0))
+    try:
+        killed = start_server(port, killed_dir)
+        await wait_until(partial(killed.has, "serving "), 30, what="the first server to serve")
+        first = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
+        (old,) = _routes().polled
+        await first.close("again")
+        killed.kill()
         async with running_server(server_config(aeron_dir, port)) as server:
             assert _routes().polled == (old,)
+            assert old.usable  # nothing told the client: the image lingers, not ended
             assert old.unproven
-            assert old.reply.image_count == 1  # the first server's answer image lingers
+            assert old.reply.image_count == 1
             started = time.monotonic()
             second = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
             took = time.monotonic() - started
@@ -123,6 +163,7 @@ async def test_an_idle_route_to_a_server_that_was_replaced_gives_way_to_a_fresh_
             assert await second.ping() > 0
     finally:
         await client.close()
+        shutil.rmtree(killed_dir, ignore_errors=True)
 
 
 async def test_a_client_with_a_fixed_port_reconnects_after_its_route_closed(

@@ -45,6 +45,8 @@ class OneMeasurement(StaticWindowCongestionControl):
 
     def on_rttm_sent(self, now_ns: int) -> None:
         self.asked = True
+
+
 TERM_LENGTH = 64 * 1024
 
 
@@ -70,9 +72,13 @@ def _frames(sock: socket.socket, seconds: float) -> Iterator[tuple[bytes, tuple[
             continue
 
 
-def _heartbeat_flags_after_close(udp: UdpDrivers, peer: socket.socket, channel_suffix: str) -> set[int]:
+def _heartbeat_flags_after_close(
+    udp: UdpDrivers, peer: socket.socket, channel_suffix: str, *, threading_mode: str = "", close_driver: bool = False
+) -> set[int]:
+    """The heartbeat flags the peer sees after the publication closes (or, ``close_driver``, its whole driver)."""
     port = peer.getsockname()[1]
-    client = udp.client(udp.embedded("pub").aeron_dir)
+    driver = udp.embedded("pub", threading_mode or "SHARED")
+    client = udp.client(driver.aeron_dir)
     publication = client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}{channel_suffix}", STREAM_ID)
     setup = next((f, a) for f, a in _frames(peer, 5) if len(f) == 40 and f[6] == HDR_TYPE_SETUP)
     fields = SETUP.unpack_from(setup[0])
@@ -81,7 +87,10 @@ def _heartbeat_flags_after_close(udp: UdpDrivers, peer: socket.socket, channel_s
     write_sm(sm, 0, session_id, STREAM_ID, active_term_id, term_offset, 128 * 1024, 7)
     peer.sendto(sm, setup[1])
     execute_until(lambda: publication.is_connected, timeout_s=5, interval_s=0.01)
-    publication.close()
+    if close_driver:
+        driver.close()
+    else:
+        publication.close()
     return {
         frame[5]
         for frame, _ in _frames(peer, 1.5)
@@ -95,6 +104,19 @@ def test_closing_publication_signals_end_of_stream(udp: UdpDrivers, peer: socket
 
 def test_eos_false_keeps_end_of_stream_off_the_wire(udp: UdpDrivers, peer: socket.socket) -> None:
     assert HEARTBEAT_EOS_FLAGS not in _heartbeat_flags_after_close(udp, peer, "|eos=false")
+
+
+@pytest.mark.parametrize("threading_mode", ["SHARED", "DEDICATED"])
+def test_closing_driver_signals_end_of_stream_of_its_publications(
+    udp: UdpDrivers, peer: socket.socket, threading_mode: str
+) -> None:
+    """A stopping driver tells its receivers the stream ended rather than leaving them to time out the image."""
+    flags = _heartbeat_flags_after_close(udp, peer, "", threading_mode=threading_mode, close_driver=True)
+    assert HEARTBEAT_EOS_FLAGS in flags
+
+
+def test_closing_driver_keeps_end_of_stream_off_the_wire_with_eos_false(udp: UdpDrivers, peer: socket.socket) -> None:
+    assert HEARTBEAT_EOS_FLAGS not in _heartbeat_flags_after_close(udp, peer, "|eos=false", close_driver=True)
 
 
 def test_receiver_measures_round_trip_when_congestion_control_asks(udp: UdpDrivers, peer: socket.socket) -> None:
