@@ -72,6 +72,8 @@ typedef struct {
     CachedAddress destinations[DESTINATION_CACHE_SIZE];
     int destination_next;
     Batch *batch;                   /* receive_batch's buffers, made on first use */
+    char no_segmentation;           /* the kernel refused a segmented send (UDP_SEGMENT): send datagrams one by one */
+    long long segmented_sends;      /* segmented messages the kernel took (send_publications) */
 } DatagramSocket;
 
 static PyTypeObject DatagramSocketType;
@@ -1425,6 +1427,14 @@ static PyGetSetDef DatagramSocket_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMemberDef DatagramSocket_members[] = {
+    {"no_segmentation", T_BOOL, offsetof(DatagramSocket, no_segmentation), 0,
+     "send_publications sends datagrams one by one, not segmented (set once the kernel refuses UDP_SEGMENT)."},
+    {"segmented_sends", T_LONGLONG, offsetof(DatagramSocket, segmented_sends), READONLY,
+     "Messages of several datagrams send_publications handed the kernel to cut (UDP_SEGMENT)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject DatagramSocketType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "driver.media._net.DatagramSocket",
@@ -1437,6 +1447,7 @@ static PyTypeObject DatagramSocketType = {
     .tp_traverse = (traverseproc)DatagramSocket_traverse,
     .tp_clear = (inquiry)DatagramSocket_clear,
     .tp_methods = DatagramSocket_methods,
+    .tp_members = DatagramSocket_members,
     .tp_getset = DatagramSocket_getset,
 };
 
