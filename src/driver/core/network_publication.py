@@ -54,7 +54,9 @@ __all__ = ["NetworkPublication", "NetworkPublicationState"]
 
 SETUP_INTERVAL_NS = 100_000_000
 HEARTBEAT_INTERVAL_NS = 100_000_000
-MAX_DATAGRAMS_PER_CYCLE = 16
+MAX_DATAGRAMS_PER_CYCLE = 64
+"""Datagrams one publication may send per sender duty cycle (the native step's cap too): a busy stream's window
+goes in a few cycles, and a run of them in one segmented send (the kernel cuts at most 64 from one message)."""
 
 
 NetworkPublicationState = PublicationState  # one life cycle for every publication

@@ -72,6 +72,8 @@ typedef struct {
     CachedAddress destinations[DESTINATION_CACHE_SIZE];
     int destination_next;
     Batch *batch;                   /* receive_batch's buffers, made on first use */
+    char no_segmentation;           /* the kernel refused a segmented send (UDP_SEGMENT): send datagrams one by one */
+    long long segmented_sends;      /* segmented messages the kernel took (send_publications) */
 } DatagramSocket;
 
 static PyTypeObject DatagramSocketType;
@@ -640,11 +642,13 @@ ImageSlot_init(ImageSlot *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-/* Insert one checked DATA/PAD datagram (or heartbeat) of ``length`` bytes, as
- * driver.core.publication_image.PublicationImage.insert_packet describes; the bytes taken (0 when outside the
+/* Insert one checked DATA/PAD datagram (or heartbeat) of ``length`` bytes covering ``covered`` bytes of term (more
+ * than ``length`` when it ends in a PAD frame, of which only the header travels: what data_datagram_check returns),
+ * as driver.core.publication_image.PublicationImage.insert_packet describes; the bytes taken (0 when outside the
  * window), or -1 with an error set (its wake raised). */
 static Py_ssize_t
-slot_insert(ImageSlot *s, int32_t term_id, int32_t term_offset, const char *packet, Py_ssize_t length, long long now_ns)
+slot_insert(ImageSlot *s, int32_t term_id, int32_t term_offset, const char *packet, Py_ssize_t length,
+            long long covered, long long now_ns)
 {
     int64_t terms_ahead = (int32_t)((uint32_t)term_id - (uint32_t)s->initial_term_id);
     int64_t position = terms_ahead * ((int64_t)1 << s->position_bits) + term_offset;
@@ -676,17 +680,20 @@ slot_insert(ImageSlot *s, int32_t term_id, int32_t term_offset, const char *pack
         if (!term->has_view || term_offset < 0 || (Py_ssize_t)term_offset > term->capacity - length)
             return 0;
         int inserted = rebuild_insert(term->base + term_offset, packet, (size_t)length);
-        /* Data that continues a complete rebuild (no gap open): the rebuild follows it at once, with no loss scan. */
-        in_order = inserted && s->rebuild == s->hwm && position == s->hwm;
+        /* Data that continues a complete rebuild (no gap open): the rebuild follows it at once, with no loss scan,
+         * over the whole of a PAD frame it ends with (to the end of the term), as the loss scan would step.
+         * The high-water mark stays at the bytes received (Aeron's), so the rebuild may then be ahead of it. */
+        in_order = inserted && position == s->rebuild && s->rebuild >= s->hwm;
     }
     s->time_of_last_packet_ns = now_ns;
     if (proposed > s->hwm) {
         s->hwm = proposed;
         counter_store(&s->hwm_counter, proposed);
         if (in_order) {
-            s->rebuild = proposed;
-            counter_store(&s->rebuild_counter, proposed);
-        } else if (s->wake != Py_None) {
+            int64_t rebuilt = position + (covered > length ? covered : length);
+            s->rebuild = rebuilt;
+            counter_store(&s->rebuild_counter, rebuilt);
+        } else if (proposed > s->rebuild && s->wake != Py_None) { /* (a heartbeat within a stepped-over pad: no) */
             PyObject *result = PyObject_CallNoArgs(s->wake);
             if (result == NULL)
                 return -1;
@@ -721,7 +728,9 @@ ImageSlot_insert(ImageSlot *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_ValueError, "not a checked datagram: %zd bytes at term offset %ld", length, term_offset);
         return NULL;
     }
-    Py_ssize_t taken = slot_insert(self, (int32_t)term_id, (int32_t)term_offset, view.buf, length, now_ns);
+    long covered = data_datagram_check(view.buf, length, self->term_length);
+    Py_ssize_t taken = slot_insert(self, (int32_t)term_id, (int32_t)term_offset, view.buf, length,
+                                   covered > 0 ? covered : length, now_ns);
     PyBuffer_Release(&view);
     return taken < 0 ? NULL : PyLong_FromSsize_t(taken);
 }
@@ -1219,13 +1228,14 @@ DatagramSocket_receive_batch(DatagramSocket *self, PyObject *const *args, Py_ssi
             }
             if (image != NULL) {
                 Py_ssize_t taken = 0;
-                if (data_datagram_check(p, length, image->term_length) < 0) {
+                long covered = data_datagram_check(p, length, image->term_length);
+                if (covered < 0) {
                     counter_add(&routes->invalid_packets, 1);
                 } else {
                     int32_t term_id, term_offset;
                     memcpy(&term_offset, p + 8, 4);
                     memcpy(&term_id, p + 20, 4);
-                    taken = slot_insert(image, term_id, term_offset, (const char *)p, length, now_ns);
+                    taken = slot_insert(image, term_id, term_offset, (const char *)p, length, covered, now_ns);
                 }
                 Py_DECREF(image);
                 if (taken < 0)
@@ -1337,7 +1347,7 @@ DatagramSocket_send_status_messages(DatagramSocket *self, PyObject *const *args,
             if (i == 0 || value_now > max_position)
                 max_position = value_now;
         }
-        if (s->rebuild != s->hwm || max_position > s->rebuild) {
+        if (s->rebuild < s->hwm || max_position > s->rebuild) {
             next = now_ns; /* not quiet: Python's tracking has it (every cycle while a gap is open); look next pass */
             continue;
         }
@@ -1417,6 +1427,14 @@ static PyGetSetDef DatagramSocket_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMemberDef DatagramSocket_members[] = {
+    {"no_segmentation", T_BOOL, offsetof(DatagramSocket, no_segmentation), 0,
+     "send_publications sends datagrams one by one, not segmented (set once the kernel refuses UDP_SEGMENT)."},
+    {"segmented_sends", T_LONGLONG, offsetof(DatagramSocket, segmented_sends), READONLY,
+     "Messages of several datagrams send_publications handed the kernel to cut (UDP_SEGMENT)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject DatagramSocketType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "driver.media._net.DatagramSocket",
@@ -1429,6 +1447,7 @@ static PyTypeObject DatagramSocketType = {
     .tp_traverse = (traverseproc)DatagramSocket_traverse,
     .tp_clear = (inquiry)DatagramSocket_clear,
     .tp_methods = DatagramSocket_methods,
+    .tp_members = DatagramSocket_members,
     .tp_getset = DatagramSocket_getset,
 };
 

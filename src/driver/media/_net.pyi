@@ -8,9 +8,14 @@ from driver.concurrent.atomic_buffer import AtomicBuffer
 class DatagramSocket:
     """Non-raising, GIL-keeping datagram I/O on a non-blocking socket it does not own."""
 
+    no_segmentation: bool
+    """``send_publications`` sends datagrams one by one (set once the kernel refuses UDP_SEGMENT on this socket)."""
     def __init__(self, fd: int, family: int) -> None: ...
     @property
     def fd(self) -> int: ...
+    @property
+    def segmented_sends(self) -> int:
+        """Messages of several datagrams ``send_publications`` handed the kernel to cut (UDP_SEGMENT)."""
     def recvfrom_into(self, buffer: Buffer, /) -> tuple[int, tuple[str, int]] | None:
         """(length, address) of one datagram, or None when nothing is waiting; OSError otherwise.
 

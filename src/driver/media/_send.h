@@ -18,11 +18,26 @@
  * stays before it, one short send counted). Whatever else goes wrong (a destination that is not a numeric
  * address, more destinations than a slot caches, an unusual send error) leaves the publication to Python, whose
  * path reports it as it always has.
+ *
+ * Segmentation offload: a publication's consecutive datagrams to its one destination that are of one length (the
+ * last of a run may be shorter) lie back to back in the term, so they go as one message that the kernel cuts
+ * into those very datagrams (UDP_SEGMENT, Linux's UDP GSO): the same datagrams reach the wire (or, over loopback,
+ * the receiving socket), for one pass through the sending stack instead of one each. A kernel or device that
+ * refuses it (EINVAL, EIO, ENOPROTOOPT, EOPNOTSUPP on a segmented message) turns it off for that socket, and the
+ * datagrams go one by one from the next cycle on (nothing is counted as refused).
  */
-#define SEND_MAX_DATAGRAMS 16    /* per publication per duty cycle: network_publication.MAX_DATAGRAMS_PER_CYCLE */
+#define SEND_MAX_DATAGRAMS 64 /* per publication per duty cycle: network_publication.MAX_DATAGRAMS_PER_CYCLE */
 #define SEND_MAX_DESTINATIONS 16 /* more and the Python path sends it */
 #define SEND_LANES 4             /* sockets batched at once in one call */
 #define SEND_LANE_LENGTH 64      /* messages per sendmmsg */
+#define SEND_SEGMENTS_MAX 64     /* datagrams in one segmented message (the kernel's UDP_MAX_SEGMENTS) */
+#define SEND_SEGMENTED_BYTES_MAX 60000 /* and bytes (one IP packet's worth, headers aside) */
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
 #define HEARTBEAT_FLAGS_BYTE 0xC0 /* BEGIN | END */
 #define HDR_TYPE_DATA_VALUE 1
 
@@ -265,6 +280,7 @@ typedef struct {
     int failed_at;           /* first datagram refused (count when none) */
     int hard_error;          /* refused for a reason other than a full socket: Python looks again */
     int heartbeat;           /* a heartbeat queued instead of data */
+    int unsegment;           /* refused only because segmented: sent again one by one next cycle, not a short send */
     int64_t ends[SEND_MAX_DATAGRAMS];  /* sender position after each datagram */
     int32_t lengths[SEND_MAX_DATAGRAMS];
     char frame[DATA_HEADER_LENGTH];
@@ -277,11 +293,18 @@ typedef struct {
 } SendTag;
 
 typedef struct {
+    DatagramSocket *socket; /* borrowed: its slots hold it for the call */
     int fd;
     int count;
     struct mmsghdr messages[SEND_LANE_LENGTH];
     struct iovec vectors[SEND_LANE_LENGTH];
     SendTag tags[SEND_LANE_LENGTH];
+    int segments[SEND_LANE_LENGTH];       /* datagrams in each message (more than 1: segmented) */
+    size_t segment_length[SEND_LANE_LENGTH];
+    union {
+        char bytes[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } controls[SEND_LANE_LENGTH];
 } SendLane;
 
 /* One call's working memory, allocated per call: nothing in it is shared with another thread's call (an allocation
@@ -303,6 +326,9 @@ send_lane_flush(SendLane *lane, SendState *send_states)
     while (done < lane->count) {
         int n = sendmmsg(lane->fd, lane->messages + done, (unsigned int)(lane->count - done), MSG_DONTWAIT);
         if (n > 0) {
+            for (int i = done; i < done + n; i++)
+                if (lane->segments[i] > 1)
+                    lane->socket->segmented_sends++;
             done += n;
             continue;
         }
@@ -311,13 +337,18 @@ send_lane_flush(SendLane *lane, SendState *send_states)
         int error = n < 0 ? errno : EAGAIN;
         SendTag *tag = &lane->tags[done];
         SendState *state = &send_states[tag->state];
+        int segmented = lane->segments[done] > 1;
         done++;
         if (!tag->decides)
             continue; /* as the Python path: only a deciding destination's refusal stops the publication */
         if (tag->datagram < state->failed_at)
             state->failed_at = tag->datagram;
-        if (error != EAGAIN && error != EWOULDBLOCK && error != ENOBUFS)
+        if (segmented && (error == EINVAL || error == EIO || error == ENOPROTOOPT || error == EOPNOTSUPP)) {
+            lane->socket->no_segmentation = 1; /* this kernel or device does not segment: one by one from now */
+            state->unsegment = 1;
+        } else if (error != EAGAIN && error != EWOULDBLOCK && error != ENOBUFS) {
             state->hard_error = 1;
+        }
         /* drop this publication's later datagrams from what is left */
         int keep = done;
         for (int i = done; i < lane->count; i++) {
@@ -329,6 +360,12 @@ send_lane_flush(SendLane *lane, SendState *send_states)
                 lane->vectors[keep] = lane->vectors[i];
                 lane->messages[keep].msg_hdr.msg_iov = &lane->vectors[keep];
                 lane->tags[keep] = *t;
+                lane->segments[keep] = lane->segments[i];
+                lane->segment_length[keep] = lane->segment_length[i];
+                if (lane->messages[keep].msg_hdr.msg_control != NULL) {
+                    memcpy(&lane->controls[keep], &lane->controls[i], sizeof(lane->controls[keep]));
+                    lane->messages[keep].msg_hdr.msg_control = lane->controls[keep].bytes;
+                }
             }
             keep++;
         }
@@ -338,8 +375,9 @@ send_lane_flush(SendLane *lane, SendState *send_states)
 }
 
 static SendLane *
-send_lane_for(SendCall *call, int fd)
+send_lane_for(SendCall *call, DatagramSocket *socket)
 {
+    int fd = socket->fd;
     for (int i = 0; i < call->lanes_used; i++)
         if (call->lanes[i].fd == fd)
             return &call->lanes[i];
@@ -349,15 +387,50 @@ send_lane_for(SendCall *call, int fd)
         call->lanes_used = 0;
     }
     SendLane *lane = &call->lanes[call->lanes_used++];
+    lane->socket = socket;
     lane->fd = fd;
     lane->count = 0;
     return lane;
+}
+
+/* Add a datagram to the lane's last message when the kernel can cut it back out (see the top): the same
+ * publication, one destination, right after the message's bytes in memory, no longer than its segments, and the
+ * message's last segment full. 1 if added. */
+static int
+send_segment(SendLane *lane, SendSlot *slot, int state_index, char *data, size_t length)
+{
+    if (slot->cached != 1 || lane->count == 0 || lane->socket->no_segmentation)
+        return 0;
+    int m = lane->count - 1;
+    struct iovec *vector = &lane->vectors[m];
+    size_t segment = lane->segment_length[m];
+    if (lane->tags[m].state != state_index || (char *)vector->iov_base + vector->iov_len != data ||
+        length > segment || vector->iov_len % segment != 0 || lane->segments[m] >= SEND_SEGMENTS_MAX ||
+        vector->iov_len + length > SEND_SEGMENTED_BYTES_MAX)
+        return 0;
+    if (lane->segments[m] == 1) {
+        struct msghdr *header = &lane->messages[m].msg_hdr;
+        memset(&lane->controls[m], 0, sizeof(lane->controls[m]));
+        header->msg_control = lane->controls[m].bytes;
+        header->msg_controllen = sizeof(lane->controls[m].bytes);
+        struct cmsghdr *control = CMSG_FIRSTHDR(header);
+        control->cmsg_level = SOL_UDP;
+        control->cmsg_type = UDP_SEGMENT;
+        control->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t size = (uint16_t)segment;
+        memcpy(CMSG_DATA(control), &size, sizeof(size));
+    }
+    vector->iov_len += length;
+    lane->segments[m]++;
+    return 1;
 }
 
 /* Queue one datagram to every destination of the slot. */
 static void
 send_queue(SendCall *call, SendLane *lane, SendSlot *slot, int state_index, int datagram, char *data, size_t length)
 {
+    if (send_segment(lane, slot, state_index, data, length))
+        return;
     for (int d = 0; d < slot->cached; d++) {
         if (lane->count == SEND_LANE_LENGTH)
             send_lane_flush(lane, call->states);
@@ -372,6 +445,8 @@ send_queue(SendCall *call, SendLane *lane, SendSlot *slot, int state_index, int 
         lane->tags[m].state = state_index;
         lane->tags[m].datagram = datagram;
         lane->tags[m].decides = slot->all_destinations || d == 0;
+        lane->segments[m] = 1;
+        lane->segment_length[m] = length;
     }
 }
 
@@ -482,9 +557,11 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
         SendSlot *slot = (SendSlot *)PyList_GET_ITEM(slots, index);
         int fd = -1;
         int family = AF_INET;
+        DatagramSocket *sock = NULL;
         if (!slot->python && slot->socket != Py_None && slot->destinations != Py_None) {
-            fd = ((DatagramSocket *)slot->socket)->fd;
-            family = ((DatagramSocket *)slot->socket)->family;
+            sock = (DatagramSocket *)slot->socket;
+            fd = sock->fd;
+            family = sock->family;
         }
         if (fd < 0 || send_slot_destinations(slot, family) < 0) {
             call->python[call->python_count++] = index;
@@ -501,6 +578,7 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
         state->failed_at = SEND_MAX_DATAGRAMS;
         state->hard_error = 0;
         state->heartbeat = 0;
+        state->unsegment = 0;
         int64_t position = __atomic_load_n(position_address, __ATOMIC_ACQUIRE);
         int64_t window = __atomic_load_n(limit_address, __ATOMIC_ACQUIRE) - position;
         long long mask = slot->term_length - 1;
@@ -520,7 +598,7 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
                 if (available <= 0)
                     break;
                 if (lane == NULL)
-                    lane = send_lane_for(call, fd);
+                    lane = send_lane_for(call, sock);
                 send_queue(call, lane, slot, states, state->count, term->base + offset, (size_t)available);
                 position += available + padding;
                 window -= available + padding;
@@ -550,7 +628,7 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
             memcpy(frame + 24, &reserved, 8);
             state->heartbeat = 1;
             if (lane == NULL)
-                lane = send_lane_for(call, fd);
+                lane = send_lane_for(call, sock);
             send_queue(call, lane, slot, states, 0, frame, DATA_HEADER_LENGTH);
         }
         if (state->count == 0 && !state->heartbeat) {
@@ -582,7 +660,7 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
             long long bytes = 0;
             for (int d = 0; d < sent; d++)
                 bytes += state->lengths[d];
-            if (sent < state->count && !state->hard_error)
+            if (sent < state->count && !state->hard_error && !state->unsegment)
                 counter_add(&slot->short_sends, 1);
             if (bytes) {
                 slot->last_send_ns = now_ns;

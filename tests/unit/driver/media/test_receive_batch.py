@@ -10,10 +10,13 @@ import socket
 import time
 from collections.abc import Iterator
 
+import pytest
+
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import AtomicCounter, CountersManager
+from driver.core.loss_detector import LossDetector, StaticDelayGenerator
 from driver.logbuffer import descriptor as lbd
-from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_SM
+from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_PAD, HDR_TYPE_SM
 from driver.media._net import DatagramSocket, ImageRoutes, ImageSlot
 from driver.media.faults import FaultSpec
 from driver.media.transport import UdpTransport
@@ -35,7 +38,7 @@ RECEIVER_ID = 0x1122334455
 class Rig:
     """A receiving socket with one routed image, and a sender socket it knows as the image's source."""
 
-    def __init__(self) -> None:
+    def __init__(self, position: int = 0) -> None:
         manager = CountersManager(AtomicBuffer(bytearray(64 * 1024)), AtomicBuffer(bytearray(16 * 1024)))
         self.counters: dict[str, AtomicCounter] = {
             name: manager.new_counter(name)
@@ -57,8 +60,8 @@ class Rig:
             heartbeats=c["heartbeats"].location(),
             under_runs=c["under"].location(),
             over_runs=c["over"].location(),
-            position=0,
-            window_limit=WINDOW,
+            position=position,
+            window_limit=position + WINDOW,
             now_ns=0,
             status_messages_sent=c["sms"].location(),
             status_message_timeout_ns=SM_TIMEOUT_NS,
@@ -108,8 +111,8 @@ class Rig:
 
 
 @contextlib.contextmanager
-def rig() -> Iterator[Rig]:
-    r = Rig()
+def rig(position: int = 0) -> Iterator[Rig]:
+    r = Rig(position)
     try:
         yield r
     finally:
@@ -146,6 +149,49 @@ def test_data_beyond_a_gap_wakes_the_image_and_leaves_the_rebuild_for_the_scan()
         r.receive(2)
         assert (r.slot.hwm, r.slot.rebuild, r.woken) == (192, 0, 1)
         assert r.terms[0].get_int(0) == 64
+
+
+def _ending_in_padding(offset: int, pad: int) -> bytes:
+    """A data frame at ``offset``, then the header of a PAD frame of ``pad`` bytes to the term's end: what a sender
+    sends of the end of a term (a pad's header travels, its body does not)."""
+    datagram = bytearray(data(offset)) + bytearray(32)
+    write_data_header(datagram, 64, pad, 0xC0, HDR_TYPE_PAD, offset + 64, SESSION, STREAM, INITIAL)
+    return bytes(datagram)
+
+
+def _next_term_data(offset: int) -> bytes:
+    frame = bytearray(64)
+    write_data_header(frame, 0, 64, 0xC0, HDR_TYPE_DATA, offset, SESSION, STREAM, INITIAL + 1)
+    return bytes(frame)
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["receive_batch", "insert"])
+def test_data_ending_in_a_term_pad_moves_the_rebuild_to_the_end_of_the_term_as_the_loss_scan_would(
+    batched: bool,
+) -> None:
+    """The in-order rebuild steps over the whole pad, as the Python path's loss scan steps; the high-water mark
+    stays at the bytes received (Aeron's). Stopping at the pad's header left a gap of its body at every term end:
+    a NAK per term for nothing, and the sender on its Python path for the resend. ``insert`` is the slot's own
+    call (the receive path for a socket with faults injected)."""
+    start = TERM_LENGTH - 160  # data 64, then a PAD of 96 (32 of header travel)
+    with rig(start) as r:
+
+        def deliver(datagram: bytes, term_id: int) -> None:
+            if batched:
+                r.send(datagram)
+                r.receive(1)
+            else:
+                r.slot.insert(term_id, int.from_bytes(datagram[8:12], "little"), datagram, len(datagram), 5)
+
+        deliver(_ending_in_padding(start, 96), INITIAL)
+        assert (r.slot.hwm, r.slot.rebuild, r.woken) == (start + 96, TERM_LENGTH, 0)
+        assert r.counters["rebuild"].get() == TERM_LENGTH
+        naks: list[tuple[int, ...]] = []
+        detector = LossDetector(StaticDelayGenerator(0, True), lambda *gap: naks.append(gap))
+        _, scanned = detector.scan(r.terms[0], start, start + 96, 0, TERM_LENGTH - 1, BITS, INITIAL)
+        assert (scanned, naks) == (TERM_LENGTH, [])  # the Python path's step over the same term: no gap either
+        deliver(_next_term_data(0), INITIAL + 1)  # the next term goes on in order: no scan needed
+        assert (r.slot.hwm, r.slot.rebuild, r.woken) == (TERM_LENGTH + 64, TERM_LENGTH + 64, 0)
 
 
 def test_datagrams_the_batch_does_not_take_reach_python_with_their_bytes_and_address() -> None:

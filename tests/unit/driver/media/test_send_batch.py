@@ -128,6 +128,39 @@ def test_data_frames_are_byte_identical_to_the_python_paths_within_the_mtu(
     assert native.deadline == now + HEARTBEAT_NS + 1  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("segmented", [True, False], ids=["segmented", "one_by_one"])
+def test_runs_of_same_sized_datagrams_arrive_as_the_python_paths_datagrams(
+    tmp_path: Path, sockets: list[socket.socket], segmented: bool
+) -> None:
+    """Small frames of one size fill datagrams of one length: the native step hands each run to the kernel as one
+    message to cut (UDP_SEGMENT), and the receiver gets the very datagrams the Python path sends one by one (a
+    shorter last one and a term's end included). ``no_segmentation`` (what a refusing kernel sets) sends them
+    one by one, the same again."""
+    python, native, receiver = _pair(tmp_path, sockets)
+    native.io.no_segmentation = not segmented
+    # 96-byte frames, 14 to a datagram; one long frame breaks a run; a pad ends the term, the next goes on.
+    _write_both((python, native), [36] * 600 + [1000, 36, 36])
+    for rig in (python, native):
+        rig.pad_to_end()
+    _write_both((python, native), [36] * 100)
+    for rig in (python, native):
+        rig.set_limit(10 * TERM_LENGTH)
+    now = 1_000 * MS
+    _python_until_idle(python, now)
+    _native_until_idle(native, now)
+    received = _drain(receiver, len(python.recorder.sent))
+    assert received == python.recorder.sent
+    assert sum(1 for datagram in received if len(datagram) == 14 * 96) >= 40
+    assert native.sender_position.get() == python.sender_position.get() == python.position
+    for counter in (SystemCounterId.BYTES_SENT, SystemCounterId.SHORT_SENDS):
+        assert native.counter(counter) == python.counter(counter)
+    if segmented:
+        assert native.io.segmented_sends > 0
+        assert not native.io.no_segmentation
+    else:
+        assert native.io.segmented_sends == 0
+
+
 def test_padding_and_term_rotation_through_the_int32_term_id_wrap(tmp_path: Path, sockets: list[socket.socket]) -> None:
     python, native, receiver = _pair(tmp_path, sockets)
     for rig in (python, native):
