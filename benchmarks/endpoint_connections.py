@@ -145,15 +145,21 @@ def _endpoint_server(
     window: tuple[Any, Any] | None = None,
 ) -> None:
 
-    # The garbage collector's time (full collections grow with the objects every connection holds).
+    # The garbage collector's time (full collections grow with the objects every connection holds): in total,
+    # then per generation (seconds, collections).
     gc_time = [0.0, 0.0, 0]
+    gc_by_generation = [[0.0, 0], [0.0, 0], [0.0, 0]]
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             gc_time[1] = time.perf_counter()
         else:
-            gc_time[0] += time.perf_counter() - gc_time[1]
+            spent = time.perf_counter() - gc_time[1]
+            gc_time[0] += spent
             gc_time[2] += 1
+            generation = gc_by_generation[info["generation"]]
+            generation[0] += spent
+            generation[1] += 1
 
     gc.callbacks.append(on_gc)
 
@@ -206,7 +212,13 @@ def _endpoint_server(
                     gc.set_threshold(int(gc_setting[1]), *gc.get_threshold()[1:])
                 ready.set()
                 await wait_event(stop, 3600, interval=0.1)
-                gc_note = f"; gc {gc_time[0]:.2f} s in {gc_time[2]} collections" if gc_time[2] else ""
+                gc_note = (
+                    f"; gc {gc_time[0]:.2f} s in {gc_time[2]} collections (by generation: "
+                    + ", ".join(f"{s:.2f} s / {n}" for s, n in gc_by_generation)
+                    + ")"
+                    if gc_time[2]
+                    else ""
+                )
                 out.put(("server", len(errors), errors[:3], repr(server.handshake_stats) + gc_note))
                 if profiler is not None:
                     profiling.cancel()
