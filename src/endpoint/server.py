@@ -628,9 +628,10 @@ class Server(EndPoint[ServerConfiguration]):
             return RejectReason.SERVER_FULL, f"server is full ({cfg.max_clients} clients)"
         if is_ipc:
             return None
-        ip = ipaddress.ip_address(address)
-        if any(ip in net for net in self._deny) or (self._allow and not any(ip in net for net in self._allow)):
-            return RejectReason.FILTERED, f"{address} is not permitted"
+        if self._deny or self._allow:  # parsed only when asked about (a storm's HELLOs paid for it each)
+            ip = ipaddress.ip_address(address)
+            if any(ip in net for net in self._deny) or (self._allow and not any(ip in net for net in self._allow)):
+                return RejectReason.FILTERED, f"{address} is not permitted"
         for rule in self._filters:
             try:
                 allowed = rule(address, hello.tag)
