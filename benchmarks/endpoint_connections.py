@@ -125,7 +125,7 @@ def endpoint_server(
             profiler.disable()
             profiler.dump_stats(profile)
         return
-    _endpoint_server(aeron_dir, port, connected, ready, stop, out)
+    _endpoint_server(aeron_dir, port, connected, ready, stop, out, None, window)
 
 
 _SERVER_CONFIG_ENV = "BENCH_SERVER_CONFIG"
@@ -145,17 +145,31 @@ def _endpoint_server(
     window: tuple[Any, Any] | None = None,
 ) -> None:
 
-    # The garbage collector's time (full collections grow with the objects every connection holds).
+    # The garbage collector's time (full collections grow with the objects every connection holds): in total,
+    # then per generation (seconds, collections), and per generation over the storm (``window``).
     gc_time = [0.0, 0.0, 0]
+    gc_by_generation = [[0.0, 0], [0.0, 0], [0.0, 0]]
+    gc_marks: list[list[list[float]]] = []
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             gc_time[1] = time.perf_counter()
         else:
-            gc_time[0] += time.perf_counter() - gc_time[1]
+            spent = time.perf_counter() - gc_time[1]
+            gc_time[0] += spent
             gc_time[2] += 1
+            generation = gc_by_generation[info["generation"]]
+            generation[0] += spent
+            generation[1] += 1
 
     gc.callbacks.append(on_gc)
+
+    async def gc_window() -> None:
+        assert window is not None
+        for event in window:
+            if not await wait_event(event, 3600, interval=0.001):
+                return
+            gc_marks.append([list(g) for g in gc_by_generation])
 
     async def profile_window() -> None:
         # cProfile follows the thread that enables it: the event loop's, where the storm is served.
@@ -170,6 +184,8 @@ def _endpoint_server(
 
         if profiler is not None:
             profiling = asyncio.ensure_future(profile_window())
+        if window is not None:
+            gc_watch = asyncio.ensure_future(gc_window())
 
         # Integer settings to override, as NAME=VALUE,... (the storm phases' --storm-server-config).
         extra = {
@@ -206,10 +222,22 @@ def _endpoint_server(
                     gc.set_threshold(int(gc_setting[1]), *gc.get_threshold()[1:])
                 ready.set()
                 await wait_event(stop, 3600, interval=0.1)
-                gc_note = f"; gc {gc_time[0]:.2f} s in {gc_time[2]} collections" if gc_time[2] else ""
+                gc_note = (
+                    f"; gc {gc_time[0]:.2f} s in {gc_time[2]} collections (by generation: "
+                    + ", ".join(f"{s:.2f} s / {n}" for s, n in gc_by_generation)
+                    + ")"
+                    if gc_time[2]
+                    else ""
+                )
+                if len(gc_marks) == 2:
+                    gc_note += "; in the storm " + ", ".join(
+                        f"{b[0] - a[0]:.2f} s / {b[1] - a[1]:.0f}" for a, b in zip(*gc_marks, strict=True)
+                    )
                 out.put(("server", len(errors), errors[:3], repr(server.handshake_stats) + gc_note))
                 if profiler is not None:
                     profiling.cancel()
+                if window is not None:
+                    gc_watch.cancel()
         except Exception as exc:
             out.put(("server", -1, [f"{type(exc).__name__}: {exc}"], ""))
             raise

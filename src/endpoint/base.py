@@ -91,9 +91,11 @@ class EndPoint(Generic[ConfigT]):
         self.rpc = RpcRegistry()
         """Objects every connection's peer can call (``connection.rpc`` adds per-connection ones)."""
         self._connections: dict[int, Connection] = {}
-        self._polled: tuple[Connection, ...] = ()
-        self._mapped: tuple[Connection, ...] = ()
-        self._unmapped: tuple[Connection, ...] = ()
+        self._polled_now: tuple[Connection, ...] | None = ()
+        """``_connections`` as a tuple, made again when next asked for after a connection came or went."""
+        self._waiting_for_image: dict[int, Connection] = {}
+        """Connections whose image is not mapped yet (polled in Python until it is), by id."""
+        self._unmapped_now: tuple[Connection, ...] | None = ()
         self._ipc_connections = 0
         """Connections over IPC (kept as they come and go: a poll-set rebuild must not walk them once more)."""
         self._shared: SharedDriver | None = None
@@ -211,12 +213,13 @@ class EndPoint(Generic[ConfigT]):
 
     def _add_connection(self, connection: Connection) -> None:
         replaced = self._connections.get(connection.id)
+        self._connections[connection.id] = connection
         if replaced is not None:
             self._ipc_connections -= replaced.is_ipc
-        self._connections[connection.id] = connection
+            self._poll_set_changed(replaced)
         self._ipc_connections += connection.is_ipc
         self._agenda.file(connection, grid_after(time.monotonic_ns(), self._connection_tick_ns))
-        self._rebuild_poll_set()
+        self._poll_set_changed(connection)
         self.connection_counters.admit(connection, time.monotonic_ns())
         connection._fire_connect()
 
@@ -227,7 +230,7 @@ class EndPoint(Generic[ConfigT]):
         if self._connections.get(connection.id) is connection:
             del self._connections[connection.id]
             self._ipc_connections -= connection.is_ipc
-            self._rebuild_poll_set()
+            self._poll_set_changed(connection)
         shared = self._shared
         self._spawn(self.connection_counters.close(shared.aeron if shared else None, connection), connection)
         self._spawn(self._close_resources(connection), connection)
@@ -346,13 +349,50 @@ class EndPoint(Generic[ConfigT]):
                 self._notify_error(connection, exc)
         return work
 
-    def _rebuild_poll_set(self) -> None:
-        """Split connections into those whose image is mapped (checked natively) and those still waiting for it."""
-        self._polled = tuple(self._connections.values())
-        self._mapped = tuple(c for c in self._polled if c._image is not None)
-        self._unmapped = tuple(c for c in self._polled if c._image is None)
-        if self._polling:
-            LoopPoller.for_running_loop().changed = True
+    @property
+    def _polled(self) -> tuple[Connection, ...]:
+        """Every connection (a broadcast's targets), as a tuple made once per change of the set."""
+        polled = self._polled_now
+        if polled is None:
+            polled = self._polled_now = tuple(self._connections.values())
+        return polled
+
+    @property
+    def _unmapped(self) -> tuple[Connection, ...]:
+        """The connections still waiting for their image (polled in Python until it is mapped)."""
+        unmapped = self._unmapped_now
+        if unmapped is None:
+            unmapped = self._unmapped_now = tuple(self._waiting_for_image.values())
+        return unmapped
+
+    @property
+    def _mapped(self) -> tuple[Connection, ...]:
+        """The connections whose image is mapped (the poller checks them natively). Walks every connection: for
+        the poller's full rebuild only, which happens when end points come or go, not per connection."""
+        return tuple(c for c in self._connections.values() if c._image is not None)
+
+    @property
+    def _network_connections(self) -> int:
+        """Connections over UDP (the poller sends what a round wrote at once while there is one)."""
+        return len(self._connections) - self._ipc_connections
+
+    def _poll_set_changed(self, connection: Connection) -> None:
+        """``connection`` came, went, or its image (or unreliable image) was mapped or let go: file it again
+        where it belongs, and tell the poller about this one connection. Costs the same at 10 connections and
+        at 10,000 (a storm of connects must not rebuild anything per connection that walks the others)."""
+        key = connection.id
+        current = self._connections.get(key) is connection
+        if current and connection._image is None:
+            if self._waiting_for_image.get(key) is not connection:
+                self._waiting_for_image[key] = connection
+                self._unmapped_now = None
+        elif self._waiting_for_image.get(key) is connection:
+            del self._waiting_for_image[key]
+            self._unmapped_now = None
+        self._polled_now = None
+        poller = self._loop_poller
+        if poller is not None:
+            poller.rewatch(self, connection, current and connection._image is not None)
 
     def _attend(self, connection: Connection) -> None:
         """``connection``'s timers need looking at from the next step of the grid on (a stream started arriving,

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from driver.agent import AgentInvoker, tighten_timer_slack
 from driver.concurrent._watches import FrameWatch
+from driver.concurrent.atomic_buffer import AtomicBuffer
 from endpoint.config import Configuration
 from endpoint.connection.liveness import tick_interval_ns
 from endpoint.connection.shell import Connection
@@ -25,6 +26,9 @@ from endpoint.handshake.routes import HandshakeRoutes
 from endpoint.registry import SharedDriver
 
 __all__ = ["LoopPoller", "Polled"]
+
+_FrameEntry = tuple[AtomicBuffer, int, tuple[AtomicBuffer, ...], int, int]
+"""One image in a :class:`FrameWatch`: its position counter and offset, its terms, position bits, term mask."""
 
 _TICK_NS = 100_000_000
 _MIN_TICK_NS = 10_000_000
@@ -51,10 +55,14 @@ class Polled(Protocol):
     def _shared(self) -> SharedDriver | None: ...
 
     @property
-    def _polled(self) -> tuple[Connection, ...]: ...
+    def _mapped(self) -> tuple[Connection, ...]:
+        """Its connections whose image is mapped (asked for on a full rebuild only: end points came or went)."""
+        ...
 
     @property
-    def _mapped(self) -> tuple[Connection, ...]: ...
+    def _network_connections(self) -> int:
+        """How many of its connections are over UDP."""
+        ...
 
     @property
     def _unmapped(self) -> tuple[Connection, ...]: ...
@@ -118,7 +126,14 @@ class LoopPoller:
         self.changed = True
         self._poked = False
         self._wake: asyncio.Future[None] | None = None
-        self._mapped: tuple[Connection, ...] = ()
+        self._mapped: list[Connection] = []
+        """The owner of each entry of ``_frames`` (a connection with an unreliable image owns two)."""
+        self._entries: list[_FrameEntry] = []
+        self._watching: dict[int, tuple[Polled, Connection, list[_FrameEntry]]] = {}
+        """The connections in ``_frames`` (by ``id``), in their order there, with their end point and entries."""
+        self._rewatch: dict[int, tuple[Polled, Connection, bool]] = {}
+        """Connections whose place in ``_frames`` changed since the last round (taken in at the next)."""
+        self._unmapped_pollers: dict[int, Polled] = {}
         self._frames = FrameWatch([])
         self._drivers: tuple[SharedDriver, ...] = ()
         self._invokers: tuple[AgentInvoker, ...] = ()
@@ -143,46 +158,45 @@ class LoopPoller:
     def add(self, endpoint: Polled) -> None:
         self.endpoints = (*self.endpoints, endpoint)
         self.changed = True
+        for connection in endpoint._mapped:  # its own only: the others' are watched already
+            self.rewatch(endpoint, connection, True)
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._run(), name="endpoint poller")
 
     def remove(self, endpoint: Polled) -> None:
         self.endpoints = tuple(e for e in self.endpoints if e is not endpoint)
         self.changed = True
+        self._rewatch = {k: v for k, v in self._rewatch.items() if v[0] is not endpoint}
+        mine = [k for k, (owner, _, _) in self._watching.items() if owner is endpoint]
+        if mine:
+            for key in mine:
+                del self._watching[key]
+            self._rewatch_all()
+
+    def rewatch(self, endpoint: Polled, connection: Connection, watch: bool) -> None:
+        """``connection`` of ``endpoint`` came, went or had an image mapped or let go; ``watch``: its images are
+        to be checked natively from now on. Taken in at the start of the next round, touching only the
+        connections named (a storm of connects costs each connect the same, however many are open)."""
+        self._rewatch[id(connection)] = (endpoint, connection, watch)
 
     def _collect(self) -> None:
-        """Every mapped connection of every end point, for one native readiness check per round."""
+        """What the end points ask of the poller (taken again when one comes or goes, or its driver changes);
+        their connections are taken in one by one (:meth:`rewatch`), never by walking them all."""
         self.changed = False
         # A process of many clients (bots, tests) has many end points with nothing to poll but mapped images.
-        self._polling_unmapped = tuple(e for e in self.endpoints if e._unmapped or e.polls_handshakes)
+        self._unmapped_pollers = {id(e): e for e in self.endpoints if e._unmapped or e.polls_handshakes}
+        self._polling_unmapped = tuple(self._unmapped_pollers.values())
         self._busy_spin = any(e.config.idle_strategy == "busy_spin" for e in self.endpoints)
         self._tick_ns = min(
             (tick_interval_ns(int(e.config.ping_interval * 1e9), _TICK_NS, _MIN_TICK_NS) for e in self.endpoints),
             default=_TICK_NS,
         )
-        # A connection's unreliable image (see Connection.send_unreliable) is watched beside its reliable one: a
-        # frame in either has the connection polled.
-        owners: list[Connection] = []
-        entries = []
-        for endpoint in self.endpoints:
-            for connection in endpoint._mapped:
-                image = connection._image
-                if image is None:
-                    continue
-                owners.append(connection)
-                entries.append(image.ready_entry)
-                unreliable = connection._u_image
-                if unreliable is not None:
-                    owners.append(connection)
-                    entries.append(unreliable.ready_entry)
-        self._mapped = tuple(owners)
-        self._frames = FrameWatch(entries)
         drivers = {id(e._shared): e._shared for e in self.endpoints if e._shared is not None}
         self._drivers = tuple(d for d in drivers.values() if d.invokers)
         self._invokers = tuple(i for d in self._drivers for i in d.invokers)
         # Taken now: a restart stops a driver from a worker thread, and its ``invokers`` then read as empty.
         self._driver_invokers = tuple(d.invokers[0] for d in self._drivers if d.invokers)
-        self._network = any(not c.is_ipc for e in self.endpoints for c in e._polled)
+        self._network = any(e._network_connections for e in self.endpoints)
         # Threads of a driver (or a driver client) in this process need the GIL now and then; INVOKER ones don't.
         self._breathe = any(not d.invokers for d in drivers.values())
         # Anything that arrives wakes a nap if every end point is on an INVOKER-mode driver whose sockets and
@@ -192,6 +206,56 @@ class LoopPoller:
             and len(self._drivers) == len(drivers)
             and all(e._shared is not None for e in self.endpoints)
         )
+
+    def _rewatch_all(self) -> None:
+        """``_frames`` and its owners made again from ``_watching``."""
+        self._mapped = [c for _, c, entries in self._watching.values() for _ in entries]
+        self._entries = [e for _, _, entries in self._watching.values() for e in entries]
+        self._frames = FrameWatch(self._entries)
+
+    def _take_rewatched(self) -> None:
+        """Take in the connections named by :meth:`rewatch` since the last round: new ones are appended to the
+        native check (made again from the list, in C); one leaving or changing has the list made again."""
+        pending = self._rewatch
+        self._rewatch = {}
+        watching = self._watching
+        appended = False
+        rebuild = False
+        touched: dict[int, Polled] = {}
+        network = False
+        for key, (endpoint, connection, watch) in pending.items():
+            touched[id(endpoint)] = endpoint
+            network = network or not connection.is_ipc
+            if watching.pop(key, None) is not None:
+                rebuild = True
+            entries = _frame_entries(connection) if watch else []
+            if entries:
+                watching[key] = (endpoint, connection, entries)
+                if not rebuild:
+                    self._mapped.extend(connection for _ in entries)
+                    self._entries.extend(entries)
+                    appended = True
+        if rebuild:
+            self._rewatch_all()
+        elif appended:
+            self._frames = FrameWatch(self._entries)
+        pollers = self._unmapped_pollers
+        moved = False
+        for key, endpoint in touched.items():
+            wanted = bool(endpoint._unmapped) or endpoint.polls_handshakes
+            if wanted != (key in pollers):
+                moved = True
+                if wanted:
+                    pollers[key] = endpoint
+                else:
+                    del pollers[key]
+        if moved:
+            self._polling_unmapped = tuple(pollers.values())
+        # A UDP connection came where there was none, or an end point touched has none left: ask them all.
+        if (network and not self._network) or (
+            self._network and not all(e._network_connections for e in touched.values())
+        ):
+            self._network = any(e._network_connections for e in self.endpoints)
 
     async def _run(self) -> None:
         try:
@@ -233,6 +297,8 @@ class LoopPoller:
                     work += 1
             if self.changed:
                 self._collect()
+            if self._rewatch:
+                self._take_rewatched()
             for endpoint in self._polling_unmapped:
                 try:
                     work += endpoint._poll_unmapped()
@@ -395,3 +461,15 @@ class _SocketWatch:
 def _wake_up(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _frame_entries(connection: Connection) -> list[_FrameEntry]:
+    """What the native check watches of ``connection``: its image's position over its terms, and its unreliable
+    image's beside it (a frame in either has the connection polled); none before its image is mapped."""
+    image = connection._image
+    if image is None:
+        return []
+    unreliable = connection._u_image
+    if unreliable is None:
+        return [image.ready_entry]
+    return [image.ready_entry, unreliable.ready_entry]

@@ -172,6 +172,9 @@ class Server(EndPoint[ServerConfiguration]):
         self._finished_reply: dict[int, tuple[Publication, _AnswerRoute | None, int]] = {}
         """connect key -> (answer route, our lease on it, when to let it go): for a client that missed the answer."""
         self._answer_routes: dict[tuple[str, int], _AnswerRoute] = {}
+        self._routes_from: dict[str, int] = {}
+        """How many of ``_answer_routes`` go to each address (its cap is checked per new route, in a storm of
+        clients on routes of their own once per handshake)."""
         self._per_address: dict[str, int] = {}
         self.handshakes_accepted = 0
         """Handshakes that became connections."""
@@ -628,9 +631,10 @@ class Server(EndPoint[ServerConfiguration]):
             return RejectReason.SERVER_FULL, f"server is full ({cfg.max_clients} clients)"
         if is_ipc:
             return None
-        ip = ipaddress.ip_address(address)
-        if any(ip in net for net in self._deny) or (self._allow and not any(ip in net for net in self._allow)):
-            return RejectReason.FILTERED, f"{address} is not permitted"
+        if self._deny or self._allow:  # parsed only when asked about (a storm's HELLOs paid for it each)
+            ip = ipaddress.ip_address(address)
+            if any(ip in net for net in self._deny) or (self._allow and not any(ip in net for net in self._allow)):
+                return RejectReason.FILTERED, f"{address} is not permitted"
         for rule in self._filters:
             try:
                 allowed = rule(address, hello.tag)
@@ -771,8 +775,9 @@ class Server(EndPoint[ServerConfiguration]):
         route = self._answer_routes.get(key)
         if route is None or not route.usable:
             cfg = self.config
-            mine = [r for r in self._answer_routes.values() if r.address == address]
-            if len(mine) >= cfg.max_answer_routes_per_source and not self._evict_route(mine):
+            if self._routes_from.get(address, 0) >= cfg.max_answer_routes_per_source and not self._evict_route(
+                [r for r in self._answer_routes.values() if r.address == address]
+            ):
                 return None
             if len(self._answer_routes) >= cfg.max_answer_routes and not self._evict_route(
                 list(self._answer_routes.values())
@@ -782,6 +787,8 @@ class Server(EndPoint[ServerConfiguration]):
             # it, so its status messages (and nobody else's, unless from its address) make this route send.
             channel = reply_channel(self._control, answer_session(route_id), address, 65536)
             opening = asyncio.ensure_future(self._aeron().add_exclusive_publication_async(channel, REPLY_STREAM_ID))
+            if key not in self._answer_routes:  # (else an unusable route of that key is replaced)
+                self._routes_from[address] = self._routes_from.get(address, 0) + 1
             route = self._answer_routes[key] = _AnswerRoute(opening, route_id, address)
         route.users += 1
         return route
@@ -798,19 +805,26 @@ class Server(EndPoint[ServerConfiguration]):
                     self._let_go_of_route(lease)
             if route.pinned:
                 self._unpin(route)
-            for key, known in list(self._answer_routes.items()):
-                if known is route:
-                    del self._answer_routes[key]
+            self._forget_route(route)
             return True
         return False
+
+    def _forget_route(self, route: _AnswerRoute) -> None:
+        """``route`` out of ``_answer_routes`` (if it is still the one filed under its client route)."""
+        key = (route.address, route.route_id)
+        if self._answer_routes.get(key) is route:
+            del self._answer_routes[key]
+            left = self._routes_from[route.address] - 1
+            if left:
+                self._routes_from[route.address] = left
+            else:
+                del self._routes_from[route.address]
 
     def _let_go_of_route(self, route: _AnswerRoute) -> None:
         route.users -= 1
         if route.users > 0:
             return
-        for key, known in list(self._answer_routes.items()):
-            if known is route:
-                del self._answer_routes[key]
+        self._forget_route(route)
 
         def close(opening: asyncio.Future[ExclusivePublication]) -> None:
             if not opening.cancelled() and opening.exception() is None:
@@ -1115,6 +1129,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._per_address.clear()
         self._finished_reply.clear()
         self._answer_routes.clear()
+        self._routes_from.clear()
         self._udp_handshake = self._ipc_handshake = None
         self._ipc_reply = None
         self._control_anchor = None

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from driver.clock import NanoClock
 from driver.concurrent._watches import PositionWatch
+from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import AtomicCounter
 from driver.core.agenda import Agenda, no_wake
 from driver.core.command_queues import CommandQueue
@@ -68,10 +69,14 @@ class Receiver:
         self._ready = ReadyEndpoints[ReceiveChannelEndpoint]()
         self.sockets_version = 0
         """Changes whenever ``readable_sockets`` would answer differently."""
-        # Every image's subscriber positions, their values at the last look, and whose they are.
-        self._positions_stale = True
+        # Every image's subscriber positions, their values at the last look, and whose they are. Images that
+        # came or went are taken in one at a time at the next look (a storm of connects must not walk every
+        # image per new one); the native watch is then made again from the kept list, in C.
         self._positions = PositionWatch([])
         self._positions_of: list[PublicationImage] = []
+        self._position_entries: list[tuple[AtomicBuffer, int]] = []
+        self._positions_moved: dict[int, PublicationImage] = {}
+        """Images (by ``id``) whose subscriber positions came, changed or went since the last look."""
 
     def on_start(self) -> None:
         pass
@@ -112,10 +117,8 @@ class Receiver:
         owners = self._positions_of
         for index in self._positions.changed():  # (an owner removed since is not woken)
             agenda.wake(owners[index])
-        if self._positions_stale:  # images came or went: watch the new set (added ones are due already)
-            self._positions_stale = False
-            self._positions_of = [i for i in agenda.items for _ in i.subscriber_positions]
-            self._positions = PositionWatch([c.location() for i in agenda.items for c in i.subscriber_positions])
+        if self._positions_moved:  # images came or went: watch the new set (added ones are due already)
+            self._take_moved_positions()
         work = 0
         items = agenda.items
         for index in agenda.due(now_ns):
@@ -123,6 +126,29 @@ class Receiver:
             work += image.track_rebuild(now_ns)
             agenda.schedule(index, image.next_track_ns())
         return work
+
+    def _take_moved_positions(self) -> None:
+        """The positions of the images named in ``_positions_moved`` out of the watch, then those still in the
+        agenda back in at its end: each costs its own entries (and a scan of the list in C when it had some)."""
+        moved = self._positions_moved
+        self._positions_moved = {}
+        owners = self._positions_of
+        entries = self._position_entries
+        items = self._agenda.items
+        for image in moved.values():
+            while True:
+                try:
+                    index = owners.index(image)
+                except ValueError:
+                    break
+                del owners[index]
+                del entries[index]
+            index = image.agenda_index
+            if 0 <= index < len(items) and items[index] is image:
+                for counter in image.subscriber_positions:
+                    owners.append(image)
+                    entries.append(counter.location())
+        self._positions = PositionWatch(entries)
 
     def on_close(self) -> None:
         self._ready.close()
@@ -151,7 +177,7 @@ class Receiver:
         self.images.append(image)
         self._agenda.add(image)
         image.wake = functools.partial(self._agenda.wake, image)
-        self._positions_stale = True
+        self._positions_moved[id(image)] = image
         image.send_status_message(image.join_position, image.window, self._clock.nano_time())
 
     def on_image_creation_failed(self, endpoint: ReceiveChannelEndpoint, session_id: int, stream_id: int) -> None:
@@ -161,7 +187,7 @@ class Receiver:
         self, image: PublicationImage, positions: tuple[AtomicCounter, ...], done: Callable[[], object]
     ) -> None:
         image.set_subscriber_positions(positions)
-        self._positions_stale = True
+        self._positions_moved[id(image)] = image
         self._agenda.wake(image)
         done()
 
@@ -175,7 +201,7 @@ class Receiver:
             self.images.remove(image)
         self._agenda.remove(image)
         image.wake = no_wake
-        self._positions_stale = True
+        self._positions_moved[id(image)] = image
         done()
 
     def on_close_endpoint(self, endpoint: ReceiveChannelEndpoint, done: Callable[[], object]) -> None:

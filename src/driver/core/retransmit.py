@@ -99,7 +99,9 @@ class RetransmitHandler:
         self._linger = linger_generator
         self._max_actions = max_actions
         self._on_invalid = on_invalid
-        self._pool = [_Action() for _ in range(max_actions)]
+        self._pool: list[_Action] = []
+        """Made as NAKs need them, up to ``max_actions`` (most publications never see one: a connect storm made
+        16 per publication, every one an object the garbage collector walks)."""
         self._active: dict[int, _Action] = {}
         self.invalid_naks = 0
 
@@ -164,7 +166,12 @@ class RetransmitHandler:
         return _key(term_id, term_offset) in self._active
 
     def _free_action(self) -> _Action:
-        for action in self._pool:
+        pool = self._pool
+        for action in pool:
             if action.state == _INACTIVE:
                 return action
+        if len(pool) < self._max_actions:
+            action = _Action()
+            pool.append(action)
+            return action
         raise DriverError("retransmit pool exhausted although the active map has room")

@@ -139,7 +139,7 @@ class ConnectionOwner(Protocol):
 
     def _loop_call_soon(self, fn: Callable[..., Any], *args: Any) -> None: ...
 
-    def _rebuild_poll_set(self) -> None: ...
+    def _poll_set_changed(self, connection: Connection) -> None: ...
 
     def _attend(self, connection: Connection) -> None: ...
 
@@ -607,7 +607,7 @@ class Connection:
             image = self._image = images[0]
             # The longest message the peer's publication can send (a longer reassembly is malformed).
             self._core.max_inbound_length = max(self._max_length, image.term_buffer_length // 8)
-            self._endpoint._rebuild_poll_set()
+            self._endpoint._poll_set_changed(self)
         if self._closed or self._not_reading():
             return 0
         if self._native_dispatch is not None and not self._core.sealed:
@@ -835,12 +835,12 @@ class Connection:
         image = self._u_image
         if image is not None and image.is_closed:
             image = self._u_image = None
-            self._endpoint._rebuild_poll_set()
+            self._endpoint._poll_set_changed(self)
         if image is None:
             images = sub.images
             if images:
                 self._u_image = images[0]
-                self._endpoint._rebuild_poll_set()
+                self._endpoint._poll_set_changed(self)
 
     def _peer_hwm(self) -> int | None:
         """How far the peer's stream has reached our driver (gaps included), None when unknown (IPC, not mapped).

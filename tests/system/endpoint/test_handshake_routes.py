@@ -18,7 +18,7 @@ import pytest
 
 import endpoint.client as client_module
 import endpoint.handshake.routes as routes_module
-from endpoint import Client, Connection
+from endpoint import Client, Connection, Server
 from endpoint.handshake.routes import LINGER_NS, HandshakeRoutes
 from endpoint.poller import LoopPoller
 from support.endpoints import (
@@ -287,3 +287,38 @@ async def test_a_server_on_every_ipv6_address_answers_ipv4_and_ipv6_clients(
             assert at_server.remote_address.rpartition(":")[0] in ("::ffff:127.0.0.1", "::1")
         finally:
             await client.close()
+
+
+async def test_answer_routes_per_address_stay_counted_and_capped_as_routes_come_and_go(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """The server counts its answer routes per address as it opens and closes them (the per-source cap is checked
+    on that count, not by walking every route): clients on routes of their own beyond the cap still connect
+    (an idle route gives way), the count always matches the routes held, and all of it is let go at the end."""
+    cap = 2
+    config = server_config(aeron_dir, port, max_answer_routes_per_source=cap, handshake_timeout=1.0)
+
+    def counted(server: Server) -> dict[str, int]:
+        held: dict[str, int] = {}
+        for route in server._answer_routes.values():
+            held[route.address] = held.get(route.address, 0) + 1
+        return held
+
+    async with running_server(config) as server:
+        clients = [
+            Client(client_config("udp", aeron_dir, client_dir, local_port=free_udp_port(), connect_timeout=10.0))
+            for _ in range(cap + 2)
+        ]
+        try:
+            for client in clients:
+                conn = await client.connect("127.0.0.1", port)
+                assert server._routes_from == counted(server)
+                assert len(server._answer_routes) <= cap
+                assert await conn.ping() > 0
+        finally:
+            for client in clients:
+                await client.close()
+        for route in list(_routes().polled):
+            _routes().tick(route.idle_since_ns + LINGER_NS)
+        await wait_until(lambda: server._answer_routes == {}, 15, what="every answer route let go")
+        assert server._routes_from == {}

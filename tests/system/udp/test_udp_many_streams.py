@@ -208,3 +208,40 @@ def test_an_image_outlives_all_but_the_last_subscription_of_its_stream(udp: UdpD
     assert active(STREAM_ID + 1) == 1
     _send_round_robin(publications[1:], [other], collectors[1:], 20, timeout_s=30, start=20)
     assert udp.errors.seen == []
+
+
+def test_the_subscriber_position_watch_follows_images_as_they_come_and_go(udp: UdpDrivers) -> None:
+    """The receiver takes images into its native watch of subscriber positions one at a time (a storm of connects
+    must not walk every image per new one): after images come, go and gain a subscriber, it watches exactly the
+    positions of the images it has, and data still flows on the streams left."""
+    publisher_driver = udp.embedded("pub")
+    subscriber_driver = udp.embedded("sub")
+    subscriber = udp.client(subscriber_driver.aeron_dir)
+    publisher = udp.client(publisher_driver.aeron_dir)
+    channels = [f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=65536" for _ in range(STREAMS)]
+    subscriptions = [subscriber.add_subscription(channel, STREAM_ID) for channel in channels]
+    publications = [publisher.add_exclusive_publication(channel, STREAM_ID) for channel in channels]
+    for subscription in subscriptions:
+        wait_for_image(subscription)
+    receiver = subscriber_driver.conductor.receiver
+
+    def watched() -> list[int]:
+        return sorted(id(image) for image in receiver._positions_of)
+
+    def present() -> list[int]:
+        return sorted(id(image) for image in receiver._agenda.items for _ in image.subscriber_positions)
+
+    def settled(count: int) -> bool:
+        return len(present()) == count and watched() == present()
+
+    execute_until(lambda: settled(STREAMS), timeout_s=10, max_iterations=100_000, interval_s=0.001)
+    for publication in publications[:3]:
+        publication.close()
+    execute_until(lambda: settled(STREAMS - 3), timeout_s=15, max_iterations=1_000_000, interval_s=0.001)
+    # A second subscriber on a stream left: its image has two positions to watch.
+    extra = subscriber.add_subscription(channels[5], STREAM_ID)
+    wait_for_image(extra)
+    execute_until(lambda: settled(STREAMS - 2), timeout_s=10, max_iterations=100_000, interval_s=0.001)
+    left = list(range(3, STREAMS))
+    collectors = [Collector(session_id=publications[i].session_id) for i in left]
+    _send_round_robin([publications[i] for i in left], [subscriptions[i] for i in left], collectors, 50, timeout_s=30)

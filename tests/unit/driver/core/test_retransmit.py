@@ -147,6 +147,24 @@ def test_default_pool_is_sixteen() -> None:
     assert len(resend.calls) == 16
 
 
+def test_actions_are_made_as_naks_need_them_and_reused() -> None:
+    """A publication that never sees a NAK holds no actions (a connect storm made 16 per publication); the pool
+    grows to what was in flight at once, never past ``max_actions``, and freed actions are reused."""
+    handler = unicast_handler(max_actions=4)
+    assert handler._pool == []
+    resend = Recorder()
+    handler.on_nak(0, 0, 32, TERM_LENGTH, 0, resend)
+    handler.on_nak(0, 32, 32, TERM_LENGTH, 0, resend)
+    assert len(handler._pool) == 2
+    handler.process_timeouts(60 * MS + 1, resend)  # both linger out
+    assert handler.active_count == 0
+    for i in range(6):
+        handler.on_nak(1, i * 32, 32, TERM_LENGTH, 60 * MS + 1, resend)
+    assert handler.active_count == 4
+    assert len(handler._pool) == 4
+    assert len(resend.calls) == 2 + 4
+
+
 def test_delayed_action_resends_after_delay_then_lingers() -> None:
     delay = Fixed(5 * MS)
     linger = Fixed(60 * MS)
