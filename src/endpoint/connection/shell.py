@@ -449,6 +449,19 @@ class Connection:
             return True
         return outbox.offer_now(data)
 
+    def _offer_encoded(self, data: bytes) -> bool:
+        """``send_nowait`` of a message encoded already (a broadcast's one encoding, checked against every member's
+        length bound by the caller): its common path written out the same way, the rest through the outbox."""
+        outbox = self.outbox
+        if outbox.closing:
+            raise self._closed_error()
+        native_offer = self._native_offer
+        if native_offer is not None and not outbox._backlog and not self._pub._is_closed and native_offer(data) > 0:
+            outbox.sent += 1
+            self._poke()
+            return True
+        return outbox.offer_now(data)
+
     def send_unreliable(self, message: object) -> bool:
         """Send ``message`` newest-wins: now or never, and never delivered after a newer message of its class.
 
