@@ -15,8 +15,8 @@ likewise packs once per cell) carrying the tick number and the time the tick beg
 (``time.monotonic_ns``, one clock for every process on a machine), from which the client computes how
 stale the snapshot is when it is read. The tick never awaits a send: a snapshot back pressure refuses is
 counted and dropped (``--unreliable`` registers ``Snapshot`` newest-wins on the server, see
-``Connection.send_unreliable``). A tick that comes due while an earlier one is still running is skipped and counted: the tick rate
-falls, the ticks do not pile up.
+``Connection.send_unreliable``). A tick that comes due while an earlier one is still running is skipped and
+counted: the tick rate falls, the ticks do not pile up.
 
 Per player count, in this order: connect everyone; wait for the handshakes' own streams to close; the
 server's CPU over ``--idle-seconds`` with everyone connected and quiet (idle); then play: two seconds of
