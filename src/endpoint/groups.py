@@ -14,7 +14,7 @@ that many. ``broadcast`` never waits: a member whose log is full does not get th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from endpoint.connection.newest import Sequencer, frame
@@ -120,14 +120,6 @@ class Group:
 
     # ------------------------------------------------------------------ sending
 
-    def _check_length(self, data: bytes, message: object, members: tuple[Connection, ...]) -> None:
-        for connection in members:
-            if len(data) > connection.max_message_length:
-                raise MessageTooLargeError(
-                    f"{type(message).__name__} encodes to {len(data)} bytes; {connection!r} in {self!r} carries at "
-                    f"most {connection.max_message_length} (a group broadcasts only what fits every member at once)"
-                )
-
     def broadcast(self, message: object) -> int:
         """Send ``message`` to every member now, encoded once, without waiting; returns how many took it.
 
@@ -139,18 +131,10 @@ class Group:
             return self.broadcast_unreliable(message)
         members = self.members
         data = self._serialization.encode(message)
-        self._check_length(data, message, members)
+        check_length(data, message, members, self)
         self.broadcasts += 1
-        taken = 0
-        for connection in members:
-            try:
-                session = connection.session  # numbered and kept like any send in the session
-                if session.send_nowait(message) if session is not None else connection.outbox.offer_now(data):
-                    taken += 1
-                    continue
-            except (ConnectionClosedError, BudgetExceededError):
-                pass
-            self.refused += 1
+        taken = offer_each(members, data, message)
+        self.refused += len(members) - taken
         return taken
 
     def broadcast_unreliable(self, message: object) -> int:
@@ -158,17 +142,10 @@ class Group:
         under one sequence number; returns how many took it (the others are counted in :attr:`refused`)."""
         members = self.members
         data = frame(self._sequencer.next(type(message)), self._serialization.encode(message))
-        self._check_length(data, message, members)
+        check_length(data, message, members, self)
         self.broadcasts += 1
-        taken = 0
-        for connection in members:
-            try:
-                if not connection._closing and connection._send_newest(data, message):
-                    taken += 1
-                    continue
-            except ConnectionClosedError:
-                pass
-            self.refused += 1
+        taken = offer_each_newest(members, data, message)
+        self.refused += len(members) - taken
         return taken
 
     async def send(self, message: object, *, timeout: float | None = None) -> int:
@@ -178,7 +155,7 @@ class Group:
         through its session (numbered, kept until acknowledged)."""
         members = self.members
         data = self._serialization.encode(message)
-        self._check_length(data, message, members)
+        check_length(data, message, members, self)
         self.broadcasts += 1
         waits = []
         taken = 0
@@ -203,3 +180,44 @@ class Group:
                 else:
                     taken += 1
         return taken
+
+
+# ---------------------------------------------------------------------------------------------- one encoding, many
+
+
+def check_length(data: bytes, message: object, members: Sequence[Connection], where: object) -> None:
+    """MessageTooLargeError, before anyone gets it, when ``data`` is longer than some member carries."""
+    for connection in members:
+        if len(data) > connection._max_length:
+            raise MessageTooLargeError(
+                f"{type(message).__name__} encodes to {len(data)} bytes; {connection!r} in {where!r} carries at "
+                f"most {connection.max_message_length} (a broadcast sends only what fits every member at once)"
+            )
+
+
+def offer_each(members: Sequence[Connection], data: bytes, message: object) -> int:
+    """Offer ``data`` (``message`` encoded) to each member now, as ``send_nowait`` would; how many took it. A member
+    that is closing or whose log is full is skipped; one carrying a buffered session gets ``message`` numbered and
+    kept by its session."""
+    taken = 0
+    for connection in members:
+        try:
+            session = connection.session  # numbered and kept like any send in the session
+            if session.send_nowait(message) if session is not None else connection._offer_encoded(data):
+                taken += 1
+        except (ConnectionClosedError, BudgetExceededError):
+            pass
+    return taken
+
+
+def offer_each_newest(members: Sequence[Connection], data: bytes, message: object) -> int:
+    """Offer the newest-wins frame ``data`` to each member now (see ``Connection.send_unreliable``); how many took
+    it."""
+    taken = 0
+    for connection in members:
+        try:
+            if not connection._closing and connection._send_newest(data, message):
+                taken += 1
+        except ConnectionClosedError:
+            pass
+    return taken

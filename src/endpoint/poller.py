@@ -37,6 +37,11 @@ _MIN_TICK_NS = 10_000_000
 _BREATHE_EVERY_NS = 500_000
 _BREATHE_S = 0.000_02
 _SPIN_NS = 1_000_000
+"""How long a round with nothing to do still spins after we sent or a driver command came: an answer may follow."""
+_SPIN_AFTER_READ_NS = 100_000
+"""How long it spins after rounds that only read messages: the rest of a burst. Longer would spin for good on a
+server whose players' messages arrive spread out (a 1,000-player game: one every 50 µs), a driver duty cycle and a
+loop iteration each time; an arrival ends the nap that follows anyway."""
 _SHALLOW_IDLE_NS = 1_000_000_000
 _SHALLOW_SLEEP_S = 0.001
 _DEEP_SLEEP_S = 0.01
@@ -91,8 +96,9 @@ class LoopPoller:
     idle period, not one per end point, and one native call finds the
     connections with data. When there is work it yields to the loop after each
     round; when there is none it waits: ``busy_spin`` (if any end point asked
-    for it) only yields; otherwise it keeps yielding for 1 ms after the last
-    work, then sleeps 1 ms, and after a second without work sleeps until its
+    for it) only yields; otherwise it keeps yielding for 1 ms after it last
+    sent or handled a driver command (0.1 ms after it last only read messages),
+    then sleeps 1 ms, and after a second without work sleeps until its
     next timer when anything that arrives wakes it anyway (see below), 10 ms
     otherwise, so idle end points cost little. Keepalive pings are not work.
     At every point of a 100 ms grid (or of half the shortest ``ping_interval``,
@@ -277,11 +283,12 @@ class LoopPoller:
         sleep = asyncio.sleep
         next_tick = 0
         last_breath = 0
-        last_work = monotonic_ns()
+        last_work = last_exchange = monotonic_ns()
         tighten_timer_slack()  # the brief stops below should not last the default 50 µs slack longer
         while self.endpoints:
             endpoints = self.endpoints
             work = 0
+            read = 0
             if self._drivers:
                 stamp = monotonic_ns()
                 for driver in self._drivers:
@@ -316,7 +323,7 @@ class LoopPoller:
                 for index in self._frames.ready():
                     connection = mapped[index]
                     try:
-                        work += connection._poll()
+                        read += connection._poll()
                     except Exception as exc:
                         connection._endpoint._notify_error(connection, exc)
             now = monotonic_ns()
@@ -338,14 +345,16 @@ class LoopPoller:
                 # CPython lets a waiting thread force a switch only if the holder never released it. So a
                 # spinning loop stops briefly now and then; otherwise publisher limits and heartbeats stall.
                 time.sleep(_BREATHE_S)
-            if work or self._poked:
+            if work or self._poked:  # (a listener that answered poked)
+                last_exchange = now
+            if work or read or self._poked:
                 self._poked = False
                 last_work = now
                 if self._network:  # UDP: send what this round wrote, acknowledge what it read, now
                     for invoker in self._driver_invokers:
                         invoker.invoke()
                 await sleep(0)
-            elif self._busy_spin or now - last_work < _SPIN_NS:
+            elif self._busy_spin or now - last_exchange < _SPIN_NS or now - last_work < _SPIN_AFTER_READ_NS:
                 await sleep(0)
             elif not await self._nap_driving(self._nap_ns(now, last_work, next_tick)):
                 last_work = now  # a command came in just now: answer it first

@@ -27,7 +27,7 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -59,7 +59,7 @@ from endpoint.connection.newest import frame
 from endpoint.connection.session import SessionLog, SessionTable, TableStats
 from endpoint.connection.shell import Connection
 from endpoint.errors import AllocationError, BudgetExceededError, ConnectionClosedError, RejectReason, ServerError
-from endpoint.groups import Group
+from endpoint.groups import Group, check_length, offer_each, offer_each_newest
 from endpoint.handshake.keystore import default_config_dir, load_or_create_private_key
 from endpoint.handshake.protocol import (
     PROTOCOL_VERSION,
@@ -379,10 +379,19 @@ class Server(EndPoint[ServerConfiguration]):
         await self.bind()
         return self
 
-    def broadcast(self, message: object) -> int:
+    def broadcast(self, message: object, to: Iterable[Connection] | None = None) -> int:
         """Send ``message`` to every open connection without waiting, encoded once; returns how many accepted it (a
         connection carrying a buffered session accepts it when its session keeps it). A class registered
-        ``unreliable=True`` goes newest-wins (see ``Connection.send_unreliable``), never through a session."""
+        ``unreliable=True`` goes newest-wins (see ``Connection.send_unreliable``), never through a session.
+
+        ``to``: only these connections of this server (a game's interest management: the players who see the same
+        part of the world get the same snapshot, encoded once per tick for all of them, not once each). A closed or
+        closing one, or one whose log is full, is skipped (not counted); MessageTooLargeError (nobody gets it) when
+        the message is longer than one of them carries, ValueError (nobody gets it) for another end point's
+        connection.
+        """
+        if to is not None:
+            return self._broadcast_to(message, to if isinstance(to, (list, tuple)) else tuple(to))
         if type(message) in self.config.serialization.unreliable:
             newest = frame(self.sequencer.next(type(message)), self.config.serialization.encode(message))
             taken = 0
@@ -409,6 +418,19 @@ class Server(EndPoint[ServerConfiguration]):
             except ConnectionClosedError:
                 continue
         return sent
+
+    def _broadcast_to(self, message: object, members: Sequence[Connection]) -> int:
+        serialization = self.config.serialization
+        for connection in members:
+            if connection._endpoint is not self:
+                raise ValueError(f"{connection!r} is not a connection of {self!r}: nothing was sent")
+        if type(message) in serialization.unreliable:
+            newest = frame(self.sequencer.next(type(message)), serialization.encode(message))
+            check_length(newest, message, members, self)
+            return offer_each_newest(members, newest, message)
+        data = serialization.encode(message)
+        check_length(data, message, members, self)
+        return offer_each(members, data, message)
 
     def group(self, name: str) -> Group:
         """The group called ``name`` (made on first use): connections to broadcast to with one encoding per message

@@ -185,6 +185,10 @@ class NetworkPublication(DriverPublication):
         self.max_spy_position = start
         # conductor-thread state
         self._clean_position = start
+        self._clean_reserve = self.term_length * 2
+        """How far the publisher limit may run ahead of the cleaned part of the log before cleaning more."""
+        self._sender_position_at = sender_position.location()
+        self._publisher_limit_at = publisher_limit.location()
         self._last_sender_position = start
         self._time_of_last_sender_change_ns = now_ns
 
@@ -467,8 +471,20 @@ class NetworkPublication(DriverPublication):
     def update_publisher_limit(self) -> int:
         if self.state is not NetworkPublicationState.ACTIVE:
             return 0
-        sender_position = self.sender_position.get_volatile()
         spies = self.spy_positions
+        if not spies and self.feedback.has_receivers:
+            # The common case (once per message sent) written out: no call below but the counters' own reads and
+            # the release store (the same single-writer propose-max as AtomicCounter.propose_max_ordered).
+            buffer, offset = self._sender_position_at
+            proposed = buffer.get_long_volatile(offset) + self.term_window_length
+            buffer, offset = self._publisher_limit_at
+            if buffer.get_long(offset) >= proposed:
+                return 0
+            buffer.put_long_ordered(offset, proposed)
+            if proposed - self._clean_position > self._clean_reserve:
+                self._clean_buffer(proposed)
+            return 1
+        sender_position = self.sender_position.get_volatile()
         if self.has_receivers or (spies and self.spies_simulate_connection):
             slowest = sender_position
             if spies:
@@ -525,7 +541,7 @@ class NetworkPublication(DriverPublication):
 
     def _clean_buffer(self, publisher_limit: int) -> None:
         clean_position = self._clean_position
-        reserved = self.term_length * 2
+        reserved = self._clean_reserve
         dirty = publisher_limit - clean_position
         if dirty > reserved:
             term_offset = clean_position & self.term_mask

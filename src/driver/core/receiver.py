@@ -26,6 +26,7 @@ from driver.concurrent.counters import AtomicCounter
 from driver.core.agenda import Agenda, no_wake
 from driver.core.command_queues import CommandQueue
 from driver.core.publication_image import PublicationImage
+from driver.media._net import ImageSlot, slots_to_track
 from driver.media.endpoints import CONTROL_ELICIT_INTERVAL_NS, ReceiveChannelEndpoint
 from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints
 
@@ -75,6 +76,8 @@ class Receiver:
         self._positions = PositionWatch([])
         self._positions_of: list[PublicationImage] = []
         self._position_entries: list[tuple[AtomicBuffer, int]] = []
+        self._position_slots: list[ImageSlot] = []
+        """The slot of each of ``_positions_of`` (for the native quiet test)."""
         self._positions_moved: dict[int, PublicationImage] = {}
         """Images (by ``id``) whose subscriber positions came, changed or went since the last look."""
 
@@ -115,8 +118,12 @@ class Receiver:
     def _track_due(self, now_ns: int) -> int:
         agenda = self._agenda
         owners = self._positions_of
-        for index in self._positions.changed():  # (an owner removed since is not woken)
-            agenda.wake(owners[index])
+        changed = self._positions.changed()
+        if changed:
+            # Only the images whose tracking has work (a subscriber past its status-message trigger, a gap, an SM
+            # due): a subscriber reading within its window is the common case, and costs no visit here.
+            for index in slots_to_track(self._position_slots, changed, now_ns):  # (a removed owner is not woken)
+                agenda.wake(owners[index])
         if self._positions_moved:  # images came or went: watch the new set (added ones are due already)
             self._take_moved_positions()
         work = 0
@@ -134,6 +141,7 @@ class Receiver:
         self._positions_moved = {}
         owners = self._positions_of
         entries = self._position_entries
+        slots = self._position_slots
         items = self._agenda.items
         for image in moved.values():
             while True:
@@ -143,11 +151,13 @@ class Receiver:
                     break
                 del owners[index]
                 del entries[index]
+                del slots[index]
             index = image.agenda_index
             if 0 <= index < len(items) and items[index] is image:
                 for counter in image.subscriber_positions:
                     owners.append(image)
                     entries.append(counter.location())
+                    slots.append(image.slot)
         self._positions = PositionWatch(entries)
 
     def on_close(self) -> None:

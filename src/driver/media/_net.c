@@ -1451,11 +1451,78 @@ static PyTypeObject DatagramSocketType = {
     .tp_getset = DatagramSocket_getset,
 };
 
+
+PyDoc_STRVAR(slots_to_track_doc,
+"slots_to_track(slots, indices, now_ns, /) -> list[int]\n\n"
+"Of ``indices`` (into ``slots``, a list of ImageSlot), those whose image's tracking has\n"
+"something to do: PublicationImage.track_rebuild's quiet test failed (a rebuild behind\n"
+"the high-water mark, a subscriber ahead of the rebuild or past the status-message\n"
+"trigger, the status message due and not timed natively). A subscriber moving within\n"
+"its window needs no tracking: waking only the others keeps the receiver's per-message\n"
+"work native (a quiet image's due status message leaves from send_status_messages).");
+
+static PyObject *
+slots_to_track(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "slots_to_track expected 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *slots = args[0], *indices = args[1];
+    if (!PyList_Check(slots) || !PyList_Check(indices)) {
+        PyErr_SetString(PyExc_TypeError, "slots_to_track takes a list of slots and a list of indices");
+        return NULL;
+    }
+    long long now_ns = PyLong_AsLongLong(args[2]);
+    if (now_ns == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *due = PyList_New(0);
+    if (due == NULL)
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(slots);
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(indices); k++) {
+        PyObject *item = PyList_GET_ITEM(indices, k);
+        Py_ssize_t i = PyLong_AsSsize_t(item);
+        if (i == -1 && PyErr_Occurred())
+            goto fail;
+        if (i < 0 || i >= count) {
+            PyErr_SetString(PyExc_IndexError, "slots_to_track: index out of range");
+            goto fail;
+        }
+        PyObject *object = PyList_GET_ITEM(slots, i);
+        if (!PyObject_TypeCheck(object, &ImageSlotType)) {
+            PyErr_SetString(PyExc_TypeError, "slots_to_track takes ImageSlot objects");
+            goto fail;
+        }
+        ImageSlot *s = (ImageSlot *)object;
+        long long min_position = s->rebuild, max_position = s->rebuild;
+        for (Py_ssize_t j = 0; j < s->subscriber_count; j++) {
+            int64_t *address = counter_address(&s->subscribers[j]);
+            long long value_now = address != NULL ? __atomic_load_n(address, __ATOMIC_ACQUIRE) : s->rebuild;
+            if (j == 0 || value_now < min_position)
+                min_position = value_now;
+            if (j == 0 || value_now > max_position)
+                max_position = value_now;
+        }
+        /* A due status message of a quiet image whose timer runs natively leaves from send_status_messages. */
+        if (s->rebuild >= s->hwm && max_position <= s->rebuild && min_position <= s->sm_trigger_position &&
+            (now_ns <= s->sm_due_ns || slot_timed_natively(s)))
+            continue;
+        if (PyList_Append(due, item) < 0)
+            goto fail;
+    }
+    return due;
+fail:
+    Py_DECREF(due);
+    return NULL;
+}
+
 /* ---- the sender's common case: a separate file ---- */
 #include "_send.h"
 
 static PyMethodDef net_functions[] = {
     {"send_publications", (PyCFunction)(void (*)(void))send_publications, METH_FASTCALL, send_publications_doc},
+    {"slots_to_track", (PyCFunction)(void (*)(void))slots_to_track, METH_FASTCALL, slots_to_track_doc},
     {NULL, NULL, 0, NULL},
 };
 

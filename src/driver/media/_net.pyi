@@ -213,3 +213,7 @@ def send_publications(
 ) -> tuple[int, list[int] | None]:
     """(bytes sent, indices the Python path must visit or None): the due publications' data up to their sender
     limits, or due heartbeats, in sendmmsg batches per socket; positions, times, counters and deadlines updated."""
+
+def slots_to_track(slots: list[ImageSlot], indices: list[int], now_ns: int, /) -> list[int]:
+    """Of ``indices`` into ``slots``, those whose image's tracking has something to do (the quiet test of
+    ``PublicationImage.track_rebuild`` fails): a subscriber that moved within its window needs no visit."""

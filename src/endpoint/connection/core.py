@@ -157,7 +157,9 @@ class ConnectionCore:
         """``count`` fragments were read at ``now_ns``: the peer is alive. Returns the work among them (keepalives
         are not work: they must not keep an idle poller spinning)."""
         self.heard += count
-        self.liveness.heard(now_ns)
+        liveness = self.liveness  # Liveness.heard written out: once per poll that read something
+        if now_ns > liveness.last_heard_ns:
+            liveness.last_heard_ns = now_ns
         if self._control:
             count -= self._control
             self._control = 0

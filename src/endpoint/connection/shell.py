@@ -449,6 +449,19 @@ class Connection:
             return True
         return outbox.offer_now(data)
 
+    def _offer_encoded(self, data: bytes) -> bool:
+        """``send_nowait`` of a message encoded already (a broadcast's one encoding, checked against every member's
+        length bound by the caller): its common path written out the same way, the rest through the outbox."""
+        outbox = self.outbox
+        if outbox.closing:
+            raise self._closed_error()
+        native_offer = self._native_offer
+        if native_offer is not None and not outbox._backlog and not self._pub._is_closed and native_offer(data) > 0:
+            outbox.sent += 1
+            self._poke()
+            return True
+        return outbox.offer_now(data)
+
     def send_unreliable(self, message: object) -> bool:
         """Send ``message`` newest-wins: now or never, and never delivered after a newer message of its class.
 
@@ -608,16 +621,18 @@ class Connection:
             # The longest message the peer's publication can send (a longer reassembly is malformed).
             self._core.max_inbound_length = max(self._max_length, image.term_buffer_length // 8)
             self._endpoint._poll_set_changed(self)
-        if self._closed or self._not_reading():
+        # (_not_reading written out: this runs for every connection with a frame waiting)
+        if self._closed or self._paused or len(self._inbox) >= _INBOX_LIMIT or self._inbox_bytes > self._max_held:
             return 0
-        if self._native_dispatch is not None and not self._core.sealed:
+        core = self._core
+        if self._native_dispatch is not None and not core.sealed:
             count = image.poll_frames(self._on_frames, _POLL_LIMIT)
         else:
-            count = image.poll_payloads(self._core.on_frame, _POLL_LIMIT)
+            count = image.poll_payloads(core.on_frame, _POLL_LIMIT)
         unreliable = self._u_image
         if unreliable is not None:
-            count += unreliable.poll_payloads(self._core.on_unreliable_fragment, _POLL_LIMIT)
-        return self._core.polled(count, time.monotonic_ns()) if count else 0
+            count += unreliable.poll_payloads(core.on_unreliable_fragment, _POLL_LIMIT)
+        return core.polled(count, time.monotonic_ns()) if count else 0
 
     def _on_frames(self, view: memoryview, frames: list[tuple[int, int, int]]) -> None:
         """One poll's fragments, walked natively (see ``Codec.dispatch``): what it does not deliver itself comes back

@@ -11,8 +11,24 @@ from typing import Any
 
 import pytest
 
-from endpoint import BudgetExceededError, Client, Connection, ConnectionClosedError, Server, ServerError
-from support.endpoints import Chat, Move, client_config, running_server, server_config, wait_until
+from endpoint import (
+    BudgetExceededError,
+    Client,
+    Connection,
+    ConnectionClosedError,
+    MessageTooLargeError,
+    Server,
+    ServerError,
+)
+from support.endpoints import (
+    Chat,
+    Move,
+    client_config,
+    make_serialization,
+    running_server,
+    server_config,
+    wait_until,
+)
 
 UDP_CLIENTS = 4
 
@@ -146,3 +162,53 @@ async def test_groups_are_bounded_a_closed_group_is_gone_and_only_the_server_s_c
             assert len(replacement) == 0
         finally:
             await client.close()
+
+
+async def test_a_server_broadcasts_to_the_connections_it_names_with_one_encoding(
+    aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``server.broadcast(message, to=...)``: a game's interest management (the players who see the same part of the
+    world get one snapshot, encoded once); nobody else gets it, and a refusal sends nothing to anyone."""
+    heard: dict[int, list[Any]] = {}
+    serialization = make_serialization()
+    serialization.register(Move, unreliable=True)  # this end's choice: Move goes newest-wins
+    async with (
+        running_server(server_config(aeron_dir, port, serialization=serialization)) as server,
+        running_server(server_config(aeron_dir, 0)) as other,
+        clients(aeron_dir, client_dir, port) as pairs,
+    ):
+        for client, _ in pairs:
+            client.on_message(Chat, lambda c, m: heard.setdefault(c.id, []).append(m.text))
+            client.on_message(Move, lambda c, m: heard.setdefault(c.id, []).append(m.x))
+        await wait_until(lambda: len(server.connections) == len(pairs), 10)
+        near = [server_side(server, conn) for _, conn in (pairs[0], pairs[2], pairs[4])]  # two UDP and the IPC one
+        encodes = count_encodes(server, monkeypatch)
+        assert server.broadcast(Chat("near"), to=near) == 3
+        assert server.broadcast(Move(5, 0), to=iter(near[:2])) == 2  # any iterable; Move goes newest-wins
+        assert server.broadcast(Chat("nobody"), to=[]) == 0
+        assert encodes[0] == 3
+        assert [server_side(server, conn).unreliable_sent for _, conn in pairs[:3]] == [1, 0, 1]
+
+        with pytest.raises(MessageTooLargeError):
+            server.broadcast(Chat("x" * (near[0].max_message_length + 1)), to=near)
+        client = Client(client_config("udp", aeron_dir, client_dir))
+        try:
+            await asyncio.wait_for(client.connect("127.0.0.1", other.port), 15)
+            foreign = await wait_until(lambda: other.connections, 10)
+            with pytest.raises(ValueError, match="not a connection of"):
+                server.broadcast(Chat("mixed"), to=[near[0], foreign[0]])
+        finally:
+            await client.close()
+
+        ids = [conn.id for _, conn in pairs]
+        await wait_until(lambda: len(heard.get(ids[0], [])) == 2 and len(heard.get(ids[4], [])) == 1, 10, what="all")
+        assert heard[ids[0]] == ["near", 5]
+        assert heard[ids[2]] == ["near", 5]
+        assert heard[ids[4]] == ["near"]  # (newest-wins to it only when named: it was not)
+        assert ids[1] not in heard
+        assert ids[3] not in heard
+
+        await pairs[2][1].close("bye")  # a closed connection named by a stale list is skipped, not an error
+        await wait_until(lambda: near[1].is_closed, 10, what="the server side closed")
+        assert server.broadcast(Chat("after"), to=near) == 2
+        await wait_until(lambda: heard[ids[4]] == ["near", "after"], 10, what="after")

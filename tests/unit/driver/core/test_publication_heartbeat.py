@@ -145,3 +145,45 @@ def test_a_plain_status_message_does_not_make_an_idle_publication_due_but_asking
     publication.is_end_of_stream = True  # lingering: the receivers' SMs may end it
     publication.on_status_message(0, 100, 0, TERM_LENGTH // 2, 5, start + 3 * MS)
     assert woken == [1, 1]
+
+
+def test_the_publisher_limit_follows_the_sender_a_window_ahead_and_the_log_is_cleaned_behind(tmp_path: Path) -> None:
+    """The conductor's step for each publication whose sender moved (once per message sent): the limit is the
+    slowest of sender and spies plus the term window, never lowered while receivers answer, and the log is zeroed
+    once the limit runs more than two terms ahead of what was cleaned."""
+    publication, _wire, manager = _publication(tmp_path, 0)
+    window = TERM_LENGTH // 2
+    try:
+        limit = publication.publisher_limit
+        assert publication.update_publisher_limit() == 0  # no receiver: held at the sender position
+        assert limit.get() == 0
+        publication.has_receivers = True
+        assert publication.update_publisher_limit() == 1
+        assert limit.get() == window
+        assert publication.update_publisher_limit() == 0  # nothing moved
+        term = publication.log.terms[0]
+        term.set_memory(0, TERM_LENGTH, 0x5A)  # what a writer left in term 0 (it is not cleaned while in reach)
+        publication.sender_position.set(2 * TERM_LENGTH - window - 1024)
+        assert publication.update_publisher_limit() == 1
+        assert limit.get() == 2 * TERM_LENGTH - 1024
+        assert term.get_byte(0) == 0x5A  # not yet more than two terms ahead of the cleaned part
+        publication.sender_position.set(2 * TERM_LENGTH - window + 1024)
+        assert publication.update_publisher_limit() == 1
+        assert limit.get() == 2 * TERM_LENGTH + 1024
+        assert term.get_byte(1023) == 0  # the part of term 0 more than two terms behind the limit
+        assert term.get_byte(1024) == 0x5A
+        spy = manager.new_counter("spy-pos")
+        spy.set(TERM_LENGTH)
+        publication.add_spy(spy)  # a spy behind the sender holds the limit back (never lowered, though)
+        publication.sender_position.set(3 * TERM_LENGTH)
+        assert publication.update_publisher_limit() == 0
+        assert limit.get() == 2 * TERM_LENGTH + 1024
+        spy.set(3 * TERM_LENGTH)
+        assert publication.update_publisher_limit() == 1
+        assert limit.get() == 3 * TERM_LENGTH + window
+        publication.remove_spy(spy)
+        publication.has_receivers = False  # receivers gone: the limit drops to the sender
+        assert publication.update_publisher_limit() == 0
+        assert limit.get() == 3 * TERM_LENGTH
+    finally:
+        publication.close()

@@ -6,6 +6,8 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import AtomicCounter, CountersManager
 from driver.concurrent.system_counters import SystemCounterId
@@ -15,6 +17,7 @@ from driver.core.publication_image import ImageCounters, ImageState, Publication
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SM
 from driver.logbuffer.log_buffers import LogBuffers
+from driver.media._net import slots_to_track
 from driver.media.endpoints import ReceiveChannelEndpoint
 from driver.wire.data import write_data_header
 from driver.wire.nak import NAK
@@ -270,3 +273,40 @@ def test_liveness_counts_silence_only_while_the_receiver_reads_its_sockets(tmp_p
         later = resumed + liveness + MS
         image.on_time_event(later, polled_ns=later, awake_since_ns=resumed)
         assert image.state is not ImageState.ACTIVE
+
+
+def test_the_native_quiet_test_wakes_only_images_whose_tracking_has_work(tmp_path: Path) -> None:
+    """The receiver wakes an image whose subscriber moved only when ``slots_to_track`` says so: it must agree with
+    ``track_rebuild`` (no visit where a visit would do nothing; a visit wherever one sends or scans)."""
+    with harness(tmp_path) as h:
+        slots = [h.image.slot]
+
+        def native_says_track(now_ns: int) -> bool:
+            return slots_to_track(slots, [0], now_ns) == [0]
+
+        for offset in range(0, WINDOW // 2, 64):
+            h.data(offset)
+        h.subscriber.set(WINDOW // 8)  # read within its window: nothing to do
+        assert not native_says_track(1)
+        assert h.image.track_rebuild(1) == 0
+        assert h.sent == []
+        h.subscriber.set(WINDOW // 4 + 64)  # past a quarter window: a status message
+        assert native_says_track(2)
+        assert h.image.track_rebuild(2) == 1
+        assert h.kinds() == [HDR_TYPE_SM]
+        assert not native_says_track(3)
+        due = h.image.slot.sm_due_ns
+        assert not native_says_track(due)
+        assert native_says_track(due + 1)  # the timer is due
+        assert h.image.track_rebuild(due + 1) == 1
+        h.subscriber.set(WINDOW // 2 + 64)  # ahead of the rebuild (a late joiner)
+        assert native_says_track(due + 2)
+        h.image.track_rebuild(due + 2)
+        assert not native_says_track(due + 3)
+        h.data(WINDOW // 2 + 128)  # a gap: a loss scan
+        assert native_says_track(due + 3)
+        assert slots_to_track(slots, [], 0) == []
+        with pytest.raises(IndexError):
+            slots_to_track(slots, [1], 0)
+        with pytest.raises(TypeError):
+            slots_to_track([object()], [0], 0)  # type: ignore[list-item]

@@ -17,7 +17,7 @@ from driver.concurrent.counters import AtomicCounter, CountersManager
 from driver.core.loss_detector import LossDetector, StaticDelayGenerator
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_PAD, HDR_TYPE_SM
-from driver.media._net import DatagramSocket, ImageRoutes, ImageSlot
+from driver.media._net import DatagramSocket, ImageRoutes, ImageSlot, slots_to_track
 from driver.media.faults import FaultSpec
 from driver.media.transport import UdpTransport
 from driver.wire.data import HEARTBEAT_EOS_FLAGS, write_data_header, write_heartbeat
@@ -337,6 +337,38 @@ def test_a_quiet_images_due_status_message_is_sent_natively_with_the_slowest_sub
         assert r.io.send_status_messages(r.routes, 1_000 + SM_TIMEOUT_NS) == 0  # not due yet
         assert r.io.send_status_messages(r.routes, 1_001 + SM_TIMEOUT_NS) == 1
         assert len(_status_messages(r.sender, 1)) == 1
+
+
+def test_a_quiet_image_timed_natively_is_not_woken_for_its_due_status_message() -> None:
+    """The receiver wakes an image whose subscriber moved only if its tracking has work (``slots_to_track``): a due
+    status message of a quiet image timed natively is not such work (the native timer sends it); one past its
+    trigger, or with a gap, is."""
+    with rig() as r:
+        _timed_rig(r)
+        r.routes.remove(r.slot)
+        r.routes.add(r.slot)
+        assert r.slot.timed_natively
+        for offset in range(0, 640, 64):
+            r.send(data(offset))
+        r.receive(10)
+        r.counters["subscriber"].set(512)
+        assert r.io.send_status_messages(r.routes, 1_000) == 1
+        slots = [r.slot]
+        r.counters["subscriber"].set(576)  # within its window
+        assert slots_to_track(slots, [0], 1_000 + 10 * SM_TIMEOUT_NS) == []  # long due: the native timer's
+        assert r.io.send_status_messages(r.routes, 1_000 + 10 * SM_TIMEOUT_NS) == 1
+        r.counters["subscriber"].set(640)  # the whole rebuild: still quiet
+        assert slots_to_track(slots, [0], 1_000 + 10 * SM_TIMEOUT_NS + 1) == []
+        r.slot.sm_trigger_position = 600  # (a small window) passed: Python's tracking sends it now
+        assert slots_to_track(slots, [0], 1_000 + 10 * SM_TIMEOUT_NS + 1) == [0]
+        r.slot.sm_trigger_position = 640 + WINDOW // 4
+        r.send(data(704))  # a gap at 640: the loss scan is Python's
+        r.receive(1)
+        assert slots_to_track(slots, [0], 1_000 + 10 * SM_TIMEOUT_NS + 2) == [0]
+        r.slot.native_sm = False  # kept in Python (e.g. rejected): a due one is Python's too
+        r.slot.rebuild = r.slot.hwm
+        assert not r.slot.timed_natively
+        assert slots_to_track(slots, [0], 1_000 + 20 * SM_TIMEOUT_NS) == [0]
 
 
 def test_the_native_timer_leaves_images_with_a_gap_or_kept_in_python_alone() -> None:
