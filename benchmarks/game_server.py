@@ -687,6 +687,14 @@ def _switches(pid: int) -> float:
         return float("nan")
 
 
+_COUNTERS_PER_PLAYER = {"udp": 12, "udp-unreliable": 19}
+"""Counters a UDP connection holds at the server (its streams' positions, the end point's three), with newest-wins
+streams both ways when it uses them."""
+_DEFAULT_COUNTERS_BYTES = 4 << 20
+_COUNTERS_ROOM = 0.7 * (_DEFAULT_COUNTERS_BYTES // 128)
+"""Counters the default file holds with room to spare (the end point's own stop at 75% of it)."""
+
+
 def run_game(transport: str, players: int, args: argparse.Namespace, profile: bool = False) -> Result:
     """One server and ``args.processes`` client processes, ``players`` players between them."""
     endpoint = transport != "tcp"
@@ -703,6 +711,10 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         uv = args.uvloop
         settings: dict[str, Any] = {"socket_rcvbuf": args.rcvbuf} if args.rcvbuf else {}
         server_settings = {**settings, "threading_mode": args.server_threading} if args.server_threading else settings
+        if endpoint and players * _COUNTERS_PER_PLAYER[transport] > _COUNTERS_ROOM:
+            # The server's counters file must hold every connection's (its default holds 32,768).
+            need = players * _COUNTERS_PER_PLAYER[transport] / _COUNTERS_ROOM * _DEFAULT_COUNTERS_BYTES
+            server_settings = {**server_settings, "counters_buffer_length": 1 << math.ceil(math.log2(need))}
         player_settings = {**settings, "threading_mode": args.player_threading} if args.player_threading else settings
         if endpoint:
             server_dir = fresh_aeron_dir("game-srv")
