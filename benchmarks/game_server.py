@@ -356,23 +356,27 @@ class ClientTally:
         """This process's CPU (every thread, its driver's included) while measured."""
         self.closed: dict[str, int] = {}
         """Why this process's connections closed (before the run's end)."""
+        self.rounds: Callable[[], int] = lambda: 0
+        """Rounds this process's end point poller has run so far (0 where there is none)."""
+        self.rounds_per_s = 0.0
 
     def report(self) -> tuple[Any, ...]:
         return (
             "played", self.snapshots, self.staleness_ns, self.lost, self.refused_inputs, self.window_s, self.inputs,
-            self.cpu_s, self.closed,
+            self.cpu_s, self.closed, self.rounds_per_s,
         )  # fmt: skip
 
 
 async def _follow_window(tally: ClientTally, signals: Any) -> None:
     """Measure between the parent's ``measure`` and ``done`` (polled, so handlers read a plain flag)."""
     await wait_event(signals["measure"], 3600, interval=0.01)
-    began, cpu = time.monotonic(), time.process_time()
+    began, cpu, rounds = time.monotonic(), time.process_time(), tally.rounds()
     tally.measuring = True
     await wait_event(signals["done"], 3600, interval=0.01)
     tally.measuring = False
     tally.window_s = time.monotonic() - began
     tally.cpu_s = time.process_time() - cpu
+    tally.rounds_per_s = (tally.rounds() - rounds) / tally.window_s if tally.window_s > 0 else 0.0
 
 
 async def _send_inputs(
@@ -442,6 +446,10 @@ def endpoint_game_clients(
                 tally.lost += 1
                 _count_reason(tally.closed, conn.close_reason)
 
+        from endpoint.poller import LoopPoller
+
+        poller = LoopPoller.for_running_loop()
+        tally.rounds = lambda: getattr(poller, "rounds", 0)
         clients = []
         for index in range(count):
             client = Client(
@@ -657,6 +665,8 @@ class Result(NamedTuple):
     client_us_per_message: float = float("nan")
     """The player processes' CPU (as each measured its own) per message they handled (inputs sent + snapshots
     read), in µs: what a player costs its process, whatever the server managed to send."""
+    client_rounds: float = float("nan")
+    """Rounds per second the player processes' end point pollers ran (each runs their drivers' duty cycles)."""
 
     @property
     def lost(self) -> int:
@@ -810,8 +820,10 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         lost_client = refused_inputs = inputs = 0
         players_cpu_s = 0.0
         players_closed: dict[str, int] = {}
+        players_rounds = 0.0
         for _ in crowd:
-            _, counts, stale, lost, refused, window_s, sent, cpu_s, closed = _get(out, 120, "play report")
+            _, counts, stale, lost, refused, window_s, sent, cpu_s, closed, rounds = _get(out, 120, "play report")
+            players_rounds += rounds
             for reason, count in closed.items():
                 players_closed[reason] = players_closed.get(reason, 0) + count
             snapshots += counts
@@ -862,6 +874,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         idle_wakeups,
         sum(1 for rate in rates if rate >= SERVED_RATE),
         players_cpu_s / messages * 1e6 if messages else float("nan"),
+        players_rounds,
     )
 
 
@@ -893,6 +906,7 @@ def _row(r: Result) -> tuple[object, ...]:
         f"{r.refused}",
         f"{r.client_cpu:.0f}",
         f"{r.client_us_per_message:.1f}",
+        f"{r.client_rounds:.0f}",
         f"{r.served}",
         f"{r.udp_drops}",
     )
@@ -913,6 +927,7 @@ _HEADER = [
     "refused",
     "clients CPU %",
     "clients µs/msg",
+    "clients rounds/s",
     "served",
     "UDP drops",
 ]
