@@ -90,12 +90,13 @@ class LoopPoller:
     for it) only yields; otherwise it keeps yielding for 1 ms after the last
     work, then sleeps 1 ms, and after a second without work sleeps until its
     next timer when anything that arrives wakes it anyway (see below), 10 ms
-    otherwise, so idle end points cost little. When anything that arrives wakes
-    it, it neither yields for that millisecond nor sleeps only 1 ms: it naps at
-    once, 10 ms at most within a second of work (the driver's timers), so a
-    process of many UDP clients with traffic every few milliseconds (a bot
-    farm) does not run a whole round, the driver's duty cycle included, over
-    and over between its datagrams. Keepalive pings are not work.
+    otherwise, so idle end points cost little. On a loop of clients only, when
+    anything that arrives wakes it, it neither yields for that millisecond nor
+    sleeps only 1 ms: it naps at once, 10 ms at most within a second of work
+    (the driver's timers), so a process of many UDP clients with traffic every
+    few milliseconds (a bot farm) does not run a whole round, the driver's duty
+    cycle included, over and over between its datagrams. Keepalive pings are
+    not work.
     At every point of a 100 ms grid (or of half the shortest ``ping_interval``,
     down to 10 ms) it runs the end points' timers: the connections that are
     due on their agendas (keepalives, dead-peer timeouts), handshake expiry,
@@ -137,6 +138,9 @@ class LoopPoller:
         self._sound_base = False
         """Wakeable, and every end point that is not polled for handshakes or unmapped images sleeps soundly
         (those that are say so each time, see :meth:`_sound`)."""
+        self._serving = False
+        """A server is polled here: after work the poller keeps yielding and napping briefly as before (the early
+        nap was measured for processes of clients; a server's play under load is judged separately)."""
         self._commands_handled = 0
         self.rounds = 0
         """Rounds run so far (each runs the INVOKER-mode drivers' duty cycles): how busy the poller keeps itself."""
@@ -209,6 +213,7 @@ class LoopPoller:
         # The rest can change only through a new poll set (IPC connections, images mapped), which brings us here.
         polling = set(map(id, self._polling_unmapped))
         self._sound_base = self._wakeable and all(e._sleeps_soundly for e in self.endpoints if id(e) not in polling)
+        self._serving = any(e.polls_handshakes for e in self.endpoints)
 
     async def _run(self) -> None:
         try:
@@ -312,19 +317,25 @@ class LoopPoller:
             and not any(route.waiting for route in self.routes.polled)
         )
 
+    def _naps_early(self) -> bool:
+        """Within a second of work, nap at once and up to :data:`_BUSY_NAP_NS`: nothing can arrive unseen, and no
+        server is polled here (a process of clients: players, bots, load generators)."""
+        return not self._serving and self._sound()
+
     def _spins(self, now: int, last_work: int) -> bool:
-        """Yield rather than nap: ``busy_spin``, or within a millisecond of work while something could arrive
-        unseen (an answer then usually comes within that millisecond)."""
-        return self._busy_spin or (now - last_work < _SPIN_NS and not self._sound())
+        """Yield rather than nap: ``busy_spin``, or within a millisecond of work unless :meth:`_naps_early` (an
+        answer then usually comes within that millisecond)."""
+        return self._busy_spin or (now - last_work < _SPIN_NS and not self._naps_early())
 
     def _nap_ns(self, now: int, last_work: int, next_tick: int) -> int:
         """How long to nap: when whatever arrives ends the nap anyway, until the next timer (10 ms at most within
         a second of the last work); else 1 ms within a second of the last work (more may follow), 10 ms after."""
-        recent = now - last_work < _SHALLOW_IDLE_NS
-        if self._sound():
-            return max(_MIN_NAP_NS, min(next_tick - now, _BUSY_NAP_NS) if recent else next_tick - now)
-        if recent:
+        if now - last_work < _SHALLOW_IDLE_NS:
+            if self._naps_early():
+                return max(_MIN_NAP_NS, min(next_tick - now, _BUSY_NAP_NS))
             return int(_SHALLOW_SLEEP_S * 1e9)
+        if self._sound():
+            return max(_MIN_NAP_NS, next_tick - now)
         return int(_DEEP_SLEEP_S * 1e9)
 
     async def _nap_driving(self, nap_ns: int) -> bool:
