@@ -45,6 +45,7 @@ import functools
 import math
 import os
 import random
+import re
 import signal
 import struct
 import sys
@@ -276,11 +277,14 @@ def endpoint_game_server(
             world.add(conn.id)
             connected.value += 1
 
+        closed: dict[str, int] = {}
+
         @server.on_disconnect
         def on_disconnect(conn: Connection) -> None:
             connections.pop(conn.id, None)
             world.remove(conn.id)
             connected.value -= 1
+            _count_reason(closed, conn.close_reason)
             if playing[0] and stats_box:
                 stats_box[0].lost += 1
 
@@ -317,13 +321,24 @@ def endpoint_game_server(
                 stats = await tick_loop(world, send_all, signals)
                 playing[0] = False
                 stats.inputs += received[0]
-                signals["out"].put(("server", stats.__dict__, errors[:5], repr(server.handshake_stats)))
+                signals["out"].put(("server", stats.__dict__, errors[:5], repr(server.handshake_stats), dict(closed)))
                 await wait_event(signals["stop"], 300, interval=0.05)
         except Exception as exc:
-            signals["out"].put(("server", None, [f"{type(exc).__name__}: {exc}"], ""))
+            signals["out"].put(("server", None, [f"{type(exc).__name__}: {exc}"], "", {}))
             raise
 
     run_loop(serve, use_uvloop, profile)
+
+
+_REASONS = 16
+"""Distinct close reasons a process tallies (the rest are counted as "other")."""
+
+
+def _count_reason(reasons: dict[str, int], reason: str) -> None:
+    """Why connections closed, for the report: few distinct reasons (figures in them left out), each counted."""
+    reason = re.sub(r"\d+(\.\d+)?", "#", reason)[:120]
+    key = reason if reason in reasons or len(reasons) < _REASONS else "other"
+    reasons[key] = reasons.get(key, 0) + 1
 
 
 class ClientTally:
@@ -334,26 +349,43 @@ class ClientTally:
         self.staleness_ns: list[int] = []
         self.lost = 0
         self.refused_inputs = 0
+        self.inputs = 0
+        """Inputs sent while measured."""
         self.measuring = False
         self.window_s = 0.0
+        self.cpu_s = 0.0
+        """This process's CPU (every thread, its driver's included) while measured."""
+        self.closed: dict[str, int] = {}
+        """Why this process's connections closed (before the run's end)."""
+        self.rounds: Callable[[], int] = lambda: 0
+        """Rounds this process's end point poller has run so far (0 where there is none)."""
+        self.rounds_per_s = 0.0
 
     def report(self) -> tuple[Any, ...]:
-        return ("played", self.snapshots, self.staleness_ns, self.lost, self.refused_inputs, self.window_s)
+        return (
+            "played", self.snapshots, self.staleness_ns, self.lost, self.refused_inputs, self.window_s, self.inputs,
+            self.cpu_s, self.closed, self.rounds_per_s,
+        )  # fmt: skip
 
 
 async def _follow_window(tally: ClientTally, signals: Any) -> None:
     """Measure between the parent's ``measure`` and ``done`` (polled, so handlers read a plain flag)."""
     await wait_event(signals["measure"], 3600, interval=0.01)
-    began = time.monotonic()
+    began, cpu, rounds = time.monotonic(), time.process_time(), tally.rounds()
     tally.measuring = True
     await wait_event(signals["done"], 3600, interval=0.01)
     tally.measuring = False
     tally.window_s = time.monotonic() - began
+    tally.cpu_s = time.process_time() - cpu
+    tally.rounds_per_s = (tally.rounds() - rounds) / tally.window_s if tally.window_s > 0 else 0.0
 
 
-async def _send_inputs(senders: Sequence[Callable[[Input], object]], tally: ClientTally, signals: Any) -> None:
-    """Every player sends an ``Input`` at :data:`INPUT_HZ`, spread over the period in ten slots."""
-    slots = 10
+async def _send_inputs(
+    senders: Sequence[Callable[[Input], object]], tally: ClientTally, signals: Any, slots: int = 10
+) -> None:
+    """Every player sends an ``Input`` at :data:`INPUT_HZ`: one task for all of a process's players, which sends
+    each slot's share of them, ``slots`` times a period (1: a bot farm's tick, every input at once)."""
+    slots = max(1, slots)
     period = 1.0 / INPUT_HZ
     r = random.Random(len(senders))
     seq = 0
@@ -365,13 +397,16 @@ async def _send_inputs(senders: Sequence[Callable[[Input], object]], tally: Clie
         delay = due - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        for send in senders[step % slots :: slots]:
+        chosen = senders[step % slots :: slots]
+        for send in chosen:
             seq += 1
             try:
                 if send(Input(seq, r.uniform(-5, 5), r.uniform(-5, 5))) is False:
                     tally.refused_inputs += 1
             except Exception:
                 tally.refused_inputs += 1
+        if tally.measuring:
+            tally.inputs += len(chosen)
         step += 1
 
 
@@ -385,6 +420,7 @@ def endpoint_game_clients(
     out: Any,
     settings: dict[str, Any],
     loss: float = 0.0,
+    input_slots: int = 10,
 ) -> None:
     """``count`` UDP players in one process (sharing its driver): connect, wait for play, play, report.
 
@@ -409,7 +445,12 @@ def endpoint_game_clients(
         def on_disconnect(index: int, conn: Connection) -> None:
             if connected_once[index] and not signals["stop"].is_set():
                 tally.lost += 1
+                _count_reason(tally.closed, conn.close_reason)
 
+        from endpoint.poller import LoopPoller
+
+        poller = LoopPoller.for_running_loop()
+        tally.rounds = lambda: getattr(poller, "rounds", 0)
         clients = []
         for index in range(count):
             client = Client(
@@ -439,7 +480,7 @@ def endpoint_game_clients(
         if await wait_event(signals["play"], 600, interval=0.01):
             senders = [c.send_nowait for c, ok in zip(clients, connected_once, strict=True) if ok]
             window = asyncio.ensure_future(_follow_window(tally, signals))
-            await _send_inputs(senders, tally, signals)
+            await _send_inputs(senders, tally, signals, input_slots)
             await asyncio.wait_for(window, 60)
             out.put(tally.report())
         await wait_event(signals["stop"], 300, interval=0.05)
@@ -519,7 +560,7 @@ def tcp_game_server(port: int, players: int, use_uvloop: bool, signals: Any) -> 
             signals["ready"].set()
             stats = await tick_loop(world, send_all, signals)
             playing[0] = False
-            signals["out"].put(("server", stats.__dict__, [], ""))
+            signals["out"].put(("server", stats.__dict__, [], "", {}))
             await wait_event(signals["stop"], 300, interval=0.05)
             for writer in list(writers.values()):
                 writer.close()
@@ -527,7 +568,9 @@ def tcp_game_server(port: int, players: int, use_uvloop: bool, signals: Any) -> 
     run_loop(serve, use_uvloop)
 
 
-def tcp_game_clients(port: int, count: int, concurrency: int, use_uvloop: bool, signals: Any, out: Any) -> None:
+def tcp_game_clients(
+    port: int, count: int, concurrency: int, use_uvloop: bool, signals: Any, out: Any, input_slots: int = 10
+) -> None:
     """``count`` TCP players in one process."""
     _on_sigterm()
 
@@ -578,7 +621,7 @@ def tcp_game_clients(port: int, count: int, concurrency: int, use_uvloop: bool, 
 
         if await wait_event(signals["play"], 600, interval=0.01):
             window = asyncio.ensure_future(_follow_window(tally, signals))
-            await _send_inputs([sender(w) for w in writers if w is not None], tally, signals)
+            await _send_inputs([sender(w) for w in writers if w is not None], tally, signals, input_slots)
             await asyncio.wait_for(window, 60)
             out.put(tally.report())
         await wait_event(signals["stop"], 300, interval=0.05)
@@ -625,6 +668,13 @@ class Result(NamedTuple):
     message_us: float = float("nan")
     """Server CPU per message while playing, µs: snapshots sent plus inputs read (the end point server counts
     both; what the bar's "under 50% of a core at 1,000 players" needs is 12.5)."""
+    served: int = 0
+    """Players that read :data:`SERVED_RATE` snapshots per second or more."""
+    client_us_per_message: float = float("nan")
+    """The player processes' CPU (as each measured its own) per message they handled (inputs sent + snapshots
+    read), in µs: what a player costs its process, whatever the server managed to send."""
+    client_rounds: float = float("nan")
+    """Rounds per second the player processes' end point pollers ran (each runs their drivers' duty cycles)."""
 
     @property
     def lost(self) -> int:
@@ -655,6 +705,14 @@ def _switches(pid: int) -> float:
         return float("nan")
 
 
+_COUNTERS_PER_PLAYER = {"udp": 12, "udp-unreliable": 19}
+"""Counters a UDP connection holds at the server (its streams' positions, the end point's three), with newest-wins
+streams both ways when it uses them."""
+_DEFAULT_COUNTERS_BYTES = 4 << 20
+_COUNTERS_ROOM = 0.7 * (_DEFAULT_COUNTERS_BYTES // 128)
+"""Counters the default file holds with room to spare (the end point's own stop at 75% of it)."""
+
+
 def run_game(transport: str, players: int, args: argparse.Namespace, profile: bool = False) -> Result:
     """One server and ``args.processes`` client processes, ``players`` players between them."""
     endpoint = transport != "tcp"
@@ -671,6 +729,11 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         uv = args.uvloop
         settings: dict[str, Any] = {"socket_rcvbuf": args.rcvbuf} if args.rcvbuf else {}
         server_settings = {**settings, "threading_mode": args.server_threading} if args.server_threading else settings
+        if endpoint and players * _COUNTERS_PER_PLAYER[transport] > _COUNTERS_ROOM:
+            # The server's counters file must hold every connection's (its default holds 32,768).
+            need = players * _COUNTERS_PER_PLAYER[transport] / _COUNTERS_ROOM * _DEFAULT_COUNTERS_BYTES
+            server_settings = {**server_settings, "counters_buffer_length": 1 << math.ceil(math.log2(need))}
+        player_settings = {**settings, "threading_mode": args.player_threading} if args.player_threading else settings
         if endpoint:
             server_dir = fresh_aeron_dir("game-srv")
             group.dirs.append(server_dir)
@@ -704,12 +767,15 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
                         uv,
                         signals,
                         out,
-                        settings,
+                        player_settings,
                         args.loss,
+                        args.input_slots,
                     )
                 )
             else:
-                crowd.append(group.start(tcp_game_clients, port, share, args.concurrency, uv, signals, out))
+                crowd.append(
+                    group.start(tcp_game_clients, port, share, args.concurrency, uv, signals, out, args.input_slots)
+                )
         note(f"{transport}: {players} players connecting from {processes} processes")
         connected, connect_s, errors = 0, 0.0, []
         for _ in crowd:
@@ -732,7 +798,9 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
             signals["play"].set()
             signals["measure"].set()
             signals["stop"].set()
-            _get(signals["out"], 60, "server report")
+            closed = _get(signals["out"], 60, "server report")[4]
+            if closed:
+                errors.append(f"server closed connections: {closed}")
             for proc in [*crowd, server]:
                 group.join(proc, 30)
             nan = float("nan")
@@ -754,17 +822,30 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         drops = udp_receive_buffer_errors() - drops
         cpu = [(a - b) / elapsed * 100 for a, b in zip(after_all, before_all, strict=True)]
         snapshots: list[int] = []
+        rates: list[float] = []
+        """Snapshots per second each player read, over its own process's measured window."""
         staleness: list[int] = []
-        lost_client = refused_inputs = 0
-        window = float("nan")
+        lost_client = refused_inputs = inputs = 0
+        players_cpu_s = 0.0
+        players_closed: dict[str, int] = {}
+        players_rounds = 0.0
         for _ in crowd:
-            _, counts, stale, lost, refused, window_s = _get(out, 120, "play report")
+            _, counts, stale, lost, refused, window_s, sent, cpu_s, closed, rounds = _get(out, 120, "play report")
+            players_rounds += rounds
+            for reason, count in closed.items():
+                players_closed[reason] = players_closed.get(reason, 0) + count
             snapshots += counts
+            rates += [c / window_s for c in counts] if window_s > 0 else [0.0] * len(counts)
             staleness += stale
             lost_client += lost
             refused_inputs += refused
-            window = window_s
-        _, stats, server_errors, handshakes = _get(signals["out"], 120, "server report")
+            inputs += sent
+            players_cpu_s += cpu_s
+        _, stats, server_errors, handshakes, server_closed = _get(signals["out"], 120, "server report")
+        if server_closed:
+            errors.append(f"server closed connections: {server_closed}")
+        if players_closed:
+            errors.append(f"players' connections closed: {players_closed}")
         signals["stop"].set()
         for proc in [*crowd, server]:
             if not group.join(proc, 60):
@@ -773,8 +854,9 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
             raise RuntimeError(f"{transport} server failed: {server_errors}")
         if server_errors:
             errors.append(f"server errors: {server_errors} {handshakes}")
-    rates = sorted(c / window for c in snapshots) if window == window and window > 0 else []
+    rates.sort()
     staleness.sort()
+    messages = inputs + sum(snapshots)
     ms = 1e-6
     return Result(
         transport,
@@ -799,6 +881,9 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         drops,
         idle_wakeups,
         _message_us(cpu[0], stats),
+        sum(1 for rate in rates if rate >= SERVED_RATE),
+        players_cpu_s / messages * 1e6 if messages else float("nan"),
+        players_rounds,
     )
 
 
@@ -838,6 +923,9 @@ def _row(r: Result) -> tuple[object, ...]:
         f"{r.skipped}",
         f"{r.refused}",
         f"{r.client_cpu:.0f}",
+        f"{r.client_us_per_message:.1f}",
+        f"{r.client_rounds:.0f}",
+        f"{r.served}",
         f"{r.udp_drops}",
     )
 
@@ -857,6 +945,9 @@ _HEADER = [
     "skipped",
     "refused",
     "clients CPU %",
+    "clients µs/msg",
+    "clients rounds/s",
+    "served",
     "UDP drops",
 ]
 
@@ -880,6 +971,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         default="",
         choices=["", "INVOKER", "SHARED", "SHARED_NETWORK", "DEDICATED"],
         help="the server's embedded driver: on its event loop (INVOKER, the default) or in threads of its own",
+    )
+    parser.add_argument(
+        "--player-threading",
+        default="",
+        choices=["", "INVOKER", "SHARED", "SHARED_NETWORK", "DEDICATED"],
+        help="the player processes' drivers (default: their default, INVOKER); the server keeps --server-threading",
+    )
+    parser.add_argument(
+        "--input-slots",
+        type=int,
+        default=10,
+        help="each player process sends its players' inputs in this many slots a period (1: all at once, a bot farm)",
     )
     parser.add_argument("--processes", type=int, default=4, help="client processes (each with a driver)")
     parser.add_argument("--concurrency", type=int, default=16, help="handshakes in flight per client process")
@@ -923,8 +1026,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             failed.append(f"{transport} {n}")
             return None
         note(
-            f"{transport} {n}: server {result.play_cpu:.0f}% playing, {result.snaps_mean:.1f} snapshots/s, "
-            f"p99 {result.stale_p99_ms:.1f} ms, lost {result.lost}"
+            f"{transport} {n}: {result.connected} connected, {result.served} served (>= {SERVED_RATE:g} snapshots/s); "
+            f"server {result.play_cpu:.0f}% playing, {result.snaps_mean:.1f} snapshots/s, "
+            f"p99 {result.stale_p99_ms:.1f} ms, lost {result.lost}; players {result.client_cpu:.0f}% "
+            f"({result.client_us_per_message:.1f} µs per message)"
         )
         results.append(result)
         return result
@@ -988,6 +1093,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{TICK_HZ} ({r.skipped} ticks skipped), {r.snaps_mean:.1f} snapshots/s (worst client {r.snaps_min:.1f}), "
             f"{r.lost} connections lost"
         )
+    for r in results:
+        if r.snaps_mean == r.snaps_mean:
+            print(
+                f"  {r.transport} {r.players}: {r.connected} of {r.players} connected, {r.served} served "
+                f"(>= {SERVED_RATE:g} snapshots/s each)"
+            )
     for r in results:
         if r.error:
             print(f"  {r.transport} {r.players}: {r.error}")

@@ -209,6 +209,13 @@ class Configuration:
     a few milliseconds of a thousand players, so one late tick overflowed it, and the loss, NAKs and retransmits that
     followed took down hundreds of connections at once; 4 MiB rides out a late tick."""
     socket_sndbuf: int = attrs.field(default=0, validator=_int_range(0, 1 << 30))
+    counters_buffer_length: int = attrs.field(default=4 << 20, validator=_power_of_two(1 << 20, 64 << 20))
+    """Bytes of counter values in the embedded driver's ``cnc.dat`` (128 each, and four times as much metadata, the
+    file allocated up front): 4 MiB is 32,768 counters. A UDP connection holds about 12 at each end (its streams'
+    positions, the end point's three), 19 once it has newest-wins streams both ways: the default holds 2,000
+    connections, or 1,700 with newest-wins streams (8 MiB: 3,400). Past 75% full the end point's own counters give
+    way (connections go on without them); past 100% a new stream is refused. It takes effect in the driver an end
+    point launches (one it attaches to keeps its own)."""
     heartbeat_interval: float = attrs.field(default=2.0, validator=_positive_seconds(5.0))
     """How often the driver heartbeats a connection's UDP stream with nothing to send (Aeron: every 100 ms; set on
     the connection's channel, so handshake streams keep Aeron's). An idle connection's keepalive pings (every
@@ -312,6 +319,7 @@ class Configuration:
             self.mtu,
             self.socket_rcvbuf,
             self.socket_sndbuf,
+            self.counters_buffer_length,
             self.status_message_interval,
             self.launch_driver,
             self.driver_timeout,

@@ -48,6 +48,10 @@ _DEEP_SLEEP_S = 0.01
 _MIN_NAP_NS = 1_000_000
 """A nap until the next timer is at least this long (a timer due sooner is run a little late rather than
 spinning for it)."""
+_BUSY_NAP_NS = 10_000_000
+"""A poller that sleeps soundly (see :meth:`LoopPoller._sound`) naps at most this long within a second of its last
+work: whatever arrives wakes it, and the driver's own timers (a NAK repeated, a status message due) are run at
+least this often while traffic flows."""
 
 
 class Polled(Protocol):
@@ -100,7 +104,13 @@ class LoopPoller:
     sent or handled a driver command (0.1 ms after it last only read messages),
     then sleeps 1 ms, and after a second without work sleeps until its
     next timer when anything that arrives wakes it anyway (see below), 10 ms
-    otherwise, so idle end points cost little. Keepalive pings are not work.
+    otherwise, so idle end points cost little. On a loop of clients only, when
+    anything that arrives wakes it, it neither yields for that millisecond nor
+    sleeps only 1 ms: it naps at once, 10 ms at most within a second of work
+    (the driver's timers), so a process of many UDP clients with traffic every
+    few milliseconds (a bot farm) does not run a whole round, the driver's duty
+    cycle included, over and over between its datagrams. Keepalive pings are
+    not work.
     At every point of a 100 ms grid (or of half the shortest ``ping_interval``,
     down to 10 ms) it runs the end points' timers: the connections that are
     due on their agendas (keepalives, dead-peer timeouts), handshake expiry,
@@ -146,7 +156,15 @@ class LoopPoller:
         self._driver_invokers: tuple[AgentInvoker, ...] = ()
         self._network = False
         self._wakeable = False
+        self._sound_base = False
+        """Wakeable, and every end point that is not polled for handshakes or unmapped images sleeps soundly
+        (those that are say so each time, see :meth:`_sound`)."""
+        self._serving = False
+        """A server is polled here: after work the poller keeps yielding and napping briefly as before (the early
+        nap was measured for processes of clients; a server's play under load is judged separately)."""
         self._commands_handled = 0
+        self.rounds = 0
+        """Rounds run so far (each runs the INVOKER-mode drivers' duty cycles): how busy the poller keeps itself."""
         self._breathe = False
         self._sockets = _SocketWatch(self._end_nap)
         self._sockets_version: tuple[tuple[int, int], ...] = ()
@@ -212,6 +230,10 @@ class LoopPoller:
             and len(self._drivers) == len(drivers)
             and all(e._shared is not None for e in self.endpoints)
         )
+        # The rest can change only through a new poll set (IPC connections, images mapped), which brings us here.
+        polling = set(map(id, self._polling_unmapped))
+        self._sound_base = self._wakeable and all(e._sleeps_soundly for e in self.endpoints if id(e) not in polling)
+        self._serving = any(e.polls_handshakes for e in self.endpoints)
 
     def _rewatch_all(self) -> None:
         """``_frames`` and its owners made again from ``_watching``."""
@@ -287,6 +309,7 @@ class LoopPoller:
         tighten_timer_slack()  # the brief stops below should not last the default 50 µs slack longer
         while self.endpoints:
             endpoints = self.endpoints
+            self.rounds += 1
             work = 0
             read = 0
             if self._drivers:
@@ -354,21 +377,43 @@ class LoopPoller:
                     for invoker in self._driver_invokers:
                         invoker.invoke()
                 await sleep(0)
-            elif self._busy_spin or now - last_exchange < _SPIN_NS or now - last_work < _SPIN_AFTER_READ_NS:
+            elif self._spins(now, last_work, last_exchange):
                 await sleep(0)
             elif not await self._nap_driving(self._nap_ns(now, last_work, next_tick)):
                 last_work = now  # a command came in just now: answer it first
 
-    def _nap_ns(self, now: int, last_work: int, next_tick: int) -> int:
-        """How long to nap: 1 ms within a second of the last work (more may follow); after that until the next
-        timer when whatever arrives ends the nap anyway, else 10 ms."""
-        if now - last_work < _SHALLOW_IDLE_NS:
-            return int(_SHALLOW_SLEEP_S * 1e9)
-        if (
-            self._wakeable
-            and all(e._sleeps_soundly for e in self.endpoints)
+    def _sound(self) -> bool:
+        """Nothing any end point here waits for can arrive without waking a nap: every one is on an INVOKER-mode
+        driver whose sockets and doorbell are watched, none reads an IPC log or waits for an image to be mapped,
+        no handshake is under way (on a server, or on a route of this loop's clients)."""
+        return (
+            self._sound_base
+            and all(e._sleeps_soundly for e in self._polling_unmapped)
             and not any(route.waiting for route in self.routes.polled)
-        ):
+        )
+
+    def _naps_early(self) -> bool:
+        """Within a second of work, nap at once and up to :data:`_BUSY_NAP_NS`: nothing can arrive unseen, and no
+        server is polled here (a process of clients: players, bots, load generators)."""
+        return not self._serving and self._sound()
+
+    def _spins(self, now: int, last_work: int, last_exchange: int) -> bool:
+        """Yield rather than nap: ``busy_spin``, or within a millisecond of a send or driver command (an answer
+        then usually comes within that millisecond; 0.1 ms after a round that only read) unless
+        :meth:`_naps_early`."""
+        if self._busy_spin:
+            return True
+        recent = now - last_exchange < _SPIN_NS or now - last_work < _SPIN_AFTER_READ_NS
+        return recent and not self._naps_early()
+
+    def _nap_ns(self, now: int, last_work: int, next_tick: int) -> int:
+        """How long to nap: when whatever arrives ends the nap anyway, until the next timer (10 ms at most within
+        a second of the last work); else 1 ms within a second of the last work (more may follow), 10 ms after."""
+        if now - last_work < _SHALLOW_IDLE_NS:
+            if self._naps_early():
+                return max(_MIN_NAP_NS, min(next_tick - now, _BUSY_NAP_NS))
+            return int(_SHALLOW_SLEEP_S * 1e9)
+        if self._sound():
             return max(_MIN_NAP_NS, next_tick - now)
         return int(_DEEP_SLEEP_S * 1e9)
 

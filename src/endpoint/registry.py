@@ -39,7 +39,6 @@ __all__ = ["DriverUser", "SharedDriver", "is_critical", "registry"]
 
 _log = logging.getLogger("endpoint")
 
-_COUNTERS_VALUES_LENGTH = 4 * 1024 * 1024
 _CLIENT_CONDUCTOR_SLEEP_NS = 2_000_000
 _KEEPER_PERIOD_S = 0.02
 _KEEPER_STALE_NS = 50_000_000
@@ -158,8 +157,9 @@ class SharedDriver:
             "driver_timeout_ms": int(cfg.driver_timeout * 1000),
             "dir_delete_on_shutdown": True,
             "dir_warn_if_exists": False,
-            # Each connection holds about six counters; Aeron's 1 MiB default (8,192) runs out near a thousand.
-            "counters_values_buffer_length": _COUNTERS_VALUES_LENGTH,
+            # A UDP connection holds about twelve counters at a server; Aeron's 1 MiB default (8,192) runs out short
+            # of a thousand.
+            "counters_values_buffer_length": cfg.counters_buffer_length,
             # Idle UDP connections: each status message is a datagram for both drivers to handle. (Heartbeats are
             # spaced per stream, on the connections' channels: handshake streams keep Aeron's 100 ms, by which a
             # live client's handshake holds its place against forged SETUPs.)

@@ -75,3 +75,21 @@ async def test_counters_follow_the_connection(aeron_dir: Path, client_dir: Path,
 
         await wait_until(gone, timeout=20, what="the counters freed in the driver")
         assert server.connection_counters.failures == 0
+
+
+@pytest.mark.parametrize("length", [1 << 20, 8 << 20])
+async def test_the_counters_buffer_length_sizes_the_launched_drivers_counters(
+    aeron_dir: Path, client_dir: Path, port: int, length: int
+) -> None:
+    """``counters_buffer_length`` reaches the driver each end point launches: its counters file has that many slots
+    (128 bytes each), and a connection's counters fit in it."""
+    async with running_server(server_config(aeron_dir, port, counters_buffer_length=length)) as server:
+        config = client_config("udp", aeron_dir, client_dir, counters_buffer_length=length)
+        async with connected_client(config, port) as (client, _):
+            for end in (server, client):
+                shared = end._shared
+                assert shared is not None
+                assert shared.aeron is not None
+                reader = shared.aeron.conductor.counters_reader
+                assert counter_slots(reader) == length // COUNTER_LENGTH
+                assert 0 < used_counter_slots(reader) < counter_slots(reader)

@@ -378,6 +378,21 @@ def test_term_lengths_accept_exactly_powers_of_two_in_range(field: str, value: i
             Configuration(**{field: value})
 
 
+@settings(max_examples=60, deadline=None)
+@given(value=st.one_of(st.integers(-(1 << 32), 1 << 32), st.integers(0, 40).map(lambda n: 1 << n)))
+def test_counters_buffer_length_accepts_exactly_powers_of_two_from_1_to_64_mib(value: int) -> None:
+    if 1 << 20 <= value <= 64 << 20 and value & (value - 1) == 0:
+        assert Configuration(counters_buffer_length=value).counters_buffer_length == value
+    else:
+        with raises_for("counters_buffer_length", "a power of two from 1048576 to 67108864"):
+            Configuration(counters_buffer_length=value)
+
+
+def test_counters_buffer_length_defaults_to_4_mib_for_servers_and_clients() -> None:
+    """32,768 counters: 2,000 connections at about 12 each (one default for both, so they share drivers)."""
+    assert ServerConfiguration().counters_buffer_length == ClientConfiguration().counters_buffer_length == 4 << 20
+
+
 SECONDS_FIELDS = [
     ("driver_timeout", 600.0),
     ("handshake_timeout", 600.0),
@@ -440,6 +455,7 @@ DRIVER_CHANGES: list[tuple[str, object]] = [
     ("mtu", 8192),
     ("socket_rcvbuf", 1 << 20),
     ("socket_sndbuf", 1 << 20),
+    ("counters_buffer_length", 8 << 20),
     ("status_message_interval", 0.2),
     ("launch_driver", False),
 ]

@@ -1,0 +1,100 @@
+"""A loop of UDP clients (players, bots) naps at once after work when whatever arrives wakes it, and keeps its rounds
+few between datagrams; a loop that reads an IPC log, or polls a server, keeps yielding after work as before.
+
+Every end point is on a real driver; the server of the first test is a process of its own. The checks read the
+poller's own decisions and count its rounds, never time them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from endpoint import Client, Connection
+from endpoint.poller import LoopPoller
+from support.endpoints import Ack, Move, Num, client_config, connected_client, running_server, server_config, wait_until
+from support.logged_process import LoggedProcess
+from support.waiting import execute_until
+
+MS = 1_000_000
+
+
+async def test_a_loop_of_udp_clients_naps_at_once_and_stays_quiet_between_datagrams(
+    aeron_dir: Path, client_dir: Path, port: int, start_server: Callable[..., LoggedProcess]
+) -> None:
+    process = start_server(port, aeron_dir)
+    await asyncio.to_thread(
+        execute_until, lambda: process.has("serving "), timeout_s=30, description="the server process serving"
+    )
+    acks: list[Ack] = []
+    clients = [Client(client_config("udp", aeron_dir, client_dir)) for _ in range(3)]
+    try:
+        for client in clients:
+            client.on_message(Ack, lambda c, m: acks.append(m))
+            await client.connect("127.0.0.1", port)
+        poller = LoopPoller.for_running_loop()
+        # The handshake route goes quiet a little after the last connect.
+        await wait_until(poller._naps_early, 10, what="nothing left that could arrive unseen")
+        now = time.monotonic_ns()
+        assert not poller._spins(now, now, now)  # work just now: nap rather than yield
+        assert poller._nap_ns(now, now, now + 50 * MS) == 10 * MS  # traffic flows: the driver's timers
+        assert poller._nap_ns(now, now - 2_000 * MS, now + 50 * MS) == 50 * MS  # quiet: until the timer
+
+        # Messages and round trips still go both ways at once with the poller napping between them.
+        for i in range(30):
+            client = clients[i % len(clients)]
+            assert client.send_nowait(Num(i))
+            await wait_until(lambda n=i + 1: len(acks) == n, 5, what=f"answer {i}")
+            assert client.connection is not None
+            assert await client.connection.ping(5) > 0
+        assert sorted(a.seq for a in acks) == list(range(30))
+
+        # Quiet for 0.3 s: rounds come only from naps (10 ms at least) and the few datagrams of idle connections
+        # (heartbeats, status messages, keepalives), not one per millisecond.
+        before = poller.rounds
+        await asyncio.sleep(0.3)
+        assert poller.rounds - before < 150
+    finally:
+        await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
+
+
+async def test_a_loop_that_polls_a_server_keeps_yielding_after_work(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    acks: list[Ack] = []
+    async with running_server(server_config(aeron_dir, port)) as server:
+
+        @server.on_message(Move)
+        def echo(conn: Connection, msg: Move) -> None:
+            conn.send_nowait(Ack(msg.x))
+
+        async with connected_client(client_config("udp", aeron_dir, client_dir), port) as (client, conn):
+            client.on_message(Ack, lambda c, m: acks.append(m))
+            conn.send_nowait(Move(3, 0))
+            await wait_until(lambda: acks == [Ack(3)], 5, what="the echo")
+            poller = LoopPoller.for_running_loop()
+            await wait_until(poller._sound, 10, what="the handshake over")
+            assert not poller._naps_early()
+            now = time.monotonic_ns()
+            assert poller._spins(now, now, now)
+            assert poller._nap_ns(now, now, now + 50 * MS) == MS
+            assert poller._nap_ns(now, now - 2_000 * MS, now + 50 * MS) == 50 * MS  # idle: until the timer
+
+
+async def test_an_ipc_connection_keeps_the_poller_yielding_after_work(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    async with running_server(server_config(aeron_dir, port)) as server:
+        server.on_message(Move, lambda conn, msg: conn.send_nowait(Ack(msg.x)))
+        async with connected_client(client_config("ipc", aeron_dir, client_dir), port) as (client, conn):
+            acks: list[Ack] = []
+            client.on_message(Ack, lambda c, m: acks.append(m))
+            conn.send_nowait(Move(3, 0))
+            await wait_until(lambda: acks == [Ack(3)], 5, what="the echo over IPC")
+            poller = LoopPoller.for_running_loop()
+            assert not poller._sound()  # frames in an IPC log ring nothing
+            now = time.monotonic_ns()
+            assert poller._spins(now, now, now)
+            assert poller._nap_ns(now, now, now + 50 * MS) == MS
