@@ -53,11 +53,11 @@ def _bound(made: list[socket.socket]) -> socket.socket:
 
 
 async def _until(condition: object, what: str) -> None:
-    for _ in range(200):  # at most 2 s
+    for _ in range(500):  # at most 5 s
         if callable(condition) and condition():
             return
         await asyncio.sleep(0.01)
-    raise AssertionError(f"not seen within 2 s: {what}")
+    raise AssertionError(f"not seen within 5 s: {what}")
 
 
 async def test_the_socket_watch_tells_data_and_feedback_apart_and_can_leave_feedback_waiting(
