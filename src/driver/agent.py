@@ -145,6 +145,15 @@ class CompositeAgent:
                 found.extend(sockets_of())
         return found
 
+    def feedback_sockets(self) -> list[socket.socket]:
+        """The agents' sockets that carry only feedback (see ``Sender.feedback_sockets``)."""
+        found: list[socket.socket] = []
+        for agent in self._agents:
+            sockets_of = getattr(agent, "feedback_sockets", None)
+            if sockets_of is not None:
+                found.extend(sockets_of())
+        return found
+
     def on_close(self) -> None:
         """Last started, first closed: later agents use what earlier ones own (the driver's sender and receiver
         use the conductor's sockets), as separate runners are closed in reverse too."""

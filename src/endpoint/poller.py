@@ -25,7 +25,7 @@ from endpoint.connection.shell import Connection
 from endpoint.handshake.routes import HandshakeRoutes
 from endpoint.registry import SharedDriver
 
-__all__ = ["LoopPoller", "Polled"]
+__all__ = ["FEEDBACK_WAIT_NS", "LoopPoller", "Polled", "feedback_wake_ns", "nap_plan"]
 
 _FrameEntry = tuple[AtomicBuffer, int, tuple[AtomicBuffer, ...], int, int]
 """One image in a :class:`FrameWatch`: its position counter and offset, its terms, position bits, term mask."""
@@ -52,6 +52,40 @@ _BUSY_NAP_NS = 10_000_000
 """A poller that sleeps soundly (see :meth:`LoopPoller._sound`) naps at most this long within a second of its last
 work: whatever arrives wakes it, and the driver's own timers (a NAK repeated, a status message due) are run at
 least this often while traffic flows."""
+FEEDBACK_WAIT_NS = 25_000_000
+"""How long feedback to the driver's publications (status messages, NAKs) that arrives during a deep nap may
+wait before it ends the nap (see :func:`feedback_wake_ns`)."""
+
+
+def nap_plan(
+    now_ns: int, last_work_ns: int, next_tick_ns: int, sound: bool, naps_early: bool = False
+) -> tuple[int, bool]:
+    """How long to nap, and whether feedback arriving meanwhile may wait (:func:`feedback_wake_ns`). Pure.
+
+    Within a second of the last work: up to :data:`_BUSY_NAP_NS` (until the next timer) if ``naps_early`` (see
+    :meth:`LoopPoller._naps_early`), else 1 ms (more may follow, and the driver's own short timers, a NAK's delay
+    or a resend, are served at that cadence); after that until the next timer when whatever arrives ends the
+    nap anyway (``sound``), else 10 ms. Only in the first of those deep naps may feedback wait: then this end
+    sent nothing for a second, so feedback only refreshes what the driver knows of idle receivers, while data,
+    setups and commands still end the nap at once (the first message after idle is not made to wait)."""
+    if now_ns - last_work_ns < _SHALLOW_IDLE_NS:
+        if naps_early:
+            return max(_MIN_NAP_NS, min(next_tick_ns - now_ns, _BUSY_NAP_NS)), False
+        return int(_SHALLOW_SLEEP_S * 1e9), False
+    if sound:
+        return max(_MIN_NAP_NS, next_tick_ns - now_ns), True
+    return int(_DEEP_SLEEP_S * 1e9), False
+
+
+def feedback_wake_ns(arrived_ns: int, nap_end_ns: int) -> int | None:
+    """When feedback that arrived at ``arrived_ns`` during a deep nap should end it: :data:`FEEDBACK_WAIT_NS`
+    later, or None if the nap ends by then anyway. Pure.
+
+    An idle server's clients send status messages spread evenly over each second (every image has its own
+    timer), and a wake-up for each one costs a duty cycle over every stream; waiting lets one wake-up read a few
+    dozen (the sender reads up to ``FEEDBACK_BATCH`` a cycle), few enough for any socket buffer."""
+    wake_ns = arrived_ns + FEEDBACK_WAIT_NS
+    return wake_ns if wake_ns < nap_end_ns else None
 
 
 class Polled(Protocol):
@@ -166,8 +200,11 @@ class LoopPoller:
         self.rounds = 0
         """Rounds run so far (each runs the INVOKER-mode drivers' duty cycles): how busy the poller keeps itself."""
         self._breathe = False
-        self._sockets = _SocketWatch(self._end_nap)
+        self._sockets = _SocketWatch(self._end_nap, self._on_feedback)
         self._sockets_version: tuple[tuple[int, int], ...] = ()
+        self._nap_end_ns = 0
+        """When the current nap ends (0 when not napping, or feedback may not wait: see :meth:`_on_feedback`)."""
+        self._feedback_wake: asyncio.TimerHandle | None = None
         self.routes = HandshakeRoutes()
         """The clients' handshake routes on this loop."""
 
@@ -224,7 +261,7 @@ class LoopPoller:
         # Threads of a driver (or a driver client) in this process need the GIL now and then; INVOKER ones don't.
         self._breathe = any(not d.invokers for d in drivers.values())
         # Anything that arrives wakes a nap if every end point is on an INVOKER-mode driver whose sockets and
-        # doorbell are watched (and each end point says it waits for nothing else: see _nap_ns).
+        # doorbell are watched (and each end point says it waits for nothing else: see _nap_plan).
         self._wakeable = (
             bool(self._drivers)
             and len(self._drivers) == len(drivers)
@@ -379,8 +416,11 @@ class LoopPoller:
                 await sleep(0)
             elif self._spins(now, last_work, last_exchange):
                 await sleep(0)
-            elif not await self._nap_driving(self._nap_ns(now, last_work, next_tick)):
-                last_work = now  # a command came in just now: answer it first
+            elif not await self._nap_driving(*self._nap_plan(now, last_work, next_tick)):
+                # Work waits in the driver (a client's command, a hand-off between its agents): the next round
+                # does it. A command counts as work there; the driver's own hand-offs do not start a second of
+                # short naps.
+                await sleep(0)
 
     def _sound(self) -> bool:
         """Nothing any end point here waits for can arrive without waking a nap: every one is on an INVOKER-mode
@@ -406,19 +446,15 @@ class LoopPoller:
         recent = now - last_exchange < _SPIN_NS or now - last_work < _SPIN_AFTER_READ_NS
         return recent and not self._naps_early()
 
-    def _nap_ns(self, now: int, last_work: int, next_tick: int) -> int:
-        """How long to nap: when whatever arrives ends the nap anyway, until the next timer (10 ms at most within
-        a second of the last work); else 1 ms within a second of the last work (more may follow), 10 ms after."""
-        if now - last_work < _SHALLOW_IDLE_NS:
-            if self._naps_early():
-                return max(_MIN_NAP_NS, min(next_tick - now, _BUSY_NAP_NS))
-            return int(_SHALLOW_SLEEP_S * 1e9)
-        if self._sound():
-            return max(_MIN_NAP_NS, next_tick - now)
-        return int(_DEEP_SLEEP_S * 1e9)
+    def _nap_plan(self, now: int, last_work: int, next_tick: int) -> tuple[int, bool]:
+        """:func:`nap_plan`, with whether whatever arrives ends a nap, and whether to nap early."""
+        sound = self._sound()
+        return nap_plan(now, last_work, next_tick, sound, sound and not self._serving)
 
-    async def _nap_driving(self, nap_ns: int) -> bool:
-        """Nap, watching the INVOKER-mode drivers' sockets and doorbells; False (no nap) if a command waits."""
+    async def _nap_driving(self, nap_ns: int, feedback_may_wait: bool = False) -> bool:
+        """Nap, watching the INVOKER-mode drivers' sockets and doorbells; False (no nap) if work waits.
+        ``feedback_may_wait``: feedback arriving meanwhile ends the nap only a little later (see
+        :func:`feedback_wake_ns`)."""
         drivers = self._drivers
         seconds = nap_ns / 1e9
         if not drivers:
@@ -427,7 +463,9 @@ class LoopPoller:
         version = tuple((id(d), d.sockets_version()) for d in drivers)
         if version != self._sockets_version:  # a server's driver has a socket per UDP client: list them rarely
             self._sockets_version = version
-            self._sockets.watch([s for d in drivers for s in d.readable_sockets()])
+            feedback = [s for d in drivers for s in d.feedback_sockets()]
+            lazy = {id(s) for s in feedback}
+            self._sockets.watch([s for d in drivers for s in d.readable_sockets() if id(s) not in lazy], feedback)
         parked = [d for d in drivers if d.park()]
         try:
             if len(parked) < len(drivers):
@@ -435,9 +473,11 @@ class LoopPoller:
             until = time.monotonic_ns() + nap_ns
             for driver in drivers:
                 driver.napping_until_ns = until  # not stalled, only idle: the keeper stays asleep
+            self._nap_end_ns = until if feedback_may_wait else 0
             await self._nap(seconds)
             return True
         finally:
+            self._nap_end_ns = 0
             for driver in parked:
                 driver.unpark()
 
@@ -451,6 +491,10 @@ class LoopPoller:
         finally:
             handle.cancel()
             self._wake = None
+            if self._feedback_wake is not None:
+                self._feedback_wake.cancel()
+                self._feedback_wake = None
+            self._sockets.watch_feedback(True)
 
     def poke(self) -> None:
         """A connection on this loop just sent: an answer may follow soon, so spin again (waking a nap)."""
@@ -466,30 +510,68 @@ class LoopPoller:
         if wake is not None and not wake.done():
             wake.set_result(None)
 
+    def _on_feedback(self) -> None:
+        """Feedback reached the driver: during a deep nap end it a little later (unwatched meanwhile: one wake-up
+        for the feedback of many idle streams), else at once."""
+        wake = self._wake
+        if wake is None or wake.done():
+            return
+        end_ns = self._nap_end_ns
+        if not end_ns:
+            wake.set_result(None)
+            return
+        self._sockets.watch_feedback(False)
+        if self._feedback_wake is None:
+            wake_ns = feedback_wake_ns(time.monotonic_ns(), end_ns)
+            if wake_ns is not None:
+                loop = asyncio.get_running_loop()
+                self._feedback_wake = loop.call_later((wake_ns - time.monotonic_ns()) / 1e9, _wake_up, wake)
+
 
 class _SocketWatch:
-    """An epoll set of driver sockets whose readiness calls ``on_readable`` from the event loop.
+    """Two epoll sets of driver sockets, whose readiness calls ``on_readable`` (data, setups, the doorbell) or
+    ``on_feedback`` (feedback sockets) from the event loop; the feedback set can be unwatched for a while.
 
-    The loop watches the set's one descriptor, so sockets the driver closes or replaces never
+    The loop watches each set's one descriptor, so sockets the driver closes or replaces never
     confuse the loop's own selector; a closed socket leaves the set by itself.
     """
+
+    def __init__(self, on_readable: Callable[[], None], on_feedback: Callable[[], None]) -> None:
+        self._sets = (_EpollSet(on_readable), _EpollSet(on_feedback))
+
+    def watch(self, sockets: list[socket.socket], feedback: list[socket.socket]) -> None:
+        if not hasattr(select, "epoll"):
+            return  # elsewhere the nap just ends on its timer
+        self._sets[0].watch(sockets)
+        self._sets[1].watch(feedback)
+
+    def watch_feedback(self, on: bool) -> None:
+        """Watch the feedback set again, or stop watching it (its datagrams stay in the sockets meanwhile)."""
+        self._sets[1].attend(on)
+
+    def close(self) -> None:
+        for watched in self._sets:
+            watched.close()
+
+
+class _EpollSet:
+    """One epoll set watched by the running loop (see :class:`_SocketWatch`)."""
 
     def __init__(self, on_readable: Callable[[], None]) -> None:
         self._on_readable = on_readable
         self._epoll: select.epoll | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watched: dict[int, socket.socket] = {}
+        self._attended = False
 
     def watch(self, sockets: list[socket.socket]) -> None:
-        if not hasattr(select, "epoll"):
-            return  # elsewhere the nap just ends on its timer
         wanted = {s.fileno(): s for s in sockets if s.fileno() >= 0}
         if wanted.keys() == self._watched.keys() and all(wanted[f] is self._watched[f] for f in wanted):
             return
         if self._epoll is None:
             self._epoll = select.epoll()
             self._loop = asyncio.get_running_loop()
-            self._loop.add_reader(self._epoll.fileno(), self._on_readable)
+            self.attend(True)
         epoll = self._epoll
         for fd, sock in self._watched.items():
             if wanted.get(fd) is not sock:
@@ -503,12 +585,22 @@ class _SocketWatch:
                     epoll.modify(fd, select.EPOLLIN)
         self._watched = wanted
 
+    def attend(self, on: bool) -> None:
+        """Have the loop watch the set (or not)."""
+        if on == self._attended or self._epoll is None or self._loop is None or self._loop.is_closed():
+            return
+        self._attended = on
+        if on:
+            self._loop.add_reader(self._epoll.fileno(), self._on_readable)
+        else:
+            self._loop.remove_reader(self._epoll.fileno())
+
     def close(self) -> None:
         if self._epoll is not None:
-            if self._loop is not None and not self._loop.is_closed():
-                self._loop.remove_reader(self._epoll.fileno())
+            self.attend(False)
             self._epoll.close()
             self._epoll = None
+        self._attended = False
         self._watched = {}
 
 

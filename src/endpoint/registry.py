@@ -123,6 +123,13 @@ class SharedDriver:
             found.append(doorbell.socket)
         return found
 
+    def feedback_sockets(self) -> list[socket.socket]:
+        """Those of :meth:`readable_sockets` that carry only feedback to the driver's publications (status
+        messages, NAKs): an idle poller lets a datagram on them wait a little (see ``endpoint.poller``)."""
+        invoker = self.invoker
+        sockets_of = getattr(invoker.agent, "feedback_sockets", None) if invoker is not None else None
+        return list(sockets_of()) if sockets_of is not None else []
+
     def park(self) -> bool:
         """The poller is about to nap: let clients ring the doorbell; False (stay awake) if work waits."""
         media_driver = self.media_driver

@@ -37,8 +37,12 @@ from driver.media._net import SendSlot, send_publications
 from driver.media.endpoints import SendChannelEndpoint
 from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints
 
-__all__ = ["FEW_PUBLICATIONS", "Sender"]
+__all__ = ["FEEDBACK_BATCH", "FEW_PUBLICATIONS", "Sender"]
 
+FEEDBACK_BATCH = 64
+"""Feedback datagrams read per send endpoint per status poll: a host that lets feedback wait while idle
+(:meth:`Sender.feedback_sockets`) finds a few dozen waiting, which one cycle then takes (a batch of native
+``recvmmsg`` calls that stop as soon as the socket is empty)."""
 FEW_PUBLICATIONS = 2
 """Up to this many publications each is visited every cycle (lowest latency, no bookkeeping)."""
 _EVERY = [list(range(count)) for count in range(FEW_PUBLICATIONS + 1)]
@@ -74,6 +78,12 @@ class Sender:
         """What an idle park also waits on (data, setups and feedback arrive on these)."""
         return [endpoint.transport.socket for endpoint in self.endpoints]
 
+    def feedback_sockets(self) -> list[socket.socket]:
+        """Those of :meth:`readable_sockets` that carry only feedback (status messages, NAKs, RTT measurements,
+        errors): a host that drives this agent may let a datagram on them wait a little while it is idle
+        (see ``endpoint.poller``); the next cycle reads up to :data:`FEEDBACK_BATCH` of them per endpoint."""
+        return self.readable_sockets()
+
     def do_work(self) -> int:
         now_ns = self._clock.nano_time()
         work = self.commands.drain()
@@ -92,7 +102,7 @@ class Sender:
             if len(endpoints) > FEW_ENDPOINTS and self._ready.covers(len(endpoints)):
                 endpoints = self._ready.ready()
             for endpoint in endpoints:
-                work += endpoint.poll(now_ns)
+                work += endpoint.poll(now_ns, FEEDBACK_BATCH)
             for endpoint in self._dynamic:
                 endpoint.expire_destinations(now_ns)
         return work + bytes_sent

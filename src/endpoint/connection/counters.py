@@ -78,7 +78,11 @@ class ConnectionCounters:
 
     def __init__(self, role: str) -> None:
         self.role = role
-        self._counters: dict[Connection, tuple[Counter, ...]] = {}
+        self._counters: dict[Connection, tuple[Counter, Counter, Counter]] = {}
+        self._written: dict[Connection, tuple[int, int, int]] = {}
+        """What each connection's counters were last set to: a refresh writes only what changed (an idle
+        connection's round trip changes every :data:`RTT_SAMPLE_PERIOD_NS`, its message counts at each
+        keepalive)."""
         self._pending: set[Connection] = set()
         self._waiting: dict[Connection, int] = {}
         """Connections not yet old enough for counters (:data:`OPEN_AFTER_NS`), and since when."""
@@ -116,8 +120,10 @@ class ConnectionCounters:
         if connection.is_closed:
             await _release(aeron, allocated)
             return
-        self._counters[connection] = tuple(allocated)
-        _write(connection, *allocated)  # no reader sees a zero round trip before the first refresh
+        rtt, sent, received = allocated
+        self._counters[connection] = (rtt, sent, received)
+        # No reader sees a zero round trip before the first refresh.
+        self._written[connection] = _write(connection, rtt, sent, received, None)
 
     def admit(self, connection: Connection, now_ns: int) -> None:
         """A new connection: it gets its counters from :meth:`due` once it has lived :data:`OPEN_AFTER_NS`."""
@@ -134,6 +140,7 @@ class ConnectionCounters:
         """Free a closed connection's counters (a task of the end point's)."""
         self._waiting.pop(connection, None)
         counters = self._counters.pop(connection, None)
+        self._written.pop(connection, None)
         self._next_sample_ns.pop(connection, None)
         if counters is not None and aeron is not None:
             await _release(aeron, list(counters))
@@ -144,8 +151,9 @@ class ConnectionCounters:
         if now_ns < self._next_refresh_ns:
             return
         self._next_refresh_ns = now_ns + REFRESH_PERIOD_NS
+        written = self._written
         for connection, (rtt, sent, received) in self._counters.items():
-            _write(connection, rtt, sent, received)
+            written[connection] = _write(connection, rtt, sent, received, written.get(connection))
             due = self._next_sample_ns.get(connection)
             if due is None:
                 self._next_sample_ns[connection] = now_ns  # sampled at the next refresh
@@ -156,6 +164,7 @@ class ConnectionCounters:
     def forget(self) -> None:
         """The driver failed: its counters went with it."""
         self._counters.clear()
+        self._written.clear()
         self._next_sample_ns.clear()
         self._waiting.clear()
 
@@ -163,11 +172,24 @@ class ConnectionCounters:
         return len(self._counters)
 
 
-def _write(connection: Connection, rtt: Counter, sent: Counter, received: Counter) -> None:
+def _write(
+    connection: Connection, rtt: Counter, sent: Counter, received: Counter, last: tuple[int, int, int] | None
+) -> tuple[int, int, int]:
+    """Set the counters to the connection's figures, those that differ from ``last`` (what they hold, None if
+    unknown); returns the figures."""
     seconds = connection.rtt
-    rtt.set_ordered(-1 if seconds is None else int(seconds * 1e9))
-    sent.set_ordered(connection.messages_sent)
-    received.set_ordered(connection.messages_received)
+    figures = (-1 if seconds is None else int(seconds * 1e9), connection.messages_sent, connection.messages_received)
+    if last is None:
+        last = (figures[0] - 1, figures[1] - 1, figures[2] - 1)
+    elif figures == last:
+        return last
+    if figures[0] != last[0]:
+        rtt.set_ordered(figures[0])
+    if figures[1] != last[1]:
+        sent.set_ordered(figures[1])
+    if figures[2] != last[2]:
+        received.set_ordered(figures[2])
+    return figures
 
 
 def endpoint_stats(endpoint: Any) -> dict[str, int]:

@@ -21,11 +21,12 @@ from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import CountersManager
 from driver.concurrent.system_counters import SystemCounterId
 from driver.core.command_queues import CommandQueue
-from driver.core.sender import Sender
+from driver.core.sender import FEEDBACK_BATCH, Sender
 from driver.media._net import SendSlot, send_publications
 from driver.media.endpoints import EndpointCounters, SendChannelEndpoint
 from driver.media.faults import FaultSpec
 from driver.media.udp_channel import UdpChannel
+from driver.wire.status import write_sm
 from support.send_rig import INITIAL_TERM_ID, MS, MTU, TERM_LENGTH, Rig
 
 HEARTBEAT_NS = 100 * MS
@@ -546,5 +547,44 @@ def test_with_a_fault_injector_on_its_socket_every_datagram_goes_through_the_pyt
         assert len(data) == 2 * len(set(data)) == 8  # every data datagram duplicated by the injector
         assert len(heartbeats) == 2 * len(set(heartbeats)) == 8
         assert endpoint.transport.fault_counts["send_duplicated"] == 8
+    finally:
+        endpoint.close()
+
+
+def test_a_status_poll_reads_a_few_dozen_waiting_status_messages_at_once(
+    tmp_path: Path, sockets: list[socket.socket]
+) -> None:
+    """A host that lets feedback wait while idle (the end point's poller) finds a few dozen status messages in
+    the socket when it runs the sender: one cycle takes them all (a batch of up to ``FEEDBACK_BATCH``)."""
+    receiver = _receiver()
+    sockets.append(receiver)
+    endpoint = _endpoint(receiver)
+    clock = _Clock()
+    sender = _sender_agent(clock)
+    rig = Rig(tmp_path, "fb", session_id=700, now_ns=clock.now_ns)
+    feedback = _sender()
+    sockets.append(feedback)
+    try:
+        sender.on_new_publication(rig.publication, endpoint)
+        assert sender.feedback_sockets() == sender.readable_sockets() == [endpoint.transport.socket]
+        sender.do_work()
+        frame = bytearray(64)
+        length = write_sm(frame, 0, 700, rig.publication.stream_id, INITIAL_TERM_ID, 0, 65536, 1, 0)
+        waiting = FEEDBACK_BATCH - 24  # more than one 16-datagram batch
+        address = endpoint.transport.socket.getsockname()
+        for _ in range(waiting):
+            feedback.sendto(frame[:length], address)
+        received = endpoint.counters.status_messages_received
+        deadline = time.monotonic() + 5.0
+        read = 0
+        while read < waiting and time.monotonic() < deadline:
+            before = received.get()
+            sender.do_work()  # the first status message opens the stream: nothing to send, so feedback is read
+            read += received.get() - before
+            if read == 0:
+                time.sleep(0.01)  # not arrived yet
+            else:
+                break
+        assert read == waiting
     finally:
         endpoint.close()

@@ -1,0 +1,59 @@
+"""A connection's counters are set only where its figures changed (an idle server refreshes a thousand of them
+every second); a reader always sees the current figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from driver.client.counter import Counter
+from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.concurrent.counters import CountersReader
+from endpoint.connection.counters import _write
+
+
+class _Owner:
+    """Nothing to release: the counters live in a plain buffer here."""
+
+    @property
+    def counters_reader(self) -> CountersReader:
+        raise NotImplementedError
+
+    def release_counter(self, counter: Counter) -> None:
+        raise NotImplementedError
+
+
+class _Watched(Counter):
+    """A real counter on a real buffer that also notes each store."""
+
+    def __init__(self, counter_id: int) -> None:
+        super().__init__(_Owner(), counter_id, counter_id, AtomicBuffer(bytearray(8)))
+        self.stores = 0
+
+    def set_ordered(self, value: int) -> None:
+        self.stores += 1
+        super().set_ordered(value)
+
+
+@dataclass
+class _Figures:
+    rtt: float | None
+    messages_sent: int
+    messages_received: int
+
+
+def test_the_first_write_sets_everything_and_later_ones_only_what_changed() -> None:
+    rtt, sent, received = _Watched(1), _Watched(2), _Watched(3)
+    connection = _Figures(None, 0, 0)
+    last = _write(connection, rtt, sent, received, None)  # type: ignore[arg-type]
+    assert (rtt.get(), sent.get(), received.get()) == (-1, 0, 0) == last
+    assert (rtt.stores, sent.stores, received.stores) == (1, 1, 1)
+    last = _write(connection, rtt, sent, received, last)  # type: ignore[arg-type]
+    assert (rtt.stores, sent.stores, received.stores) == (1, 1, 1)  # nothing changed: nothing stored
+    connection.messages_sent = 3  # a keepalive and two messages went out
+    last = _write(connection, rtt, sent, received, last)  # type: ignore[arg-type]
+    assert (sent.get(), sent.stores, rtt.stores, received.stores) == (3, 2, 1, 1)
+    connection.rtt = 0.000_25
+    connection.messages_received = 7
+    last = _write(connection, rtt, sent, received, last)  # type: ignore[arg-type]
+    assert (rtt.get(), sent.get(), received.get()) == (250_000, 3, 7) == last
+    assert (rtt.stores, sent.stores, received.stores) == (2, 2, 2)
