@@ -60,6 +60,7 @@ from endpoint.connection.session import SessionLog, SessionTable, TableStats
 from endpoint.connection.shell import Connection
 from endpoint.errors import AllocationError, BudgetExceededError, ConnectionClosedError, RejectReason, ServerError
 from endpoint.groups import Group
+from endpoint.handshake.admission import RETRY_AFTER_KEY, Admission
 from endpoint.handshake.keystore import default_config_dir, load_or_create_private_key
 from endpoint.handshake.protocol import (
     PROTOCOL_VERSION,
@@ -77,6 +78,9 @@ from endpoint.schema import CompatibilityCheck
 __all__ = ["Server"]
 
 _log = logging.getLogger("endpoint")
+
+_ADMISSION_FLOOR = 64
+"""Handshakes in flight a server takes on before it has shown how many it finishes within a handshake timeout."""
 
 _FEW_HANDSHAKE_IMAGES = 4
 """Up to this many handshake images (client processes handshaking lately) are polled one by one."""
@@ -124,6 +128,8 @@ class _AnswerRoute:
         self.address = address
         self.users = 0
         self.pinned = False
+        self.backlog = 0
+        """Answers waiting on this route's back pressure: while any does, a new HELLO on it is refused busy."""
 
     @property
     def usable(self) -> bool:
@@ -159,6 +165,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._allow = tuple(ipaddress.ip_network(n, strict=False) for n in cfg.allow)
         self._deny = tuple(ipaddress.ip_network(n, strict=False) for n in cfg.deny)
         self._handshake: ServerHandshake | None = None
+        self._admission: Admission | None = None
         self._udp_handshake: Subscription | None = None
         self._ipc_handshake: Subscription | None = None
         self._ipc_reply: Publication | None = None
@@ -277,6 +284,11 @@ class Server(EndPoint[ServerConfiguration]):
                 cookie_period_ns=int(cfg.cookie_period * 1e9),
                 max_pending=cfg.max_pending_handshakes,
                 max_pending_per_source=cfg.max_pending_per_source,
+            )
+            # Half the half-open cap at most: the other half holds HELLOs long enough to be refused (a sealed
+            # SERVER_BUSY naming when to come back) rather than dropped unanswered.
+            self._admission = Admission(
+                int(cfg.handshake_timeout * 1e9), _ADMISSION_FLOOR, max(1, cfg.max_pending_handshakes // 2)
             )
         await self._lease_driver()
         try:
@@ -664,6 +676,10 @@ class Server(EndPoint[ServerConfiguration]):
             if not is_ipc and (not isinstance(port, int) or not 0 < port < 65536):
                 handshake.abandon(hello.connect_key)
                 return
+            retry_ms = self._busy(is_ipc, address, route_id)
+            if retry_ms is not None:
+                await self._refuse_busy(pending, port, retry_ms)
+                return
             refusal: _Refusal | None = self._check(hello, is_ipc, address)
             if refusal is None:
                 try:
@@ -739,7 +755,7 @@ class Server(EndPoint[ServerConfiguration]):
                 grant["unreliable_session_in"], grant["unreliable_session_out"] = pending.ids[4:6]
             if cfg.buffered_sessions:
                 grant["session_timeout_ms"] = int(cfg.session_timeout * 1000)  # an offer: a client may claim one
-            await self._send_reply(reply, handshake.accept(hello.connect_key, grant, time.time_ns()), timeout)
+            await self._send_answer(pending, reply, handshake.accept(hello.connect_key, grant, time.time_ns()))
         except Exception as exc:
             # Evicted meanwhile, or no answer route free (the client asks again): nothing to report.
             quiet = not handshake.is_pending(hello.connect_key) or isinstance(exc, _NoAnswerRoute)
@@ -750,6 +766,56 @@ class Server(EndPoint[ServerConfiguration]):
             await self._free_pending(pending)
             if not self._closing and not quiet:
                 self._notify_error(None, ServerError(f"handshake with {address} failed: {type(exc).__name__}: {exc}"))
+
+    def _busy(self, is_ipc: bool, address: str, route_id: int) -> int | None:
+        """Milliseconds a new HELLO should wait before asking again, or None to take it on: more handshakes in
+        flight than the server finished within the last handshake timeout, or its answer route already holding an
+        answer it cannot send (its client is not reading: another answer would only wait there too)."""
+        assert self._admission is not None
+        retry_ms = self._admission.retry_after_ms(len(self._pending), time.monotonic_ns())
+        if retry_ms is None and not is_ipc:
+            route = self._answer_routes.get((address, route_id))
+            if route is not None and route.backlog > 0:
+                retry_ms = int(self.config.handshake_timeout * 250)
+        return retry_ms
+
+    async def _refuse_busy(self, pending: _Pending, port: object, retry_ms: int) -> None:
+        """SERVER_BUSY with a retry-after, sealed (the client believes it), before anything is made for the HELLO;
+        offered once: a back-pressured route drops it (counted ``unanswered``) and the client's resend gets it."""
+        handshake = self._handshake
+        assert handshake is not None
+        key = pending.hello.connect_key
+        handshake.stats.busy += 1
+        self.rejections[RejectReason.SERVER_BUSY] += 1
+        text = f"the server is busy with other handshakes; try again in {retry_ms} ms"
+        packet = handshake.reject(key, RejectReason.SERVER_BUSY, text, {RETRY_AFTER_KEY: retry_ms})
+        route = await self._reply_route(pending, port)
+        if not route.is_connected:
+            await wait_connected(route, self.config.handshake_timeout, self._aeron())
+        if route.offer(packet) < 0:
+            handshake.stats.unanswered += 1
+        self._keep_reply(key, pending)
+        await self._free_pending(pending)
+
+    async def _send_answer(self, pending: _Pending, reply: Publication, packet: bytes) -> None:
+        """Send a grant; when its route is back-pressured past the handshake timeout, keep the handshake and what
+        was made for it (the client's resent HELLO gets this answer again, see ``_resend``) instead of throwing it
+        away for the client to make us build again. New HELLOs on that route are refused busy meanwhile."""
+        if reply.offer(packet) >= 0:
+            return
+        handshake = self._handshake
+        assert handshake is not None
+        lease = pending.lease
+        if lease is not None:
+            lease.backlog += 1
+        try:
+            await self._send_reply(reply, packet, self.config.handshake_timeout)
+        except TimeoutError:
+            handshake.stats.unanswered += 1
+            handshake.keep(pending.hello.connect_key, time.time_ns())
+        finally:
+            if lease is not None:
+                lease.backlog -= 1
 
     async def _reply_route(self, pending: _Pending, port: object) -> Publication:
         """Where answers to this client go: the shared IPC reply stream, or a publication to its UDP reply port."""
@@ -863,6 +929,8 @@ class Server(EndPoint[ServerConfiguration]):
         await offer_async(publication, packet, timeout=timeout)
 
     async def _free_pending(self, pending: _Pending) -> None:
+        if (pending.publication is not None or pending.subscription is not None) and self._handshake is not None:
+            self._handshake.stats.discarded += 1
         self._release_ids(pending.ids)
         if pending.counted:
             pending.counted = False
@@ -959,6 +1027,8 @@ class Server(EndPoint[ServerConfiguration]):
             self._address_of[connection.id] = pending.address
         self._keep_reply(done.connect_key, pending)
         self.handshakes_accepted += 1
+        if self._admission is not None:
+            self._admission.finished(time.monotonic_ns())
         if session is not None and granted is not None:
             session.attach(connection, resumed=granted.resumed)
         self._add_connection(connection)
