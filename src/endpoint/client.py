@@ -3,7 +3,9 @@
 Connecting: open a handshake publication to the server (IPC first when the
 server is on this machine), send HELLO (Noise NX, or NK once the server's key
 is pinned), repeat it with the cookie the server answers over UDP, and wait
-for the sealed answer (resending HELLO every ``handshake_timeout``). Create the
+for the sealed answer (resending HELLO after ``handshake_timeout``, each wait a quarter longer and jittered, so
+clients that started together do not ask again together; a SERVER_BUSY answer says when to come back, and the
+client does, with a fresh HELLO, within ``connect_timeout``). Create the
 connection's publication and subscription from the granted ids, wait for both
 to connect, send DONE and wait for DONE_ACK; then the connection is live,
 ``on_connect`` fires and (only now) the server's key is pinned. Answers that

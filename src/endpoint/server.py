@@ -16,7 +16,10 @@ publication and subscription and answers (Noise message 2, sealing the grant).
 The connection exists for the server once the client's DONE proves it holds the
 key and both streams are connected; then ``on_connect`` fires and DONE_ACK
 tells the client. When too many handshakes are half open, the oldest gives way
-and its client is told SERVER_BUSY (see :mod:`endpoint.handshake.protocol`).
+and its client is told SERVER_BUSY (see :mod:`endpoint.handshake.protocol`). In a connect storm, a HELLO past what
+the server finished within the last handshake timeout (see :mod:`endpoint.handshake.admission`), or on an answer
+route still holding an answer it cannot send, is told SERVER_BUSY with a retry-after before anything is made for it;
+an answer held up by back pressure keeps its handshake, so the client's resent HELLO gets it again (never rebuilt).
 """
 
 from __future__ import annotations
