@@ -17,8 +17,9 @@ The connection exists for the server once the client's DONE proves it holds the
 key and both streams are connected; then ``on_connect`` fires and DONE_ACK
 tells the client. When too many handshakes are half open, the oldest gives way
 and its client is told SERVER_BUSY (see :mod:`endpoint.handshake.protocol`). In a connect storm, a HELLO past what
-the server finished within the last handshake timeout (see :mod:`endpoint.handshake.admission`), or on an answer
-route still holding an answer it cannot send, is told SERVER_BUSY with a retry-after before anything is made for it;
+the server finished within the last handshake timeout (see :mod:`endpoint.handshake.admission`) is told SERVER_BUSY
+with a retry-after before anything is made for it (one on an answer route still holding an answer its client has
+not read is dropped, counted ``overloaded``: a refusal would only queue there too);
 an answer held up by back pressure keeps its handshake, so the client's resent HELLO gets it again (never rebuilt).
 """
 
@@ -82,7 +83,7 @@ __all__ = ["Server"]
 
 _log = logging.getLogger("endpoint")
 
-_ADMISSION_FLOOR = 64
+_ADMISSION_FLOOR = 256
 """Handshakes in flight a server takes on before it has shown how many it finishes within a handshake timeout."""
 
 _FEW_HANDSHAKE_IMAGES = 4
@@ -679,7 +680,14 @@ class Server(EndPoint[ServerConfiguration]):
             if not is_ipc and (not isinstance(port, int) or not 0 < port < 65536):
                 handshake.abandon(hello.connect_key)
                 return
-            retry_ms = self._busy(is_ipc, address, route_id)
+            if not is_ipc and self._backed_up(address, route_id):
+                # Its answer would only queue behind the ones its client is not reading: dropped, counted, nothing
+                # made (its resent HELLO, same cookie, is taken up afresh once the route drains).
+                handshake.stats.overloaded += 1
+                handshake.abandon(hello.connect_key)
+                return
+            assert self._admission is not None
+            retry_ms = self._admission.retry_after_ms(len(self._pending), time.monotonic_ns())
             if retry_ms is not None:
                 await self._refuse_busy(pending, port, retry_ms)
                 return
@@ -770,17 +778,10 @@ class Server(EndPoint[ServerConfiguration]):
             if not self._closing and not quiet:
                 self._notify_error(None, ServerError(f"handshake with {address} failed: {type(exc).__name__}: {exc}"))
 
-    def _busy(self, is_ipc: bool, address: str, route_id: int) -> int | None:
-        """Milliseconds a new HELLO should wait before asking again, or None to take it on: more handshakes in
-        flight than the server finished within the last handshake timeout, or its answer route already holding an
-        answer it cannot send (its client is not reading: another answer would only wait there too)."""
-        assert self._admission is not None
-        retry_ms = self._admission.retry_after_ms(len(self._pending), time.monotonic_ns())
-        if retry_ms is None and not is_ipc:
-            route = self._answer_routes.get((address, route_id))
-            if route is not None and route.backlog > 0:
-                retry_ms = int(self.config.handshake_timeout * 250)
-        return retry_ms
+    def _backed_up(self, address: str, route_id: int) -> bool:
+        """The answer route of this client route holds an answer its client has not read (back pressure)."""
+        route = self._answer_routes.get((address, route_id))
+        return route is not None and route.backlog > 0
 
     async def _refuse_busy(self, pending: _Pending, port: object, retry_ms: int) -> None:
         """SERVER_BUSY with a retry-after, sealed (the client believes it), before anything is made for the HELLO;
