@@ -687,7 +687,10 @@ class Server(EndPoint[ServerConfiguration]):
                 handshake.abandon(hello.connect_key)
                 return
             assert self._admission is not None
-            retry_ms = self._admission.retry_after_ms(len(self._pending), time.monotonic_ns())
+            # An address with nothing under way is always taken on: a flood from other addresses holding the
+            # handshakes in flight must not lock out a lone client (the half-open caps already made room for it).
+            storming = is_ipc or self._per_address.get(address, 0) > 0
+            retry_ms = self._admission.retry_after_ms(len(self._pending), time.monotonic_ns()) if storming else None
             if retry_ms is not None:
                 await self._refuse_busy(pending, port, retry_ms)
                 return
