@@ -373,7 +373,7 @@ def run_endpoint_handshakes(count: int, udp: bool) -> tuple[list[tuple[str, Rate
         phases = out.get(timeout=600)
         group.join(client, 30)
         stop.set()
-        _, error_count, errors, stats = server_out.get(timeout=30)
+        _, error_count, errors, stats, _counts = server_out.get(timeout=30)
         group.join(server, 15)
     return phases, f"server errors: {error_count} {errors} {stats}" if error_count else ""
 
@@ -716,7 +716,7 @@ def run_crowd(
         for proc in crowd:
             group.join(proc, 60)
         stop.set()
-        _, error_count, server_errors, stats = server_out.get(timeout=60)
+        _, error_count, server_errors, stats, _counts = server_out.get(timeout=60)
         group.join(server, 15)
     if error_count:
         errors.append(f"server errors: {error_count} {server_errors} {stats}")
