@@ -116,10 +116,11 @@ class Client(EndPoint[ClientConfiguration]):
         )
         self.connection: Connection | None = None
         self.handshake_stats = HandshakeStats()
-        self._rng = random.Random()
         self._hint: Rejected | None = None
         """Every handshake's counters added up: answers dropped as forged (``spoofed``), plain REJECTs ignored
         (``unsealed``), malformed ones, ..."""
+        self._rng = random.Random()
+        """Jitter for resends and returns after SERVER_BUSY (each client its own, so they spread)."""
         self._target: tuple[str, int] | None = None
         self._control_port = 0
         """The server's control port (UDP): our subscriptions' status messages go there."""

@@ -133,7 +133,7 @@ class _AnswerRoute:
         self.users = 0
         self.pinned = False
         self.backlog = 0
-        """Answers waiting on this route's back pressure: while any does, a new HELLO on it is refused busy."""
+        """Answers waiting on this route's back pressure: while any does, a new HELLO on it is dropped (counted)."""
 
     @property
     def usable(self) -> bool:
@@ -807,7 +807,7 @@ class Server(EndPoint[ServerConfiguration]):
     async def _send_answer(self, pending: _Pending, reply: Publication, packet: bytes) -> None:
         """Send a grant; when its route is back-pressured past the handshake timeout, keep the handshake and what
         was made for it (the client's resent HELLO gets this answer again, see ``_resend``) instead of throwing it
-        away for the client to make us build again. New HELLOs on that route are refused busy meanwhile."""
+        away for the client to make us build again. New HELLOs on that route are dropped meanwhile (``_backed_up``)."""
         if reply.offer(packet) >= 0:
             return
         handshake = self._handshake
