@@ -85,6 +85,8 @@ _log = logging.getLogger("endpoint")
 
 _ADMISSION_FLOOR = 256
 """Handshakes in flight a server takes on before it has shown how many it finishes within a handshake timeout."""
+_DONE_PATIENCE = 2.5
+"""Handshake timeouts the DONE step waits for the client's streams to connect (the handshake expires at 3)."""
 
 _FEW_HANDSHAKE_IMAGES = 4
 """Up to this many handshake images (client processes handshaking lately) are polled one by one."""
@@ -977,8 +979,12 @@ class Server(EndPoint[ServerConfiguration]):
             assert pending.reply is not None
             aeron = self._aeron()
             # The client subscribed before sending DONE: our publication is connected, or will be at once.
-            await wait_connected(pending.publication, timeout, aeron)
-            await wait_image(pending.subscription, timeout, aeron)
+            # As long as the client keeps resending DONE (three sends, each wait longer), within the 3 handshake
+            # timeouts the handshake may idle: a starved client's streams connect late, and giving up first
+            # threw them away for the client to make us build them again.
+            patience = _DONE_PATIENCE * timeout
+            await wait_connected(pending.publication, patience, aeron)
+            await wait_image(pending.subscription, patience, aeron)
             connection = Connection(
                 self,
                 connection_id=done.connection_id,
