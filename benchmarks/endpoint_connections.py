@@ -233,13 +233,15 @@ def _endpoint_server(
                     gc_note += "; in the storm " + ", ".join(
                         f"{b[0] - a[0]:.2f} s / {b[1] - a[1]:.0f}" for a, b in zip(*gc_marks, strict=True)
                     )
-                out.put(("server", len(errors), errors[:3], repr(server.handshake_stats) + gc_note))
+                stats = server.handshake_stats
+                counts = {f: getattr(stats, f, -1) for f in _STORM_COUNTS}
+                out.put(("server", len(errors), errors[:3], repr(stats) + gc_note, counts))
                 if profiler is not None:
                     profiling.cancel()
                 if window is not None:
                     gc_watch.cancel()
         except Exception as exc:
-            out.put(("server", -1, [f"{type(exc).__name__}: {exc}"], ""))
+            out.put(("server", -1, [f"{type(exc).__name__}: {exc}"], "", {}))
             raise
 
     asyncio.run(serve())
@@ -371,7 +373,7 @@ def run_endpoint_handshakes(count: int, udp: bool) -> tuple[list[tuple[str, Rate
         phases = out.get(timeout=600)
         group.join(client, 30)
         stop.set()
-        _, error_count, errors, stats = server_out.get(timeout=30)
+        _, error_count, errors, stats, _counts = server_out.get(timeout=30)
         group.join(server, 15)
     return phases, f"server errors: {error_count} {errors} {stats}" if error_count else ""
 
@@ -460,6 +462,16 @@ class Storm(NamedTuple):
     server_stats: str
     client_cpu_ms: float = float("nan")
     """The client processes' CPU time over their connects (drivers included) per connection made."""
+    server_counts: dict[str, int] = {}
+    """The server's handshake counters named in ``_STORM_COUNTS`` (-1: not counted by this version)."""
+    client_discarded: int = -1
+    """Connections the clients made after an answer and threw away (their DONE went unanswered)."""
+
+
+_STORM_COUNTS = ("challenged", "busy", "overloaded", "evicted", "unanswered", "discarded")
+"""The server's handshake counters a storm prints: attempts (a cookie per fresh HELLO), refusals (busy: refused
+with a retry-after before anything was made; overloaded: dropped at the half-open caps; evicted), answers that
+could not go, and rebuilds (a HELLO's streams made and thrown away)."""
 
 
 def storm_clients(
@@ -505,7 +517,8 @@ def storm_clients(
             if isinstance(o, BaseException):
                 reason = f"{type(o).__name__}: {' '.join(str(o).split()[:8])}"
                 failures[reason] = failures.get(reason, 0) + 1
-        out.put((count - sum(failures.values()), start, end, failures, cpu))
+        discarded = sum(getattr(c.handshake_stats, "discarded", 0) for c in clients)
+        out.put((count - sum(failures.values()), start, end, failures, cpu, discarded))
         await wait_event(release, 600, interval=0.1)
         await _close_all(clients)
 
@@ -572,7 +585,7 @@ def run_storm(
         for proc in procs:
             group.join(proc, 60)
         stop.set()
-        _, error_count, errors, stats = server_out.get(timeout=60)
+        _, error_count, errors, stats, counts = server_out.get(timeout=60)
         group.join(server, 30)
     ok = sum(r[0] for r in results)
     failures: dict[str, int] = {}
@@ -584,7 +597,8 @@ def run_storm(
     seconds = max(r[2] for r in results) - min(r[1] for r in results)
     client_ms = sum(r[4] for r in results) * 1000 / max(1, ok)
     server_ms = (cpu_after - cpu_before) * 1000 / max(1, ok)
-    return Storm(ok, processes * per_process, seconds, server_ms, failures, stats, client_ms)
+    discarded = sum(r[5] for r in results)
+    return Storm(ok, processes * per_process, seconds, server_ms, failures, stats, client_ms, counts, discarded)
 
 
 # -- (b) and (c): many idle clients -------------------------------------------------------------------------------
@@ -702,7 +716,7 @@ def run_crowd(
         for proc in crowd:
             group.join(proc, 60)
         stop.set()
-        _, error_count, server_errors, stats = server_out.get(timeout=60)
+        _, error_count, server_errors, stats, _counts = server_out.get(timeout=60)
         group.join(server, 15)
     if error_count:
         errors.append(f"server errors: {error_count} {server_errors} {stats}")
@@ -917,14 +931,44 @@ def main(argv: Sequence[str] | None = None) -> None:
             profile = f"{args.storm_profile}.{tag}" if args.storm_profile else ""
             st = run_storm(m, k, own, profile, server_env, args.storm_sources if own else 0)
             rate = st.ok / st.seconds if st.seconds else 0.0
+            c = st.server_counts
+            refused = "/".join(str(c.get(k, -1)) for k in ("busy", "overloaded", "evicted"))
+            thrown = f"{c.get('discarded', -1)}/{st.client_discarded}"
             storm_rows.append(
-                (name, f"{st.ok}/{st.tried}", st.seconds, rate, f"{st.server_cpu_ms:.1f}", f"{st.client_cpu_ms:.1f}")
+                (
+                    name,
+                    f"{st.ok}/{st.tried}",
+                    st.seconds,
+                    rate,
+                    f"{st.server_cpu_ms:.1f}",
+                    f"{st.client_cpu_ms:.1f}",
+                    c.get("challenged", -1),
+                    refused,
+                    c.get("unanswered", -1),
+                    thrown,
+                )
             )
             note(f"(s) {name}: {rate:.0f}/s; failures {st.failures}; server {st.server_stats}")
         print_table(
             "(s) Connect storms: UDP clients all connecting at once into one server process",
-            ["", "connected", "seconds", "handshakes/s", "server CPU ms each", "clients' CPU ms each"],
+            [
+                "",
+                "connected",
+                "seconds",
+                "handshakes/s",
+                "server CPU ms each",
+                "clients' CPU ms each",
+                "attempts",
+                "refused busy/dropped/evicted",
+                "unanswered",
+                "thrown away server/clients",
+            ],
             storm_rows,
+        )
+        print(
+            "  attempts: fresh HELLOs (a cookie each); refused: SERVER_BUSY with a retry-after before anything was"
+            " made / dropped at the half-open caps / evicted; thrown away: connection streams made and then closed"
+            " unused (-1: not counted by this version)"
         )
 
     if failed:

@@ -3,7 +3,9 @@
 Connecting: open a handshake publication to the server (IPC first when the
 server is on this machine), send HELLO (Noise NX, or NK once the server's key
 is pinned), repeat it with the cookie the server answers over UDP, and wait
-for the sealed answer (resending HELLO every ``handshake_timeout``). Create the
+for the sealed answer (resending HELLO after ``handshake_timeout``, each wait a quarter longer and jittered, so
+clients that started together do not ask again together; a SERVER_BUSY answer says when to come back, and the
+client does, with a fresh HELLO, within ``connect_timeout``). Create the
 connection's publication and subscription from the granted ids, wait for both
 to connect, send DONE and wait for DONE_ACK; then the connection is live,
 ``on_connect`` fires and (only now) the server's key is pinned. Answers that
@@ -18,6 +20,7 @@ import collections
 import contextlib
 import functools
 import logging
+import random
 import secrets
 import time
 from collections.abc import Callable
@@ -62,6 +65,7 @@ from endpoint.errors import (
     RejectReason,
     SchemaMismatchError,
 )
+from endpoint.handshake.admission import RETRY_AFTER_KEY, busy_delay, resend_delay
 from endpoint.handshake.keystore import KnownServers, default_config_dir, load_or_create_private_key
 from endpoint.handshake.protocol import (
     Accepted,
@@ -115,6 +119,8 @@ class Client(EndPoint[ClientConfiguration]):
         self._hint: Rejected | None = None
         """Every handshake's counters added up: answers dropped as forged (``spoofed``), plain REJECTs ignored
         (``unsealed``), malformed ones, ..."""
+        self._rng = random.Random()
+        """Jitter for resends and returns after SERVER_BUSY (each client its own, so they spread)."""
         self._target: tuple[str, int] | None = None
         self._control_port = 0
         """The server's control port (UDP): our subscriptions' status messages go there."""
@@ -204,7 +210,7 @@ class Client(EndPoint[ClientConfiguration]):
                 # A fresh route (local port and session) for the next attempt: the server may have let go of this
                 # one's answers, and our subscription takes that session's stream again only a while later.
                 self._routes.release(route, broken=True)
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(self._rng.uniform(0.05, 0.15))  # apart from the clients that failed with us
                 continue
             except BaseException:
                 self._routes.release(route)
@@ -303,6 +309,7 @@ class Client(EndPoint[ClientConfiguration]):
         step = cfg.handshake_timeout
         await wait_connected(route.publication, cfg.connect_timeout, self._shared.client() if self._shared else None)
         force_nx = False
+        busy = 0
         packed = cfg.serialization.packed_schemas()
         # HELLO must travel as one frame: without the schemas, the server can only check the classes are equal.
         schema: bytes | None = packed if len(packed) < route.publication.max_payload_length else None
@@ -342,6 +349,14 @@ class Client(EndPoint[ClientConfiguration]):
             ):
                 # Said in plain text, so unproven: ask again with NX, which makes the server prove its key.
                 force_nx = True
+                continue
+            if isinstance(answer, Rejected) and answer.authenticated and answer.reason is RejectReason.SERVER_BUSY:
+                # The server made nothing for us yet: ask again (a fresh HELLO) when it says, spread apart from the
+                # others it refused, until the connect's budget ends (ClientTimeoutError, as for no answer).
+                self._add_stats(handshake)
+                busy += 1
+                after = (answer.detail or {}).get(RETRY_AFTER_KEY)
+                await asyncio.sleep(busy_delay(after if type(after) is int else None, busy, step, self._rng))
                 continue
             break
         if not isinstance(answer, Accepted):
@@ -385,6 +400,7 @@ class Client(EndPoint[ClientConfiguration]):
                 else:  # the server holds sessions for others only (max_sessions): this connection goes without
                     self._end_session("the server has no room for our session (its max_sessions)")
         except BaseException:
+            handshake.stats.discarded += 1
             await self._discard(connection)
             raise
         finally:
@@ -469,13 +485,13 @@ class Client(EndPoint[ClientConfiguration]):
                 sent += 1
                 await offer_async(route.publication, packet(), timeout=step)
                 self._poke_poller()
-                wait = step
-                if probe is not None and sent == 1 and probe < step:
+                wait = resend_delay(step, sent, self._rng)  # growing and jittered: no wave of resends
+                if probe is not None and sent == 1 and probe < wait:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(asyncio.shield(answer), probe)
                     if not answer.done() and route.unproven:
                         raise _StaleRoute(f"no answer within {probe:g} s on a route reused after going idle")
-                    wait = step - probe  # something came back (a cookie asked for): the usual resend
+                    wait -= probe  # something came back (a cookie asked for): the usual resend
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(answer), wait)
             return answer.result()

@@ -16,7 +16,11 @@ publication and subscription and answers (Noise message 2, sealing the grant).
 The connection exists for the server once the client's DONE proves it holds the
 key and both streams are connected; then ``on_connect`` fires and DONE_ACK
 tells the client. When too many handshakes are half open, the oldest gives way
-and its client is told SERVER_BUSY (see :mod:`endpoint.handshake.protocol`).
+and its client is told SERVER_BUSY (see :mod:`endpoint.handshake.protocol`). In a connect storm, a HELLO past what
+the server finished within the last handshake timeout (see :mod:`endpoint.handshake.admission`) is told SERVER_BUSY
+with a retry-after before anything is made for it (one on an answer route still holding an answer its client has
+not read is dropped, counted ``overloaded``: a refusal would only queue there too);
+an answer held up by back pressure keeps its handshake, so the client's resent HELLO gets it again (never rebuilt).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from endpoint.connection.session import SessionLog, SessionTable, TableStats
 from endpoint.connection.shell import Connection
 from endpoint.errors import AllocationError, BudgetExceededError, ConnectionClosedError, RejectReason, ServerError
 from endpoint.groups import Group, check_length, offer_each, offer_each_newest
+from endpoint.handshake.admission import RETRY_AFTER_KEY, Admission
 from endpoint.handshake.keystore import default_config_dir, load_or_create_private_key
 from endpoint.handshake.protocol import (
     PROTOCOL_VERSION,
@@ -77,6 +82,11 @@ from endpoint.schema import CompatibilityCheck
 __all__ = ["Server"]
 
 _log = logging.getLogger("endpoint")
+
+_ADMISSION_FLOOR = 256
+"""Handshakes in flight a server takes on before it has shown how many it finishes within a handshake timeout."""
+_DONE_PATIENCE = 2.5
+"""Handshake timeouts the DONE step waits for the client's streams to connect (the handshake expires at 3)."""
 
 _FEW_HANDSHAKE_IMAGES = 4
 """Up to this many handshake images (client processes handshaking lately) are polled one by one."""
@@ -124,6 +134,8 @@ class _AnswerRoute:
         self.address = address
         self.users = 0
         self.pinned = False
+        self.backlog = 0
+        """Answers waiting on this route's back pressure: while any does, a new HELLO on it is dropped (counted)."""
 
     @property
     def usable(self) -> bool:
@@ -159,6 +171,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._allow = tuple(ipaddress.ip_network(n, strict=False) for n in cfg.allow)
         self._deny = tuple(ipaddress.ip_network(n, strict=False) for n in cfg.deny)
         self._handshake: ServerHandshake | None = None
+        self._admission: Admission | None = None
         self._udp_handshake: Subscription | None = None
         self._ipc_handshake: Subscription | None = None
         self._ipc_reply: Publication | None = None
@@ -277,6 +290,11 @@ class Server(EndPoint[ServerConfiguration]):
                 cookie_period_ns=int(cfg.cookie_period * 1e9),
                 max_pending=cfg.max_pending_handshakes,
                 max_pending_per_source=cfg.max_pending_per_source,
+            )
+            # Half the half-open cap at most: the other half holds HELLOs long enough to be refused (a sealed
+            # SERVER_BUSY naming when to come back) rather than dropped unanswered.
+            self._admission = Admission(
+                int(cfg.handshake_timeout * 1e9), _ADMISSION_FLOOR, max(1, cfg.max_pending_handshakes // 2)
             )
         await self._lease_driver()
         try:
@@ -686,6 +704,20 @@ class Server(EndPoint[ServerConfiguration]):
             if not is_ipc and (not isinstance(port, int) or not 0 < port < 65536):
                 handshake.abandon(hello.connect_key)
                 return
+            if not is_ipc and self._backed_up(address, route_id):
+                # Its answer would only queue behind the ones its client is not reading: dropped, counted, nothing
+                # made (its resent HELLO, same cookie, is taken up afresh once the route drains).
+                handshake.stats.overloaded += 1
+                handshake.abandon(hello.connect_key)
+                return
+            assert self._admission is not None
+            # An address with nothing under way is always taken on: a flood from other addresses holding the
+            # handshakes in flight must not lock out a lone client (the half-open caps already made room for it).
+            storming = is_ipc or self._per_address.get(address, 0) > 0
+            retry_ms = self._admission.retry_after_ms(len(self._pending), time.monotonic_ns()) if storming else None
+            if retry_ms is not None:
+                await self._refuse_busy(pending, port, retry_ms)
+                return
             refusal: _Refusal | None = self._check(hello, is_ipc, address)
             if refusal is None:
                 try:
@@ -761,7 +793,7 @@ class Server(EndPoint[ServerConfiguration]):
                 grant["unreliable_session_in"], grant["unreliable_session_out"] = pending.ids[4:6]
             if cfg.buffered_sessions:
                 grant["session_timeout_ms"] = int(cfg.session_timeout * 1000)  # an offer: a client may claim one
-            await self._send_reply(reply, handshake.accept(hello.connect_key, grant, time.time_ns()), timeout)
+            await self._send_answer(pending, reply, handshake.accept(hello.connect_key, grant, time.time_ns()))
         except Exception as exc:
             # Evicted meanwhile, or no answer route free (the client asks again): nothing to report.
             quiet = not handshake.is_pending(hello.connect_key) or isinstance(exc, _NoAnswerRoute)
@@ -772,6 +804,49 @@ class Server(EndPoint[ServerConfiguration]):
             await self._free_pending(pending)
             if not self._closing and not quiet:
                 self._notify_error(None, ServerError(f"handshake with {address} failed: {type(exc).__name__}: {exc}"))
+
+    def _backed_up(self, address: str, route_id: int) -> bool:
+        """The answer route of this client route holds an answer its client has not read (back pressure)."""
+        route = self._answer_routes.get((address, route_id))
+        return route is not None and route.backlog > 0
+
+    async def _refuse_busy(self, pending: _Pending, port: object, retry_ms: int) -> None:
+        """SERVER_BUSY with a retry-after, sealed (the client believes it), before anything is made for the HELLO;
+        offered once: a back-pressured route drops it (counted ``unanswered``) and the client's resend gets it."""
+        handshake = self._handshake
+        assert handshake is not None
+        key = pending.hello.connect_key
+        handshake.stats.busy += 1
+        self.rejections[RejectReason.SERVER_BUSY] += 1
+        text = f"the server is busy with other handshakes; try again in {retry_ms} ms"
+        packet = handshake.reject(key, RejectReason.SERVER_BUSY, text, {RETRY_AFTER_KEY: retry_ms})
+        route = await self._reply_route(pending, port)
+        if not route.is_connected:
+            await wait_connected(route, self.config.handshake_timeout, self._aeron())
+        if route.offer(packet) < 0:
+            handshake.stats.unanswered += 1
+        self._keep_reply(key, pending)
+        await self._free_pending(pending)
+
+    async def _send_answer(self, pending: _Pending, reply: Publication, packet: bytes) -> None:
+        """Send a grant; when its route is back-pressured past the handshake timeout, keep the handshake and what
+        was made for it (the client's resent HELLO gets this answer again, see ``_resend``) instead of throwing it
+        away for the client to make us build again. New HELLOs on that route are dropped meanwhile (``_backed_up``)."""
+        if reply.offer(packet) >= 0:
+            return
+        handshake = self._handshake
+        assert handshake is not None
+        lease = pending.lease
+        if lease is not None:
+            lease.backlog += 1
+        try:
+            await self._send_reply(reply, packet, self.config.handshake_timeout)
+        except TimeoutError:
+            handshake.stats.unanswered += 1
+            handshake.keep(pending.hello.connect_key, time.time_ns())
+        finally:
+            if lease is not None:
+                lease.backlog -= 1
 
     async def _reply_route(self, pending: _Pending, port: object) -> Publication:
         """Where answers to this client go: the shared IPC reply stream, or a publication to its UDP reply port."""
@@ -885,6 +960,8 @@ class Server(EndPoint[ServerConfiguration]):
         await offer_async(publication, packet, timeout=timeout)
 
     async def _free_pending(self, pending: _Pending) -> None:
+        if (pending.publication is not None or pending.subscription is not None) and self._handshake is not None:
+            self._handshake.stats.discarded += 1
         self._release_ids(pending.ids)
         if pending.counted:
             pending.counted = False
@@ -924,8 +1001,12 @@ class Server(EndPoint[ServerConfiguration]):
             assert pending.reply is not None
             aeron = self._aeron()
             # The client subscribed before sending DONE: our publication is connected, or will be at once.
-            await wait_connected(pending.publication, timeout, aeron)
-            await wait_image(pending.subscription, timeout, aeron)
+            # As long as the client keeps resending DONE (three sends, each wait longer), within the 3 handshake
+            # timeouts the handshake may idle: a starved client's streams connect late, and giving up first
+            # threw them away for the client to make us build them again.
+            patience = _DONE_PATIENCE * timeout
+            await wait_connected(pending.publication, patience, aeron)
+            await wait_image(pending.subscription, patience, aeron)
             connection = Connection(
                 self,
                 connection_id=done.connection_id,
@@ -981,6 +1062,8 @@ class Server(EndPoint[ServerConfiguration]):
             self._address_of[connection.id] = pending.address
         self._keep_reply(done.connect_key, pending)
         self.handshakes_accepted += 1
+        if self._admission is not None:
+            self._admission.finished(time.monotonic_ns())
         if session is not None and granted is not None:
             session.attach(connection, resumed=granted.resumed)
         self._add_connection(connection)

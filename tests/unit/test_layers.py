@@ -60,6 +60,7 @@ SANS_IO = (
     "driver.archive.replay_bound",
     "driver.sbe",
     "endpoint.handshake.protocol",
+    "endpoint.handshake.admission",
     "endpoint.handshake.noise",
     "endpoint.connection.liveness",
     "endpoint.connection.agenda",

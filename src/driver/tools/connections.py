@@ -89,8 +89,12 @@ HANDSHAKE_DROP_REASONS = (
     "evicted",
     "unsealed",
     "unanswered",
+    "busy",
+    "discarded",
 )
-"""Why a server's handshake dropped a packet (its ``HandshakeStats``): ``handshake_drops:<reason>``."""
+"""Why a server's handshake dropped a packet (its ``HandshakeStats``): ``handshake_drops:<reason>``. ``busy``: a HELLO
+refused SERVER_BUSY before anything was made for it; ``discarded``: a handshake whose streams were made and thrown
+away."""
 REJECT_REASONS = (
     "server_full",
     "too_many_from_address",

@@ -302,6 +302,11 @@ class HandshakeStats:
     unsealed: int = 0
     unanswered: int = 0
     """Answers the glue could not send (no answer route free for the address); the client asks again."""
+    busy: int = 0
+    """HELLOs refused SERVER_BUSY with a retry-after before anything was made for them (more in flight than the
+    server finishes within a handshake timeout, or their answer route already back-pressured)."""
+    discarded: int = 0
+    """Handshakes whose connection streams were made and then thrown away (never became a connection)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -759,6 +764,10 @@ class ServerHandshake:
         if known is not None:
             if hmac.compare_digest(known.client_public, message.client_public):
                 self.retried = key
+                if isinstance(known, _Pending) and known.state == "acked":
+                    # Its answer is on the way (or was lost): the resend reuses what was made for it, so it must
+                    # not expire under a client still asking (the caps and eviction still bound it).
+                    known.updated_ns = max(known.updated_ns, now_ns)
             else:
                 self.stats.replayed += 1
             return None
@@ -1021,6 +1030,13 @@ class ServerHandshake:
             return entry.reply
         finished = self._finished.get(connect_key)
         return finished.reply if finished is not None else None
+
+    def keep(self, connect_key: int, now_ns: int) -> None:
+        """An answered handshake whose answer has not left yet (its route back-pressured): its timeout restarts,
+        so the client's resent HELLO finds it and gets the same answer; unknown keys are ignored."""
+        entry = self._pending.get(connect_key)
+        if entry is not None:
+            entry.updated_ns = max(entry.updated_ns, now_ns)
 
     def pending_count(self) -> int:
         return len(self._pending)

@@ -757,3 +757,46 @@ def test_a_session_claim_with_a_forged_proof_or_replayed_into_another_handshake_
     assert isinstance(done, Done)
     assert done.session is not None
     assert done.session.public_key == public
+
+
+# ------------------------------------------------------------------------------------------------ connect storms
+
+
+def test_a_busy_refusal_is_sealed_and_carries_the_retry_after() -> None:
+    server, client = make_server(), make_client()
+    hello = hello_with_cookie(server, client)
+    assert isinstance(hello, Hello)
+    resent = client.hello(T0)  # the same HELLO again, as the client sends it when no answer came
+    packet = server.reject(client.connect_key, RejectReason.SERVER_BUSY, "busy", {"retry_after_ms": 250})
+    result = client.receive(packet)
+    assert result == Rejected(RejectReason.SERVER_BUSY, "busy", True, {"retry_after_ms": 250})
+    assert not server.is_pending(client.connect_key)
+    # Its HELLO resent (the refusal was lost) is a retry of a finished handshake: the same refusal, nothing new.
+    assert server.receive(resent, SRC, T0) is None
+    assert server.retried == client.connect_key
+    assert server.last_reply(client.connect_key) == packet
+
+
+def test_a_resent_hello_keeps_an_answered_handshake_from_expiring() -> None:
+    """The answer's route is back-pressured and the client asks again: the resend reuses the pending work (the same
+    answer) and restarts its timeout, so nothing is thrown away and built again while the client is still asking."""
+    server, client = make_server(), make_client()
+    assert isinstance(hello_with_cookie(server, client), Hello)
+    resent = client.hello(T0)
+    answer = server.accept(client.connect_key, grant_for(7), T0)
+    later = T0 + TIMEOUT - 1
+    assert server.receive(resent, SRC, later) is None
+    assert server.retried == client.connect_key
+    assert server.last_reply(client.connect_key) == answer
+    assert server.expire(T0 + TIMEOUT + SEC) == []
+    assert server.is_pending(client.connect_key)
+    assert server.expire(later + TIMEOUT + 1) == [client.connect_key]
+
+
+def test_keep_restarts_an_answered_handshakes_timeout() -> None:
+    server, client = make_server(), make_client()
+    accepted(server, client, 7)
+    server.keep(client.connect_key, T0 + TIMEOUT // 2)
+    server.keep(12345, T0)  # unknown: ignored
+    assert server.expire(T0 + TIMEOUT + 1) == []
+    assert server.expire(T0 + TIMEOUT // 2 + TIMEOUT + 1) == [client.connect_key]
