@@ -33,6 +33,7 @@ from driver.concurrent._watches import FrameWatch
 from driver.core.agenda import Agenda, no_wake
 from driver.core.command_queues import CommandQueue
 from driver.core.network_publication import NetworkPublication
+from driver.errors import ChannelEndpointError
 from driver.media._net import SendSlot, send_publications
 from driver.media.endpoints import SendChannelEndpoint
 from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints
@@ -141,7 +142,7 @@ class Sender:
         for publication in self.publications:
             try:
                 publication.signal_end_on_close(now_ns)
-            except OSError:  # a socket already gone: its receivers time out as before
+            except (OSError, ChannelEndpointError):  # the socket or network gone: its receivers time out as before
                 pass
         self._ready.close()
 
