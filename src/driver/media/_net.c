@@ -1275,6 +1275,24 @@ error:
 
 /* Send the frames gathered so far (sendmmsg); a datagram the kernel refuses is counted as a short send and not
  * retried (the image's next status message repeats it). */
+/* The least and greatest of an image's subscriber positions (its rebuild position where one is unmapped, or
+ * when it has none). */
+static inline void
+subscriber_bounds(const ImageSlot *s, long long *min_position, long long *max_position)
+{
+    long long least = s->rebuild, greatest = s->rebuild;
+    for (Py_ssize_t i = 0; i < s->subscriber_count; i++) {
+        int64_t *address = counter_address(&s->subscribers[i]);
+        long long value_now = address != NULL ? __atomic_load_n(address, __ATOMIC_ACQUIRE) : s->rebuild;
+        if (i == 0 || value_now < least)
+            least = value_now;
+        if (i == 0 || value_now > greatest)
+            greatest = value_now;
+    }
+    *min_position = least;
+    *max_position = greatest;
+}
+
 static void
 flush_status_messages(int fd, struct mmsghdr *messages, int count, const CounterRef *short_sends)
 {
@@ -1338,15 +1356,8 @@ DatagramSocket_send_status_messages(DatagramSocket *self, PyObject *const *args,
                 next = s->sm_due_ns;
             continue;
         }
-        long long min_position = s->rebuild, max_position = s->rebuild;
-        for (Py_ssize_t i = 0; i < s->subscriber_count; i++) {
-            int64_t *address = counter_address(&s->subscribers[i]);
-            long long value_now = address != NULL ? __atomic_load_n(address, __ATOMIC_ACQUIRE) : s->rebuild;
-            if (i == 0 || value_now < min_position)
-                min_position = value_now;
-            if (i == 0 || value_now > max_position)
-                max_position = value_now;
-        }
+        long long min_position, max_position;
+        subscriber_bounds(s, &min_position, &max_position);
         if (s->rebuild < s->hwm || max_position > s->rebuild) {
             next = now_ns; /* not quiet: Python's tracking has it (every cycle while a gap is open); look next pass */
             continue;
@@ -1495,15 +1506,8 @@ slots_to_track(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
             goto fail;
         }
         ImageSlot *s = (ImageSlot *)object;
-        long long min_position = s->rebuild, max_position = s->rebuild;
-        for (Py_ssize_t j = 0; j < s->subscriber_count; j++) {
-            int64_t *address = counter_address(&s->subscribers[j]);
-            long long value_now = address != NULL ? __atomic_load_n(address, __ATOMIC_ACQUIRE) : s->rebuild;
-            if (j == 0 || value_now < min_position)
-                min_position = value_now;
-            if (j == 0 || value_now > max_position)
-                max_position = value_now;
-        }
+        long long min_position, max_position;
+        subscriber_bounds(s, &min_position, &max_position);
         /* A due status message of a quiet image whose timer runs natively leaves from send_status_messages. */
         if (s->rebuild >= s->hwm && max_position <= s->rebuild && min_position <= s->sm_trigger_position &&
             (now_ns <= s->sm_due_ns || slot_timed_natively(s)))
