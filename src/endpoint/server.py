@@ -412,11 +412,7 @@ class Server(EndPoint[ServerConfiguration]):
             return self._broadcast_to(message, to if isinstance(to, (list, tuple)) else tuple(to))
         if type(message) in self.config.serialization.unreliable:
             newest = frame(self.sequencer.next(type(message)), self.config.serialization.encode(message))
-            taken = 0
-            for connection in self._polled:
-                if not connection._closing:
-                    taken += connection._send_newest(newest, message)
-            return taken
+            return offer_each_newest(self._polled, newest, message)
         data = self.config.serialization.encode(message)
         sent = 0
         for connection in self._polled:
