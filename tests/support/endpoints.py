@@ -233,6 +233,19 @@ async def wait_until(
         await asyncio.sleep(interval)
 
 
+async def server_end(server: Server, conn: Connection, timeout: float = 10.0) -> Connection:
+    """The server's end of the client's ``conn`` (the same connection id at both ends).
+
+    Found by id, never as "the server's only connection": a connect that started over under load (its DONE
+    answered too late) leaves the server the abandoned attempt's connection until that attempt's streams go.
+    """
+    return await wait_until(
+        lambda: next((c for c in server.connections if c.id == conn.id), None),
+        timeout,
+        what=f"the server's end of connection {conn.id}",
+    )
+
+
 @attrs.define
 class Events:
     """What one side's listeners saw, in order: ``("connect", id)``, ``("msg", message)``, ``("disconnect", id)``."""

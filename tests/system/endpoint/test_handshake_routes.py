@@ -27,6 +27,7 @@ from support.endpoints import (
     free_udp_port,
     running_server,
     server_config,
+    server_end,
     wait_until,
 )
 from support.logged_process import LoggedProcess
@@ -266,7 +267,7 @@ async def test_a_client_with_a_local_address_sends_from_it_too(aeron_dir: Path, 
         try:
             conn = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
             assert await conn.ping() > 0
-            (at_server,) = server.connections
+            at_server = await server_end(server, conn)
             assert at_server.remote_address.startswith("127.0.0.5:")
         finally:
             await client.close()
@@ -283,7 +284,7 @@ async def test_a_server_on_every_ipv6_address_answers_ipv4_and_ipv6_clients(
         try:
             conn = await asyncio.wait_for(client.connect(host, port), 15)
             assert await conn.ping() > 0
-            (at_server,) = server.connections
+            at_server = await server_end(server, conn)
             assert at_server.remote_address.rpartition(":")[0] in ("::ffff:127.0.0.1", "::1")
         finally:
             await client.close()

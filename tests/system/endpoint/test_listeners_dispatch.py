@@ -28,6 +28,7 @@ from support.endpoints import (
     connected_client,
     running_server,
     server_config,
+    server_end,
     wait_until,
 )
 
@@ -141,7 +142,7 @@ async def test_a_failing_listener_reaches_local_and_global_error_listeners_and_t
             await deliver(conn, Chat("boom"), local, 2)
             await deliver(conn, Move(1, 0), handled, 1)
             await deliver(conn, Chat("fine"), handled, 2)
-            (server_conn,) = server.connections
+            server_conn = await server_end(server, conn)
             assert handled == [Move(1, 0), Chat("fine")]
             assert [(c, type(e), str(e)) for c, e in local] == [
                 (server_conn, ValueError, "bad move -1"),
@@ -171,7 +172,7 @@ async def test_under_the_error_policy_a_message_nobody_listens_for_is_an_unhandl
         server.on_error(lambda c, e: errors.append((c, e)))
         server.on_message(Ack, lambda c, m: got.append(m))
         await deliver(conn, Unlisted("nobody"), errors, 1)
-        (server_conn,) = server.connections
+        server_conn = await server_end(server, conn)
         ((where, error),) = errors
         assert where is server_conn
         assert isinstance(error, UnhandledMessageError)

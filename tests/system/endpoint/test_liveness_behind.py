@@ -12,7 +12,15 @@ import asyncio
 from pathlib import Path
 
 from endpoint import Connection
-from support.endpoints import Num, client_config, connected_client, running_server, server_config, wait_until
+from support.endpoints import (
+    Num,
+    client_config,
+    connected_client,
+    running_server,
+    server_config,
+    server_end,
+    wait_until,
+)
 
 PING = 0.2
 TIMEOUT = 1.0
@@ -26,8 +34,7 @@ async def test_a_peer_whose_messages_keep_arriving_outlives_a_reader_three_timeo
     async with running_server(server_config(aeron_dir, port, **timing)) as server:
         server.on_message(Num, lambda conn, msg: received.append(msg.i))
         async with connected_client(client_config("udp", aeron_dir, client_dir, **timing), port) as (_, conn):
-            await wait_until(lambda: server.connections, 5, what="the server's side")
-            (server_conn,) = server.connections
+            server_conn = await server_end(server, conn)
             await conn.send(Num(0))
             await wait_until(lambda: received == [0], 5, what="the first message")
             behind = server_conn._poll
@@ -55,9 +62,8 @@ async def test_a_peer_that_stops_is_still_found_dead_while_the_server_is_behind(
     timing = {"ping_interval": PING, "peer_timeout": TIMEOUT}
     async with running_server(server_config(aeron_dir, port, **timing)) as server:
         server.on_disconnect(lost.append)
-        async with connected_client(client_config("udp", aeron_dir, client_dir, **timing), port) as (client, _):
-            await wait_until(lambda: server.connections, 5, what="the server's side")
-            (server_conn,) = server.connections
+        async with connected_client(client_config("udp", aeron_dir, client_dir, **timing), port) as (client, conn):
+            server_conn = await server_end(server, conn)
             server_conn._poll = lambda: 0  # type: ignore[method-assign]
             client._tick = lambda now_ns: None  # type: ignore[method-assign]  # the client sends no keepalives
             await wait_until(lambda: lost, 10 * TIMEOUT, what="the silent peer found dead")

@@ -21,6 +21,7 @@ from support.endpoints import (
     connected_client,
     running_server,
     server_config,
+    server_end,
     wait_until,
 )
 
@@ -103,7 +104,7 @@ async def test_the_error_policy_reaches_on_error_with_the_connection_and_logs_no
         for i in range(3):
             await asyncio.wait_for(conn.send(Unlisted(f"n{i}")), 5)
         await wait_until(lambda: len(seen) == 3, 10, what="three unhandled message errors")
-        (server_conn,) = server.connections
+        server_conn = await server_end(server, conn)
         assert all(c is server_conn for c, _ in seen)
         assert all(isinstance(e, UnhandledMessageError) and e.message_type is Unlisted for _, e in seen)
         assert server_conn.unhandled_messages == 3

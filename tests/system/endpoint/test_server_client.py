@@ -38,6 +38,7 @@ from support.endpoints import (
     connected_client,
     running_server,
     server_config,
+    server_end,
     wait_until,
 )
 
@@ -103,7 +104,7 @@ async def test_connect_and_send_both_ways(transport: str, aeron_dir: Path, clien
             await wait_until(lambda: at_client, 5, what="the echo")
             assert at_client == [Ack(5)]
 
-            (server_conn,) = server.connections
+            server_conn = await server_end(server, conn)
             assert at_server == [(server_conn, Move(2, 3))]
             assert server_conn.id == conn.id
             assert server_conn.is_ipc is conn.is_ipc
@@ -207,7 +208,7 @@ async def test_ping_measures_a_positive_round_trip(
             rtt = await conn.ping()
             assert rtt > 0
             assert conn.rtt == rtt
-            (server_conn,) = server.connections
+            server_conn = await server_end(server, conn)
             server_rtt = await server_conn.ping()
             assert server_rtt > 0
             assert server_conn.rtt == server_rtt
@@ -255,7 +256,7 @@ async def test_pings_across_many_term_rotations_are_all_answered(
         async with asyncio.timeout(60):
             for _ in range(2500):
                 assert await conn.ping(timeout=5) > 0
-            (server_conn,) = server.connections
+            server_conn = await server_end(server, conn)
             for _ in range(1100):
                 assert await server_conn.ping(timeout=5) > 0
 

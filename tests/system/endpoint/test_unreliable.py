@@ -16,7 +16,7 @@ import pytest
 from driver.cnc import CncFile
 from driver.concurrent.counters import CountersReader
 from driver.concurrent.system_counters import SystemCounterId
-from endpoint import Connection, Server
+from endpoint import Connection
 from support.endpoints import (
     TRANSPORTS,
     Move,
@@ -26,6 +26,7 @@ from support.endpoints import (
     make_serialization,
     running_server,
     server_config,
+    server_end,
     wait_until,
 )
 
@@ -42,12 +43,6 @@ def system_counter(aeron_dir: Path, counter: SystemCounterId) -> int:
         return int(CountersReader(cnc.counters_metadata_buffer, cnc.counters_values_buffer).get_counter_value(counter))
     finally:
         cnc.close()
-
-
-def only_server_connection(server: Server) -> Connection:
-    connections = server.connections
-    assert len(connections) == 1
-    return connections[0]
 
 
 async def send_until(
@@ -77,7 +72,7 @@ async def test_newest_wins_both_ways_and_udp_moves_onto_the_unreliable_stream(
         async with connected_client(client_config(transport, aeron_dir, client_dir), port) as (client, conn):
             client.on_message(Move, lambda c, m: at_client.append(m.x))
             sent_up = await send_until(conn, at_server, at_least=300, more=50)
-            peer = only_server_connection(server)
+            peer = await server_end(server, conn)
             sent_down = await send_until(peer, at_client, at_least=300, more=50)
             if transport == "udp":
                 # Each sender's unreliable publication connected: the last frames took the reliable=false stream.
@@ -116,7 +111,7 @@ async def test_a_class_registered_unreliable_goes_newest_wins_with_send(
             await conn.send(Num(7))  # other classes stay reliable
             await wait_until(lambda: got == [1, 2], 10)
             assert conn.unreliable_sent == 2
-            assert only_server_connection(server).unreliable_received == 2
+            assert (await server_end(server, conn)).unreliable_received == 2
 
 
 async def test_a_sealed_connection_keeps_newest_wins_messages_on_its_sealed_stream(
@@ -131,7 +126,7 @@ async def test_a_sealed_connection_keeps_newest_wins_messages_on_its_sealed_stre
             await send_until(conn, got, at_least=100, more=20)
             assert got == sorted(set(got))
             assert not conn.unreliable_stream
-            assert only_server_connection(server).seal_failures == 0
+            assert (await server_end(server, conn)).seal_failures == 0
 
 
 async def test_under_loss_the_unreliable_stream_skips_what_was_lost_and_never_goes_back(
@@ -151,7 +146,7 @@ async def test_under_loss_the_unreliable_stream_skips_what_was_lost_and_never_go
             monkeypatch.delenv("AERON_DEBUG_RECEIVE_LOSS_RATE")
             client.on_message(Move, lambda c, m: snapshots.append(m.x))
             client.on_message(Num, lambda c, m: events.append(m.i))
-            peer = only_server_connection(server)
+            peer = await server_end(server, conn)
             fills_before = system_counter(client_dir, SystemCounterId.LOSS_GAP_FILLS)
             last = await send_until(peer, snapshots, at_least=50, more=10)
             await wait_until(lambda: peer.unreliable_stream, 10, what="the server's unreliable stream")
@@ -190,5 +185,5 @@ async def test_server_broadcast_of_a_class_registered_unreliable_goes_newest_win
                 await asyncio.sleep(0.002)
             await wait_until(lambda: got and got[-1] == 200, 10, what="the last snapshot")
             assert got == sorted(set(got))
-            assert only_server_connection(server).unreliable_sent == 200
+            assert (await server_end(server, conn)).unreliable_sent == 200
             assert conn.unreliable_received == len(got)
