@@ -52,7 +52,8 @@ async def test_a_full_counters_file_only_skips_the_counters(
         async with connected_client(client_config("udp", aeron_dir, client_dir), port) as (client, connection):
             await connection.send(Chat("still works"))
             await wait_until(lambda: received, timeout=20, what="the message")
-            await wait_until(lambda: server.connection_counters.failures == 1, timeout=20, what="the server's skip")
+            # At least one: a connect that started over under load leaves the server an abandoned attempt's connection.
+            await wait_until(lambda: server.connection_counters.failures >= 1, timeout=20, what="the server's skip")
             assert client.connection_counters.failures == 1
             assert len(server.connection_counters) == 0
             assert len(client.connection_counters) == 0
