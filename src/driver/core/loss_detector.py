@@ -236,6 +236,14 @@ class LossDetector:
         if not self._max_gaps_ahead:
             self._ahead.clear()
 
+    def next_deadline_ns(self) -> int:
+        """When a scan next has a NAK to send for the gaps found so far, if nothing is repaired meanwhile (-1: no
+        gap was ever found). Between deadlines a scan that no new data reached only finds the same gaps."""
+        deadline = self._deadline_ns
+        if self._ahead and self._next_ahead_deadline_ns < deadline:
+            deadline = self._next_ahead_deadline_ns
+        return deadline
+
     @property
     def gaps_ahead(self) -> list[tuple[int, int, int]]:
         """``(term_id, term_offset, length)`` of the gaps tracked beyond the first."""

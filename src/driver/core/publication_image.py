@@ -342,14 +342,21 @@ class PublicationImage:
 
     def next_track_ns(self) -> int:
         """When ``track_rebuild`` has something to do again with no new data and subscribers where they are: the
-        next status message (never, when the receive endpoint's native timer sends it); 0 (every cycle) while a gap
-        is open or NAKs wait, or the window is not static."""
+        next status message (never, when the receive endpoint's native timer sends it); with a reliable stream's
+        gap open, that or the gaps' next NAK, whichever comes first (a repair where the rebuild stopped, data
+        past the high-water mark or a subscriber moving wakes it sooner: an overloaded receiver with many gapped
+        images does not scan each of them every cycle); 0 (every cycle) while NAKs wait, an unreliable stream's
+        gap is open (its fill is scanned past on the next cycle) or the window is not static."""
         slot = self.slot
-        if slot.rebuild < slot.hwm or self._pending_naks or not self._static_window:
+        due: int = slot.sm_due_ns
+        if self._pending_naks or not self._static_window:
             return 0
+        if slot.rebuild < slot.hwm:
+            if not self.is_reliable:
+                return 0
+            return max(0, min(self.loss_detector.next_deadline_ns(), due + 1))
         if slot.timed_natively:
             return NEVER_NS
-        due: int = slot.sm_due_ns
         return due + 1
 
     def _measure_rtt(self, now_ns: int) -> int:

@@ -656,7 +656,7 @@ slot_insert(ImageSlot *s, int32_t term_id, int32_t term_offset, const char *pack
     memcpy(&first_word, packet, 4);
     int heartbeat = length == DATA_HEADER_LENGTH && first_word == 0;
     int64_t proposed = heartbeat ? position : position + length;
-    int in_order = 0;
+    int in_order = 0, needs_scan = 0;
     if (position < s->last_sm_position) {
         counter_add(&s->under_runs, 1);
         return 0;
@@ -684,6 +684,9 @@ slot_insert(ImageSlot *s, int32_t term_id, int32_t term_offset, const char *pack
          * over the whole of a PAD frame it ends with (to the end of the term), as the loss scan would step.
          * The high-water mark stays at the bytes received (Aeron's), so the rebuild may then be ahead of it. */
         in_order = inserted && position == s->rebuild && s->rebuild >= s->hwm;
+        /* A repair landing where the rebuild stopped: the scan can move it on now (an image with a gap is
+         * otherwise tracked only at its NAK and status-message deadlines). */
+        needs_scan = inserted && position == s->rebuild && s->rebuild < s->hwm;
     }
     s->time_of_last_packet_ns = now_ns;
     if (proposed > s->hwm) {
@@ -693,12 +696,15 @@ slot_insert(ImageSlot *s, int32_t term_id, int32_t term_offset, const char *pack
             int64_t rebuilt = position + (covered > length ? covered : length);
             s->rebuild = rebuilt;
             counter_store(&s->rebuild_counter, rebuilt);
-        } else if (proposed > s->rebuild && s->wake != Py_None) { /* (a heartbeat within a stepped-over pad: no) */
-            PyObject *result = PyObject_CallNoArgs(s->wake);
-            if (result == NULL)
-                return -1;
-            Py_DECREF(result);
+        } else if (proposed > s->rebuild) { /* (a heartbeat within a stepped-over pad: no) */
+            needs_scan = 1;
         }
+    }
+    if (needs_scan && s->wake != Py_None) {
+        PyObject *result = PyObject_CallNoArgs(s->wake);
+        if (result == NULL)
+            return -1;
+        Py_DECREF(result);
     }
     return length;
 }

@@ -233,24 +233,37 @@ def test_an_image_asks_to_be_tracked_when_its_next_status_message_is_due(tmp_pat
         assert h.image.next_track_ns() == due + SM_TIMEOUT_NS + 1
         h.data(128, now_ns=due)
         assert woken == [1]  # beyond a gap: the receiver tracks it (a loss scan) on its next cycle
-        assert h.image.next_track_ns() == 0
         h.data(128, now_ns=due)
         assert woken == [1]  # a duplicate raises nothing
         h.data(64, now_ns=due)
-        assert woken == [1]  # the gap filled: the next cycle's scan (it is due every cycle) finds it
+        assert woken == [1, 1]  # the gap filled where the rebuild stopped: woken for the scan to move it on
         h.image.track_rebuild(due)
         assert h.image.rebuild_position.get() == 192
 
 
-def test_an_image_with_a_gap_or_a_moving_window_is_tracked_every_cycle(tmp_path: Path) -> None:
+def test_an_image_with_a_gap_is_tracked_at_its_nak_deadlines_and_a_moving_window_every_cycle(tmp_path: Path) -> None:
+    """A gap's image is not scanned every cycle: only when its NAK is next due (or the status message, if sooner);
+    a repair where the rebuild stopped wakes it (above)."""
     with harness(tmp_path) as h:
+        woken: list[int] = []
+        h.image.wake = lambda: woken.append(1)
         h.data(128)  # a gap at 0..127
-        h.image.track_rebuild(1)
-        assert h.image.next_track_ns() == 0
+        assert woken == [1]
+        assert h.image.track_rebuild(1) >= 1  # the NAK, at once (unicast)
+        assert h.kinds().count(HDR_TYPE_NAK) == 1
+        retry = h.image.next_track_ns()
+        assert 1 < retry <= 1 + SM_TIMEOUT_NS + 1  # the NAK's repeat or the status message, whichever is first
+        h.image.track_rebuild(retry - 1)
+        assert h.kinds().count(HDR_TYPE_NAK) == 1  # a scan before the deadline (a subscriber woke it) NAKs nothing
+        h.image.track_rebuild(retry)
+        assert h.kinds().count(HDR_TYPE_NAK) == 2  # the gap still open at its deadline: NAKed again
+        assert h.image.next_track_ns() > retry
         h.data(0)
         h.data(64)
-        h.image.track_rebuild(2)
-        assert h.image.next_track_ns() > 0
+        assert woken == [1, 1]
+        h.image.track_rebuild(retry + 1)
+        assert h.image.rebuild_position.get() == 192
+        assert h.image.next_track_ns() > retry + 1
     (tmp_path / "forcing").mkdir()
     with harness(tmp_path / "forcing", ForcingCongestion()) as h:
         assert h.image.next_track_ns() == 0

@@ -145,10 +145,18 @@ def test_data_beyond_a_gap_wakes_the_image_and_leaves_the_rebuild_for_the_scan()
         r.receive(1)
         assert (r.slot.hwm, r.slot.rebuild, r.woken) == (192, 0, 1)
         r.send(data(128))  # a duplicate: not inserted again, nothing raised
-        r.send(data(0))  # fills part of the gap: hwm unchanged, the scan will find it
-        r.receive(2)
+        r.receive(1)
         assert (r.slot.hwm, r.slot.rebuild, r.woken) == (192, 0, 1)
+        r.send(data(64))  # inside the gap, not where the rebuild stopped: nothing for a scan to move yet
+        r.receive(1)
+        assert (r.slot.hwm, r.slot.rebuild, r.woken) == (192, 0, 1)
+        r.send(data(0))  # where the rebuild stopped: hwm unchanged, woken for the scan to move the rebuild on
+        r.receive(1)
+        assert (r.slot.hwm, r.slot.rebuild, r.woken) == (192, 0, 2)
         assert r.terms[0].get_int(0) == 64
+        r.send(data(0))  # a duplicate of the repair: not inserted again, no wake
+        r.receive(1)
+        assert r.woken == 2
 
 
 def _ending_in_padding(offset: int, pad: int) -> bytes:
