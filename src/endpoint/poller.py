@@ -129,7 +129,9 @@ class Polled(Protocol):
         """Whatever it waits for wakes the poller when it comes (a datagram, a command, a send of this loop)."""
         ...
 
-    def _tick(self, now_ns: int) -> None: ...
+    def _tick(self, now_ns: int) -> bool:
+        """Its timers; True if they may have written something for the driver to send."""
+        ...
 
     def _notify_error(self, connection: Connection | None, error: BaseException) -> None: ...
 
@@ -397,12 +399,16 @@ class LoopPoller:
             if now >= next_tick:
                 next_tick = (now // self._tick_ns + 1) * self._tick_ns  # on the grid (see the class docstring)
                 self.routes.tick(now)
+                wrote = False
                 for endpoint in endpoints:
                     try:
-                        endpoint._tick(now)
+                        wrote = endpoint._tick(now) or wrote
                     except Exception as exc:
+                        wrote = True
                         endpoint._notify_error(None, exc)
-                if self._network:  # UDP: what the timers wrote (keepalives, cancels, acks) leaves in this wake-up
+                # UDP: what the timers wrote (keepalives, cancels, acks) leaves in this wake-up; a step at which
+                # no timer looked at anything needs no second duty cycle
+                if self._network and wrote:
                     for invoker in self._driver_invokers:
                         invoker.invoke()
             if self._breathe and now - last_breath > _BREATHE_EVERY_NS and threading.active_count() > 1:
