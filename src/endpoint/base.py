@@ -330,8 +330,10 @@ class EndPoint(Generic[ConfigT]):
         """Hook: the server polls its handshake streams here."""
         return 0
 
-    def _tick_extra(self, now_ns: int) -> None:
-        """Hook: the server expires half-done handshakes here."""
+    def _tick_extra(self, now_ns: int) -> bool:
+        """Hook: the server expires half-done handshakes here. True if it had anything to look at (it may have
+        written something for the driver to send)."""
+        return False
 
     @property
     def _sleeps_soundly(self) -> bool:
@@ -405,10 +407,17 @@ class EndPoint(Generic[ConfigT]):
             if due > step:
                 agenda.file(connection, step)
 
-    def _tick(self, now_ns: int) -> None:
+    def _tick(self, now_ns: int) -> bool:
+        """The end point's timers: the connections due on its agenda, handshakes, counters, driver health. True if
+        it may have written something for the driver to send (a keepalive, an acknowledgement, a ping): the
+        poller then runs the driver's duty cycle once more so it leaves in this wake-up. An idle server's
+        connections fall due on a grid of half a ping interval while its timers run ten times a second: the
+        steps in between look at nothing and need no second duty cycle over every stream."""
         agenda = self._agenda
         due_ns = agenda.next_due_ns
+        wrote = False
         if due_ns is not None and now_ns + _AGENDA_SLACK_NS >= due_ns:
+            wrote = True
             grid_ns = self._connection_tick_ns
             # Held up (an overloaded loop, a starved process) past a whole step after the first connection was
             # due: that time was ours, not the peers' silence; a dead peer is found that much later, a live one
@@ -424,8 +433,8 @@ class EndPoint(Generic[ConfigT]):
                     self._notify_error(connection, exc)
                 if not connection._closing:
                     agenda.file(connection, connection._next_check_ns(now_ns, grid_ns))
-        self._tick_extra(now_ns)
-        self.connection_counters.refresh(now_ns)
+        wrote = self._tick_extra(now_ns) or wrote
+        wrote = self.connection_counters.refresh(now_ns) or wrote
         shared = self._shared
         if shared is not None and shared.aeron is not None:
             for connection in self.connection_counters.due(now_ns):
@@ -435,6 +444,7 @@ class EndPoint(Generic[ConfigT]):
             failure = shared.check_alive()
             if failure is not None:
                 self._begin_restart(shared, failure)
+        return wrote
 
     # ------------------------------------------------------------------ driver failures
 

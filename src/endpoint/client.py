@@ -664,10 +664,12 @@ class Client(EndPoint[ClientConfiguration]):
             if dropped:
                 _log.info("buffered session ended (%s); %d kept message(s) dropped", reason, dropped)
 
-    def _tick_extra(self, now_ns: int) -> None:
+    def _tick_extra(self, now_ns: int) -> bool:
         session = self.session
         if session is not None and not session.ended and session.log.expired(now_ns, int(session.timeout * 1e9)):
             self._end_session("expired: no connection within the session timeout")
+            return True
+        return False
 
     async def _lease_again(self) -> bool:
         if self.config.auto_reconnect and self._target is not None:

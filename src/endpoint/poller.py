@@ -52,9 +52,16 @@ _BUSY_NAP_NS = 10_000_000
 """A poller that sleeps soundly (see :meth:`LoopPoller._sound`) naps at most this long within a second of its last
 work: whatever arrives wakes it, and the driver's own timers (a NAK repeated, a status message due) are run at
 least this often while traffic flows."""
-FEEDBACK_WAIT_NS = 25_000_000
+FEEDBACK_WAIT_NS = _TICK_NS
 """How long feedback to the driver's publications (status messages, NAKs) that arrives during a deep nap may
-wait before it ends the nap (see :func:`feedback_wake_ns`)."""
+wait before it ends the nap (see :func:`feedback_wake_ns`): one step of the timer grid, so in practice it waits
+for the timer round that ends the nap anyway. An idle server's 1,000 clients send it 1,000 status messages a
+second, spread evenly; waking for them every 25 ms tripled its rounds (each a driver duty cycle over every
+stream and a look at every connection) for nothing: a status message of an idle receiver changes nothing that
+cannot wait 100 ms (the publication's connection timeout is seconds), and a NAK then asks for data sent more than
+a second ago. A server's driver reads each client's feedback on a socket of its own; a socket shared by many
+publications is read up to ``FEEDBACK_BATCH`` datagrams per duty cycle, two cycles per timer round, which
+covers the status messages of over a thousand images behind it."""
 
 
 def nap_plan(
@@ -82,8 +89,8 @@ def feedback_wake_ns(arrived_ns: int, nap_end_ns: int) -> int | None:
     later, or None if the nap ends by then anyway. Pure.
 
     An idle server's clients send status messages spread evenly over each second (every image has its own
-    timer), and a wake-up for each one costs a duty cycle over every stream; waiting lets one wake-up read a few
-    dozen (the sender reads up to ``FEEDBACK_BATCH`` a cycle), few enough for any socket buffer."""
+    timer), and a wake-up for each one costs a duty cycle over every stream; waiting lets the next timer round
+    read them all (see :data:`FEEDBACK_WAIT_NS`)."""
     wake_ns = arrived_ns + FEEDBACK_WAIT_NS
     return wake_ns if wake_ns < nap_end_ns else None
 
@@ -122,7 +129,9 @@ class Polled(Protocol):
         """Whatever it waits for wakes the poller when it comes (a datagram, a command, a send of this loop)."""
         ...
 
-    def _tick(self, now_ns: int) -> None: ...
+    def _tick(self, now_ns: int) -> bool:
+        """Its timers; True if they may have written something for the driver to send."""
+        ...
 
     def _notify_error(self, connection: Connection | None, error: BaseException) -> None: ...
 
@@ -390,12 +399,16 @@ class LoopPoller:
             if now >= next_tick:
                 next_tick = (now // self._tick_ns + 1) * self._tick_ns  # on the grid (see the class docstring)
                 self.routes.tick(now)
+                wrote = False
                 for endpoint in endpoints:
                     try:
-                        endpoint._tick(now)
+                        wrote = endpoint._tick(now) or wrote
                     except Exception as exc:
+                        wrote = True
                         endpoint._notify_error(None, exc)
-                if self._network:  # UDP: what the timers wrote (keepalives, cancels, acks) leaves in this wake-up
+                # UDP: what the timers wrote (keepalives, cancels, acks) leaves in this wake-up; a step at which
+                # no timer looked at anything needs no second duty cycle
+                if self._network and wrote:
                     for invoker in self._driver_invokers:
                         invoker.invoke()
             if self._breathe and now - last_breath > _BREATHE_EVERY_NS and threading.active_count() > 1:

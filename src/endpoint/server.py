@@ -615,16 +615,20 @@ class Server(EndPoint[ServerConfiguration]):
         if packet is not None and reply is not None and not reply.is_closed:
             reply.offer(packet)
 
-    def _tick_extra(self, now_ns: int) -> None:
+    def _tick_extra(self, now_ns: int) -> bool:
+        looked = False
         if len(self._sessions):
+            looked = True
             for session in self._sessions.expire(now_ns):
                 self._end_session(session, "expired")
         if self._handshake is None:
-            return
+            return looked
         if self._finished_reply or self._answer_routes:
+            looked = True
             self._let_go_of_replies(now_ns)
         for connect_key in self._handshake.expire(time.time_ns()):
             pending = self._pending.pop(connect_key, None)
+            looked = True
             if pending is not None:
                 self._spawn(self._free_pending(pending))
         if len(self._handlers) > 64:
@@ -635,6 +639,7 @@ class Server(EndPoint[ServerConfiguration]):
                 for image in sub.images
             }
             self._handlers = {k: v for k, v in self._handlers.items() if k in live}
+        return looked or bool(self._pending)
 
     # ------------------------------------------------------------------ HELLO
 

@@ -145,12 +145,13 @@ class ConnectionCounters:
         if counters is not None and aeron is not None:
             await _release(aeron, list(counters))
 
-    def refresh(self, now_ns: int) -> None:
+    def refresh(self, now_ns: int) -> bool:
         """Copy each connection's figures into its counters and send the round-trip samples that are due
-        (called on the liveness tick, acts once every :data:`REFRESH_PERIOD_NS`)."""
+        (called on the liveness tick, acts once every :data:`REFRESH_PERIOD_NS`); True if it sent a sample."""
         if now_ns < self._next_refresh_ns:
-            return
+            return False
         self._next_refresh_ns = now_ns + REFRESH_PERIOD_NS
+        sampled = False
         written = self._written
         for connection, (rtt, sent, received) in self._counters.items():
             written[connection] = _write(connection, rtt, sent, received, written.get(connection))
@@ -160,6 +161,8 @@ class ConnectionCounters:
             elif now_ns >= due and not connection.is_closed:
                 self._next_sample_ns[connection] = now_ns + RTT_SAMPLE_PERIOD_NS
                 connection.outbox.send_control(Ping(SAMPLE_SEQ, time.perf_counter_ns()))
+                sampled = True
+        return sampled
 
     def forget(self) -> None:
         """The driver failed: its counters went with it."""

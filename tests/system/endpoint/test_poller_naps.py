@@ -98,3 +98,33 @@ async def test_an_ipc_connection_keeps_the_poller_yielding_after_work(
             now = time.monotonic_ns()
             assert poller._spins(now, now, now)
             assert poller._nap_plan(now, now, now + 50 * MS)[0] == MS
+
+
+async def test_a_timer_step_that_looks_at_nothing_asks_for_no_second_duty_cycle(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """The poller runs the driver once more after the timers only if they may have written something (a keepalive
+    due, a round-trip sample, a handshake or session to expire): the steps between an idle server's connections'
+    due times look at nothing. A step at which a connection is due still asks, and its keepalive still reaches
+    the peer."""
+    async with (
+        running_server(server_config(aeron_dir, port)) as server,
+        connected_client(client_config("udp", aeron_dir, client_dir), port) as (client, _conn),
+    ):
+        assert client.connection is not None
+        # Until the handshake's replies are let go, the server's timers have them to look at.
+        await wait_until(lambda: not server._tick_extra(time.monotonic_ns()), 30, what="the handshake over")
+        due = server._agenda.next_due_ns
+        assert due is not None
+        before = due - 20 * MS
+        server.connection_counters._next_refresh_ns = before + 1  # its once-a-second refresh not due either
+        assert server._tick(before) is False
+        (server_conn,) = server.connections
+        received = client.connection.messages_received
+        assert server._tick(due) is True  # the connection was looked at: its keepalive was due or is refiled
+        assert server._agenda.due_of(server_conn) is not None
+        await wait_until(
+            lambda: client.connection is not None and client.connection.messages_received > received,
+            10,
+            what="the server's keepalives still reaching the client",
+        )
