@@ -156,6 +156,8 @@ class TickStats:
         self.inputs = 0
         """Inputs the server read while measured (the end point server counts them)."""
         self.measured_s = 0.0
+        self.rounds = 0
+        """Rounds the end point server's poller ran while measured (each runs its driver's duty cycles)."""
 
 
 async def tick_loop(world: World, send_all: Callable[[int, Cells, TickStats], None], signals: Any) -> TickStats:
@@ -302,11 +304,18 @@ def endpoint_game_server(
 
         now_ns = time.monotonic_ns
         broadcast = server.broadcast
+        from endpoint.poller import LoopPoller
+
+        poller = LoopPoller.for_running_loop()
+
+        def poller_rounds() -> int:
+            return int(getattr(poller, "rounds", 0))
 
         def send_all(tick: int, cells: Cells, stats: TickStats) -> None:
             if not stats_box or stats_box[0] is not stats:
                 stats_box[:] = [stats]
                 stats.inputs = -received[0]
+                stats.rounds = -poller_rounds()
             playing[0] = True
             sent_ns = now_ns()  # the world as of this tick: staleness counts the time it takes to send it
             get = connections.get
@@ -323,6 +332,7 @@ def endpoint_game_server(
                 stats = await tick_loop(world, send_all, signals)
                 playing[0] = False
                 stats.inputs += received[0]
+                stats.rounds += poller_rounds()
                 signals["out"].put(("server", stats.__dict__, errors[:5], repr(server.handshake_stats), dict(closed)))
                 await wait_event(signals["stop"], 300, interval=0.05)
         except Exception as exc:
@@ -677,6 +687,9 @@ class Result(NamedTuple):
     read), in µs: what a player costs its process, whatever the server managed to send."""
     client_rounds: float = float("nan")
     """Rounds per second the player processes' end point pollers ran (each runs their drivers' duty cycles)."""
+    server_rounds: float = float("nan")
+    """Rounds per second the server's end point poller ran while playing (each a pass of its driver's agents and
+    its connections with data: what a round costs, over hundreds of connections, counts per round)."""
 
     @property
     def lost(self) -> int:
@@ -886,6 +899,7 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         sum(1 for rate in rates if rate >= SERVED_RATE),
         players_cpu_s / messages * 1e6 if messages else float("nan"),
         players_rounds,
+        stats["rounds"] / stats["measured_s"] if stats["measured_s"] and stats["rounds"] else float("nan"),
     )
 
 
@@ -927,6 +941,7 @@ def _row(r: Result) -> tuple[object, ...]:
         f"{r.client_cpu:.0f}",
         f"{r.client_us_per_message:.1f}",
         f"{r.client_rounds:.0f}",
+        f"{r.server_rounds:.0f}",
         f"{r.served}",
         f"{r.udp_drops}",
     )
@@ -949,6 +964,7 @@ _HEADER = [
     "clients CPU %",
     "clients µs/msg",
     "clients rounds/s",
+    "server rounds/s",
     "served",
     "UDP drops",
 ]

@@ -200,10 +200,31 @@ def offer_each(members: Sequence[Connection], data: bytes, message: object) -> i
     that is closing or whose log is full is skipped; one carrying a buffered session gets ``message`` numbered and
     kept by its session."""
     taken = 0
+    poked = None
     for connection in members:
         try:
             session = connection.session  # numbered and kept like any send in the session
-            if session.send_nowait(message) if session is not None else connection._offer_encoded(data):
+            if session is not None:
+                if session.send_nowait(message):
+                    taken += 1
+                continue
+            # Connection._offer_encoded's common path written out (this runs for every member of every broadcast),
+            # and its end point's poller poked once per run of members of one end point, not once each.
+            outbox = connection.outbox
+            native_offer = connection._native_offer
+            if (
+                native_offer is not None
+                and not outbox.closing
+                and not outbox._backlog
+                and not connection._pub._is_closed
+                and native_offer(data) > 0
+            ):
+                outbox.sent += 1
+                taken += 1
+                if connection._endpoint is not poked:
+                    poked = connection._endpoint
+                    connection._poke()
+            elif connection._offer_encoded(data):
                 taken += 1
         except (ConnectionClosedError, BudgetExceededError):
             pass

@@ -23,7 +23,7 @@ Payload memoryviews are valid during the handler call; copy what you keep.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
 
 from driver.client.aio import await_request, subscription_fragments
 from driver.client.requests import PendingRequest, RequestService
@@ -229,12 +229,16 @@ class Image:
         return len(frames)
 
     def poll_frames(
-        self, handler: Callable[[memoryview, list[tuple[int, int, int]]], object], fragment_limit: int = 64
+        self,
+        handler: Callable[..., object],
+        fragment_limit: int = 64,
+        args: tuple[Any, ...] = (),
     ) -> int:
-        """Like :meth:`poll_payloads`, with one call per poll: ``handler(term_view, frames)``, ``frames`` being
+        """Like :meth:`poll_payloads`, with one call per poll: ``handler(term_view, frames, *args)``, ``frames`` being
         ``(frame offset, frame length, flags)`` of each committed DATA frame read (a payload is
-        ``term_view[offset + 32 : offset + length]``), for a handler that walks them natively. A handler exception
-        goes to the error handler and the frames count as consumed."""
+        ``term_view[offset + 32 : offset + length]``), for a handler that walks them natively (``args``: what else
+        it takes, so a native handler needs no Python call of its own around it). A handler exception goes to the
+        error handler and the frames count as consumed."""
         if self._is_closed:
             return 0
         counter = self._position
@@ -245,7 +249,7 @@ class Image:
         if end == offset:
             return 0
         try:
-            handler(self._term_views[index], frames)
+            handler(self._term_views[index], frames, *args)
         except Exception as exc:
             self._error_handler(exc)
         counter.put_long_ordered(0, position + end - offset)

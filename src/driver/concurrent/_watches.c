@@ -158,9 +158,12 @@ static PyTypeObject FrameWatchType = {
     .tp_as_sequence = &FrameWatch_as_sequence,
 };
 
-/* PositionWatch(entries): entry = (buffer: AtomicBuffer, offset: int) holding an int64 (a position
- * counter). changed() -> indices whose value differs from the last look (the values when the watch
- * was made, then those seen by each changed()). A released buffer is skipped. */
+/* PositionWatch(entries): entry = (buffer: AtomicBuffer, offset: int[, step: int]) holding an int64 (a
+ * position counter). changed() -> indices whose value differs from the last look (the values when the
+ * watch was made, then those seen by each changed()); an entry with a step > 1 shows only once its value
+ * has grown by at least step since it last showed (or fell): a conductor that moves a publisher limit
+ * a window ahead of a sender position need not look at every message sent. A released buffer is
+ * skipped. */
 
 typedef struct {
     PyObject_HEAD
@@ -168,6 +171,7 @@ typedef struct {
     AtomicBuffer **buffers;
     Py_ssize_t *offsets;
     int64_t *last;
+    int64_t *steps;
 } PositionWatch;
 
 static void
@@ -177,9 +181,11 @@ PositionWatch_clear_entries(PositionWatch *self)
     PyMem_Free(self->buffers);
     PyMem_Free(self->offsets);
     PyMem_Free(self->last);
+    PyMem_Free(self->steps);
     self->buffers = NULL;
     self->offsets = NULL;
     self->last = NULL;
+    self->steps = NULL;
     self->count = 0;
 }
 
@@ -189,7 +195,7 @@ PositionWatch_init(PositionWatch *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"entries", NULL};
     PyObject *arg;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &arg)) return -1;
-    PyObject *seq = PySequence_Fast(arg, "entries must be a sequence of (AtomicBuffer, offset)");
+    PyObject *seq = PySequence_Fast(arg, "entries must be a sequence of (AtomicBuffer, offset[, step])");
     if (!seq) return -1;
     PositionWatch_clear_entries(self);
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -197,7 +203,8 @@ PositionWatch_init(PositionWatch *self, PyObject *args, PyObject *kwds)
     self->buffers = PyMem_Calloc(alloc, sizeof(AtomicBuffer *));
     self->offsets = PyMem_Calloc(alloc, sizeof(Py_ssize_t));
     self->last = PyMem_Calloc(alloc, sizeof(int64_t));
-    if (!self->buffers || !self->offsets || !self->last) {
+    self->steps = PyMem_Calloc(alloc, sizeof(int64_t));
+    if (!self->buffers || !self->offsets || !self->last || !self->steps) {
         self->count = 0;
         PositionWatch_clear_entries(self);
         Py_DECREF(seq);
@@ -207,14 +214,24 @@ PositionWatch_init(PositionWatch *self, PyObject *args, PyObject *kwds)
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *entry = items[i];
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 2 || PyTuple_GET_SIZE(entry) > 3 ||
             !PyObject_TypeCheck(PyTuple_GET_ITEM(entry, 0), AtomicBuffer_Type)) {
-            PyErr_Format(PyExc_TypeError, "entry %zd must be (AtomicBuffer, offset)", i);
+            PyErr_Format(PyExc_TypeError, "entry %zd must be (AtomicBuffer, offset[, step])", i);
             goto fail;
         }
         AtomicBuffer *buffer = (AtomicBuffer *)PyTuple_GET_ITEM(entry, 0);
         Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
         if (offset == -1 && PyErr_Occurred()) goto fail;
+        long long step = 1;
+        if (PyTuple_GET_SIZE(entry) == 3) {
+            step = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 2));
+            if (step == -1 && PyErr_Occurred()) goto fail;
+            if (step < 1) {
+                PyErr_Format(PyExc_ValueError, "entry %zd: step %lld must be at least 1", i, step);
+                goto fail;
+            }
+        }
+        self->steps[i] = step;
         if (buffer_check(buffer, offset, 8, 1) < 0) goto fail;
         Py_INCREF(buffer);
         self->buffers[i] = buffer;
@@ -247,7 +264,8 @@ PositionWatch_changed(PositionWatch *self, PyObject *unused)
         AtomicBuffer *buffer = self->buffers[i];
         if (!buffer->has_view) continue;
         int64_t value = __atomic_load_n((int64_t *)(buffer->base + self->offsets[i]), __ATOMIC_ACQUIRE);
-        if (value != self->last[i]) {
+        int64_t last = self->last[i];
+        if (value != last && (value < last || value - last >= self->steps[i])) {
             self->last[i] = value;
             PyObject *index = PyLong_FromSsize_t(i);
             if (!index || PyList_Append(changed, index) < 0) { Py_XDECREF(index); Py_DECREF(changed); return NULL; }
@@ -265,7 +283,7 @@ PositionWatch_len(PositionWatch *self)
 
 static PyMethodDef PositionWatch_methods[] = {
     {"changed", (PyCFunction)PositionWatch_changed, METH_NOARGS,
-     "Indices whose value changed since the last look (which they now remember)."},
+     "Indices whose value changed since the last look (by at least their step, or fell), which they now remember."},
     {NULL}
 };
 

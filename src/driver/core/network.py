@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from driver.command.current import ADDRESS_TYPE_IPV4, ADDRESS_TYPE_IPV6, PublicationErrorResponse
+from driver.concurrent._atomic import AtomicBuffer
 from driver.concurrent._watches import PositionWatch
 from driver.concurrent.counters import AtomicCounter, CountersFullError
 from driver.concurrent.error_log import DistinctErrorLog
@@ -950,7 +951,15 @@ class NetworkResources:
         now (and from then on when one of its positions moves)."""
         publications = list(self.publications)
         owners: list[NetworkPublication | None] = list(publications)
-        entries = [p.sender_position.location() for p in publications]
+        # A publication without spies: its limit is moved once its sender has sent an eighth of its window (not
+        # at every message: one Python call per message sent at a thousand publications). The publisher may meet
+        # its limit up to that much early; blocked there, its sender catching up moves a whole window, which shows.
+        entries: list[tuple[AtomicBuffer, int] | tuple[AtomicBuffer, int, int]] = [
+            p.sender_position.location()
+            if p.spy_positions
+            else (*p.sender_position.location(), max(1, p.term_window_length >> _LIMIT_STEP_SHIFT))
+            for p in publications
+        ]
         index: dict[NetworkPublication, list[int]] = {p: [i] for i, p in enumerate(publications)}
         for publication in publications:
             for spy in publication.spy_positions:
@@ -1119,6 +1128,11 @@ class NetworkResources:
 
 
 _LIMITS_YOUNG = 32
+"""New publications watched on their own before the publisher limits' watch is rebuilt with them (publications
+gone: this many and a quarter of those watched)."""
+
+_LIMIT_STEP_SHIFT = 3
+"""A watched publication's limit moves once its sender position has grown by its term window over 2**this."""
 """New publications watched on their own before the publisher limits' watch is rebuilt with them (publications
 gone: this many and a quarter of those watched)."""
 

@@ -183,6 +183,8 @@ class Connection:
         )
         """The codec's native poll-and-dispatch (``Configuration.native_dispatch``), or None: the Python path."""
         self._listeners = endpoint.listeners
+        self._dispatch_args: tuple[Any, ...] | None = None
+        """:meth:`_make_dispatch_args`, made at the first poll and again when the listeners change."""
         self._max_length = publication.max_message_length
         poller = endpoint._loop_poller
         self._poke: Callable[[], None] = poller.poke if poller is not None else endpoint._poke_poller
@@ -625,8 +627,14 @@ class Connection:
         if self._closed or self._paused or len(self._inbox) >= _INBOX_LIMIT or self._inbox_bytes > self._max_held:
             return 0
         core = self._core
-        if self._native_dispatch is not None and not core.sealed:
-            count = image.poll_frames(self._on_frames, _POLL_LIMIT)
+        dispatch = self._native_dispatch
+        if dispatch is not None and core._opener is None:  # (core.sealed written out)
+            # The native dispatch called by the image itself, with what it takes besides the frames (kept in a
+            # tuple made again whenever the listeners change): no Python call of ours per poll around it.
+            args = self._dispatch_args
+            if args is None or args[0] is not self._listeners._resolved:
+                args = self._dispatch_args = self._make_dispatch_args()
+            count = image.poll_frames(dispatch, _POLL_LIMIT, args)
         else:
             count = image.poll_payloads(core.on_frame, _POLL_LIMIT)
         unreliable = self._u_image
@@ -634,15 +642,12 @@ class Connection:
             count += unreliable.poll_payloads(core.on_unreliable_fragment, _POLL_LIMIT)
         return core.polled(count, time.monotonic_ns()) if count else 0
 
-    def _on_frames(self, view: memoryview, frames: list[tuple[int, int, int]]) -> None:
-        """One poll's fragments, walked natively (see ``Codec.dispatch``): what it does not deliver itself comes back
-        to the core, fragment or decoded message."""
-        dispatch = self._native_dispatch
-        assert dispatch is not None
+    def _make_dispatch_args(self) -> tuple[Any, ...]:
+        """What the native dispatch (see ``Codec.dispatch``) takes after a poll's view and frames: it walks the
+        fragments natively and hands back to the core what it does not deliver itself, fragment or decoded
+        message."""
         core = self._core
-        dispatch(
-            view,
-            frames,
+        return (
             self._listeners._resolved,  # the listener manager's cache, replaced whenever the listeners change
             self._inbox,
             self,

@@ -80,6 +80,30 @@ def test_position_watch_reports_and_remembers_moved_counters() -> None:
     assert watch.changed() == [0]
 
 
+def test_position_watch_with_a_step_reports_a_counter_once_it_grew_that_much_or_fell() -> None:
+    values = AtomicBuffer(bytearray(16))
+    values.put_long_ordered(0, 100)
+    values.put_long_ordered(8, 100)
+    watch = PositionWatch([(values, 0, 64), (values, 8)])
+    values.put_long_ordered(0, 163)  # grown by less than its step: not yet
+    values.put_long_ordered(8, 101)  # no step: any change
+    assert watch.changed() == [1]
+    values.put_long_ordered(0, 164)  # 64 past the value it last showed (the first look's)
+    assert watch.changed() == [0]
+    values.put_long_ordered(0, 200)
+    assert watch.changed() == []
+    values.put_long_ordered(0, 150)  # fell: shows at once
+    assert watch.changed() == [0]
+    values.put_long_ordered(0, 213)
+    assert watch.changed() == []
+    values.put_long_ordered(0, 214)
+    assert watch.changed() == [0]
+    with pytest.raises(ValueError, match="step"):
+        PositionWatch([(values, 0, 0)])
+    with pytest.raises(TypeError, match="entry 0"):
+        PositionWatch([(values, 0, 1, 2)])  # type: ignore[list-item]
+
+
 def test_position_watch_checks_its_entries_and_skips_released_buffers() -> None:
     values = AtomicBuffer(bytearray(16))
     with pytest.raises(IndexError):

@@ -1,0 +1,43 @@
+"""``Image.poll_frames`` hands a handler one poll's frames, with any further arguments it is given.
+
+A native handler (the end point codec's dispatch) takes what it needs besides the frames as arguments, so no
+Python function of ours wraps it per poll; the frames it is handed, and the position the image moves to, are the
+same with or without them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from driver.client import Aeron
+from driver.config import DriverContext
+from driver.core.media_driver import MediaDriver
+from support.clients import offer_all, wait_for_image
+
+CHANNEL = "aeron:ipc?term-length=64k"
+HEADER = 32
+
+
+def test_poll_frames_passes_its_arguments_on_and_consumes_the_frames(aeron_dir: Path) -> None:
+    context = DriverContext.from_env({}, aeron_dir=aeron_dir, threading_mode="SHARED")
+    with MediaDriver.launch(context), Aeron.connect(aeron_dir=aeron_dir) as client:
+        subscription = client.add_subscription(CHANNEL, 71)
+        publication = client.add_publication(CHANNEL, 71)
+        (image,) = wait_for_image(subscription)
+        sent = [b"first", b"second message", b"third"]
+        offer_all(publication, sent, lambda: None)
+        calls: list[tuple[Any, ...]] = []
+        payloads: list[bytes] = []
+
+        def handler(view: memoryview, frames: list[tuple[int, int, int]], *extra: Any) -> None:
+            calls.append(extra)
+            payloads.extend(bytes(view[offset + HEADER : offset + length]) for offset, length, _flags in frames)
+
+        marker = object()
+        assert image.poll_frames(handler, 2, ("inbox", marker)) == 2
+        assert image.poll_frames(handler, 10) == 1  # the rest, with no further arguments
+        assert image.poll_frames(handler, 10, ("inbox", marker)) == 0  # nothing new: no call
+        assert payloads == sent
+        assert calls == [("inbox", marker), ()]
+        assert image.position == publication.position
