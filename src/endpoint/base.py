@@ -437,7 +437,7 @@ class EndPoint(Generic[ConfigT]):
         wrote = self.connection_counters.refresh(now_ns) or wrote
         shared = self._shared
         if shared is not None and shared.aeron is not None:
-            for connection in self.connection_counters.due(now_ns):
+            for connection in self.connection_counters.due(now_ns, self._handshakes_under_way()):
                 self._spawn(self.connection_counters.open(shared.aeron, connection), connection)
         self.endpoint_counters.refresh(now_ns, self)
         if shared is not None and not self._restarting:
@@ -507,6 +507,10 @@ class EndPoint(Generic[ConfigT]):
                     return False
                 _log.info("no driver yet after the failure (%s); trying again", exc)
                 await asyncio.sleep(_LEASE_RETRY_S)
+
+    def _handshakes_under_way(self) -> bool:
+        """Hook: handshakes are in progress (connection counters wait, see ``OPEN_AFTER_STORMING_NS``)."""
+        return False
 
     async def _drop_driver_resources(self) -> None:
         """Hook: forget publications and subscriptions of the failed driver (no driver calls)."""

@@ -202,20 +202,26 @@ class Client(EndPoint[ClientConfiguration]):
         budget ends them)."""
         ip = await resolve(host)
         while True:
-            route = await self._open_route(ip, port)
-            try:
-                connection = await self._handshake(route, host, port)
-            except (_Retry, TimeoutError, ConnectionError) as exc:
-                failures.append(exc)
-                # A fresh route (local port and session) for the next attempt: the server may have let go of this
-                # one's answers, and our subscription takes that session's stream again only a while later.
-                self._routes.release(route, broken=True)
+            # One of the loop's bounded handshake slots per attempt (a storm of this process's clients goes
+            # through in turns); the pause after a failed attempt is taken without it.
+            async with self._routes.slots:
+                route = await self._open_route(ip, port)
+                try:
+                    connection = await self._handshake(route, host, port)
+                except (_Retry, TimeoutError, ConnectionError) as exc:
+                    failures.append(exc)
+                    # A fresh route (local port and session) for the next attempt: the server may have let go of
+                    # this one's answers, and our subscription takes that session's stream again only a while later.
+                    self._routes.release(route, broken=True)
+                    connection = None
+                except BaseException:
+                    self._routes.release(route)
+                    raise
+                else:
+                    self._routes.release(route)
+            if connection is None:
                 await asyncio.sleep(self._rng.uniform(0.05, 0.15))  # apart from the clients that failed with us
                 continue
-            except BaseException:
-                self._routes.release(route)
-                raise
-            self._routes.release(route)
             self.connection = connection
             self._add_connection(connection)
             return connection
@@ -663,6 +669,9 @@ class Client(EndPoint[ClientConfiguration]):
             self.buffered_dropped += dropped
             if dropped:
                 _log.info("buffered session ended (%s); %d kept message(s) dropped", reason, dropped)
+
+    def _handshakes_under_way(self) -> bool:
+        return self._routes.slots.in_flight > 0  # this loop's clients: a storm of this process's
 
     def _tick_extra(self, now_ns: int) -> bool:
         session = self.session

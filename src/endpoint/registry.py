@@ -295,6 +295,12 @@ class _Registry:
         self._lock = threading.Lock()
         self._drivers: dict[tuple[object, ...], SharedDriver] = {}
         self._unique = 0
+        self._leasing: dict[tuple[object, ...], anyio.Event] = {}
+        """Leases under way on a worker thread, by driver key and the thread of the event loop asking: the
+        others of that loop wait for it and then attach on their own thread (at most one entry per loop thread
+        and driver key)."""
+        self.blocking_leases = 0
+        """Leases that took a worker thread (a driver started or attached to, or the lock was busy)."""
 
     def _key(self, config: Configuration) -> tuple[object, ...]:
         key = config.driver_key()
@@ -350,10 +356,30 @@ class _Registry:
         attached = self._attach_running(config, user)
         if attached is not None:
             return attached
+        # The clients of a connect storm lease at once: one of a loop starts the driver on a worker thread, the
+        # rest of that loop wait for it and attach on their own thread (each took a thread before, and queued
+        # behind the start on the registry's lock: 5% of a storm's client process).
+        gate: tuple[object, ...] | None = None
+        mine: anyio.Event | None = None
+        if not config.unique_aeron_dir:
+            gate = (config.driver_key(), threading.get_ident())
+            leasing = self._leasing.get(gate)
+            if leasing is not None:
+                await leasing.wait()
+                attached = self._attach_running(config, user)
+                if attached is not None:
+                    return attached
+            else:
+                mine = self._leasing[gate] = anyio.Event()
         try:
+            self.blocking_leases += 1
             return await anyio.to_thread.run_sync(self.acquire_blocking, config, user)
         except (DriverError, OSError) as exc:
             raise DriverUnavailableError(f"no driver on {config.resolved_aeron_dir()}: {exc}") from exc
+        finally:
+            if mine is not None and gate is not None:
+                del self._leasing[gate]
+                mine.set()
 
     async def release(self, shared: SharedDriver, user: DriverUser) -> None:
         if self._lock.acquire(blocking=False):

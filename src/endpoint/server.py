@@ -615,6 +615,9 @@ class Server(EndPoint[ServerConfiguration]):
         if packet is not None and reply is not None and not reply.is_closed:
             reply.offer(packet)
 
+    def _handshakes_under_way(self) -> bool:
+        return bool(self._pending)
+
     def _tick_extra(self, now_ns: int) -> bool:
         looked = False
         if len(self._sessions):

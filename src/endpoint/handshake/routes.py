@@ -29,7 +29,14 @@ from driver.client.publication import Publication
 from driver.client.subscription import Subscription
 from endpoint.handshake.protocol import answer_key
 
-__all__ = ["LINGER_NS", "HandshakeRoute", "HandshakeRoutes", "answer_session"]
+__all__ = [
+    "HANDSHAKES_IN_FLIGHT_MAX",
+    "LINGER_NS",
+    "HandshakeRoute",
+    "HandshakeRoutes",
+    "HandshakeSlots",
+    "answer_session",
+]
 
 _log = logging.getLogger("endpoint")
 
@@ -37,6 +44,10 @@ LINGER_NS = 1_000_000_000
 _SPIN_NS = 20_000_000
 """After a packet goes out, its answer usually comes within milliseconds: keep the poller spinning this long."""
 _FRAGMENTS_PER_POLL = 64
+HANDSHAKES_IN_FLIGHT_MAX = 128
+"""Handshake attempts the clients of one event loop make at once; the others wait for a slot (within their
+``connect_timeout``). A process of hundreds of clients connecting together otherwise held every handshake open
+at once and could not send its DONEs in time: the server gave up on answered handshakes and built them again."""
 
 
 def answer_session(route_session: int) -> int:
@@ -128,10 +139,38 @@ class HandshakeRoute:
                 _log.debug("closing %r failed: %s", resource, exc)
 
 
+class HandshakeSlots:
+    """At most ``limit`` handshake attempts at once on one event loop (its clients together), waiters served in
+    turn; ``waited`` counts attempts that had to wait, ``most`` the most in flight seen."""
+
+    def __init__(self, limit: int = HANDSHAKES_IN_FLIGHT_MAX) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}")
+        self.limit = limit
+        self.in_flight = 0
+        self.most = 0
+        self.waited = 0
+        self._semaphore = asyncio.Semaphore(limit)
+
+    async def __aenter__(self) -> None:
+        if self._semaphore.locked():
+            self.waited += 1
+        await self._semaphore.acquire()
+        self.in_flight += 1
+        if self.in_flight > self.most:
+            self.most = self.in_flight
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.in_flight -= 1
+        self._semaphore.release()
+
+
 class HandshakeRoutes:
     """The routes of one event loop by key; held, polled and aged by that loop's poller."""
 
     def __init__(self) -> None:
+        self.slots = HandshakeSlots()
+        """The loop's bound on handshake attempts in flight (:data:`HANDSHAKES_IN_FLIGHT_MAX`)."""
         self._opening: dict[Hashable, asyncio.Future[HandshakeRoute | None]] = {}
         self._routes: dict[Hashable, HandshakeRoute] = {}
         self.polled: tuple[HandshakeRoute, ...] = ()

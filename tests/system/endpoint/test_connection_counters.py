@@ -13,7 +13,13 @@ from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import COUNTER_LENGTH, METADATA_LENGTH, CountersManager
 from driver.tools.connections import CONNECTION_TYPE_IDS
 from endpoint.connection import counters as connection_counters
-from endpoint.connection.counters import counter_slots, used_counter_slots
+from endpoint.connection.counters import (
+    OPEN_AFTER_NS,
+    OPEN_AFTER_STORMING_NS,
+    ConnectionCounters,
+    counter_slots,
+    used_counter_slots,
+)
 from support.endpoints import Chat, client_config, connected_client, running_server, server_config, wait_until
 
 
@@ -39,6 +45,30 @@ def test_used_slots_count_every_slot_ever_allocated() -> None:
     for i in range(slots - 37):
         manager.allocate(f"more {i}")
     assert used_counter_slots(manager) == slots
+
+
+class _Stub:
+    """What ``due`` looks at of a connection."""
+
+    is_closed = False
+
+
+def test_counters_wait_longer_while_handshakes_are_under_way_but_not_forever() -> None:
+    counters = ConnectionCounters("server")
+    first, second, closed = _Stub(), _Stub(), _Stub()
+    closed.is_closed = True
+    for stub in (first, second, closed):
+        counters.admit(stub, 0)  # type: ignore[arg-type]
+    assert counters.due(OPEN_AFTER_NS - 1) == []
+    # A storm: past the usual wait nothing is given counters (a closed one leaves the queue without them) ...
+    assert counters.due(OPEN_AFTER_NS, storming=True) == []
+    assert counters.due(OPEN_AFTER_STORMING_NS - 1, storming=True) == []
+    # ... until the storm's bound, or the storm ends, whichever comes first; each connection once.
+    assert counters.due(OPEN_AFTER_STORMING_NS, storming=True) == [first, second]
+    assert counters.due(OPEN_AFTER_STORMING_NS + 1) == []
+    counters.admit(first, 0)  # type: ignore[arg-type]
+    assert counters.due(OPEN_AFTER_NS + 1, storming=True) == []
+    assert counters.due(OPEN_AFTER_NS + 2) == [first]
 
 
 async def test_a_full_counters_file_only_skips_the_counters(

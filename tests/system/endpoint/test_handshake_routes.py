@@ -19,7 +19,7 @@ import pytest
 import endpoint.client as client_module
 import endpoint.handshake.routes as routes_module
 from endpoint import Client, Connection, Server
-from endpoint.handshake.routes import LINGER_NS, HandshakeRoutes
+from endpoint.handshake.routes import LINGER_NS, HandshakeRoutes, HandshakeSlots
 from endpoint.poller import LoopPoller
 from support.endpoints import (
     client_config,
@@ -35,6 +35,31 @@ from support.logged_process import LoggedProcess
 
 def _routes() -> HandshakeRoutes:
     return LoopPoller.for_running_loop().routes
+
+
+async def test_a_loops_clients_connecting_at_once_take_turns_in_its_handshake_slots(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """More clients than the loop's slots all connect; never more handshakes in flight than the slots, the rest
+    counted as having waited for one; the slots are all free again afterwards."""
+    count, limit = 14, 4
+    slots = _routes().slots = HandshakeSlots(limit)
+    async with running_server(server_config(aeron_dir, port)) as server:
+        clients = [Client(client_config("udp", aeron_dir, client_dir)) for _ in range(count)]
+        try:
+            async with asyncio.timeout(60):
+                await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients))
+                await wait_until(lambda: len(server.connections) == count, 10, what="every connection on the server")
+            assert slots.most == limit
+            assert slots.waited >= count - limit
+            assert slots.in_flight == 0
+        finally:
+            await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+def test_handshake_slots_refuse_a_limit_below_one() -> None:
+    with pytest.raises(ValueError):
+        HandshakeSlots(0)
 
 
 async def test_udp_clients_on_one_loop_share_one_route_and_the_server_one_answer_route(

@@ -52,6 +52,23 @@ async def test_concurrent_starts_and_closes_make_and_free_exactly_one_driver(aer
     assert not aeron_dir.exists()
 
 
+async def test_a_storm_of_first_leases_in_one_loop_takes_one_worker_thread(aeron_dir: Path) -> None:
+    """Clients of one process all connecting at once: one starts the driver off the loop, the rest wait for it
+    and attach on the loop's thread, all to the same driver."""
+    clients = [Client(ClientConfiguration(aeron_dir=aeron_dir)) for _ in range(40)]
+    before = registry.blocking_leases
+    await asyncio.gather(*(c._lease_driver() for c in clients))
+    try:
+        assert registry.blocking_leases - before == 1
+        assert len({id(c._shared) for c in clients}) == 1
+        assert clients[0]._shared is not None
+        assert len(clients[0]._shared.users) == 40
+        assert registry._leasing == {}
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+    assert registry.active() == []
+
+
 async def test_a_live_driver_in_the_directory_is_attached_to_and_left_running(aeron_dir: Path, tmp_path: Path) -> None:
     standalone = DriverProcess.start(aeron_dir, tmp_path / "driver.log")
     try:

@@ -521,6 +521,22 @@ def test_hash_follows_registrations_and_is_stable_after_freeze() -> None:
     assert ser.registration_hash == with_move == build_hash((Move, 1))
 
 
+def test_frozen_registries_of_the_same_classes_hash_once() -> None:
+    """A host's clients each hold a registry of their own: equal frozen ones share one hash (made once), while a
+    registry of other classes, or one not frozen yet, gets its own."""
+    first, second, other, open_one = Serialization(), Serialization(), Serialization(), Serialization()
+    for ser in (first, second, open_one):
+        ser.register(Move)
+        ser.register(Point)
+    other.register(Move)
+    for ser in (first, second, other):
+        ser.freeze()
+    assert second.registration_hash is first.registration_hash
+    assert other.registration_hash != first.registration_hash
+    assert open_one.registration_hash == first.registration_hash
+    assert open_one.registration_hash is not first.registration_hash  # not frozen: made afresh each time
+
+
 # ------------------------------------------------------------------------------------------- encode errors
 
 
