@@ -199,6 +199,9 @@ class LoopPoller:
         self._commands_handled = 0
         self.rounds = 0
         """Rounds run so far (each runs the INVOKER-mode drivers' duty cycles): how busy the poller keeps itself."""
+        self.flushes_after_work = 0
+        """Duty cycles run again at the end of a round with work, so that what it wrote leaves before the loop runs
+        anything else (a server's loop only: see :meth:`_rounds`)."""
         self._breathe = False
         self._sockets = _SocketWatch(self._end_nap, self._on_feedback)
         self._sockets_version: tuple[tuple[int, int], ...] = ()
@@ -410,9 +413,13 @@ class LoopPoller:
             if work or read or self._poked:
                 self._poked = False
                 last_work = now
-                if self._network:  # UDP: send what this round wrote, acknowledge what it read, now
+                if self._network and self._serving:  # UDP: send what this round wrote, acknowledge what it read, now
+                    self.flushes_after_work += 1
                     for invoker in self._driver_invokers:
                         invoker.invoke()
+                # A loop of clients only leaves that to the next round, which follows at once and begins with the
+                # duty cycle: a player process (hundreds of clients on one driver, rounds of a few snapshots read
+                # or inputs sent) runs one duty cycle per round instead of two.
                 await sleep(0)
             elif self._spins(now, last_work, last_exchange):
                 await sleep(0)

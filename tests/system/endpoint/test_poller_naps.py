@@ -42,7 +42,9 @@ async def test_a_loop_of_udp_clients_naps_at_once_and_stays_quiet_between_datagr
         assert poller._nap_plan(now, now, now + 50 * MS)[0] == 10 * MS  # traffic flows: the driver's timers
         assert poller._nap_plan(now, now - 2_000 * MS, now + 50 * MS)[0] == 50 * MS  # quiet: until the timer
 
-        # Messages and round trips still go both ways at once with the poller napping between them.
+        # Messages and round trips still go both ways at once with the poller napping between them, and with one
+        # duty cycle a round: what a round wrote leaves at the start of the next, which follows at once.
+        flushed = poller.flushes_after_work
         for i in range(30):
             client = clients[i % len(clients)]
             assert client.send_nowait(Num(i))
@@ -50,6 +52,7 @@ async def test_a_loop_of_udp_clients_naps_at_once_and_stays_quiet_between_datagr
             assert client.connection is not None
             assert await client.connection.ping(5) > 0
         assert sorted(a.seq for a in acks) == list(range(30))
+        assert poller.flushes_after_work == flushed
 
         # Quiet for 0.3 s: rounds come only from naps (10 ms at least) and the few datagrams of idle connections
         # (heartbeats, status messages, keepalives), not one per millisecond.
@@ -72,9 +75,12 @@ async def test_a_loop_that_polls_a_server_keeps_yielding_after_work(
 
         async with connected_client(client_config("udp", aeron_dir, client_dir), port) as (client, conn):
             client.on_message(Ack, lambda c, m: acks.append(m))
+            poller = LoopPoller.for_running_loop()
+            flushed = poller.flushes_after_work
             conn.send_nowait(Move(3, 0))
             await wait_until(lambda: acks == [Ack(3)], 5, what="the echo")
-            poller = LoopPoller.for_running_loop()
+            # A server's loop sends what a round wrote (the echo) before it yields to anything else.
+            assert poller.flushes_after_work > flushed
             await wait_until(poller._sound, 10, what="the handshake over")
             assert not poller._naps_early()
             now = time.monotonic_ns()
