@@ -609,10 +609,15 @@ class Client(EndPoint[ClientConfiguration]):
             self._keep(message)
 
     def send_nowait(self, message: object) -> bool:
+        """Hand ``message`` to the driver on the current connection now (see :meth:`Connection.send_nowait`);
+        ClientError when not connected."""
         session = self.session
         if session is not None and not session.ended:
             return session.send_nowait(message)
-        return self._current().send_nowait(message)
+        connection = self.connection  # _current written out: a player sends 20 inputs a second through here
+        if connection is None:
+            raise ClientError("not connected")
+        return connection.send_nowait(message)
 
     def _current(self) -> Connection:
         connection = self.connection

@@ -194,6 +194,13 @@ class LoopPoller:
         """Connections whose place in ``_frames`` changed since the last round (taken in at the next)."""
         self._unmapped_pollers: dict[int, Polled] = {}
         self._frames = FrameWatch([])
+        self._udp_only = True
+        """No connection in ``_frames`` reads an IPC log (whose frames its publisher writes, not our driver)."""
+        self._scanned: int | None = None
+        """The drivers' :meth:`SharedDriver.data_version` at the last look for frames that found none (None: look
+        next round)."""
+        self.scans_skipped = 0
+        """Rounds that did not look for frames: no driver of ours had read a datagram since a look found none."""
         self._drivers: tuple[SharedDriver, ...] = ()
         self._invokers: tuple[AgentInvoker, ...] = ()
         self._driver_invokers: tuple[AgentInvoker, ...] = ()
@@ -208,6 +215,9 @@ class LoopPoller:
         self._commands_handled = 0
         self.rounds = 0
         """Rounds run so far (each runs the INVOKER-mode drivers' duty cycles): how busy the poller keeps itself."""
+        self.flushes_after_work = 0
+        """Duty cycles run again at the end of a round with work, so that what it wrote leaves before the loop runs
+        anything else (a server's loop only: see :meth:`_rounds`)."""
         self._breathe = False
         self._sockets = _SocketWatch(self._end_nap, self._on_feedback)
         self._sockets_version: tuple[tuple[int, int], ...] = ()
@@ -286,6 +296,7 @@ class LoopPoller:
         self._mapped = [c for _, c, entries in self._watching.values() for _ in entries]
         self._entries = [e for _, _, entries in self._watching.values() for e in entries]
         self._frames = FrameWatch(self._entries)
+        self._udp_only = not any(c.is_ipc for c in self._mapped)
 
     def _take_rewatched(self) -> None:
         """Take in the connections named by :meth:`rewatch` since the last round: new ones are appended to the
@@ -309,6 +320,8 @@ class LoopPoller:
                     self._mapped.extend(connection for _ in entries)
                     self._entries.extend(entries)
                     appended = True
+                    if connection.is_ipc:
+                        self._udp_only = False
         if rebuild:
             self._rewatch_all()
         elif appended:
@@ -375,6 +388,7 @@ class LoopPoller:
                 self._collect()
             if self._rewatch:
                 self._take_rewatched()
+                self._scanned = None  # an image just mapped may hold frames that came before
             for endpoint in self._polling_unmapped:
                 try:
                     work += endpoint._poll_unmapped()
@@ -387,17 +401,27 @@ class LoopPoller:
                     if drain or route.waiting:
                         work += route.poll(stamp)
             if self._mapped:
-                mapped = self._mapped
-                # One native call finds the connections with a frame waiting; only those are polled.
-                for index in self._frames.ready():
-                    connection = mapped[index]
-                    try:
-                        read += connection._poll()
-                    except Exception as exc:
-                        connection._endpoint._notify_error(connection, exc)
+                # A loop of clients only, every image UDP on a driver of ours: frames come only with a datagram
+                # that driver read (or a gap it filled), so while none came since a look found nothing there is
+                # nothing to look for (a player process's rounds that only sent inputs skip a look at them all).
+                version = self._data_version() if self._udp_only and self._wakeable and not self._serving else None
+                if version is None or version != self._scanned:
+                    ready = self._frames.ready()
+                    self._scanned = None if ready else version
+                    mapped = self._mapped
+                    # One native call finds the connections with a frame waiting; only those are polled.
+                    for index in ready:
+                        connection = mapped[index]
+                        try:
+                            read += connection._poll()
+                        except Exception as exc:
+                            connection._endpoint._notify_error(connection, exc)
+                else:
+                    self.scans_skipped += 1
             now = monotonic_ns()
             if now >= next_tick:
                 next_tick = (now // self._tick_ns + 1) * self._tick_ns  # on the grid (see the class docstring)
+                self._scanned = None  # (and every image is looked at once a step, come what may)
                 self.routes.tick(now)
                 wrote = False
                 for endpoint in endpoints:
@@ -423,9 +447,13 @@ class LoopPoller:
             if work or read or self._poked:
                 self._poked = False
                 last_work = now
-                if self._network:  # UDP: send what this round wrote, acknowledge what it read, now
+                if self._network and self._serving:  # UDP: send what this round wrote, acknowledge what it read, now
+                    self.flushes_after_work += 1
                     for invoker in self._driver_invokers:
                         invoker.invoke()
+                # A loop of clients only leaves that to the next round, which follows at once and begins with the
+                # duty cycle: a player process (hundreds of clients on one driver, rounds of a few snapshots read
+                # or inputs sent) runs one duty cycle per round instead of two.
                 await sleep(0)
             elif self._spins(now, last_work, last_exchange):
                 await sleep(0)
@@ -434,6 +462,17 @@ class LoopPoller:
                 # does it. A command counts as work there; the driver's own hand-offs do not start a second of
                 # short naps.
                 await sleep(0)
+
+    def _data_version(self) -> int | None:
+        """The INVOKER-mode drivers' data versions together (see :meth:`SharedDriver.data_version`); None if one
+        has none."""
+        total = 0
+        for driver in self._drivers:
+            version = driver.data_version()
+            if version is None:
+                return None
+            total += version
+        return total
 
     def _sound(self) -> bool:
         """Nothing any end point here waits for can arrive without waking a nap: every one is on an INVOKER-mode

@@ -28,7 +28,10 @@ import attrs
 
 from driver.agent import AgentInvoker
 from driver.client.aeron import Aeron
+from driver.concurrent.counters import AtomicCounter
+from driver.concurrent.system_counters import SystemCounterId
 from driver.config import IDLE_STRATEGY_FIELDS, ClientContext, DriverContext
+from driver.core.conductor import DriverConductor
 from driver.core.media_driver import MediaDriver, is_driver_active
 from driver.errors import ActiveDriverError, ChannelEndpointError, DriverError, DriverTimeoutError
 from driver.ownership import reclaim_dead_siblings
@@ -81,6 +84,7 @@ class SharedDriver:
         """When the poller, napping, means to run them next at the latest (a datagram or a client's command may
         wake it sooner): until then the driver is not stalled, only idle."""
         self._keeper: _Keeper | None = None
+        self._gap_fills: tuple[DriverConductor, AtomicCounter] | None = None
 
     @property
     def launched_here(self) -> bool:
@@ -107,6 +111,18 @@ class SharedDriver:
         """Commands the embedded driver has handled (0 when it is not ours): a client busy with it is work."""
         media_driver = self.media_driver
         return media_driver.conductor.commands_handled if media_driver is not None else 0
+
+    def data_version(self) -> int | None:
+        """Changes whenever this process's driver may have put a frame into one of its images (a datagram read, a
+        gap filled); None when the driver is not ours to run (frames may then come at any time)."""
+        media_driver = self.media_driver
+        if media_driver is None or self.invoker is None:
+            return None
+        conductor = media_driver.conductor
+        cached = self._gap_fills
+        if cached is None or cached[0] is not conductor:  # (a restart brings another driver)
+            cached = self._gap_fills = (conductor, conductor.system_counters.get(SystemCounterId.LOSS_GAP_FILLS))
+        return conductor.receiver.datagrams + cached[1].get()
 
     def sockets_version(self) -> int:
         """Changes whenever ``readable_sockets`` would answer differently."""

@@ -69,6 +69,10 @@ class Receiver:
         self._agenda: Agenda[PublicationImage] = Agenda()
         self._ready = ReadyEndpoints[ReceiveChannelEndpoint]()
         self.sockets_version = 0
+        self.datagrams = 0
+        """Datagrams read from the receive endpoints' sockets so far: only these (and gaps filled, see
+        ``Loss gap fills``) put frames into images, so a host polling images knows nothing new came while this
+        stays put."""
         """Changes whenever ``readable_sockets`` would answer differently."""
         # Every image's subscriber positions, their values at the last look, and whose they are. Images that
         # came or went are taken in one at a time at the next look (a storm of connects must not walk every
@@ -94,8 +98,11 @@ class Receiver:
         endpoints = self.endpoints
         if len(endpoints) > FEW_ENDPOINTS and self._ready.covers(len(endpoints)):
             endpoints = self._ready.ready()
+        received = 0
         for endpoint in endpoints:
-            work += endpoint.poll(now_ns)
+            received += endpoint.poll(now_ns)
+        self.datagrams += received
+        work += received
         if now_ns - self.polled_ns > self._stall_ns:
             self.awake_since_ns = now_ns
         self.polled_ns = now_ns

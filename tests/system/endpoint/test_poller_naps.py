@@ -42,7 +42,9 @@ async def test_a_loop_of_udp_clients_naps_at_once_and_stays_quiet_between_datagr
         assert poller._nap_plan(now, now, now + 50 * MS)[0] == 10 * MS  # traffic flows: the driver's timers
         assert poller._nap_plan(now, now - 2_000 * MS, now + 50 * MS)[0] == 50 * MS  # quiet: until the timer
 
-        # Messages and round trips still go both ways at once with the poller napping between them.
+        # Messages and round trips still go both ways at once with the poller napping between them, and with one
+        # duty cycle a round: what a round wrote leaves at the start of the next, which follows at once.
+        flushed = poller.flushes_after_work
         for i in range(30):
             client = clients[i % len(clients)]
             assert client.send_nowait(Num(i))
@@ -50,12 +52,25 @@ async def test_a_loop_of_udp_clients_naps_at_once_and_stays_quiet_between_datagr
             assert client.connection is not None
             assert await client.connection.ping(5) > 0
         assert sorted(a.seq for a in acks) == list(range(30))
+        assert poller.flushes_after_work == flushed
 
         # Quiet for 0.3 s: rounds come only from naps (10 ms at least) and the few datagrams of idle connections
         # (heartbeats, status messages, keepalives), not one per millisecond.
         before = poller.rounds
         await asyncio.sleep(0.3)
         assert poller.rounds - before < 150
+
+        # Rounds in which our driver read no datagram since a look found no frame do not look again; a message
+        # that comes is still read at once (each a datagram the driver reads).
+        skipped = poller.scans_skipped
+        await wait_until(lambda: poller.scans_skipped > skipped, 10, what="a round that did not look for frames")
+        for i in range(30, 40):
+            version = poller._data_version()
+            assert version is not None
+            assert clients[0].send_nowait(Num(i))
+            await wait_until(lambda n=i + 1: len(acks) == n, 5, what=f"answer {i}")
+            assert poller._data_version() != version  # the answer came as a datagram our driver read
+        assert sorted(a.seq for a in acks) == list(range(40))
     finally:
         await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
 
@@ -72,9 +87,14 @@ async def test_a_loop_that_polls_a_server_keeps_yielding_after_work(
 
         async with connected_client(client_config("udp", aeron_dir, client_dir), port) as (client, conn):
             client.on_message(Ack, lambda c, m: acks.append(m))
+            poller = LoopPoller.for_running_loop()
+            flushed = poller.flushes_after_work
             conn.send_nowait(Move(3, 0))
             await wait_until(lambda: acks == [Ack(3)], 5, what="the echo")
-            poller = LoopPoller.for_running_loop()
+            # A server's loop sends what a round wrote (the echo) before it yields to anything else, and looks for
+            # frames every round.
+            assert poller.flushes_after_work > flushed
+            assert poller.scans_skipped == 0
             await wait_until(poller._sound, 10, what="the handshake over")
             assert not poller._naps_early()
             now = time.monotonic_ns()
@@ -95,6 +115,7 @@ async def test_an_ipc_connection_keeps_the_poller_yielding_after_work(
             await wait_until(lambda: acks == [Ack(3)], 5, what="the echo over IPC")
             poller = LoopPoller.for_running_loop()
             assert not poller._sound()  # frames in an IPC log ring nothing
+            assert not poller._udp_only  # and its publisher writes them, not our driver: every round looks
             now = time.monotonic_ns()
             assert poller._spins(now, now, now)
             assert poller._nap_plan(now, now, now + 50 * MS)[0] == MS

@@ -19,6 +19,7 @@ import uvloop
 
 from endpoint import (
     Client,
+    ClientError,
     ClientRejectedError,
     Connection,
     ConnectionClosedError,
@@ -345,6 +346,24 @@ async def test_sending_on_a_closed_connection_raises(
         # Closing again is harmless.
         await asyncio.wait_for(conn.close("again"), 5)
         assert conn.close_reason == "bye"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_client_send_nowait_needs_a_connection(
+    transport: str, aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    moves: list[Move] = []
+    async with running_server(server_config(aeron_dir, port)) as server:
+        server.on_message(Move, lambda conn, msg: moves.append(msg))
+        client = Client(client_config(transport, aeron_dir, client_dir))
+        try:
+            with pytest.raises(ClientError, match="not connected"):
+                client.send_nowait(Move(1, 1))
+            await client.connect("127.0.0.1", port)
+            assert client.send_nowait(Move(2, 3)) is True
+            await wait_until(lambda: moves == [Move(2, 3)], 5, what="the move")
+        finally:
+            await asyncio.wait_for(client.close(), 10)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
