@@ -309,11 +309,14 @@ class ConnectionCore:
             self._seen_hwm = peer_hwm
         return liveness.check(now_ns)
 
-    def kept_alive(self, now_ns: int, sent: int) -> None:
-        """The keepalive :meth:`tick` asked for went out."""
+    def kept_alive(self, now_ns: int, sent: int, probe: bool = False) -> None:
+        """The keepalive (``probe``: the probe) :meth:`tick` asked for went out."""
         self._seen_sent = sent
         self._seen_at_ns = now_ns
-        self.liveness.sent(now_ns)
+        if probe:
+            self.liveness.probed(now_ns)
+        else:
+            self.liveness.sent(now_ns)
 
     def dead_reason(self, now_ns: int) -> str:
         liveness = self.liveness

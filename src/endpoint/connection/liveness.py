@@ -13,7 +13,13 @@ included: the receiving end's keepalives reach the sender, whose own may be held
 The slack lets the keepalives of many idle connections that fall due within it leave in one wake-up (the
 end point's agenda, :mod:`endpoint.connection.agenda`, files each connection at a point of a grid inside
 that window), and makes an idle connection's keepalives a third fewer than one every ``ping_interval``.
-Keepalives ride the reliable stream, so a lost one is sent again, not missed.
+Keepalives ride the reliable stream, so a lost one is sent again, not missed, once something later reveals
+the gap: the last keepalive before a quiet spell has nothing after it but the next one, so on a lossy path a
+few keepalives lost in a row would look like a dead peer. A peer silent for two ping intervals (overdue) is
+therefore asked to answer at once (:attr:`Verdict.PROBE`, a ping it answers), at most every half ping interval:
+its answer, arriving after whatever was lost, makes our driver ask for the rest. At 5% loss each way a live
+peer then takes about twice as many losses in a row to be mistaken for dead, at the cost of a ping now and
+then on a lossy path (none on a clean one, where an idle peer is heard every ping interval and a half).
 A peer is dead when nothing was heard from it for longer than ``peer_timeout``. :meth:`Liveness.next_check_ns`
 says when the next check can find something to do (a keepalive owed, the peer overdue, or dead); the end point
 checks no later than one grid step after that, so a peer that dies at ``t`` is declared dead no later than
@@ -46,12 +52,22 @@ class Verdict(enum.Enum):
     KEEPALIVE = 1
     """Alive, but we have been quiet for a ping interval: send a keepalive."""
     DEAD = 2
+    PROBE = 3
+    """Alive, but silent for two ping intervals: ask the peer to answer (it also serves as a keepalive)."""
 
 
 class Liveness:
     """Liveness of one connection's peer, from what was heard and sent when (monotonic nanoseconds)."""
 
-    __slots__ = ("keepalive_slack_ns", "last_heard_ns", "last_sent_ns", "peer_timeout_ns", "ping_interval_ns")
+    __slots__ = (
+        "keepalive_slack_ns",
+        "last_heard_ns",
+        "last_probe_ns",
+        "last_sent_ns",
+        "overdue_ns",
+        "peer_timeout_ns",
+        "ping_interval_ns",
+    )
 
     def __init__(self, now_ns: int, ping_interval_ns: int, peer_timeout_ns: int) -> None:
         if not 0 < ping_interval_ns < peer_timeout_ns:
@@ -66,6 +82,10 @@ class Liveness:
         """When a message from the peer was last read (or reading last resumed)."""
         self.last_sent_ns = now_ns
         """When a message of ours was last handed to the driver."""
+        self.overdue_ns = min(2 * ping_interval_ns, peer_timeout_ns)
+        """Silent this long, the peer is overdue: probed, and how far its stream got is watched."""
+        self.last_probe_ns = now_ns - ping_interval_ns
+        """When the peer was last asked to answer."""
 
     def heard(self, now_ns: int) -> None:
         """A message from the peer was read."""
@@ -102,15 +122,23 @@ class Liveness:
         looking at how far its stream got) or dead, at the first point of the grid after. Pure: no clock."""
         owed = self.last_sent_ns + self.ping_interval_ns
         keepalive = max(owed, (owed + self.keepalive_slack_ns) // grid_ns * grid_ns)
-        overdue = self.last_heard_ns + min(2 * self.ping_interval_ns, self.peer_timeout_ns)
+        overdue = self.last_heard_ns + self.overdue_ns
         return min(keepalive, (overdue // grid_ns + 1) * grid_ns)
 
     def check(self, now_ns: int) -> Verdict:
-        if now_ns - self.last_heard_ns > self.peer_timeout_ns:
+        silent_ns = now_ns - self.last_heard_ns
+        if silent_ns > self.peer_timeout_ns:
             return Verdict.DEAD
+        if silent_ns > self.overdue_ns and now_ns - self.last_probe_ns >= self.ping_interval_ns // 2:
+            return Verdict.PROBE
         if now_ns - self.last_sent_ns >= self.ping_interval_ns:
             return Verdict.KEEPALIVE
         return Verdict.ALIVE
+
+    def probed(self, now_ns: int) -> None:
+        """The probe :meth:`check` asked for went out (it counts as a send)."""
+        self.last_probe_ns = now_ns
+        self.sent(now_ns)
 
 
 def tick_interval_ns(ping_interval_ns: int, ceiling_ns: int, floor_ns: int) -> int:

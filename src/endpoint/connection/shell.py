@@ -60,6 +60,7 @@ from endpoint.errors import (
 )
 from endpoint.listeners import ListenerManager
 from endpoint.messages import (
+    SAMPLE_SEQ,
     Disconnect,
     Ping,
     Pong,
@@ -208,6 +209,9 @@ class Connection:
         """Messages of the peer's dropped because no listener takes their type (see ``on_unhandled``)."""
         self.rtt: float | None = None
         """Round-trip time in seconds of the last answered ping."""
+        self.probes = 0
+        """Times the peer, silent for two ping intervals, was asked to answer at once (see
+        :attr:`~endpoint.connection.liveness.Verdict.PROBE`): a lossy path, or a peer dying."""
         self.sealed = False
         """Every message each way is sealed (see :meth:`_seal_with`)."""
         self.session: Session | None = None
@@ -811,8 +815,11 @@ class Connection:
         if image is not None and (image.is_closed or image.is_end_of_stream):
             self._lose("the peer's stream ended without a disconnect")  # may come sooner, never later
             return
-        if verdict is Verdict.KEEPALIVE and self.outbox.send_control(Ping(0, time.perf_counter_ns())):
-            core.kept_alive(now_ns, self.outbox.sent)
+        if verdict is Verdict.KEEPALIVE or verdict is Verdict.PROBE:
+            probe = verdict is Verdict.PROBE  # overdue: its answer reveals anything of its stream lost meanwhile
+            if self.outbox.send_control(Ping(SAMPLE_SEQ if probe else 0, time.perf_counter_ns())):
+                self.probes += probe
+                core.kept_alive(now_ns, self.outbox.sent, probe)
         if self.session is not None:
             self.session.tick(self)
 

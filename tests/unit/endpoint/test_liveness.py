@@ -8,6 +8,7 @@ back by back pressure, a peer that only ever sends).
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 from collections.abc import Callable
 
@@ -161,3 +162,50 @@ def test_a_dead_peer_is_declared_dead_within_the_peer_timeout_plus_one_ping_inte
     # In flight at the death, a message may still arrive and be read up to 2 ms later: that is the peer's.
     assert dead.dead_at < survivor.declared_dead_at <= dead.dead_at + 2 * MS + TIMEOUT + TICK
     assert survivor.declared_dead_at <= dead.dead_at + TIMEOUT + PING
+
+
+def test_an_overdue_peer_is_probed_every_half_ping_interval_and_still_dies_on_time() -> None:
+    """Silent for two ping intervals, the peer is asked to answer (a probe, which counts as our keepalive), at most
+    every half ping interval; the probes never put off its death."""
+    live = Liveness(0, PING, TIMEOUT)
+    probes = []
+    now = 0
+    while now <= TIMEOUT + TICK:
+        verdict = live.check(now)
+        if verdict is Verdict.DEAD:
+            break
+        if verdict is Verdict.PROBE:
+            probes.append(now)
+            live.probed(now)
+        elif verdict is Verdict.KEEPALIVE:
+            live.sent(now)
+        now += TICK
+    assert now == TIMEOUT + TICK  # dead at the first check past the timeout, probes or not
+    assert probes
+    assert probes[0] > 2 * PING
+    assert all(later - earlier >= PING // 2 for earlier, later in itertools.pairwise(probes))
+    assert live.check(probes[-1] + 1) is not Verdict.KEEPALIVE  # a probe is our send too
+
+
+def test_a_probe_answered_after_keepalives_lost_in_a_row_keeps_a_live_peer() -> None:
+    """The tail of a quiet stream lost: the peer's keepalives every 1.5 ping intervals vanish three times in a row
+    (each revealed only by what comes after it). The probe's answer comes after them, so it is heard (its driver
+    then asks for the rest): the peer lives where, unprobed, three losses in a row would have killed it."""
+    every = 3 * PING // 2
+    lost = {every * k for k in (1, 2, 3)}
+    for probing in (True, False):
+        live = Liveness(0, PING, TIMEOUT)
+        died = False
+        for now in range(0, 5 * TIMEOUT, TICK):
+            if now % every == 0 and now and now not in lost:
+                live.heard(now)  # a keepalive that arrived
+            verdict = live.check(now)
+            if verdict is Verdict.DEAD:
+                died = True
+                break
+            if verdict is Verdict.PROBE and probing:
+                live.probed(now)
+                live.heard(now + MS)  # answered within a millisecond
+            elif verdict is not Verdict.ALIVE:
+                live.sent(now)
+        assert died is not probing
