@@ -218,7 +218,8 @@ def test_a_peer_whose_stream_keeps_reaching_our_driver_is_alive_though_we_read_n
 def test_time_this_end_was_held_up_is_not_the_peers_silence() -> None:
     """A tick that comes late by a stall moves the deadline on by the stall (never past now)."""
     core, _, _ = make()
-    assert core.tick(TIMEOUT // 2, sent=0, reading=True) is Verdict.KEEPALIVE
+    # Silent past two ping intervals: a probe (the peer is asked to answer), which is our keepalive too.
+    assert core.tick(TIMEOUT // 2, sent=0, reading=True) is Verdict.PROBE
     # Held up for three timeouts: a peer heard at 0 is not dead for it.
     assert core.tick(3 * TIMEOUT, sent=1, reading=True, stall_ns=3 * TIMEOUT) is not Verdict.DEAD
     assert core.liveness.last_heard_ns == 3 * TIMEOUT  # capped at now
@@ -261,7 +262,9 @@ def test_a_send_between_looks_counts_from_the_earlier_look_so_the_next_keepalive
     core, _, _ = make()
     assert core.tick(PING, sent=0, reading=True) is Verdict.KEEPALIVE
     core.kept_alive(PING, sent=1)
-    # Something of ours left soon after (sent 1 -> 2), seen only at the next look a window and a half later.
+    # Something of ours left soon after (sent 1 -> 2), seen only at the next look a window and a half later (the
+    # peer heard meanwhile: silent two ping intervals, it would be probed instead).
+    core.liveness.heard(2 * PING)
     assert core.tick(PING + PING + PING // 2, sent=2, reading=True) is Verdict.KEEPALIVE
     core.kept_alive(PING + PING + PING // 2, sent=3)
     # Looks close together make it nearly exact: nothing is owed a moment after a send seen at once.
