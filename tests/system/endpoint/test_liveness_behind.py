@@ -66,6 +66,7 @@ async def test_a_peer_that_stops_is_still_found_dead_while_the_server_is_behind(
             server_conn = await server_end(server, conn)
             server_conn._poll = lambda: 0  # type: ignore[method-assign]
             client._tick = lambda now_ns: None  # type: ignore[method-assign]  # the client sends no keepalives
+            conn._poll = lambda: 0  # type: ignore[method-assign]  # nor answers the server's probes: silent
             await wait_until(lambda: lost, 10 * TIMEOUT, what="the silent peer found dead")
             assert server_conn.lost
             assert "peer timed out" in server_conn.close_reason
