@@ -207,25 +207,11 @@ def offer_each(members: Sequence[Connection], data: bytes, message: object) -> i
             if session is not None:
                 if session.send_nowait(message):
                     taken += 1
-                continue
-            # Connection._offer_encoded's common path written out (this runs for every member of every broadcast),
-            # and its end point's poller poked once per run of members of one end point, not once each.
-            outbox = connection.outbox
-            native_offer = connection._native_offer
-            if (
-                native_offer is not None
-                and not outbox.closing
-                and not outbox._backlog
-                and not connection._pub._is_closed
-                and native_offer(data) > 0
-            ):
-                outbox.sent += 1
+            elif connection._offer_encoded(data, poke=False):
                 taken += 1
-                if connection._endpoint is not poked:
+                if connection._endpoint is not poked:  # its poller poked once per run of one end point's members
                     poked = connection._endpoint
                     connection._poke()
-            elif connection._offer_encoded(data):
-                taken += 1
         except (ConnectionClosedError, BudgetExceededError):
             pass
     return taken

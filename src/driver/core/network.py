@@ -1133,8 +1133,6 @@ gone: this many and a quarter of those watched)."""
 
 _LIMIT_STEP_SHIFT = 3
 """A watched publication's limit moves once its sender position has grown by its term window over 2**this."""
-"""New publications watched on their own before the publisher limits' watch is rebuilt with them (publications
-gone: this many and a quarter of those watched)."""
 
 SILENT_NS = 1_000_000_000
 """How long an image must have had no packet (not even a heartbeat, which a live publisher sends every 100 ms)

@@ -69,11 +69,11 @@ class Receiver:
         self._agenda: Agenda[PublicationImage] = Agenda()
         self._ready = ReadyEndpoints[ReceiveChannelEndpoint]()
         self.sockets_version = 0
+        """Changes whenever ``readable_sockets`` would answer differently."""
         self.datagrams = 0
         """Datagrams read from the receive endpoints' sockets so far: only these (and gaps filled, see
         ``Loss gap fills``) put frames into images, so a host polling images knows nothing new came while this
         stays put."""
-        """Changes whenever ``readable_sockets`` would answer differently."""
         # Every image's subscriber positions, their values at the last look, and whose they are. Images that
         # came or went are taken in one at a time at the next look (a storm of connects must not walk every
         # image per new one); the native watch is then made again from the kept list, in C.

@@ -1279,8 +1279,6 @@ error:
     return NULL;
 }
 
-/* Send the frames gathered so far (sendmmsg); a datagram the kernel refuses is counted as a short send and not
- * retried (the image's next status message repeats it). */
 /* The least and greatest of an image's subscriber positions (its rebuild position where one is unmapped, or
  * when it has none). */
 static inline void
@@ -1299,6 +1297,8 @@ subscriber_bounds(const ImageSlot *s, long long *min_position, long long *max_po
     *max_position = greatest;
 }
 
+/* Send the frames gathered so far (sendmmsg); a datagram the kernel refuses is counted as a short send and not
+ * retried (the image's next status message repeats it). */
 static void
 flush_status_messages(int fd, struct mmsghdr *messages, int count, const CounterRef *short_sends)
 {

@@ -455,18 +455,20 @@ class Connection:
             return True
         return outbox.offer_now(data)
 
-    def _offer_encoded(self, data: bytes) -> bool:
+    def _offer_encoded(self, data: bytes, poke: bool = True) -> bool:
         """``send_nowait`` of a message encoded already (a broadcast's one encoding, checked against every member's
-        length bound by the caller): its common path written out the same way, the rest through the outbox."""
+        length bound by the caller): its common path written out the same way, the rest through the outbox.
+        ``poke``: poke the poller (a broadcast pokes once per end point instead, see ``groups.offer_each``)."""
         outbox = self.outbox
         if outbox.closing:
             raise self._closed_error()
         native_offer = self._native_offer
         if native_offer is not None and not outbox._backlog and not self._pub._is_closed and native_offer(data) > 0:
             outbox.sent += 1
-            self._poke()
+            if poke:
+                self._poke()
             return True
-        return outbox.offer_now(data)
+        return outbox.offer_now(data, poke)
 
     def send_unreliable(self, message: object) -> bool:
         """Send ``message`` newest-wins: now or never, and never delivered after a newer message of its class.
@@ -805,7 +807,7 @@ class Connection:
         core = self._core
         liveness = core.liveness
         hwm = None
-        if liveness.silent_for_ns(now_ns) > 2 * liveness.ping_interval_ns:  # quiet a while: has it sent anything?
+        if liveness.silent_for_ns(now_ns) > liveness.overdue_ns:  # quiet a while: has it sent anything?
             hwm = self._peer_hwm()
         verdict = core.tick(now_ns, self.outbox.sent, reading, hwm, stall_ns)
         if verdict is Verdict.DEAD:
@@ -846,7 +848,7 @@ class Connection:
         ):
             return step
         liveness = self._core.liveness
-        if liveness.silent_for_ns(now_ns) > 2 * liveness.ping_interval_ns:
+        if liveness.silent_for_ns(now_ns) > liveness.overdue_ns:
             return step
         return max(step, liveness.next_check_ns(grid_ns))
 

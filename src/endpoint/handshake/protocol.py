@@ -767,7 +767,7 @@ class ServerHandshake:
                 if isinstance(known, _Pending) and known.state == "acked":
                     # Its answer is on the way (or was lost): the resend reuses what was made for it, so it must
                     # not expire under a client still asking (the caps and eviction still bound it).
-                    known.updated_ns = max(known.updated_ns, now_ns)
+                    self.keep(key, now_ns)
             else:
                 self.stats.replayed += 1
             return None
