@@ -381,7 +381,9 @@ class _Registry:
             gate = (config.driver_key(), threading.get_ident())
             leasing = self._leasing.get(gate)
             if leasing is not None:
-                await leasing.wait()
+                # Bounded like the lease itself: a leasing task that hangs leaves the rest to lease on their own.
+                with anyio.move_on_after(config.driver_timeout):
+                    await leasing.wait()
                 attached = self._attach_running(config, user)
                 if attached is not None:
                     return attached

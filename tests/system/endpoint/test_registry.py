@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from driver.client import Aeron
 from endpoint import Client, ClientConfiguration, Server
@@ -66,6 +69,23 @@ async def test_a_storm_of_first_leases_in_one_loop_takes_one_worker_thread(aeron
         assert registry._leasing == {}
     finally:
         await asyncio.gather(*(c.close() for c in clients))
+    assert registry.active() == []
+
+
+async def test_a_lease_waiting_on_a_hung_leasing_task_gives_up_after_the_driver_timeout(aeron_dir: Path) -> None:
+    """The loop's other clients wait for the one starting the driver, but never past ``driver_timeout``: then they
+    lease on their own (here the leasing task is a gate nobody will open)."""
+    client = Client(ClientConfiguration(aeron_dir=aeron_dir, driver_timeout=1.0))
+    config = client.config
+    gate = (config.driver_key(), threading.get_ident())
+    registry._leasing[gate] = anyio.Event()
+    try:
+        await asyncio.wait_for(client._lease_driver(), 10.0)
+        assert client._shared is not None
+        assert client._shared.aeron is not None
+    finally:
+        del registry._leasing[gate]
+        await client.close()
     assert registry.active() == []
 
 
