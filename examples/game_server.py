@@ -378,6 +378,7 @@ class Tally:
     scored: int = 0
     lost: int = 0
     why_lost: dict[str, int] = attrs.Factory(dict)  # close reason (figures left out) -> connections
+    errors: int = 0
 
 
 class Bot:
@@ -400,6 +401,7 @@ class Bot:
         c = self.client
         c.on_connect(self.on_connect)
         c.on_disconnect(self.on_disconnect)
+        c.on_error(self.on_error)
         c.on_message(Welcome, self.on_welcome)
         c.on_message(Snapshot, self.on_snapshot)
         c.on_message(Joined, lambda conn, m: self.count("joined"))
@@ -419,6 +421,11 @@ class Bot:
             if conn.lost:
                 count_reason(self.tally.why_lost, conn.close_reason)
             self.done.set()
+
+    def on_error(self, conn: Connection | None, exc: BaseException) -> None:
+        self.tally.errors += 1
+        if self.tally.errors <= 5:  # the first few of the process: the rest are usually echoes
+            print(f"{self.name}: error on {conn!r}: {type(exc).__name__}: {exc}", flush=True)
 
     def on_welcome(self, conn: Connection, welcome: Welcome) -> None:
         self.tally.welcomed += 1
