@@ -130,6 +130,12 @@ def percentile(sorted_values: Sequence[int], fraction: float) -> int:
 # =========================================================================== server
 
 
+def count_reason(counts: dict[str, int], reason: str) -> None:
+    """Why connections were lost, for the final lines: the reason with its figures left out, counted."""
+    why = re.sub(r"\d+(\.\d+)?", "#", reason)[:80]
+    counts[why] = counts.get(why, 0) + 1
+
+
 @attrs.define
 class Player:
     conn: Connection
@@ -175,6 +181,7 @@ class Game:
         self.received = 0  # snapshots the bots reported this second
         self.ages_us: list[int] = []
         self.errors = 0
+        self.why_lost: dict[str, int] = {}  # close reason (figures left out) -> connections lost
         s = self.server
         s.on_message(Hello, self.on_hello)
         s.on_message(Input, self.on_input)
@@ -223,6 +230,8 @@ class Game:
         self.ages_us.extend(stats.ages_us[:100])
 
     def on_disconnect(self, conn: Connection) -> None:
+        if conn.lost:
+            count_reason(self.why_lost, conn.close_reason)
         player = self.players.pop(conn.id, None)
         if player is None:
             return
@@ -348,6 +357,8 @@ async def run_server(args: argparse.Namespace) -> int:
             f"{game.rooms_made} rooms made, {game.events} room events",
             flush=True,
         )
+        for why, count in sorted(game.why_lost.items(), key=lambda item: -item[1])[:5]:
+            print(f"server: lost {count}: {why}", flush=True)
     return 0
 
 
@@ -366,6 +377,7 @@ class Tally:
     chat: int = 0
     scored: int = 0
     lost: int = 0
+    why_lost: dict[str, int] = attrs.Factory(dict)  # close reason (figures left out) -> connections
 
 
 class Bot:
@@ -404,6 +416,8 @@ class Bot:
     def on_disconnect(self, conn: Connection) -> None:
         if conn.lost or conn.closed_by_peer:
             self.tally.lost += conn.lost
+            if conn.lost:
+                count_reason(self.tally.why_lost, conn.close_reason)
             self.done.set()
 
     def on_welcome(self, conn: Connection, welcome: Welcome) -> None:
@@ -500,6 +514,8 @@ async def run_worker(args: argparse.Namespace) -> int:
             f"p50_ms={percentile(ages, 0.5) / 1000:.1f} p99_ms={percentile(ages, 0.99) / 1000:.1f}",
             flush=True,
         )
+        for why, count in sorted(t.why_lost.items(), key=lambda item: -item[1])[:5]:
+            print(f"{name}: lost {count}: {why}", flush=True)
         await asyncio.gather(connecting, return_exceptions=True)
         await asyncio.gather(*(bot.client.close() for bot in bots), return_exceptions=True)
     return 0

@@ -32,11 +32,11 @@ rebuild position, so delivery stays in order and exactly once; ahead gaps only a
 their data sooner. A tracked gap found filled (or passed by the rebuild position) is
 dropped; what is left of a partly repaired one is tracked in its place.
 
-Repeats back off (our addition, ``max_retry_ns``): each further NAK for a gap still open waits twice as long as
-the one before, up to ``max_retry_ns``. A repair that does not come within one delay has usually not been lost:
-it is queued behind a backlog in our own receive socket (a receiver that fell behind, the case where every gap
-of hundreds of images was NAKed every 10 ms and the senders' repairs added to the backlog they were stuck
-behind). 0 (or no more than the delay) repeats at the generator's delay, as Aeron does.
+Repeats back off (our addition, ``max_retry_ns``): after the first few, each further NAK for a gap still open
+waits twice as long as the one before, up to ``max_retry_ns``. A repair that has not come by then has usually
+not been lost: it is queued behind a backlog in our own receive socket (a receiver that fell behind, the case
+where every gap of hundreds of images was NAKed every 10 ms and the senders' repairs added to the backlog they
+were stuck behind). 0 (or no more than the delay) repeats at the generator's delay, as Aeron does.
 
 Delay generators (1.15.1 defaults): unicast uses ``StaticDelayGenerator(60 ms,
 immediate)`` — first NAK at once, then every 60 ms; multicast uses
@@ -61,6 +61,7 @@ __all__ = [
     "NAK_GROUPSIZE_DEFAULT",
     "NAK_GRTT_DEFAULT",
     "NAK_MAX_BACKOFF_DEFAULT_NS",
+    "NAK_QUICK_REPEATS",
     "NAK_UNICAST_DELAY_DEFAULT_NS",
     "NAK_UNICAST_RETRY_CURRENT_NS",
     "FeedbackDelayGenerator",
@@ -79,6 +80,8 @@ before the sender's 60 ms linger has freed the gap, so ignored and asked again a
 sender held at the window meanwhile. With this value and ``RETRANSMIT_UNICAST_LINGER_CURRENT_NS``
 (and the gaps ahead), 5% receive loss kept 53-73% of the loss-free 3.0-3.8 M msgs/s (2026-11-23);
 with 1.15.1's, 5-14%."""
+NAK_QUICK_REPEATS = 3
+"""NAKs of one gap sent at the generator's delay before the repeats back off (see ``max_retry_ns``)."""
 MAX_GAPS_AHEAD_DEFAULT = 15
 """Gaps tracked beyond the first: with it, the sender's 16 retransmit actions (1.15.1) are all used."""
 NAK_MAX_BACKOFF_DEFAULT_NS = 60_000_000
@@ -359,13 +362,14 @@ class LossDetector:
             gap.deadline_ns = now_ns + self._retry_delay(gap.naks)
 
     def _retry_delay(self, naks: int) -> int:
-        """The wait before the next NAK of a gap already NAKed ``naks`` times: doubled with each repeat, up to
-        ``max_retry_ns``."""
+        """The wait before the next NAK of a gap already NAKed ``naks`` times: the generator's delay for the first
+        few (a lost repair, or a NAK that met the sender's linger, is asked for again as quickly as before), then
+        doubled with each repeat, up to ``max_retry_ns``."""
         delay = self._delay_generator.generate_delay()
         cap = self._max_retry_ns
-        if naks <= 1 or cap <= delay:
+        if naks <= NAK_QUICK_REPEATS or cap <= delay:
             return delay
-        return min(delay << min(naks - 1, 30), cap)
+        return min(delay << min(naks - NAK_QUICK_REPEATS, 30), cap)
 
     def _record_gap(self, term_id: int, offset: int, length: int) -> None:
         self._scanned_term_id = term_id
