@@ -459,6 +459,11 @@ class DriverContext:
     """How long a unicast receiver waits before repeating a NAK for a gap still open: today's Aeron's 10 ms
     (1.15.1 used 60 ms, which under loss often re-asked just as the sender's linger ended: 5-14% of the
     loss-free rate at 5% loss, against 53-73% with 10 ms)."""
+    nak_retry_max_ns: int = attrs.field(default=640_000_000, metadata=_meta("aeron.nak.retry.max", _Kind.DURATION))
+    """The longest wait between repeated NAKs of one gap (ours; Aeron repeats at a fixed interval): after three
+    repeats at ``nak_unicast_retry_ns``, each waits twice as long as the one before, up to this. A repair that has
+    not come by then is mostly queued behind a backlog in our own receive socket, and NAKing every gap of hundreds
+    of images every 10 ms only adds to that backlog (the senders' repairs join it). 0: no backoff."""
     retransmit_unicast_linger_ns: int = attrs.field(
         default=10_000_000, metadata=_meta("aeron.retransmit.unicast.linger", _Kind.DURATION)
     )
@@ -630,6 +635,7 @@ class DriverContext:
         ):
             c.timeout(name)
         c.timeout("publication_linger_timeout_ns", allow_zero=True)
+        c.timeout("nak_retry_max_ns", allow_zero=True)
         c.timeout("counters_free_to_reuse_timeout_ns", allow_zero=True)
 
         c.power_of_two("conductor_buffer_length", 1024, _TERM_MAX_LENGTH, plus=_RING_TRAILER_LENGTH)

@@ -32,6 +32,12 @@ rebuild position, so delivery stays in order and exactly once; ahead gaps only a
 their data sooner. A tracked gap found filled (or passed by the rebuild position) is
 dropped; what is left of a partly repaired one is tracked in its place.
 
+Repeats back off (our addition, ``max_retry_ns``): after the first few, each further NAK for a gap still open
+waits twice as long as the one before, up to ``max_retry_ns``. A repair that has not come by then has usually
+not been lost: it is queued behind a backlog in our own receive socket (a receiver that fell behind, the case
+where every gap of hundreds of images was NAKed every 10 ms and the senders' repairs added to the backlog they
+were stuck behind). 0 (or no more than the delay) repeats at the generator's delay, as Aeron does.
+
 Delay generators (1.15.1 defaults): unicast uses ``StaticDelayGenerator(60 ms,
 immediate)`` — first NAK at once, then every 60 ms; multicast uses
 ``OptimalMulticastDelayGenerator(60 ms, 10)``, a randomised backoff in ``[0, 60 ms)``
@@ -55,6 +61,7 @@ __all__ = [
     "NAK_GROUPSIZE_DEFAULT",
     "NAK_GRTT_DEFAULT",
     "NAK_MAX_BACKOFF_DEFAULT_NS",
+    "NAK_QUICK_REPEATS",
     "NAK_UNICAST_DELAY_DEFAULT_NS",
     "NAK_UNICAST_RETRY_CURRENT_NS",
     "FeedbackDelayGenerator",
@@ -73,6 +80,8 @@ before the sender's 60 ms linger has freed the gap, so ignored and asked again a
 sender held at the window meanwhile. With this value and ``RETRANSMIT_UNICAST_LINGER_CURRENT_NS``
 (and the gaps ahead), 5% receive loss kept 53-73% of the loss-free 3.0-3.8 M msgs/s (2026-11-23);
 with 1.15.1's, 5-14%."""
+NAK_QUICK_REPEATS = 3
+"""NAKs of one gap sent at the generator's delay before the repeats back off (see ``max_retry_ns``)."""
 MAX_GAPS_AHEAD_DEFAULT = 15
 """Gaps tracked beyond the first: with it, the sender's 16 retransmit actions (1.15.1) are all used."""
 NAK_MAX_BACKOFF_DEFAULT_NS = 60_000_000
@@ -170,13 +179,14 @@ class OptimalMulticastDelayGenerator:
 class _AheadGap:
     """A gap beyond the first: where it is, how long it was when last looked at, when to NAK it next."""
 
-    __slots__ = ("deadline_ns", "length", "position", "term_offset")
+    __slots__ = ("deadline_ns", "length", "naks", "position", "term_offset")
 
-    def __init__(self, term_offset: int, length: int, position: int, deadline_ns: int) -> None:
+    def __init__(self, term_offset: int, length: int, position: int, deadline_ns: int, naks: int = 0) -> None:
         self.term_offset = term_offset
         self.length = length
         self.position = position
         self.deadline_ns = deadline_ns
+        self.naks = naks
 
 
 class LossDetector:
@@ -187,6 +197,7 @@ class LossDetector:
 
     __slots__ = (
         "_active_length",
+        "_active_naks",
         "_active_term_id",
         "_active_term_offset",
         "_ahead",
@@ -195,6 +206,7 @@ class LossDetector:
         "_delay_generator",
         "_frontier",
         "_max_gaps_ahead",
+        "_max_retry_ns",
         "_next_ahead_deadline_ns",
         "_on_gap",
         "_on_gap_detected",
@@ -208,8 +220,10 @@ class LossDetector:
         delay_generator: FeedbackDelayGenerator,
         on_gap_detected: Callable[[int, int, int], None],
         max_gaps_ahead: int = MAX_GAPS_AHEAD_DEFAULT,
+        max_retry_ns: int = 0,
     ) -> None:
-        """``max_gaps_ahead`` gaps beyond the first are NAKed too; 0 NAKs one gap at a time, as 1.15.1."""
+        """``max_gaps_ahead`` gaps beyond the first are NAKed too; 0 NAKs one gap at a time, as 1.15.1.
+        ``max_retry_ns``: the longest wait between NAKs of one gap as they back off (0: no backoff)."""
         self._delay_generator = delay_generator
         self._on_gap_detected = on_gap_detected
         self._scanned_term_id = 0
@@ -218,7 +232,9 @@ class LossDetector:
         self._active_term_id = 0
         self._active_term_offset = -1
         self._active_length = 0
+        self._active_naks = 0
         self._deadline_ns = -1
+        self._max_retry_ns = max_retry_ns
         self._on_gap = self._record_gap  # bound once: scan runs every duty cycle
         self._max_gaps_ahead = max(0, max_gaps_ahead)
         self._ahead: dict[int, _AheadGap] = {}  # by term offset, all in term ``_ahead_term_id``
@@ -281,7 +297,8 @@ class LossDetector:
                 loss_found = True
             if self._deadline_ns - now_ns <= 0:
                 self._on_gap_detected(self._active_term_id, self._active_term_offset, self._active_length)
-                self._deadline_ns = now_ns + self._delay_generator.generate_delay()
+                self._active_naks += 1
+                self._deadline_ns = now_ns + self._retry_delay(self._active_naks)
             if self._max_gaps_ahead:
                 term_base = rebuild_position - (rebuild_position & term_length_mask)
                 self._scan_ahead(term, term_id, term_base, rebuild_offset + self._scanned_length, limit_offset, now_ns)
@@ -318,7 +335,9 @@ class LossDetector:
             ahead[gap_begin] = _AheadGap(gap_begin, gap_length, term_base + gap_begin, deadline_ns)
             if immediate:
                 self._on_gap_detected(term_id, gap_begin, gap_length)
-                ahead[gap_begin].deadline_ns = now_ns + generator.generate_delay()
+                gap = ahead[gap_begin]
+                gap.naks = 1
+                gap.deadline_ns = now_ns + self._retry_delay(1)
             offset = gap_begin + gap_length
         if term_base + offset > self._frontier:
             self._frontier = term_base + offset
@@ -327,7 +346,6 @@ class LossDetector:
     def _on_ahead_deadlines(self, term: AtomicBuffer, term_id: int, now_ns: int) -> None:
         """NAK the ahead gaps whose time has come (what is still missing of them)."""
         ahead = self._ahead
-        generator = self._delay_generator
         for offset, gap in list(ahead.items()):
             if gap.deadline_ns - now_ns > 0:
                 continue
@@ -336,11 +354,22 @@ class LossDetector:
             if not gap_length:
                 continue  # repaired
             if gap_begin != offset:  # partly repaired: track what is left
-                gap = _AheadGap(gap_begin, gap_length, gap.position + gap_begin - offset, 0)
+                gap = _AheadGap(gap_begin, gap_length, gap.position + gap_begin - offset, 0, gap.naks)
             gap.length = gap_length
             ahead[gap_begin] = gap
             self._on_gap_detected(term_id, gap_begin, gap_length)
-            gap.deadline_ns = now_ns + generator.generate_delay()
+            gap.naks += 1
+            gap.deadline_ns = now_ns + self._retry_delay(gap.naks)
+
+    def _retry_delay(self, naks: int) -> int:
+        """The wait before the next NAK of a gap already NAKed ``naks`` times: the generator's delay for the first
+        few (a lost repair, or a NAK that met the sender's linger, is asked for again as quickly as before), then
+        doubled with each repeat, up to ``max_retry_ns``."""
+        delay = self._delay_generator.generate_delay()
+        cap = self._max_retry_ns
+        if naks <= NAK_QUICK_REPEATS or cap <= delay:
+            return delay
+        return min(delay << min(naks - NAK_QUICK_REPEATS, 30), cap)
 
     def _record_gap(self, term_id: int, offset: int, length: int) -> None:
         self._scanned_term_id = term_id
@@ -352,10 +381,12 @@ class LossDetector:
         self._active_term_offset = self._scanned_term_offset
         self._active_length = self._scanned_length
         tracked = self._ahead.pop(self._scanned_term_offset, None) if self._ahead else None
+        self._active_naks = 0
         if tracked is not None and self._ahead_term_id == self._scanned_term_id:
-            # Already NAKed as a gap ahead: keep its length and timer rather than NAK it again now.
+            # Already NAKed as a gap ahead: keep its length, timer and backoff rather than NAK it again now.
             self._active_length = tracked.length
             self._deadline_ns = tracked.deadline_ns
+            self._active_naks = tracked.naks
         elif self._delay_generator.should_feedback_immediately():
             self._deadline_ns = now_ns
         else:

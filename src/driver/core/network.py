@@ -846,7 +846,7 @@ class NetworkResources:
                 if multicast
                 else StaticDelayGenerator(self._ctx.nak_unicast_retry_ns, True)
             )
-            return LossDetector(generator, on_gap)  # type: ignore[arg-type]
+            return LossDetector(generator, on_gap, max_retry_ns=self._ctx.nak_retry_max_ns)  # type: ignore[arg-type]
 
         image = PublicationImage(
             correlation_id=correlation_id,
