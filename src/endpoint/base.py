@@ -417,7 +417,6 @@ class EndPoint(Generic[ConfigT]):
         due_ns = agenda.next_due_ns
         wrote = False
         if due_ns is not None and now_ns + _AGENDA_SLACK_NS >= due_ns:
-            wrote = True
             grid_ns = self._connection_tick_ns
             # Held up (an overloaded loop, a starved process) past a whole step after the first connection was
             # due: that time was ours, not the peers' silence; a dead peer is found that much later, a live one
@@ -428,6 +427,13 @@ class EndPoint(Generic[ConfigT]):
                 if connection._closing or connections.get(connection.id) is not connection:
                     continue
                 try:
+                    if not stall_ns:
+                        # The common look at an idle connection, which finds nothing owed and writes nothing.
+                        next_ns = connection._tick_quiet(now_ns, grid_ns)
+                        if next_ns:
+                            agenda.file(connection, next_ns)
+                            continue
+                    wrote = True
                     connection._tick(now_ns, stall_ns)
                 except Exception as exc:  # one connection's failure is its own, and the others still tick
                     self._notify_error(connection, exc)

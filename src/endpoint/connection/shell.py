@@ -825,6 +825,30 @@ class Connection:
         if self.session is not None:
             self.session.tick(self)
 
+    def _tick_quiet(self, now_ns: int, grid_ns: int) -> int:
+        """:meth:`_tick` (without a stall) in the common case of an idle connection looked at before anything is
+        owed (see :meth:`ConnectionCore.tick_quiet`): nothing else that tick looks at under way, its stream whole;
+        returns when it is next to be looked at (what :meth:`_next_check_ns` would say), or 0 if it was not
+        quiet and nothing was done (call :meth:`_tick`). A third to a half of an idle server's looks are these:
+        a connection is filed at the earlier of its keepalive and the moment its peer would be overdue, and the
+        peer is usually heard before then."""
+        if (
+            self._closing
+            or self.unreliable_channels is not None
+            or self.session is not None
+            or self._paused
+            or self._inbox
+            or self.streams.incoming
+        ):
+            return 0
+        image = self._image
+        if image is None or image.is_closed or image.is_end_of_stream:
+            return 0
+        core = self._core
+        if not core.tick_quiet(now_ns, self.outbox.sent):
+            return 0
+        return max((now_ns // grid_ns + 1) * grid_ns, core.liveness.next_check_ns(grid_ns))
+
     def _attend(self) -> None:
         """Something started that :meth:`_tick` watches every step (see :meth:`_next_check_ns`): be looked at at
         the next step, not when the idle connection's next check would have come."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from driver.client.counter import Counter
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import CountersReader
-from endpoint.connection.counters import _write
+from endpoint.connection.counters import _Held
 
 
 class _Owner:
@@ -43,17 +43,20 @@ class _Figures:
 
 def test_the_first_write_sets_everything_and_later_ones_only_what_changed() -> None:
     rtt, sent, received = _Watched(1), _Watched(2), _Watched(3)
+    held = _Held(rtt, sent, received)
     connection = _Figures(None, 0, 0)
-    last = _write(connection, rtt, sent, received, None)  # type: ignore[arg-type]
-    assert (rtt.get(), sent.get(), received.get()) == (-1, 0, 0) == last
+    held.write(connection)  # type: ignore[arg-type]
+    assert (rtt.get(), sent.get(), received.get()) == (-1, 0, 0)
+    assert (held.wrote_rtt, held.wrote_sent, held.wrote_received) == (-1, 0, 0)
     assert (rtt.stores, sent.stores, received.stores) == (1, 1, 1)
-    last = _write(connection, rtt, sent, received, last)  # type: ignore[arg-type]
+    held.write(connection)  # type: ignore[arg-type]
     assert (rtt.stores, sent.stores, received.stores) == (1, 1, 1)  # nothing changed: nothing stored
     connection.messages_sent = 3  # a keepalive and two messages went out
-    last = _write(connection, rtt, sent, received, last)  # type: ignore[arg-type]
+    held.write(connection)  # type: ignore[arg-type]
     assert (sent.get(), sent.stores, rtt.stores, received.stores) == (3, 2, 1, 1)
     connection.rtt = 0.000_25
     connection.messages_received = 7
-    last = _write(connection, rtt, sent, received, last)  # type: ignore[arg-type]
-    assert (rtt.get(), sent.get(), received.get()) == (250_000, 3, 7) == last
+    held.write(connection)  # type: ignore[arg-type]
+    assert (rtt.get(), sent.get(), received.get()) == (250_000, 3, 7)
+    assert (held.wrote_rtt, held.wrote_sent, held.wrote_received) == (250_000, 3, 7)
     assert (rtt.stores, sent.stores, received.stores) == (2, 2, 2)
