@@ -4,9 +4,11 @@ exporter read them.
 Theory of operation: when a connection opens, the end point asks its driver client for three counters (last
 round trip, messages sent, messages received; layout in :mod:`driver.tools.connections`) in a background
 task. The liveness tick copies the connection's own figures into them: the send and receive paths are not
-touched. Keepalives do not measure the round trip, so every :data:`RTT_SAMPLE_PERIOD_NS` the tick also sends
-one ping down the connection, as a control message (like a keepalive it neither waits out back pressure nor
-wakes the poller); its pong lands in ``connection.rtt``. When the connection closes
+touched. Keepalives do not measure the round trip, so every :data:`RTT_SAMPLE_PERIOD_NS` the connection's next
+keepalive is sent as a ping the peer answers (its pong lands in ``connection.rtt``); one that sends no keepalive
+within :data:`SAMPLE_WAIT_NS` (it is busy sending) is sent that ping by the tick, as a control message (like a
+keepalive it neither waits out back pressure nor wakes the poller). An idle connection's samples thus cost no
+message of their own. When the connection closes
 the counters are freed. Counters are a bounded resource of the driver: one that
 cannot be allocated (the file is full, the driver is gone) is counted in :attr:`ConnectionCounters.failures`
 and the connection goes on without it.
@@ -49,6 +51,9 @@ COUNTERS_FILL_LIMIT = 0.75
 RTT_SAMPLE_PERIOD_NS = 10_000_000_000
 """How often a connection with counters is pinged to sample its round trip (the first time one refresh after
 its counters appear, not in the burst of a connection's opening)."""
+SAMPLE_WAIT_NS = 2_000_000_000
+"""How long a due round-trip sample waits for the connection's next keepalive to carry it (an idle connection
+sends one every ping interval and a half) before it is sent on its own."""
 REFRESH_PERIOD_NS = 1_000_000_000
 """How often the counters are brought up to date: the tools read them about once a second."""
 OPEN_AFTER_NS = 1_000_000_000
@@ -83,7 +88,7 @@ class _Held:
     and when its round trip is next sampled (None: at the next refresh). One object per connection, so the
     once-a-second refresh of a thousand costs a few attribute reads each, not dictionary look-ups."""
 
-    __slots__ = ("next_sample_ns", "received", "rtt", "sent", "wrote_received", "wrote_rtt", "wrote_sent")
+    __slots__ = ("asked", "next_sample_ns", "received", "rtt", "sent", "wrote_received", "wrote_rtt", "wrote_sent")
 
     def __init__(self, rtt: Counter, sent: Counter, received: Counter) -> None:
         self.rtt = rtt
@@ -93,6 +98,9 @@ class _Held:
         self.wrote_sent: int | None = None
         self.wrote_received: int | None = None
         self.next_sample_ns: int | None = None
+        self.asked = False
+        """The connection was asked to carry a sample on its next keepalive (``next_sample_ns`` is then when the
+        wait for it ends)."""
 
     def write(self, connection: Connection) -> None:
         """Set the counters to the connection's figures, those that differ from what they were last set to."""
@@ -190,9 +198,16 @@ class ConnectionCounters:
             if due is None:
                 held.next_sample_ns = now_ns  # sampled at the next refresh
             elif now_ns >= due and not connection.is_closed:
-                held.next_sample_ns = now_ns + RTT_SAMPLE_PERIOD_NS
-                connection.outbox.send_control(Ping(SAMPLE_SEQ, time.perf_counter_ns()))
-                sampled = True
+                if not held.asked:
+                    held.asked = connection._sample_wanted = True
+                    held.next_sample_ns = now_ns + SAMPLE_WAIT_NS
+                    continue
+                held.asked = False
+                held.next_sample_ns = now_ns + RTT_SAMPLE_PERIOD_NS - SAMPLE_WAIT_NS
+                if connection._sample_wanted:  # no keepalive carried it: sent on its own
+                    connection._sample_wanted = False
+                    connection.outbox.send_control(Ping(SAMPLE_SEQ, time.perf_counter_ns()))
+                    sampled = True
         return sampled
 
     def forget(self) -> None:

@@ -209,6 +209,9 @@ class Connection:
         """Messages of the peer's dropped because no listener takes their type (see ``on_unhandled``)."""
         self.rtt: float | None = None
         """Round-trip time in seconds of the last answered ping."""
+        self._sample_wanted = False
+        """The next keepalive is to be a ping the peer answers: a round-trip sample is due (see
+        :mod:`endpoint.connection.counters`)."""
         self.probes = 0
         """Times the peer, silent for two ping intervals, was asked to answer at once (see
         :attr:`~endpoint.connection.liveness.Verdict.PROBE`): a lossy path, or a peer dying."""
@@ -819,7 +822,9 @@ class Connection:
             return
         if verdict is Verdict.KEEPALIVE or verdict is Verdict.PROBE:
             probe = verdict is Verdict.PROBE  # overdue: its answer reveals anything of its stream lost meanwhile
-            if self.outbox.send_control(Ping(SAMPLE_SEQ if probe else 0, time.perf_counter_ns())):
+            answered = probe or self._sample_wanted  # an answer also samples the round trip
+            if self.outbox.send_control(Ping(SAMPLE_SEQ if answered else 0, time.perf_counter_ns())):
+                self._sample_wanted = False
                 self.probes += probe
                 core.kept_alive(now_ns, self.outbox.sent, probe)
         if self.session is not None:
