@@ -211,6 +211,12 @@ class EndPoint(Generic[ConfigT]):
     def connections(self) -> list[Connection]:
         return [c for c in self._connections.values() if not c.is_closed]
 
+    @property
+    def connection_count(self) -> int:
+        """How many connections are open, ``len(connections)`` without building the list (the end point's
+        counters show it every second): a connection leaves ``_connections`` in the step that closes it."""
+        return len(self._connections)
+
     def _add_connection(self, connection: Connection) -> None:
         replaced = self._connections.get(connection.id)
         self._connections[connection.id] = connection

@@ -222,7 +222,7 @@ class ConnectionCounters:
 def endpoint_stats(endpoint: Any) -> dict[str, int]:
     """A server's figures as :data:`~driver.tools.connections.ENDPOINT_STAT_NAMES` names them."""
     stats = {
-        "connections": len(endpoint.connections),
+        "connections": endpoint.connection_count,
         "decode_errors": endpoint.malformed_messages,
         "seal_failures": endpoint.seal_failures,
         "driver_restarts": endpoint.restarts,

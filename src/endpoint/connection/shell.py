@@ -836,20 +836,17 @@ class Connection:
         returns when it is next to be looked at (what :meth:`_next_check_ns` would say), or 0 if it was not
         quiet and nothing was done (call :meth:`_tick`). A third to a half of an idle server's looks are these:
         a connection is filed at the earlier of its keepalive and the moment its peer would be overdue, and the
-        peer is usually heard before then."""
-        if (
-            self._closing
-            or self.unreliable_channels is not None
-            or self.session is not None
-            or self._paused
-            or self._inbox
-            or self.streams.incoming
-        ):
+        peer is usually heard before then. The caller has checked it is not closing."""
+        if self.session is not None or self._paused or self._inbox or self.streams.incoming:
             return 0
+        core = self._core
+        if self.unreliable_channels is not None and (
+            self._u_sub is not None or self._u_opening or core.newest_delivered or core.newest.stale
+        ):
+            return 0  # an unreliable stream to open or watch (see _tick_unreliable)
         image = self._image
         if image is None or image.is_closed or image.is_end_of_stream:
             return 0
-        core = self._core
         if not core.tick_quiet(now_ns, self.outbox.sent):
             return 0
         return max((now_ns // grid_ns + 1) * grid_ns, core.liveness.next_check_ns(grid_ns))
