@@ -211,6 +211,12 @@ class EndPoint(Generic[ConfigT]):
     def connections(self) -> list[Connection]:
         return [c for c in self._connections.values() if not c.is_closed]
 
+    @property
+    def connection_count(self) -> int:
+        """How many connections are open, ``len(connections)`` without building the list (the end point's
+        counters show it every second): a connection leaves ``_connections`` in the step that closes it."""
+        return len(self._connections)
+
     def _add_connection(self, connection: Connection) -> None:
         replaced = self._connections.get(connection.id)
         self._connections[connection.id] = connection
@@ -417,7 +423,6 @@ class EndPoint(Generic[ConfigT]):
         due_ns = agenda.next_due_ns
         wrote = False
         if due_ns is not None and now_ns + _AGENDA_SLACK_NS >= due_ns:
-            wrote = True
             grid_ns = self._connection_tick_ns
             # Held up (an overloaded loop, a starved process) past a whole step after the first connection was
             # due: that time was ours, not the peers' silence; a dead peer is found that much later, a live one
@@ -428,6 +433,13 @@ class EndPoint(Generic[ConfigT]):
                 if connection._closing or connections.get(connection.id) is not connection:
                     continue
                 try:
+                    if not stall_ns:
+                        # The common look at an idle connection, which finds nothing owed and writes nothing.
+                        next_ns = connection._tick_quiet(now_ns, grid_ns)
+                        if next_ns:
+                            agenda.file(connection, next_ns)
+                            continue
+                    wrote = True
                     connection._tick(now_ns, stall_ns)
                 except Exception as exc:  # one connection's failure is its own, and the others still tick
                     self._notify_error(connection, exc)

@@ -309,6 +309,22 @@ class ConnectionCore:
             self._seen_hwm = peer_hwm
         return liveness.check(now_ns)
 
+    def tick_quiet(self, now_ns: int, sent: int) -> bool:
+        """:meth:`tick` for a connection we read, not held up (no stall), with nothing sent since the last look and
+        the peer not overdue (so its mark is not looked at): when that tick would say :attr:`Verdict.ALIVE`, do
+        what it does and return True (an idle connection looked at before its keepalive is owed, because its peer
+        could have been overdue by then and was heard meanwhile); else False, and nothing changed: call tick."""
+        liveness = self.liveness
+        if (
+            sent != self._seen_sent
+            or now_ns - liveness.last_heard_ns > liveness.overdue_ns
+            or liveness.check(now_ns) is not Verdict.ALIVE
+        ):
+            return False
+        self._seen_at_ns = now_ns
+        self._seen_hwm = None
+        return True
+
     def kept_alive(self, now_ns: int, sent: int, probe: bool = False) -> None:
         """The keepalive (``probe``: the probe) :meth:`tick` asked for went out."""
         self._seen_sent = sent

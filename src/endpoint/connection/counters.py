@@ -4,9 +4,11 @@ exporter read them.
 Theory of operation: when a connection opens, the end point asks its driver client for three counters (last
 round trip, messages sent, messages received; layout in :mod:`driver.tools.connections`) in a background
 task. The liveness tick copies the connection's own figures into them: the send and receive paths are not
-touched. Keepalives do not measure the round trip, so every :data:`RTT_SAMPLE_PERIOD_NS` the tick also sends
-one ping down the connection, as a control message (like a keepalive it neither waits out back pressure nor
-wakes the poller); its pong lands in ``connection.rtt``. When the connection closes
+touched. Keepalives do not measure the round trip, so every :data:`RTT_SAMPLE_PERIOD_NS` the connection's next
+keepalive is sent as a ping the peer answers (its pong lands in ``connection.rtt``); one that sends no keepalive
+within :data:`SAMPLE_WAIT_NS` (it is busy sending) is sent that ping by the tick, as a control message (like a
+keepalive it neither waits out back pressure nor wakes the poller). An idle connection's samples thus cost no
+message of their own. When the connection closes
 the counters are freed. Counters are a bounded resource of the driver: one that
 cannot be allocated (the file is full, the driver is gone) is counted in :attr:`ConnectionCounters.failures`
 and the connection goes on without it.
@@ -49,6 +51,9 @@ COUNTERS_FILL_LIMIT = 0.75
 RTT_SAMPLE_PERIOD_NS = 10_000_000_000
 """How often a connection with counters is pinged to sample its round trip (the first time one refresh after
 its counters appear, not in the burst of a connection's opening)."""
+SAMPLE_WAIT_NS = 2_000_000_000
+"""How long a due round-trip sample waits for the connection's next keepalive to carry it (an idle connection
+sends one every ping interval and a half) before it is sent on its own."""
 REFRESH_PERIOD_NS = 1_000_000_000
 """How often the counters are brought up to date: the tools read them about once a second."""
 OPEN_AFTER_NS = 1_000_000_000
@@ -77,20 +82,52 @@ def connection_key(connection: Connection, role: str) -> ConnectionKey:
     )
 
 
+class _Held:
+    """One connection's counters, what they were last set to (a refresh writes only what changed: an idle
+    connection's round trip changes every :data:`RTT_SAMPLE_PERIOD_NS`, its message counts at each keepalive),
+    and when its round trip is next sampled (None: at the next refresh). One object per connection, so the
+    once-a-second refresh of a thousand costs a few attribute reads each, not dictionary look-ups."""
+
+    __slots__ = ("asked", "next_sample_ns", "received", "rtt", "sent", "wrote_received", "wrote_rtt", "wrote_sent")
+
+    def __init__(self, rtt: Counter, sent: Counter, received: Counter) -> None:
+        self.rtt = rtt
+        self.sent = sent
+        self.received = received
+        self.wrote_rtt: int | None = None
+        self.wrote_sent: int | None = None
+        self.wrote_received: int | None = None
+        self.next_sample_ns: int | None = None
+        self.asked = False
+        """The connection was asked to carry a sample on its next keepalive (``next_sample_ns`` is then when the
+        wait for it ends)."""
+
+    def write(self, connection: Connection) -> None:
+        """Set the counters to the connection's figures, those that differ from what they were last set to."""
+        sent = connection.messages_sent
+        if sent != self.wrote_sent:
+            self.sent.set_ordered(sent)
+            self.wrote_sent = sent
+        received = connection.messages_received
+        if received != self.wrote_received:
+            self.received.set_ordered(received)
+            self.wrote_received = received
+        seconds = connection.rtt
+        rtt = -1 if seconds is None else int(seconds * 1e9)
+        if rtt != self.wrote_rtt:
+            self.rtt.set_ordered(rtt)
+            self.wrote_rtt = rtt
+
+
 class ConnectionCounters:
     """The counters of one end point's connections."""
 
     def __init__(self, role: str) -> None:
         self.role = role
-        self._counters: dict[Connection, tuple[Counter, Counter, Counter]] = {}
-        self._written: dict[Connection, tuple[int, int, int]] = {}
-        """What each connection's counters were last set to: a refresh writes only what changed (an idle
-        connection's round trip changes every :data:`RTT_SAMPLE_PERIOD_NS`, its message counts at each
-        keepalive)."""
+        self._counters: dict[Connection, _Held] = {}
         self._pending: set[Connection] = set()
         self._waiting: dict[Connection, int] = {}
         """Connections not yet old enough for counters (:data:`OPEN_AFTER_NS`), and since when."""
-        self._next_sample_ns: dict[Connection, int] = {}
         self._next_refresh_ns = 0
         self.failures = 0
         """Connections whose counters could not be allocated."""
@@ -124,10 +161,9 @@ class ConnectionCounters:
         if connection.is_closed:
             await _release(aeron, allocated)
             return
-        rtt, sent, received = allocated
-        self._counters[connection] = (rtt, sent, received)
-        # No reader sees a zero round trip before the first refresh.
-        self._written[connection] = _write(connection, rtt, sent, received, None)
+        held = _Held(*allocated)
+        self._counters[connection] = held
+        held.write(connection)  # no reader sees a zero round trip before the first refresh
 
     def admit(self, connection: Connection, now_ns: int) -> None:
         """A new connection: it gets its counters from :meth:`due` once it has lived :data:`OPEN_AFTER_NS`."""
@@ -145,11 +181,9 @@ class ConnectionCounters:
     async def close(self, aeron: Aeron | None, connection: Connection) -> None:
         """Free a closed connection's counters (a task of the end point's)."""
         self._waiting.pop(connection, None)
-        counters = self._counters.pop(connection, None)
-        self._written.pop(connection, None)
-        self._next_sample_ns.pop(connection, None)
-        if counters is not None and aeron is not None:
-            await _release(aeron, list(counters))
+        held = self._counters.pop(connection, None)
+        if held is not None and aeron is not None:
+            await _release(aeron, [held.rtt, held.sent, held.received])
 
     def refresh(self, now_ns: int) -> bool:
         """Copy each connection's figures into its counters and send the round-trip samples that are due
@@ -158,53 +192,37 @@ class ConnectionCounters:
             return False
         self._next_refresh_ns = now_ns + REFRESH_PERIOD_NS
         sampled = False
-        written = self._written
-        for connection, (rtt, sent, received) in self._counters.items():
-            written[connection] = _write(connection, rtt, sent, received, written.get(connection))
-            due = self._next_sample_ns.get(connection)
+        for connection, held in self._counters.items():
+            held.write(connection)
+            due = held.next_sample_ns
             if due is None:
-                self._next_sample_ns[connection] = now_ns  # sampled at the next refresh
+                held.next_sample_ns = now_ns  # sampled at the next refresh
             elif now_ns >= due and not connection.is_closed:
-                self._next_sample_ns[connection] = now_ns + RTT_SAMPLE_PERIOD_NS
-                connection.outbox.send_control(Ping(SAMPLE_SEQ, time.perf_counter_ns()))
-                sampled = True
+                if not held.asked:
+                    held.asked = connection._sample_wanted = True
+                    held.next_sample_ns = now_ns + SAMPLE_WAIT_NS
+                    continue
+                held.asked = False
+                held.next_sample_ns = now_ns + RTT_SAMPLE_PERIOD_NS - SAMPLE_WAIT_NS
+                if connection._sample_wanted:  # no keepalive carried it: sent on its own
+                    connection._sample_wanted = False
+                    connection.outbox.send_control(Ping(SAMPLE_SEQ, time.perf_counter_ns()))
+                    sampled = True
         return sampled
 
     def forget(self) -> None:
         """The driver failed: its counters went with it."""
         self._counters.clear()
-        self._written.clear()
-        self._next_sample_ns.clear()
         self._waiting.clear()
 
     def __len__(self) -> int:
         return len(self._counters)
 
 
-def _write(
-    connection: Connection, rtt: Counter, sent: Counter, received: Counter, last: tuple[int, int, int] | None
-) -> tuple[int, int, int]:
-    """Set the counters to the connection's figures, those that differ from ``last`` (what they hold, None if
-    unknown); returns the figures."""
-    seconds = connection.rtt
-    figures = (-1 if seconds is None else int(seconds * 1e9), connection.messages_sent, connection.messages_received)
-    if last is None:
-        last = (figures[0] - 1, figures[1] - 1, figures[2] - 1)
-    elif figures == last:
-        return last
-    if figures[0] != last[0]:
-        rtt.set_ordered(figures[0])
-    if figures[1] != last[1]:
-        sent.set_ordered(figures[1])
-    if figures[2] != last[2]:
-        received.set_ordered(figures[2])
-    return figures
-
-
 def endpoint_stats(endpoint: Any) -> dict[str, int]:
     """A server's figures as :data:`~driver.tools.connections.ENDPOINT_STAT_NAMES` names them."""
     stats = {
-        "connections": len(endpoint.connections),
+        "connections": endpoint.connection_count,
         "decode_errors": endpoint.malformed_messages,
         "seal_failures": endpoint.seal_failures,
         "driver_restarts": endpoint.restarts,

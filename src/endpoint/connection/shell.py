@@ -209,6 +209,9 @@ class Connection:
         """Messages of the peer's dropped because no listener takes their type (see ``on_unhandled``)."""
         self.rtt: float | None = None
         """Round-trip time in seconds of the last answered ping."""
+        self._sample_wanted = False
+        """The next keepalive is to be a ping the peer answers: a round-trip sample is due (see
+        :mod:`endpoint.connection.counters`)."""
         self.probes = 0
         """Times the peer, silent for two ping intervals, was asked to answer at once (see
         :attr:`~endpoint.connection.liveness.Verdict.PROBE`): a lossy path, or a peer dying."""
@@ -819,11 +822,34 @@ class Connection:
             return
         if verdict is Verdict.KEEPALIVE or verdict is Verdict.PROBE:
             probe = verdict is Verdict.PROBE  # overdue: its answer reveals anything of its stream lost meanwhile
-            if self.outbox.send_control(Ping(SAMPLE_SEQ if probe else 0, time.perf_counter_ns())):
+            answered = probe or self._sample_wanted  # an answer also samples the round trip
+            if self.outbox.send_control(Ping(SAMPLE_SEQ if answered else 0, time.perf_counter_ns())):
+                self._sample_wanted = False
                 self.probes += probe
                 core.kept_alive(now_ns, self.outbox.sent, probe)
         if self.session is not None:
             self.session.tick(self)
+
+    def _tick_quiet(self, now_ns: int, grid_ns: int) -> int:
+        """:meth:`_tick` (without a stall) in the common case of an idle connection looked at before anything is
+        owed (see :meth:`ConnectionCore.tick_quiet`): nothing else that tick looks at under way, its stream whole;
+        returns when it is next to be looked at (what :meth:`_next_check_ns` would say), or 0 if it was not
+        quiet and nothing was done (call :meth:`_tick`). A third to a half of an idle server's looks are these:
+        a connection is filed at the earlier of its keepalive and the moment its peer would be overdue, and the
+        peer is usually heard before then. The caller has checked it is not closing."""
+        if self.session is not None or self._paused or self._inbox or self.streams.incoming:
+            return 0
+        core = self._core
+        if self.unreliable_channels is not None and (
+            self._u_sub is not None or self._u_opening or core.newest_delivered or core.newest.stale
+        ):
+            return 0  # an unreliable stream to open or watch (see _tick_unreliable)
+        image = self._image
+        if image is None or image.is_closed or image.is_end_of_stream:
+            return 0
+        if not core.tick_quiet(now_ns, self.outbox.sent):
+            return 0
+        return max((now_ns // grid_ns + 1) * grid_ns, core.liveness.next_check_ns(grid_ns))
 
     def _attend(self) -> None:
         """Something started that :meth:`_tick` watches every step (see :meth:`_next_check_ns`): be looked at at

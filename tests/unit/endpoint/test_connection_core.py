@@ -272,6 +272,40 @@ def test_a_send_between_looks_counts_from_the_earlier_look_so_the_next_keepalive
     assert core.tick(3 * PING + PING // 4, sent=4, reading=True) is Verdict.ALIVE
 
 
+def _liveness_state(core: ConnectionCore) -> tuple[int, int, int, int, int, int | None]:
+    lv = core.liveness
+    return (lv.last_heard_ns, lv.last_sent_ns, lv.last_probe_ns, core._seen_sent, core._seen_at_ns, core._seen_hwm)
+
+
+def test_a_quiet_look_does_what_the_tick_does_when_nothing_is_owed_and_declines_otherwise() -> None:
+    """The end point's cheap look at an idle connection (nothing sent since the last look, the peer not overdue,
+    no keepalive owed) leaves the same state as the full tick would, which says ALIVE; in every other case it
+    declines and changes nothing, and the full tick decides."""
+    quiet, _, _ = make()
+    full, _, _ = make()
+    for core in (quiet, full):
+        core.tick(PING, sent=0, reading=True)
+        core.kept_alive(PING, sent=1)
+        core.liveness.heard(PING + PING // 2)
+    at = PING + PING // 2 + 1
+    assert quiet.tick_quiet(at, sent=1)
+    assert full.tick(at, sent=1, reading=True) is Verdict.ALIVE
+    assert _liveness_state(quiet) == _liveness_state(full)
+
+    def declines(now_ns: int, sent: int) -> None:
+        core, _, _ = make()
+        core.tick(PING, sent=0, reading=True)
+        core.kept_alive(PING, sent=1)
+        before = _liveness_state(core)
+        assert not core.tick_quiet(now_ns, sent)
+        assert _liveness_state(core) == before
+
+    declines(PING + 1, sent=2)  # something of ours left since the last look: when is the tick's to stamp
+    declines(2 * PING, sent=1)  # a keepalive is owed
+    declines(PING + 2 * PING + 1, sent=1)  # the peer is overdue (probe) ...
+    declines(TIMEOUT + 1, sent=1)  # ... or dead
+
+
 def test_session_frames_go_to_the_session_once_the_connection_carries_one() -> None:
     from endpoint.connection.session import ack_frame, data_frame
 
