@@ -471,13 +471,23 @@ class Client(EndPoint[ClientConfiguration]):
         ``step`` seconds; TimeoutError after ``sends`` unanswered sends (0: until the caller's budget ends).
         ``probe``: _StaleRoute if the route is still unproven that long after the first send (nothing came back)."""
         answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        sending: list[asyncio.Task[None]] = []
 
         def on_answer(data: memoryview) -> None:
             result = handshake.receive(data)
             if isinstance(result, CookieReceived):
                 # The server wants its cookie back before it spends anything on us: at once, not on the timer.
-                if not route.publication.is_closed and route.publication.offer(packet()) >= 0:
+                publication = route.publication
+                if publication.is_closed:
+                    return
+                packed = packet()
+                if publication.offer(packed) >= 0:
                     self._poke_poller()
+                else:
+                    # Back pressure (the HELLOs of a storm's clients share this route): sent as soon as there is
+                    # room instead of at the next resend, seconds later. The state machine says CookieReceived at
+                    # most three times per handshake, so forged cookies cannot pile these up.
+                    sending.append(asyncio.ensure_future(self._send_when_room(publication, packed, step)))
                 return
             if result is not None and not answer.done():
                 answer.set_result(result)
@@ -503,6 +513,14 @@ class Client(EndPoint[ClientConfiguration]):
             return answer.result()
         finally:
             route.forget(handshake.connect_key)
+            for task in sending:
+                task.cancel()
+
+    async def _send_when_room(self, publication: Any, packet: bytes, timeout: float) -> None:
+        """Offer ``packet`` once the route takes it (within ``timeout``; else the exchange's resend covers it)."""
+        with contextlib.suppress(TimeoutError):
+            if await offer_async(publication, packet, timeout=timeout) >= 0:
+                self._poke_poller()
 
     async def _open_connection(self, route: HandshakeRoute, grant: dict[str, Any]) -> Connection:
         aeron = self._shared.client() if self._shared is not None else None

@@ -136,6 +136,8 @@ class _AnswerRoute:
         self.pinned = False
         self.backlog = 0
         """Answers waiting on this route's back pressure: while any does, a new HELLO on it is dropped (counted)."""
+        self.cookies_waiting = 0
+        """Cookies waiting on this route's back pressure (at most :data:`_COOKIES_WAITING_PER_ROUTE`)."""
 
     @property
     def usable(self) -> bool:
@@ -147,6 +149,10 @@ class _AnswerRoute:
 class _NoAnswerRoute(Exception):
     """Every answer route the caps allow is busy with handshakes in flight."""
 
+
+_COOKIES_WAITING_PER_ROUTE = 64
+"""Cookies one answer route may hold waiting for room (a client process's storm has up to 128 handshakes in
+flight on one route); more are dropped as before, and those clients ask again."""
 
 _NO_IDS: tuple[int, ...] = ()
 """A handshake's ids before any were allocated."""
@@ -196,6 +202,8 @@ class Server(EndPoint[ServerConfiguration]):
         self._ids_of: dict[int, tuple[int, ...]] = {}
         self._address_of: dict[int, str] = {}
         self._bouncing = 0
+        self._cookies_waiting = 0
+        """Cookies waiting for room on back-pressured answer routes (at most ``max_answer_routes``)."""
         self._groups: dict[str, Group] = {}
         self._bound = False
         self._stopped = asyncio.Event()
@@ -555,7 +563,7 @@ class Server(EndPoint[ServerConfiguration]):
             # Stateless: a cookie on a route that reached its client costs one offer, whatever the flood; the
             # kept answers (per connect key) are only for handshakes that got further.
             if ready.offer(bounce.packet) < 0:
-                handshake.stats.unanswered += 1
+                self._cookie_when_room(ready, bounce.packet, address, route_id)
             return
         if self._bouncing >= self.config.max_answer_routes:
             handshake.stats.unanswered += 1
@@ -566,6 +574,36 @@ class Server(EndPoint[ServerConfiguration]):
             return
         self._bouncing += 1
         self._spawn(self._send_bounce(bounce, lease))
+
+    def _cookie_when_room(self, publication: Publication, packet: bytes, address: str, route_id: int) -> None:
+        """A cookie its route's back pressure refused: the HELLOs of many clients sharing one route (a storm from
+        one host) fill its window, and dropped, the client would ask again only after its resend delay (seconds).
+        It waits for room instead, within bounds of its own (per route and in all), so that a route whose client
+        never reads only ever holds up its own cookies (past the bounds they are dropped, counted ``unanswered``)."""
+        handshake = self._handshake
+        assert handshake is not None
+        route = self._answer_routes.get((address, route_id))
+        if (
+            route is None
+            or route.cookies_waiting >= _COOKIES_WAITING_PER_ROUTE
+            or self._cookies_waiting >= self.config.max_answer_routes
+        ):
+            handshake.stats.unanswered += 1
+            return
+        route.cookies_waiting += 1
+        self._cookies_waiting += 1
+        self._spawn(self._send_cookie(route, publication, packet))
+
+    async def _send_cookie(self, route: _AnswerRoute, publication: Publication, packet: bytes) -> None:
+        try:
+            sent = await offer_async(publication, packet, timeout=self.config.handshake_timeout) >= 0
+        except TimeoutError:
+            sent = False
+        finally:
+            route.cookies_waiting -= 1
+            self._cookies_waiting -= 1
+        if not sent and self._handshake is not None:
+            self._handshake.stats.unanswered += 1
 
     def _ready_answer_route(self, address: str, route_id: int) -> Publication | None:
         """The answer route of client route ``route_id`` at ``address`` if it is open and reached its client."""

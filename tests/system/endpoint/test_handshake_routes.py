@@ -348,3 +348,45 @@ async def test_answer_routes_per_address_stay_counted_and_capped_as_routes_come_
             _routes().tick(route.idle_since_ns + LINGER_NS)
         await wait_until(lambda: server._answer_routes == {}, 15, what="every answer route let go")
         assert server._routes_from == {}
+
+
+async def test_a_storm_on_one_route_gets_every_cookie_through_its_back_pressure(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """More clients on one route than its window holds HELLOs (about 55 of 64 KiB terms): their cookies and the
+    HELLOs answering them wait for room instead of being dropped for a resend seconds later; all connect, no
+    answer went unsent, and the waits' bookkeeping is back to nothing."""
+    count = 120
+    async with running_server(server_config(aeron_dir, port)) as server:
+        clients = [Client(client_config("udp", aeron_dir, client_dir, connect_timeout=60.0)) for _ in range(count)]
+        try:
+            async with asyncio.timeout(120):
+                await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients))
+                await wait_until(lambda: len(server.connections) == count, 30, what="every connection on the server")
+            assert server.handshake_stats.unanswered == 0, server.handshake_stats
+            assert server._cookies_waiting == 0
+            assert all(route.cookies_waiting == 0 for route in server._answer_routes.values())
+        finally:
+            await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+async def test_cookies_waiting_for_room_are_bounded_per_route(aeron_dir: Path, client_dir: Path, port: int) -> None:
+    """A route already holding its share of waiting cookies gets no more: the next one is dropped and counted
+    (a client that never reads holds up only its own cookies)."""
+    import endpoint.server as server_module
+
+    async with running_server(server_config(aeron_dir, port)) as server:
+        client = Client(client_config("udp", aeron_dir, client_dir))
+        try:
+            async with asyncio.timeout(60):
+                await client.connect("127.0.0.1", port)
+            ((address, route_id), route) = next(iter(server._answer_routes.items()))
+            publication = route.opening.result()
+            route.cookies_waiting = server_module._COOKIES_WAITING_PER_ROUTE
+            before = server.handshake_stats.unanswered
+            server._cookie_when_room(publication, b"cookie", address, route_id)
+            assert server.handshake_stats.unanswered == before + 1
+            assert server._cookies_waiting == 0  # nothing was made to wait
+            route.cookies_waiting = 0
+        finally:
+            await client.close()
