@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import attrs
 
 from driver.client.aio import offer_async
+from driver.client.publication import Publication
 from driver.errors import RegistrationError
 from endpoint.base import END_POINT_CLOSED, EndPoint
 from endpoint.channels import (
@@ -516,7 +517,7 @@ class Client(EndPoint[ClientConfiguration]):
             for task in sending:
                 task.cancel()
 
-    async def _send_when_room(self, publication: Any, packet: bytes, timeout: float) -> None:
+    async def _send_when_room(self, publication: Publication, packet: bytes, timeout: float) -> None:
         """Offer ``packet`` once the route takes it (within ``timeout``; else the exchange's resend covers it)."""
         with contextlib.suppress(TimeoutError):
             if await offer_async(publication, packet, timeout=timeout) >= 0:

@@ -19,9 +19,6 @@ from driver.logbuffer.unblocker import LogBufferUnblocker
 
 __all__ = ["DriverPublication", "PublicationState"]
 
-_ACTIVE_TERM_COUNT_AT = lbd.LOG_ACTIVE_TERM_COUNT_OFFSET
-assert lbd.tail_counter_offset(1) == lbd.TERM_TAIL_COUNTERS_OFFSET + 8  # producer_position's arithmetic
-
 
 class PublicationState(enum.Enum):
     ACTIVE = 1
@@ -49,14 +46,11 @@ class DriverPublication:
         return str(self.log.path)
 
     def producer_position(self) -> int:
-        """Where the publishers have written up to: the active partition's raw tail as a position (what
-        ``lbd.compute_position`` of its term id and clamped offset gives, written out: the conductor's timer asks
-        it of every publication written to, each second)."""
-        metadata = self.log.metadata
-        index = metadata.get_int_volatile(_ACTIVE_TERM_COUNT_AT) % lbd.PARTITION_COUNT
-        raw_tail = metadata.get_long_volatile(lbd.TERM_TAIL_COUNTERS_OFFSET + 8 * index)
-        term_count = (((raw_tail >> 32) - self.initial_term_id + 0x8000_0000) & 0xFFFF_FFFF) - 0x8000_0000
-        return (term_count << self.position_bits) + min(raw_tail & 0xFFFF_FFFF, self.term_length)
+        """Where the publishers have written up to: the active partition's raw tail as a position."""
+        raw_tail = lbd.raw_tail_volatile(self.log.metadata)
+        return lbd.compute_position(
+            lbd.term_id(raw_tail), lbd.term_offset(raw_tail, self.term_length), self.position_bits, self.initial_term_id
+        )
 
     def inc_ref(self) -> None:
         self.ref_count += 1

@@ -1020,12 +1020,11 @@ class NetworkResources:
     def on_timer(self, now_ns: int) -> None:
         conductor = self._conductor
         written = self._written_publications()
-        visit: list[NetworkPublication] | tuple[NetworkPublication, ...]
         if written is None:
             visit = list(self.publications)
         else:
-            written_ids = {id(publication) for publication in written}
-            visit = [p for p in self.publications if id(p) in written_ids or not p.quiet_time_event(now_ns)]
+            wrote = set(written)
+            visit = [p for p in self.publications if p in wrote or not p.quiet_time_event(now_ns)]
         for publication in visit:
             state = publication.state
             publication.on_time_event(now_ns)

@@ -849,7 +849,7 @@ class Connection:
             return 0
         if not core.tick_quiet(now_ns, self.outbox.sent):
             return 0
-        return max((now_ns // grid_ns + 1) * grid_ns, core.liveness.next_check_ns(grid_ns))
+        return self._next_check_ns(now_ns, grid_ns)
 
     def _attend(self) -> None:
         """Something started that :meth:`_tick` watches every step (see :meth:`_next_check_ns`): be looked at at
