@@ -567,8 +567,11 @@ async def run_bots(args: argparse.Namespace) -> int:
         for process in processes:  # stopped early (Ctrl-C, SIGTERM): each bot process closes its clients
             if process.returncode is None:
                 process.terminate()
+        waits = asyncio.gather(*(process.wait() for process in processes))
+        # Looked at even if we are cancelled while waiting (a second Ctrl-C): else asyncio reports it unretrieved.
+        waits.add_done_callback(lambda done: done.cancelled() or done.exception())
         try:
-            await asyncio.wait_for(asyncio.gather(*(process.wait() for process in processes)), STOP_BOTS_WITHIN)
+            await asyncio.wait_for(waits, STOP_BOTS_WITHIN)
         except TimeoutError:
             for process in processes:
                 if process.returncode is None:

@@ -104,6 +104,9 @@ class EndPoint(Generic[ConfigT]):
         self._loop_poller: LoopPoller | None = None
         self._closing = False
         self._restarting = False
+        self._socket_drops: int | None = None
+        """The driver's count of datagrams its kernel dropped, as last read (see :meth:`_dropped_ns`)."""
+        self._last_drops_ns: int | None = None
         self._connection_tick_ns = tick_interval_ns(
             int(config.ping_interval * 1e9), _CONNECTION_TICK_CEILING_NS, _CONNECTION_TICK_FLOOR_NS
         )
@@ -224,9 +227,11 @@ class EndPoint(Generic[ConfigT]):
             self._ipc_connections -= replaced.is_ipc
             self._poll_set_changed(replaced)
         self._ipc_connections += connection.is_ipc
-        self._agenda.file(connection, grid_after(time.monotonic_ns(), self._connection_tick_ns))
+        now_ns = time.monotonic_ns()
+        connection._in_service(now_ns)
+        self._agenda.file(connection, grid_after(now_ns, self._connection_tick_ns))
         self._poll_set_changed(connection)
-        self.connection_counters.admit(connection, time.monotonic_ns())
+        self.connection_counters.admit(connection, now_ns)
         connection._fire_connect()
 
     def _connection_released(self, connection: Connection) -> None:
@@ -413,6 +418,18 @@ class EndPoint(Generic[ConfigT]):
             if due > step:
                 agenda.file(connection, step)
 
+    def _dropped_ns(self, now_ns: int) -> int | None:
+        """When our driver's kernel was last seen dropping datagrams for its receive sockets (their queues full: an
+        overloaded driver reads too late, and whatever a peer sent meanwhile may be lost on our side); None if
+        never, or the driver does not say."""
+        shared = self._shared
+        drops = shared.socket_drops() if shared is not None else None
+        if drops is not None and drops != self._socket_drops:
+            if self._socket_drops is not None:
+                self._last_drops_ns = now_ns
+            self._socket_drops = drops
+        return self._last_drops_ns
+
     def _tick(self, now_ns: int) -> bool:
         """The end point's timers: the connections due on its agenda, handshakes, counters, driver health. True if
         it may have written something for the driver to send (a keepalive, an acknowledgement, a ping): the
@@ -428,6 +445,7 @@ class EndPoint(Generic[ConfigT]):
             # due: that time was ours, not the peers' silence; a dead peer is found that much later, a live one
             # is not dropped for our delay.
             stall_ns = max(0, now_ns - due_ns - grid_ns)
+            dropped_ns = self._dropped_ns(now_ns)
             connections = self._connections
             for connection in agenda.pop_due(now_ns, _AGENDA_SLACK_NS):
                 if connection._closing or connections.get(connection.id) is not connection:
@@ -440,7 +458,7 @@ class EndPoint(Generic[ConfigT]):
                             agenda.file(connection, next_ns)
                             continue
                     wrote = True
-                    connection._tick(now_ns, stall_ns)
+                    connection._tick(now_ns, stall_ns, dropped_ns)
                 except Exception as exc:  # one connection's failure is its own, and the others still tick
                     self._notify_error(connection, exc)
                 if not connection._closing:

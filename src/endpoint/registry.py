@@ -29,7 +29,7 @@ import attrs
 from driver.agent import AgentInvoker
 from driver.client.aeron import Aeron
 from driver.concurrent.counters import AtomicCounter
-from driver.concurrent.system_counters import SystemCounterId
+from driver.concurrent.system_counters import DriverSystemCounterId, SystemCounterId, system_counter_id
 from driver.config import IDLE_STRATEGY_FIELDS, ClientContext, DriverContext
 from driver.core.conductor import DriverConductor
 from driver.core.media_driver import MediaDriver, is_driver_active
@@ -48,6 +48,9 @@ _KEEPER_STALE_NS = 50_000_000
 _KEEPER_STALLED_PERIOD_S = 0.001
 _RESERVED_SESSIONS = (0x1000_0000, 0x7FFF_FFFF)
 """Session ids the end points choose themselves; an embedded driver never auto-assigns them."""
+
+
+_SOCKET_DROPS_LABEL = DriverSystemCounterId.RECEIVE_SOCKET_DROPS.label
 
 
 class DriverUser(Protocol):
@@ -85,6 +88,7 @@ class SharedDriver:
         wake it sooner): until then the driver is not stalled, only idle."""
         self._keeper: _Keeper | None = None
         self._gap_fills: tuple[DriverConductor, AtomicCounter] | None = None
+        self._drops_counter: tuple[Aeron, int] | None = None
 
     @property
     def launched_here(self) -> bool:
@@ -166,6 +170,18 @@ class SharedDriver:
         if self.aeron is None:
             raise RuntimeError("shared driver is not started")
         return self.aeron
+
+    def socket_drops(self) -> int | None:
+        """Datagrams the driver's kernel dropped for its receive sockets (their queues full: the driver read them
+        too late), as the driver's counter says (it counts them about once a second); None when the driver does not
+        count them (Aeron's own) or is not started."""
+        aeron = self.aeron
+        if aeron is None:
+            return None
+        cached = self._drops_counter
+        if cached is None or cached[0] is not aeron:  # (a restart brings another client)
+            cached = self._drops_counter = (aeron, system_counter_id(aeron.counters_reader, _SOCKET_DROPS_LABEL))
+        return aeron.counters_reader.get_counter_value(cached[1]) if cached[1] >= 0 else None
 
     # ------------------------------------------------------------------ blocking parts (worker thread)
 

@@ -37,8 +37,10 @@ import struct
 from driver.concurrent.counters import (
     MAX_KEY_LENGTH,
     MAX_LABEL_LENGTH,
+    RECORD_ALLOCATED,
     AtomicCounter,
     CountersManager,
+    CountersReader,
     encode_ascii,
 )
 
@@ -89,6 +91,7 @@ __all__ = [
     "allocate_subscriber_position",
     "local_socket_address_of",
     "stream_counter_name",
+    "system_counter_id",
 ]
 
 SYSTEM_COUNTER_TYPE_ID = 0
@@ -274,6 +277,8 @@ class DriverSystemCounterId(enum.IntEnum):
     SETUPS_NOT_ELICITED = 5
     IMAGES_EVICTED_SILENT = 6
     DYNAMIC_DESTINATIONS_REFUSED = 7
+    RECEIVE_SOCKET_DROPS = 8
+    IMAGE_TIMEOUTS_PUT_OFF = 9
 
     @property
     def label(self) -> str:
@@ -289,7 +294,23 @@ _DRIVER_SYSTEM_COUNTER_LABELS: dict[DriverSystemCounterId, str] = {
     DriverSystemCounterId.SETUPS_NOT_ELICITED: "Unknown sessions dropped: too many awaiting SETUP",
     DriverSystemCounterId.IMAGES_EVICTED_SILENT: "Images evicted: silent, to make room for a new one",
     DriverSystemCounterId.DYNAMIC_DESTINATIONS_REFUSED: "Dynamic destinations refused: publication full",
+    DriverSystemCounterId.RECEIVE_SOCKET_DROPS: "Datagrams dropped by the kernel: receive socket full",
+    DriverSystemCounterId.IMAGE_TIMEOUTS_PUT_OFF: "Image timeouts put off: silent while its socket dropped",
 }
+
+def system_counter_id(reader: CountersReader, label: str) -> int:
+    """The id of the system counter labelled ``label`` in ``reader`` (a driver's counters, ours or Aeron's), or -1:
+    this driver's own counters (:class:`DriverSystemCounterId`) have ids that differ by generation, and Aeron's
+    drivers have none of them. System counters come first, so the look ends at the first counter after them."""
+    for counter_id in range(reader.max_counter_id):
+        if reader.get_counter_state(counter_id) != RECORD_ALLOCATED:
+            break
+        if reader.get_counter_type_id(counter_id) != SYSTEM_COUNTER_TYPE_ID:
+            break
+        if reader.get_counter_label(counter_id) == label:
+            return counter_id
+    return -1
+
 
 CONTROL_PROTOCOL_VERSION = (1 << 16) | (0 << 8) | 0
 """Today's client-driver protocol version (SemanticVersion 1.0.0), read by today's clients from counter 43."""

@@ -217,7 +217,9 @@ class NetworkResources:
             flow_control_under_runs=sc.get(SystemCounterId.FLOW_CONTROL_UNDER_RUNS),
             flow_control_over_runs=sc.get(SystemCounterId.FLOW_CONTROL_OVER_RUNS),
             loss_gap_fills=sc.get(SystemCounterId.LOSS_GAP_FILLS),
+            timeouts_put_off=sc.get(DriverSystemCounterId.IMAGE_TIMEOUTS_PUT_OFF),
         )
+        self._socket_drops = sc.get(DriverSystemCounterId.RECEIVE_SOCKET_DROPS)
         self._bytes_received = sc.get(SystemCounterId.BYTES_RECEIVED)
         self._invalid_packets = sc.get(SystemCounterId.INVALID_PACKETS)
         self.send_endpoints: dict[str, SendChannelEndpoint] = {}
@@ -1045,10 +1047,18 @@ class NetworkResources:
                 conductor.sender_command(
                     functools.partial(self._sender.on_remove_publication, publication, endpoint, done)
                 )
+        receiver = self._receiver
+        dropped: dict[ReceiveChannelEndpoint, int] = {}
         for image in list(self.images):
             was_active = image.state is ImageState.ACTIVE
-            receiver = self._receiver
-            ended = image.on_time_event(now_ns, receiver.polled_ns, receiver.awake_since_ns)
+            source = image.endpoint
+            dropped_ns = dropped.get(source)
+            if dropped_ns is None:  # once per endpoint with images: one system call each
+                drops = source.count_kernel_drops(now_ns)
+                if drops:
+                    self._socket_drops.get_and_add(drops)
+                dropped_ns = dropped[source] = source.dropped_ns
+            ended = image.on_time_event(now_ns, receiver.polled_ns, receiver.awake_since_ns, dropped_ns)
             if was_active and image.state is not ImageState.ACTIVE:
                 self._images_changed()
             if ended:

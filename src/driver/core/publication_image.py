@@ -26,7 +26,12 @@ image is not on the receiver's Python agenda at all.
 The conductor owns the lifecycle: subscribers are linked and unlinked by it, and
 an image with no packets for the image liveness timeout, or one that has
 received end-of-stream and rebuilt everything, goes inactive, lingers and is
-released.
+released. Silence is the publisher's only while we were reading: not during a
+stall of our own (the receiver not polling), and not while the kernel dropped
+datagrams for the image's socket because we read it too late (an overloaded
+process; its own periodic bursts can then lose every datagram of a quiet
+stream for seconds): such an image ends after ``DROPPED_SILENCE_TIMEOUTS``
+liveness timeouts instead of one.
 """
 
 from __future__ import annotations
@@ -53,11 +58,14 @@ from driver.wire.status import write_sm
 if TYPE_CHECKING:
     from driver.media.endpoints import ReceiveChannelEndpoint
 
-__all__ = ["ImageCounters", "ImageState", "PublicationImage"]
+__all__ = ["DROPPED_SILENCE_TIMEOUTS", "ImageCounters", "ImageState", "PublicationImage"]
 
 IMAGE_REJECTED_CODE = int(CurrentErrorCode.IMAGE_REJECTED)
 NEVER_NS = 1 << 62
 """``next_track_ns`` of an image whose status messages the native timer sends (data or subscribers wake it)."""
+DROPPED_SILENCE_TIMEOUTS = 3
+"""How many image liveness timeouts a silence may last while the image's socket drops datagrams (ours to read in
+time, not the publisher's to send): bounded, so a publisher that did die behind a flooded socket still ends."""
 
 
 class ImageState(enum.Enum):
@@ -79,6 +87,7 @@ class ImageCounters:
         flow_control_under_runs: AtomicCounter,
         flow_control_over_runs: AtomicCounter,
         loss_gap_fills: AtomicCounter,
+        timeouts_put_off: AtomicCounter | None = None,
     ) -> None:
         self.heartbeats_received = heartbeats_received
         self.status_messages_sent = status_messages_sent
@@ -86,6 +95,7 @@ class ImageCounters:
         self.flow_control_under_runs = flow_control_under_runs
         self.flow_control_over_runs = flow_control_over_runs
         self.loss_gap_fills = loss_gap_fills
+        self.timeouts_put_off = timeouts_put_off
 
 
 class PublicationImage:
@@ -131,6 +141,8 @@ class PublicationImage:
         self.counters = counters
         self.status_message_timeout_ns = status_message_timeout_ns
         self.image_liveness_timeout_ns = image_liveness_timeout_ns
+        self._put_off_since = -1
+        """The start of the last silence whose timeout was put off (each such silence is counted once)."""
         self.is_reliable = is_reliable
         self._on_loss = on_loss
         self.term_length = log.term_length
@@ -425,12 +437,20 @@ class PublicationImage:
 
     # -- conductor thread -----------------------------------------------------------------------
 
-    def on_time_event(self, now_ns: int, polled_ns: int | None = None, awake_since_ns: int | None = None) -> bool:
+    def on_time_event(
+        self,
+        now_ns: int,
+        polled_ns: int | None = None,
+        awake_since_ns: int | None = None,
+        dropped_ns: int | None = None,
+    ) -> bool:
         """Timer step; True when the image just went to linger (tell the subscribers it is unavailable).
 
         ``polled_ns``: when the receiver last read its sockets; ``awake_since_ns``: since when it has done so
         without a stall. Silence counts only between the two: a packet that waits unread in a socket (the receiver
         not yet run after a stall) is not silence, nor is a stall of the process, which stalls a publisher in it too.
+        ``dropped_ns``: when the kernel was last seen dropping datagrams for the image's socket; a silence that
+        saw drops ends the image only after ``DROPPED_SILENCE_TIMEOUTS`` liveness timeouts.
 
         As in 1.15.1, an image that ended (end of stream, or silence) stays INACTIVE, and
         still available to its subscribers, until every subscriber has read up to the rebuild
@@ -441,7 +461,20 @@ class PublicationImage:
             quiet_since = self.time_of_last_packet_ns
             if awake_since_ns is not None and awake_since_ns > quiet_since:
                 quiet_since = awake_since_ns
-            idle = heard_until - quiet_since > self.image_liveness_timeout_ns
+            silent_ns = heard_until - quiet_since
+            timeout_ns = self.image_liveness_timeout_ns
+            idle = silent_ns > timeout_ns
+            if (
+                idle
+                and dropped_ns is not None
+                and dropped_ns >= quiet_since
+                and silent_ns <= timeout_ns * DROPPED_SILENCE_TIMEOUTS
+            ):
+                idle = False
+                if self._put_off_since != quiet_since:
+                    self._put_off_since = quiet_since
+                    if self.counters.timeouts_put_off is not None:
+                        self.counters.timeouts_put_off.increment()
             ended = self.is_end_of_stream and self.rebuild_position.get_volatile() >= self.hwm_position.get_volatile()
             if idle or ended:
                 self.state = ImageState.INACTIVE

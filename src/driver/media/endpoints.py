@@ -556,6 +556,24 @@ class ReceiveChannelEndpoint:
         messages are sent natively when due while they are quiet (unless faults are injected on send)."""
         self._send_status_messages = self.transport.send_status_messages
         self._now_ns = 0
+        self.kernel_drops = 0
+        """Datagrams the kernel dropped for this socket (its receive queue full), as last counted."""
+        self.dropped_ns = -(1 << 62)
+        """When the kernel was last seen to have dropped datagrams for this socket (see :meth:`count_kernel_drops`):
+        an image silent since before then may be silent because we did not read in time, not because its
+        publisher stopped."""
+
+    def count_kernel_drops(self, now_ns: int) -> int:
+        """Conductor, once per timer step: the datagrams the kernel dropped for our socket since the last count (if
+        any, ``dropped_ns`` becomes ``now_ns``). An overloaded process reads its socket too late: what arrives while
+        the receive queue is full is lost before any image sees it."""
+        total = self.transport.kernel_drops()
+        if total is None or total <= self.kernel_drops:
+            return 0
+        new = total - self.kernel_drops
+        self.kernel_drops = total
+        self.dropped_ns = now_ns
+        return new
 
     def control_address_for(self, source: Address) -> Address:
         """Where status messages and NAKs go: the sender's socket, or the multicast control group."""

@@ -21,6 +21,7 @@ import collections
 import errno
 import socket
 import struct
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,9 @@ Address = tuple[str, int]
 _WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
 _RECEIVE_NOTHING = (*_WOULD_BLOCK, errno.ECONNREFUSED)  # ECONNREFUSED: an ICMP error for an earlier send
 _NOT_NUMERIC = -2  # DatagramSocket.sendto: not a numeric address, the socket module resolves it (-1: would block)
+_SO_MEMINFO = 55
+"""Linux's SO_MEMINFO (not in the socket module): the socket's memory figures, the last of nine its drop count."""
+_MEMINFO = struct.Struct("9I")
 
 
 class UdpTransport:
@@ -115,6 +119,7 @@ class UdpTransport:
         self.send_status_messages = self._io.send_status_messages
         """``DatagramSocket.send_status_messages``: due status messages of quiet images, batched."""
         self.short_sends = 0
+        self._meminfo = sys.platform.startswith("linux")
         self.status_indicator_id: int | None = None
         """The owning endpoint's channel status counter, carried by the errors this transport raises."""
 
@@ -201,6 +206,18 @@ class UdpTransport:
                     }
                 )
         return counts
+
+    def kernel_drops(self) -> int | None:
+        """Datagrams the kernel dropped for this socket since it opened (its receive queue was full when they came),
+        or None where the kernel does not say (not Linux, or the socket closed). One system call."""
+        if not self._meminfo:
+            return None
+        try:
+            drops: int = _MEMINFO.unpack(self.socket.getsockopt(socket.SOL_SOCKET, _SO_MEMINFO, _MEMINFO.size))[8]
+        except (OSError, ValueError, struct.error):
+            self._meminfo = False
+            return None
+        return drops
 
     def close(self) -> None:
         self._io.detach()  # before the descriptor number can be reused

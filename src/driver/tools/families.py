@@ -185,6 +185,12 @@ _SYSTEM: dict[str, Family] = {
     DriverSystemCounterId.DYNAMIC_DESTINATIONS_REFUSED.label: _counter(
         "dynamic_destinations_refused", "Receivers not added as dynamic destinations: the publication was full."
     ),
+    DriverSystemCounterId.RECEIVE_SOCKET_DROPS.label: _counter(
+        "receive_socket_drops", "Datagrams the kernel dropped because a receive socket's queue was full (overload)."
+    ),
+    DriverSystemCounterId.IMAGE_TIMEOUTS_PUT_OFF.label: _counter(
+        "image_timeouts_put_off", "Silent images kept past the liveness timeout: their socket was dropping datagrams."
+    ),
 }
 
 IMAGES_REFUSED = _counter("images_refused", "Images the driver refused to create, by reason.")

@@ -282,7 +282,15 @@ class ConnectionCore:
 
     # ------------------------------------------------------------------ liveness
 
-    def tick(self, now_ns: int, sent: int, reading: bool, peer_hwm: int | None = None, stall_ns: int = 0) -> Verdict:
+    def tick(
+        self,
+        now_ns: int,
+        sent: int,
+        reading: bool,
+        peer_hwm: int | None = None,
+        stall_ns: int = 0,
+        dropped_ns: int | None = None,
+    ) -> Verdict:
         """Whether the peer is alive, owed a keepalive or dead, given ``sent`` (messages of ours the driver took,
         ever) and whether we read the peer now (if not, its silence is ours).
 
@@ -290,7 +298,9 @@ class ConnectionCore:
         included), passed while the peer has been quiet a while. When it moved since the last tick, the peer's
         process wrote new messages and they arrived: the silence is our reading falling behind (an overloaded
         loop, a gap waiting for a retransmit), not the peer's, so it counts as heard. None: not looked at.
-        ``stall_ns``: how much later than due this tick came (this end was held up): not the peer's silence."""
+        ``stall_ns``: how much later than due this tick came (this end was held up): not the peer's silence.
+        ``dropped_ns``: when our driver was last seen dropping datagrams in the kernel (None: it was not, or it
+        does not say), see :meth:`Liveness.datagrams_dropped`."""
         liveness = self.liveness
         if sent != self._seen_sent:
             # They left between the last look and now; when is not known, so the earliest: stamping them now
@@ -301,6 +311,8 @@ class ConnectionCore:
         if not reading:
             liveness.not_reading(now_ns)
         liveness.stalled(now_ns, stall_ns)
+        if dropped_ns is not None:
+            liveness.datagrams_dropped(dropped_ns)
         if peer_hwm is None:
             self._seen_hwm = None
         else:

@@ -27,7 +27,11 @@ checks no later than one grid step after that, so a peer that dies at ``t`` is d
 within ``peer_timeout`` plus one ``ping_interval``.
 
 So is time this end did not run at all (its
-loop or its process held up past its next check): the deadline moves on by the stall.
+loop or its process held up past its next check): the deadline moves on by the stall. And while our driver's
+kernel dropped datagrams for its receive sockets during the silence (their queues full: the driver read them too
+late, an overloaded process), the peer may well have spoken and been lost on our side: it is declared dead only
+after ``DROPPED_SILENCE_TIMEOUTS`` peer timeouts (bounded, so a peer that died behind an overloaded socket is still
+found).
 While this end is not reading the peer (a stream's consumer or the listeners are behind), the silence is
 ours: the clock restarts when reading resumes. So is a silence while the peer's stream keeps reaching our
 driver (its receiver high-water mark moves: the peer's process wrote new messages) but this end has not read
@@ -39,10 +43,12 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["PEER_TIMED_OUT", "Liveness", "Verdict", "tick_interval_ns"]
+__all__ = ["DROPPED_SILENCE_TIMEOUTS", "PEER_TIMED_OUT", "Liveness", "Verdict", "tick_interval_ns"]
 
 PEER_TIMED_OUT = "peer timed out"
 """How the close reason of a connection lost to :attr:`Verdict.DEAD` begins."""
+DROPPED_SILENCE_TIMEOUTS = 3
+"""How many peer timeouts a silence may last while our driver's receive sockets dropped datagrams in it."""
 
 
 class Verdict(enum.Enum):
@@ -60,6 +66,7 @@ class Liveness:
     """Liveness of one connection's peer, from what was heard and sent when (monotonic nanoseconds)."""
 
     __slots__ = (
+        "dropped_ns",
         "keepalive_slack_ns",
         "last_heard_ns",
         "last_probe_ns",
@@ -86,6 +93,8 @@ class Liveness:
         """Silent this long, the peer is overdue: probed, and how far its stream got is watched."""
         self.last_probe_ns = now_ns - ping_interval_ns
         """When the peer was last asked to answer."""
+        self.dropped_ns = now_ns - 1
+        """When our driver was last seen dropping datagrams in the kernel (see :meth:`datagrams_dropped`)."""
 
     def heard(self, now_ns: int) -> None:
         """A message from the peer was read."""
@@ -107,6 +116,12 @@ class Liveness:
         if stall_ns > 0:
             self.last_heard_ns = min(now_ns, self.last_heard_ns + stall_ns)
 
+    def datagrams_dropped(self, at_ns: int) -> None:
+        """Our driver's kernel dropped datagrams for its receive sockets (seen at ``at_ns``): a silence that saw
+        this may be ours, not the peer's (see the module's docstring)."""
+        if at_ns > self.dropped_ns:
+            self.dropped_ns = at_ns
+
     @property
     def deadline_ns(self) -> int:
         """The peer is dead if nothing is heard from it by this time (exclusive)."""
@@ -127,7 +142,9 @@ class Liveness:
 
     def check(self, now_ns: int) -> Verdict:
         silent_ns = now_ns - self.last_heard_ns
-        if silent_ns > self.peer_timeout_ns:
+        if silent_ns > self.peer_timeout_ns and (
+            self.dropped_ns < self.last_heard_ns or silent_ns > self.peer_timeout_ns * DROPPED_SILENCE_TIMEOUTS
+        ):
             return Verdict.DEAD
         if silent_ns > self.overdue_ns and now_ns - self.last_probe_ns >= self.ping_interval_ns // 2:
             return Verdict.PROBE

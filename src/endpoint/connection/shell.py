@@ -798,9 +798,17 @@ class Connection:
 
     # ------------------------------------------------------------------ liveness (the end point's agenda)
 
-    def _tick(self, now_ns: int, stall_ns: int = 0) -> None:
+    def _in_service(self, now_ns: int) -> None:
+        """The end point took this connection into service: its handshake, which just completed, proved the peer
+        alive, so the peer's silence counts from now. (The streams were opened before the handshake's last steps,
+        which on an overloaded server can outlast the peer timeout: counted from then, a live peer would be dead
+        before it had a chance to speak.)"""
+        self._core.liveness.heard(now_ns)
+
+    def _tick(self, now_ns: int, stall_ns: int = 0, dropped_ns: int | None = None) -> None:
         """Keepalive and dead-peer check (see :meth:`ConnectionCore.tick`), and streams that stalled; ``stall_ns``:
-        how much later than due the end point got round to it (its own delay, not the peer's silence)."""
+        how much later than due the end point got round to it (its own delay, not the peer's silence);
+        ``dropped_ns``: when our driver's kernel was last seen dropping datagrams (we may have missed the peer)."""
         if self._closing:
             return
         if self.unreliable_channels is not None:
@@ -812,7 +820,7 @@ class Connection:
         hwm = None
         if liveness.silent_for_ns(now_ns) > liveness.overdue_ns:  # quiet a while: has it sent anything?
             hwm = self._peer_hwm()
-        verdict = core.tick(now_ns, self.outbox.sent, reading, hwm, stall_ns)
+        verdict = core.tick(now_ns, self.outbox.sent, reading, hwm, stall_ns, dropped_ns)
         if verdict is Verdict.DEAD:
             self._lose(core.dead_reason(now_ns))
             return

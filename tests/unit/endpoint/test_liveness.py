@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from endpoint.connection.liveness import Liveness, Verdict, tick_interval_ns
+from endpoint.connection.liveness import DROPPED_SILENCE_TIMEOUTS, Liveness, Verdict, tick_interval_ns
 
 MS = 1_000_000
 PING = 200 * MS
@@ -30,6 +30,22 @@ def test_dead_only_once_the_peer_timeout_has_passed_since_the_last_message() -> 
     assert live.check(1_300 * MS + 1) is Verdict.DEAD
     live.heard(1_300 * MS + 1)  # too late is too late only once checked: a message read first still counts
     assert live.check(1_300 * MS + 1) is not Verdict.DEAD
+
+
+def test_a_silence_while_our_driver_dropped_datagrams_is_dead_only_after_three_peer_timeouts() -> None:
+    """Our kernel dropped datagrams for the driver's sockets during the silence: the peer may have spoken and been
+    lost on our side (an overloaded reader), so it gets DROPPED_SILENCE_TIMEOUTS timeouts, no more."""
+    assert DROPPED_SILENCE_TIMEOUTS == 3
+    live = Liveness(0, PING, TIMEOUT)
+    live.heard(300 * MS)
+    live.datagrams_dropped(200 * MS)  # before the peer was last heard: this silence saw none
+    assert live.check(1_300 * MS + 1) is Verdict.DEAD
+    live.datagrams_dropped(900 * MS)
+    assert live.check(1_300 * MS + 1) is not Verdict.DEAD
+    assert live.check(3_300 * MS) is not Verdict.DEAD
+    assert live.check(3_300 * MS + 1) is Verdict.DEAD
+    live.heard(3_300 * MS)  # heard again: a new silence, which needs drops of its own
+    assert live.check(4_300 * MS + 1) is Verdict.DEAD
 
 
 def test_a_keepalive_is_due_after_a_ping_interval_without_sending_whatever_is_heard() -> None:

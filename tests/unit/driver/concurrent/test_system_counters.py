@@ -31,6 +31,7 @@ from driver.concurrent.system_counters import (
     allocate_subscriber_position,
     local_socket_address_of,
     stream_counter_name,
+    system_counter_id,
 )
 
 # Aeron 1.15.1 SystemCounterDescriptor, verbatim.
@@ -90,6 +91,18 @@ def test_system_counters_allocated_in_id_order() -> None:
     assert manager.get_counter_value(0) == 100
     counters.close()
     assert manager.get_counter_state(3) == -1
+
+
+@pytest.mark.parametrize("current", [False, True])
+def test_a_system_counter_is_found_by_its_label_in_either_generation(current: bool) -> None:
+    manager = make()
+    counters = SystemCounters(manager, current=current)
+    allocate_client_heartbeat(manager, 7)  # not a system counter: where the look stops
+    drops = DriverSystemCounterId.RECEIVE_SOCKET_DROPS
+    assert system_counter_id(manager, drops.label) == counters.id_of(drops)
+    assert system_counter_id(manager, "Bytes sent") == 0
+    assert system_counter_id(manager, "no such counter") == -1
+    assert system_counter_id(make(), drops.label) == -1  # (Aeron's drivers have none of ours)
 
 
 def test_stream_counter_key_and_label() -> None:

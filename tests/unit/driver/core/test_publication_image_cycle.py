@@ -13,7 +13,7 @@ from driver.concurrent.counters import AtomicCounter, CountersManager
 from driver.concurrent.system_counters import SystemCounterId
 from driver.core.congestion import CongestionOutcome, StaticWindowCongestionControl
 from driver.core.loss_detector import LossDetector, StaticDelayGenerator
-from driver.core.publication_image import ImageCounters, ImageState, PublicationImage
+from driver.core.publication_image import DROPPED_SILENCE_TIMEOUTS, ImageCounters, ImageState, PublicationImage
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SM
 from driver.logbuffer.log_buffers import LogBuffers
@@ -70,6 +70,7 @@ class Harness:
             correlation_id=1,
         )
         self.sent: list[bytes] = []
+        self.put_off = manager.new_counter("timeouts put off")
         self.image = PublicationImage(
             correlation_id=1,
             session_id=SESSION,
@@ -94,6 +95,7 @@ class Harness:
                 flow_control_under_runs=sc[SystemCounterId.FLOW_CONTROL_UNDER_RUNS],
                 flow_control_over_runs=sc[SystemCounterId.FLOW_CONTROL_OVER_RUNS],
                 loss_gap_fills=sc[SystemCounterId.LOSS_GAP_FILLS],
+                timeouts_put_off=self.put_off,
             ),
             status_message_timeout_ns=SM_TIMEOUT_NS,
             image_liveness_timeout_ns=10_000 * MS,
@@ -286,6 +288,39 @@ def test_liveness_counts_silence_only_while_the_receiver_reads_its_sockets(tmp_p
         later = resumed + liveness + MS
         image.on_time_event(later, polled_ns=later, awake_since_ns=resumed)
         assert image.state is not ImageState.ACTIVE
+
+
+def test_a_silence_while_the_socket_drops_datagrams_ends_the_image_only_after_three_timeouts(tmp_path: Path) -> None:
+    """An overloaded reader: the kernel dropped datagrams for the image's socket during its silence, so the
+    publisher may well have sent; the image ends only after ``DROPPED_SILENCE_TIMEOUTS`` liveness timeouts."""
+    liveness = 10_000 * MS
+    assert DROPPED_SILENCE_TIMEOUTS == 3
+    with harness(tmp_path) as h:
+        h.data(0, now_ns=1 * MS)
+        image = h.image
+        for now in (1 * MS + liveness + MS, 1 * MS + 2 * liveness, 1 * MS + 3 * liveness):
+            assert not image.on_time_event(now, polled_ns=now, awake_since_ns=0, dropped_ns=2 * MS)
+            assert image.state is ImageState.ACTIVE
+        assert h.put_off.get() == 1  # one silence, counted once
+        # A packet ends that silence; the next one that sees drops is counted again.
+        h.data(64, now_ns=40_000 * MS)
+        later = 40_000 * MS + liveness + MS
+        assert not image.on_time_event(later, polled_ns=later, awake_since_ns=0, dropped_ns=later)
+        assert h.put_off.get() == 2
+        # Past three timeouts the publisher is presumed gone, drops or not.
+        last = 40_000 * MS + 3 * liveness + MS
+        image.on_time_event(last, polled_ns=last, awake_since_ns=0, dropped_ns=last)
+        assert image.state is not ImageState.ACTIVE
+
+
+def test_drops_before_a_silence_began_do_not_put_its_timeout_off(tmp_path: Path) -> None:
+    liveness = 10_000 * MS
+    with harness(tmp_path) as h:
+        h.data(0, now_ns=10 * MS)
+        now = 10 * MS + liveness + MS
+        h.image.on_time_event(now, polled_ns=now, awake_since_ns=0, dropped_ns=5 * MS)
+        assert h.image.state is not ImageState.ACTIVE
+        assert h.put_off.get() == 0
 
 
 def test_the_native_quiet_test_wakes_only_images_whose_tracking_has_work(tmp_path: Path) -> None:
