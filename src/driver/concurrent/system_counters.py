@@ -298,6 +298,7 @@ _DRIVER_SYSTEM_COUNTER_LABELS: dict[DriverSystemCounterId, str] = {
     DriverSystemCounterId.IMAGE_TIMEOUTS_PUT_OFF: "Image timeouts put off: silent while its socket dropped",
 }
 
+
 def system_counter_id(reader: CountersReader, label: str) -> int:
     """The id of the system counter labelled ``label`` in ``reader`` (a driver's counters, ours or Aeron's), or -1:
     this driver's own counters (:class:`DriverSystemCounterId`) have ids that differ by generation, and Aeron's
