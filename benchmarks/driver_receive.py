@@ -62,15 +62,7 @@ def run(images: int, datagrams: int, rounds: int, heartbeats: bool, idle_seconds
     room = (images * 3 + 200) * 512  # three counters an image, and the system counters
     manager = CountersManager(AtomicBuffer(bytearray(room * 2)), AtomicBuffer(bytearray(room)))
     sc = {sid: manager.new_counter(sid.label, 0) for sid in SystemCounterId}
-    counters = EndpointCounters(
-        bytes_received=sc[SystemCounterId.BYTES_RECEIVED],
-        invalid_packets=sc[SystemCounterId.INVALID_PACKETS],
-        status_messages_received=sc[SystemCounterId.STATUS_MESSAGES_RECEIVED],
-        naks_received=sc[SystemCounterId.NAK_MESSAGES_RECEIVED],
-        status_messages_sent=sc[SystemCounterId.STATUS_MESSAGES_SENT],
-        short_sends=sc[SystemCounterId.SHORT_SENDS],
-        bytes_sent=sc[SystemCounterId.BYTES_SENT],
-    )
+    counters = EndpointCounters.of(sc.__getitem__)
     channel = UdpChannel.parse("aeron:udp?endpoint=127.0.0.1:0")
     endpoint = ReceiveChannelEndpoint(
         channel, counters, manager.new_counter("status"), lambda *_: True, 1, so_rcvbuf=8 * 1024 * 1024

@@ -71,15 +71,7 @@ def run(publications: int, rounds: int, idle_seconds: float, native: bool) -> tu
     channel = UdpChannel.parse(f"aeron:udp?endpoint=127.0.0.1:{sink.getsockname()[1]}")
     endpoint = SendChannelEndpoint(
         channel,
-        EndpointCounters(
-            bytes_received=sc[SystemCounterId.BYTES_RECEIVED],
-            invalid_packets=sc[SystemCounterId.INVALID_PACKETS],
-            status_messages_received=sc[SystemCounterId.STATUS_MESSAGES_RECEIVED],
-            naks_received=sc[SystemCounterId.NAK_MESSAGES_RECEIVED],
-            status_messages_sent=sc[SystemCounterId.STATUS_MESSAGES_SENT],
-            short_sends=sc[SystemCounterId.SHORT_SENDS],
-            bytes_sent=sc[SystemCounterId.BYTES_SENT],
-        ),
+        EndpointCounters.of(sc.__getitem__),
         manager.new_counter("status"),
         so_sndbuf=8 * 1024 * 1024,
     )

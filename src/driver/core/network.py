@@ -191,14 +191,8 @@ class NetworkResources:
         self.loss_observer: Callable[[PublicationImage, int, int], None] | None = None
         """Told of every gap an image fills with padding (the driver's loss report)."""
         sc = system_counters
-        self.endpoint_counters = EndpointCounters(
-            bytes_received=sc.get(SystemCounterId.BYTES_RECEIVED),
-            invalid_packets=sc.get(SystemCounterId.INVALID_PACKETS),
-            status_messages_received=sc.get(SystemCounterId.STATUS_MESSAGES_RECEIVED),
-            naks_received=sc.get(SystemCounterId.NAK_MESSAGES_RECEIVED),
-            status_messages_sent=sc.get(SystemCounterId.STATUS_MESSAGES_SENT),
-            short_sends=sc.get(SystemCounterId.SHORT_SENDS),
-            bytes_sent=sc.get(SystemCounterId.BYTES_SENT),
+        self.endpoint_counters = EndpointCounters.of(
+            sc.get,
             setups_not_elicited=sc.get(DriverSystemCounterId.SETUPS_NOT_ELICITED),
             destinations_refused=sc.get(DriverSystemCounterId.DYNAMIC_DESTINATIONS_REFUSED),
         )
@@ -1003,7 +997,7 @@ class NetworkResources:
             if self._limits_dead > _LIMITS_YOUNG + len(self._limits_of) // 4:
                 self._young_changed = True  # time for a rebuild
 
-    def _written_publications(self) -> list[NetworkPublication] | None:
+    def _written_publications(self) -> set[NetworkPublication] | None:
         """The publications whose logs were written to since the last look, None if all are to be visited (the
         list changed: the watch is rebuilt, remembering the tails as they are now)."""
         if self._timer_version != self._publications_version:
@@ -1017,7 +1011,7 @@ class NetworkResources:
             self._timer_tails = PositionWatch(tails)
             return None
         of = self._timer_of
-        return [of[index // lbd.PARTITION_COUNT] for index in self._timer_tails.changed()]
+        return {of[index // lbd.PARTITION_COUNT] for index in self._timer_tails.changed()}
 
     def on_timer(self, now_ns: int) -> None:
         conductor = self._conductor
@@ -1025,8 +1019,7 @@ class NetworkResources:
         if written is None:
             visit = list(self.publications)
         else:
-            wrote = set(written)
-            visit = [p for p in self.publications if p in wrote or not p.quiet_time_event(now_ns)]
+            visit = [p for p in self.publications if p in written or not p.quiet_time_event(now_ns)]
         for publication in visit:
             state = publication.state
             publication.on_time_event(now_ns)

@@ -30,8 +30,8 @@ released. Silence is the publisher's only while we were reading: not during a
 stall of our own (the receiver not polling), and not while the kernel dropped
 datagrams for the image's socket because we read it too late (an overloaded
 process; its own periodic bursts can then lose every datagram of a quiet
-stream for seconds): such an image ends after ``DROPPED_SILENCE_TIMEOUTS``
-liveness timeouts instead of one.
+stream for seconds): such an image ends only after a few liveness timeouts
+(``driver.core.silence``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from driver.concurrent.counters import AtomicCounter
 from driver.core.agenda import no_wake
 from driver.core.congestion import CongestionControl, StaticWindowCongestionControl
 from driver.core.loss_detector import LossDetector
+from driver.core.silence import silence_ends
 from driver.errors import CurrentErrorCode
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.gap_filler import try_fill_gap
@@ -58,14 +59,11 @@ from driver.wire.status import write_sm
 if TYPE_CHECKING:
     from driver.media.endpoints import ReceiveChannelEndpoint
 
-__all__ = ["DROPPED_SILENCE_TIMEOUTS", "ImageCounters", "ImageState", "PublicationImage"]
+__all__ = ["ImageCounters", "ImageState", "PublicationImage"]
 
 IMAGE_REJECTED_CODE = int(CurrentErrorCode.IMAGE_REJECTED)
 NEVER_NS = 1 << 62
 """``next_track_ns`` of an image whose status messages the native timer sends (data or subscribers wake it)."""
-DROPPED_SILENCE_TIMEOUTS = 3
-"""How many image liveness timeouts a silence may last while the image's socket drops datagrams (ours to read in
-time, not the publisher's to send): bounded, so a publisher that did die behind a flooded socket still ends."""
 
 
 class ImageState(enum.Enum):
@@ -450,7 +448,7 @@ class PublicationImage:
         without a stall. Silence counts only between the two: a packet that waits unread in a socket (the receiver
         not yet run after a stall) is not silence, nor is a stall of the process, which stalls a publisher in it too.
         ``dropped_ns``: when the kernel was last seen dropping datagrams for the image's socket; a silence that
-        saw drops ends the image only after ``DROPPED_SILENCE_TIMEOUTS`` liveness timeouts.
+        saw drops ends the image only after a few liveness timeouts (:func:`~driver.core.silence.silence_ends`).
 
         As in 1.15.1, an image that ended (end of stream, or silence) stays INACTIVE, and
         still available to its subscribers, until every subscriber has read up to the rebuild
@@ -463,18 +461,11 @@ class PublicationImage:
                 quiet_since = awake_since_ns
             silent_ns = heard_until - quiet_since
             timeout_ns = self.image_liveness_timeout_ns
-            idle = silent_ns > timeout_ns
-            if (
-                idle
-                and dropped_ns is not None
-                and dropped_ns >= quiet_since
-                and silent_ns <= timeout_ns * DROPPED_SILENCE_TIMEOUTS
-            ):
-                idle = False
-                if self._put_off_since != quiet_since:
-                    self._put_off_since = quiet_since
-                    if self.counters.timeouts_put_off is not None:
-                        self.counters.timeouts_put_off.increment()
+            idle = silence_ends(silent_ns, timeout_ns, dropped_ns is not None and dropped_ns >= quiet_since)
+            if not idle and silent_ns > timeout_ns and self._put_off_since != quiet_since:  # put off: counted once
+                self._put_off_since = quiet_since
+                if self.counters.timeouts_put_off is not None:
+                    self.counters.timeouts_put_off.increment()
             ended = self.is_end_of_stream and self.rebuild_position.get_volatile() >= self.hwm_position.get_volatile()
             if idle or ended:
                 self.state = ImageState.INACTIVE

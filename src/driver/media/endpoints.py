@@ -50,6 +50,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from driver.concurrent.counters import AtomicCounter
+from driver.concurrent.system_counters import SystemCounterId
 from driver.errors import MalformedFrameError
 from driver.logbuffer.frame import (
     HDR_TYPE_DATA,
@@ -178,6 +179,28 @@ class EndpointCounters:
         self.bytes_sent = bytes_sent
         self.setups_not_elicited = setups_not_elicited
         self.destinations_refused = destinations_refused
+
+    @classmethod
+    def of(
+        cls,
+        system: Callable[[SystemCounterId], AtomicCounter],
+        *,
+        setups_not_elicited: AtomicCounter | None = None,
+        destinations_refused: AtomicCounter | None = None,
+    ) -> EndpointCounters:
+        """The endpoints' counters among a driver's system counters (``system``: one by id, e.g.
+        ``SystemCounters.get``); the two of this driver's own, if it has them, by name."""
+        return cls(
+            bytes_received=system(SystemCounterId.BYTES_RECEIVED),
+            invalid_packets=system(SystemCounterId.INVALID_PACKETS),
+            status_messages_received=system(SystemCounterId.STATUS_MESSAGES_RECEIVED),
+            naks_received=system(SystemCounterId.NAK_MESSAGES_RECEIVED),
+            status_messages_sent=system(SystemCounterId.STATUS_MESSAGES_SENT),
+            short_sends=system(SystemCounterId.SHORT_SENDS),
+            bytes_sent=system(SystemCounterId.BYTES_SENT),
+            setups_not_elicited=setups_not_elicited,
+            destinations_refused=destinations_refused,
+        )
 
 
 def _poll(

@@ -30,8 +30,7 @@ So is time this end did not run at all (its
 loop or its process held up past its next check): the deadline moves on by the stall. And while our driver's
 kernel dropped datagrams for its receive sockets during the silence (their queues full: the driver read them too
 late, an overloaded process), the peer may well have spoken and been lost on our side: it is declared dead only
-after ``DROPPED_SILENCE_TIMEOUTS`` peer timeouts (bounded, so a peer that died behind an overloaded socket is still
-found).
+after a few peer timeouts, as the driver treats its images (:func:`driver.core.silence.silence_ends`).
 While this end is not reading the peer (a stream's consumer or the listeners are behind), the silence is
 ours: the clock restarts when reading resumes. So is a silence while the peer's stream keeps reaching our
 driver (its receiver high-water mark moves: the peer's process wrote new messages) but this end has not read
@@ -43,12 +42,12 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["DROPPED_SILENCE_TIMEOUTS", "PEER_TIMED_OUT", "Liveness", "Verdict", "tick_interval_ns"]
+from driver.core.silence import silence_ends
+
+__all__ = ["PEER_TIMED_OUT", "Liveness", "Verdict", "tick_interval_ns"]
 
 PEER_TIMED_OUT = "peer timed out"
 """How the close reason of a connection lost to :attr:`Verdict.DEAD` begins."""
-DROPPED_SILENCE_TIMEOUTS = 3
-"""How many peer timeouts a silence may last while our driver's receive sockets dropped datagrams in it."""
 
 
 class Verdict(enum.Enum):
@@ -142,9 +141,7 @@ class Liveness:
 
     def check(self, now_ns: int) -> Verdict:
         silent_ns = now_ns - self.last_heard_ns
-        if silent_ns > self.peer_timeout_ns and (
-            self.dropped_ns < self.last_heard_ns or silent_ns > self.peer_timeout_ns * DROPPED_SILENCE_TIMEOUTS
-        ):
+        if silence_ends(silent_ns, self.peer_timeout_ns, self.dropped_ns >= self.last_heard_ns):
             return Verdict.DEAD
         if silent_ns > self.overdue_ns and now_ns - self.last_probe_ns >= self.ping_interval_ns // 2:
             return Verdict.PROBE

@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
-from endpoint.connection.liveness import DROPPED_SILENCE_TIMEOUTS, Liveness, Verdict, tick_interval_ns
+from driver.core.silence import DROPPED_SILENCE_TIMEOUTS
+from endpoint.connection.liveness import Liveness, Verdict, tick_interval_ns
 
 MS = 1_000_000
 PING = 200 * MS

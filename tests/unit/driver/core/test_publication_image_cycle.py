@@ -13,7 +13,8 @@ from driver.concurrent.counters import AtomicCounter, CountersManager
 from driver.concurrent.system_counters import SystemCounterId
 from driver.core.congestion import CongestionOutcome, StaticWindowCongestionControl
 from driver.core.loss_detector import LossDetector, StaticDelayGenerator
-from driver.core.publication_image import DROPPED_SILENCE_TIMEOUTS, ImageCounters, ImageState, PublicationImage
+from driver.core.publication_image import ImageCounters, ImageState, PublicationImage
+from driver.core.silence import DROPPED_SILENCE_TIMEOUTS
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SM
 from driver.logbuffer.log_buffers import LogBuffers

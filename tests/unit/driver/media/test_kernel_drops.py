@@ -24,15 +24,7 @@ FLOOD = 4000
 def endpoint() -> Iterator[ReceiveChannelEndpoint]:
     manager = CountersManager(AtomicBuffer(bytearray(64 * 1024)), AtomicBuffer(bytearray(16 * 1024)))
     sc = {sid: manager.new_counter(sid.label, 0) for sid in SystemCounterId}
-    counters = EndpointCounters(
-        bytes_received=sc[SystemCounterId.BYTES_RECEIVED],
-        invalid_packets=sc[SystemCounterId.INVALID_PACKETS],
-        status_messages_received=sc[SystemCounterId.STATUS_MESSAGES_RECEIVED],
-        naks_received=sc[SystemCounterId.NAK_MESSAGES_RECEIVED],
-        status_messages_sent=sc[SystemCounterId.STATUS_MESSAGES_SENT],
-        short_sends=sc[SystemCounterId.SHORT_SENDS],
-        bytes_sent=sc[SystemCounterId.BYTES_SENT],
-    )
+    counters = EndpointCounters.of(sc.__getitem__)
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]

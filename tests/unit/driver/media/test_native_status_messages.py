@@ -104,19 +104,10 @@ class _Side:
         faults: tuple[FaultSpec, FaultSpec] | None = None,
     ) -> None:
         self.manager = CountersManager(AtomicBuffer(bytearray(256 * 1024)), AtomicBuffer(bytearray(64 * 1024)))
-        system: dict[SystemCounterId, object] = {sid: self.manager.new_counter(sid.label, 0) for sid in SystemCounterId}
+        system = {sid: self.manager.new_counter(sid.label, 0) for sid in SystemCounterId}
         self.system = system
         self.refused = self.manager.new_counter("destinations refused", 0)
-        self.counters = EndpointCounters(
-            bytes_received=system[SystemCounterId.BYTES_RECEIVED],  # type: ignore[arg-type]
-            invalid_packets=system[SystemCounterId.INVALID_PACKETS],  # type: ignore[arg-type]
-            status_messages_received=system[SystemCounterId.STATUS_MESSAGES_RECEIVED],  # type: ignore[arg-type]
-            naks_received=system[SystemCounterId.NAK_MESSAGES_RECEIVED],  # type: ignore[arg-type]
-            status_messages_sent=system[SystemCounterId.STATUS_MESSAGES_SENT],  # type: ignore[arg-type]
-            short_sends=system[SystemCounterId.SHORT_SENDS],  # type: ignore[arg-type]
-            bytes_sent=system[SystemCounterId.BYTES_SENT],  # type: ignore[arg-type]
-            destinations_refused=self.refused,
-        )
+        self.counters = EndpointCounters.of(system.__getitem__, destinations_refused=self.refused)
         self.endpoint = SendChannelEndpoint(
             UdpChannel.parse(channel),
             self.counters,

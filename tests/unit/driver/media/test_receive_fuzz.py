@@ -206,15 +206,7 @@ class _Counters:
         self.manager = CountersManager(AtomicBuffer(bytearray(256 * 1024)), AtomicBuffer(bytearray(64 * 1024)))
         self.system = {sid: self.manager.new_counter(sid.label, 0) for sid in SystemCounterId}
         sc = self.system
-        self.endpoint = EndpointCounters(
-            bytes_received=sc[SystemCounterId.BYTES_RECEIVED],
-            invalid_packets=sc[SystemCounterId.INVALID_PACKETS],
-            status_messages_received=sc[SystemCounterId.STATUS_MESSAGES_RECEIVED],
-            naks_received=sc[SystemCounterId.NAK_MESSAGES_RECEIVED],
-            status_messages_sent=sc[SystemCounterId.STATUS_MESSAGES_SENT],
-            short_sends=sc[SystemCounterId.SHORT_SENDS],
-            bytes_sent=sc[SystemCounterId.BYTES_SENT],
-        )
+        self.endpoint = EndpointCounters.of(sc.__getitem__)
         self.image = ImageCounters(
             heartbeats_received=sc[SystemCounterId.HEARTBEATS_RECEIVED],
             status_messages_sent=sc[SystemCounterId.STATUS_MESSAGES_SENT],

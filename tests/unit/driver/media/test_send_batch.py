@@ -467,15 +467,7 @@ def _endpoint(receiver: socket.socket, faults: tuple[FaultSpec, FaultSpec] | Non
     sc = {sid: manager.new_counter(sid.label, 0) for sid in SystemCounterId}
     return SendChannelEndpoint(
         UdpChannel.parse(f"aeron:udp?endpoint=127.0.0.1:{receiver.getsockname()[1]}"),
-        EndpointCounters(
-            bytes_received=sc[SystemCounterId.BYTES_RECEIVED],
-            invalid_packets=sc[SystemCounterId.INVALID_PACKETS],
-            status_messages_received=sc[SystemCounterId.STATUS_MESSAGES_RECEIVED],
-            naks_received=sc[SystemCounterId.NAK_MESSAGES_RECEIVED],
-            status_messages_sent=sc[SystemCounterId.STATUS_MESSAGES_SENT],
-            short_sends=sc[SystemCounterId.SHORT_SENDS],
-            bytes_sent=sc[SystemCounterId.BYTES_SENT],
-        ),
+        EndpointCounters.of(sc.__getitem__),
         manager.new_counter("status"),
         faults=faults,
     )
