@@ -190,11 +190,14 @@ def rss_breakdown(pid: int) -> dict[str, int]:
     return out
 
 
-async def serve_until_stopped(server: Any, ready: Any, stop: Any, out: Any, timeout: float) -> None:
+async def serve_until_stopped(server: Any, ready: Any, stop: Any, out: Any, timeout: float, bound: Any = None) -> None:
     """Bind an end point server, say so on ``ready`` and serve until ``stop`` (or ``timeout``); a failure is
-    reported on ``out`` for the parent before it is raised."""
+    reported on ``out`` for the parent before it is raised. ``bound``: a shared value given the server's port
+    before ``ready`` (a server of ``port=0`` picks its own: a port picked for it beforehand may be taken meanwhile)."""
     try:
         async with server:
+            if bound is not None:
+                bound.value = server.port
             ready.set()
             await wait_event(stop, timeout)
     except Exception as exc:

@@ -60,7 +60,6 @@ from _endpoint_common import (
     PricingService,
     children,
     free_tcp_port,
-    free_udp_port,
     price_of,
     rpc_serialization,
     run_async,
@@ -182,13 +181,15 @@ def _report(out: Any, where: str, run: Callable[[], Awaitable[Result]]) -> Calla
 
 
 def endpoint_server(
-    aeron_dir: str, port: int, idle: IdleMode, driver_idle: str, ready: Any, stop: Any, out: Any, profile: bool
+    aeron_dir: str, port: Any, idle: IdleMode, driver_idle: str, ready: Any, stop: Any, out: Any, profile: bool
 ) -> None:
+    """``port``: a shared value the server's own port goes into once it is bound."""
+
     async def serve() -> None:
         from endpoint import Server, ServerConfiguration
 
         config = ServerConfiguration(
-            port=port,
+            port=0,
             listen_address="127.0.0.1",
             aeron_dir=aeron_dir,
             serialization=rpc_serialization(),
@@ -197,14 +198,14 @@ def endpoint_server(
         )
         server = Server(config)
         server.rpc.expose(PricingService(), CALC_OBJECT_ID, interface=Pricing)
-        await serve_until_stopped(server, ready, stop, out, RUN_TIMEOUT_S + 60)
+        await serve_until_stopped(server, ready, stop, out, RUN_TIMEOUT_S + 60, bound=port)
 
     run_async(serve, "RPC server (ours)" if profile else "")
 
 
 def endpoint_client(
     aeron_dir: str,
-    port: int,
+    port: Any,
     idle: IdleMode,
     driver_idle: str,
     udp: bool,
@@ -226,7 +227,7 @@ def endpoint_client(
         async with Client(config) as client:
             if not await wait_event(ready, 60):
                 raise TimeoutError("the server process did not start")
-            conn = await client.connect("127.0.0.1", port)
+            conn = await client.connect("127.0.0.1", port.value)
             if conn.is_ipc == udp:
                 raise RuntimeError(f"connected over {'IPC' if conn.is_ipc else 'UDP'}, not as asked")
             price = conn.rpc.proxy(Pricing, CALC_OBJECT_ID, timeout=CALL_TIMEOUT_S).price
@@ -244,7 +245,7 @@ def run_endpoint(plan: Plan, idle: IdleMode, driver_idle: str, udp: bool, profil
         server_dir = fresh_aeron_dir("rpc-srv")
         client_dir = fresh_aeron_dir("rpc-cli") if udp else server_dir
         group.dirs += [server_dir, client_dir]
-        port = free_udp_port()
+        port = ctx.Value("i", 0)
         server = group.start(endpoint_server, str(server_dir), port, idle, driver_idle, ready, stop, out, profile)
         client = group.start(endpoint_client, str(client_dir), port, idle, driver_idle, udp, plan, ready, out, profile)
         result = out.get(timeout=RUN_TIMEOUT_S + 60)

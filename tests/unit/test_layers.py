@@ -52,6 +52,7 @@ SANS_IO = (
     "driver.concurrent",
     "driver.command",
     "driver.int32",
+    "driver.core.silence",
     "driver.archive.control",
     "driver.archive.sessions",
     "driver.archive.exchange",
