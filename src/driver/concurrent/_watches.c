@@ -189,30 +189,31 @@ PositionWatch_clear_entries(PositionWatch *self)
     self->count = 0;
 }
 
+/* Append ``arg``'s entries (each remembering its value now) after those held; on error nothing is added. */
 static int
-PositionWatch_init(PositionWatch *self, PyObject *args, PyObject *kwds)
+PositionWatch_append(PositionWatch *self, PyObject *arg)
 {
-    static char *kwlist[] = {"entries", NULL};
-    PyObject *arg;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &arg)) return -1;
     PyObject *seq = PySequence_Fast(arg, "entries must be a sequence of (AtomicBuffer, offset[, step])");
     if (!seq) return -1;
-    PositionWatch_clear_entries(self);
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    Py_ssize_t alloc = n ? n : 1;
-    self->buffers = PyMem_Calloc(alloc, sizeof(AtomicBuffer *));
-    self->offsets = PyMem_Calloc(alloc, sizeof(Py_ssize_t));
-    self->last = PyMem_Calloc(alloc, sizeof(int64_t));
-    self->steps = PyMem_Calloc(alloc, sizeof(int64_t));
-    if (!self->buffers || !self->offsets || !self->last || !self->steps) {
-        self->count = 0;
-        PositionWatch_clear_entries(self);
+    Py_ssize_t total = self->count + n;
+    Py_ssize_t alloc = total ? total : 1;
+    AtomicBuffer **buffers = PyMem_Realloc(self->buffers, alloc * sizeof(AtomicBuffer *));
+    if (buffers) self->buffers = buffers;
+    Py_ssize_t *offsets = PyMem_Realloc(self->offsets, alloc * sizeof(Py_ssize_t));
+    if (offsets) self->offsets = offsets;
+    int64_t *last = PyMem_Realloc(self->last, alloc * sizeof(int64_t));
+    if (last) self->last = last;
+    int64_t *steps = PyMem_Realloc(self->steps, alloc * sizeof(int64_t));
+    if (steps) self->steps = steps;
+    if (!buffers || !offsets || !last || !steps) {
         Py_DECREF(seq);
         PyErr_NoMemory();
         return -1;
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t base = self->count, i;
+    for (i = 0; i < n; i++) {
         PyObject *entry = items[i];
         if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 2 || PyTuple_GET_SIZE(entry) > 3 ||
             !PyObject_TypeCheck(PyTuple_GET_ITEM(entry, 0), AtomicBuffer_Type)) {
@@ -231,21 +232,38 @@ PositionWatch_init(PositionWatch *self, PyObject *args, PyObject *kwds)
                 goto fail;
             }
         }
-        self->steps[i] = step;
         if (buffer_check(buffer, offset, 8, 1) < 0) goto fail;
         Py_INCREF(buffer);
-        self->buffers[i] = buffer;
-        self->offsets[i] = offset;
-        self->last[i] = __atomic_load_n((int64_t *)(buffer->base + offset), __ATOMIC_ACQUIRE);
+        self->buffers[base + i] = buffer;
+        self->offsets[base + i] = offset;
+        self->steps[base + i] = step;
+        self->last[base + i] = __atomic_load_n((int64_t *)(buffer->base + offset), __ATOMIC_ACQUIRE);
     }
-    self->count = n;
+    self->count = total;
     Py_DECREF(seq);
     return 0;
 fail:
-    self->count = n;
-    PositionWatch_clear_entries(self);
+    while (i-- > 0) /* the entries taken before the bad one */
+        Py_DECREF(self->buffers[base + i]);
     Py_DECREF(seq);
     return -1;
+}
+
+static int
+PositionWatch_init(PositionWatch *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"entries", NULL};
+    PyObject *arg;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &arg)) return -1;
+    PositionWatch_clear_entries(self);
+    return PositionWatch_append(self, arg);
+}
+
+static PyObject *
+PositionWatch_extend(PositionWatch *self, PyObject *arg)
+{
+    if (PositionWatch_append(self, arg) < 0) return NULL;
+    Py_RETURN_NONE;
 }
 
 static void
@@ -284,6 +302,8 @@ PositionWatch_len(PositionWatch *self)
 static PyMethodDef PositionWatch_methods[] = {
     {"changed", (PyCFunction)PositionWatch_changed, METH_NOARGS,
      "Indices whose value changed since the last look (by at least their step, or fell), which they now remember."},
+    {"extend", (PyCFunction)PositionWatch_extend, METH_O,
+     "Watch these entries too, after those held (their indices follow on), each from its value now."},
     {NULL}
 };
 

@@ -20,6 +20,7 @@ import functools
 import ipaddress
 import random
 import socket
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -237,20 +238,16 @@ class NetworkResources:
         # Publisher limits follow sender positions: only those whose sender position moved are recomputed (one
         # native scan per cycle), and those that gained or lost their receivers. The watch is not rebuilt per
         # publication that comes or goes (a server in a connect storm makes several per handshake): newcomers
-        # are watched by a small second watch until the next rebuild, leavers are skipped, and a rebuild comes
-        # once enough of either piled up (so each change costs a bounded share of one).
-        self._limits_version = -1
+        # are appended to it, leavers are skipped, and it is rebuilt once a quarter of it are leavers (so each
+        # change costs a bounded share of one rebuild).
         self._limits_of: list[NetworkPublication | None] = []
         self._limits_index: dict[NetworkPublication, list[int]] = {}
-        self._limits_young: dict[NetworkPublication, None] = {}
-        self._young_of: tuple[NetworkPublication, ...] = ()
-        self._young_positions = PositionWatch([])
-        self._young_changed = False
+        self._limits_new: dict[NetworkPublication, None] = {}
         self._limits_dead = 0
-        self._had_receivers: dict[NetworkPublication, bool] = {}
+        self._receivers_changed: deque[NetworkPublication] = deque()
         self._sender_positions = PositionWatch([])
         self._limits_spied = False  # the watch also holds spy positions (a publication may show up twice)
-        self._limits_respied = False  # spies came or went: the next cycle rebuilds the watch
+        self._limits_rebuild = False  # spies came or went, or many publications did: the next cycle rebuilds
         # The timer step visits only the publications whose logs were written to since the last step, or that
         # were not quiet then (see NetworkPublication.quiet_time_event): the rest cost an attribute check each,
         # not a Python call per counter (an idle server's thousand publications were its heaviest timer work).
@@ -415,9 +412,8 @@ class NetworkResources:
         endpoint.ref_count += 1
         self.publications.append(publication)
         self._publications_version += 1
-        self._limits_young[publication] = None
-        self._young_changed = True
-        self._had_receivers[publication] = publication.has_receivers
+        self._limits_new[publication] = None
+        publication.receivers_changed = self._receivers_changed
         conductor.sender_command(functools.partial(self._sender.on_new_publication, publication, endpoint))
         return publication
 
@@ -509,8 +505,7 @@ class NetworkResources:
 
     def _spies_changed(self, publication: NetworkPublication) -> None:
         """Spy positions came or went (rare): the publisher limits' watch is rebuilt, every limit worked out again."""
-        self._limits_respied = True
-        self._young_changed = True
+        self._limits_rebuild = True
 
     # -- subscriptions and images ---------------------------------------------------------------
 
@@ -925,77 +920,71 @@ class NetworkResources:
                 for owner in {id(owners[index]): owners[index] for index in moved}.values():
                     if owner is not None:
                         work += owner.update_publisher_limit()
-        young_of = self._young_of
-        for index in self._young_positions.changed():
-            work += young_of[index].update_publisher_limit()
-        if self._young_changed:
-            young = self._limits_young
-            if (
-                self._limits_respied
-                or len(young) > _LIMITS_YOUNG
-                or self._limits_dead > _LIMITS_YOUNG + len(owners) // 4
-            ):
-                self._rebuild_limits_watch()
-            else:
-                # Positions noted before the limits are computed from them: a move in between shows next cycle.
-                self._young_changed = False
-                self._young_of = tuple(young)
-                self._young_positions = PositionWatch([p.sender_position.location() for p in self._young_of])
-                for publication in self._young_of:
-                    work += publication.update_publisher_limit()
-        if self._limits_version != NetworkPublication.receivers_version:
-            self._limits_version = NetworkPublication.receivers_version
-            had = self._had_receivers
-            for publication, had_receivers in had.items():
-                if publication.has_receivers is not had_receivers:
-                    had[publication] = publication.has_receivers
+        if self._limits_rebuild:
+            self._rebuild_limits_watch()
+        elif self._limits_new:
+            work += self._watch_new_limits()
+        changed = self._receivers_changed
+        if changed:
+            recomputed: set[NetworkPublication] = set()
+            while changed:
+                publication = changed.popleft()
+                if publication not in recomputed and publication.receivers_changed is changed:
+                    recomputed.add(publication)
                     work += publication.update_publisher_limit()
         return work
 
     def _rebuild_limits_watch(self) -> None:
         """Watch every publication's sender position, and its spies' positions, again; each limit is recomputed
         now (and from then on when one of its positions moves)."""
-        publications = list(self.publications)
-        owners: list[NetworkPublication | None] = list(publications)
+        self._limits_of = []
+        self._limits_index = {}
+        self._limits_spied = False
+        self._limits_rebuild = False
+        self._limits_new = dict.fromkeys(self.publications)
+        self._limits_dead = 0
+        self._sender_positions = PositionWatch([])
+        self._watch_new_limits()
+
+    def _watch_new_limits(self) -> int:
+        """Append the publications made since the last look to the watch and work out their limits."""
+        publications = list(self._limits_new)
+        self._limits_new = {}
+        owners = self._limits_of
+        index = self._limits_index
         # A publication without spies: its limit is moved once its sender has sent an eighth of its window (not
         # at every message: one Python call per message sent at a thousand publications). The publisher may meet
         # its limit up to that much early; blocked there, its sender catching up moves a whole window, which shows.
-        entries: list[tuple[AtomicBuffer, int] | tuple[AtomicBuffer, int, int]] = [
-            p.sender_position.location()
-            if p.spy_positions
-            else (*p.sender_position.location(), max(1, p.term_window_length >> _LIMIT_STEP_SHIFT))
-            for p in publications
-        ]
-        index: dict[NetworkPublication, list[int]] = {p: [i] for i, p in enumerate(publications)}
+        entries: list[tuple[AtomicBuffer, int] | tuple[AtomicBuffer, int, int]] = []
         for publication in publications:
-            for spy in publication.spy_positions:
-                index[publication].append(len(owners))
+            position = publication.sender_position.location()
+            spies = publication.spy_positions
+            indices = index[publication] = [len(owners)]
+            owners.append(publication)
+            entries.append(
+                position if spies else (*position, max(1, publication.term_window_length >> _LIMIT_STEP_SHIFT))
+            )
+            for spy in spies:
+                indices.append(len(owners))
                 owners.append(publication)
                 entries.append(spy.location())
-        self._limits_of = owners
-        self._limits_index = index
-        self._limits_spied = len(owners) > len(publications)
-        self._limits_respied = False
-        self._limits_young = {}
-        self._young_of = ()
-        self._young_positions = PositionWatch([])
-        self._young_changed = False
-        self._limits_dead = 0
+                self._limits_spied = True
         # Positions noted before the limits are computed from them: a move in between shows next cycle.
-        self._sender_positions = PositionWatch(entries)
+        self._sender_positions.extend(entries)
+        work = 0
         for publication in publications:
-            publication.update_publisher_limit()
+            work += publication.update_publisher_limit()
+        return work
 
     def _forget_limits_of(self, publication: NetworkPublication) -> None:
-        self._had_receivers.pop(publication, None)
-        if self._limits_young.pop(publication, 0) is None:
-            self._young_changed = True
-            return
+        publication.receivers_changed = None
+        if self._limits_new.pop(publication, 0) is None:
+            return  # not watched yet
         for index in self._limits_index.pop(publication, ()):
             self._limits_of[index] = None
             self._limits_dead += 1
-            if self._limits_dead > _LIMITS_YOUNG + len(self._limits_of) // 4:
-                self._young_changed = True  # time for a rebuild
+        if self._limits_dead > _LIMITS_DEAD + len(self._limits_of) // 4:
+            self._limits_rebuild = True  # time for a rebuild
 
     def _written_publications(self) -> set[NetworkPublication] | None:
         """The publications whose logs were written to since the last look, None if all are to be visited (the
@@ -1154,7 +1143,7 @@ class NetworkResources:
         self._tearing_down.clear()
         self.publications.clear()
         self._rebuild_limits_watch()
-        self._had_receivers.clear()
+        self._receivers_changed.clear()
         self.images.clear()
         self._images_by_stream.clear()
         self._links_by_stream.clear()
@@ -1163,9 +1152,9 @@ class NetworkResources:
         self.receive_endpoints.clear()
 
 
-_LIMITS_YOUNG = 32
-"""New publications watched on their own before the publisher limits' watch is rebuilt with them (publications
-gone: this many and a quarter of those watched)."""
+_LIMITS_DEAD = 32
+"""Publications gone (beyond a quarter of those watched) before the publisher limits' watch is rebuilt without
+them."""
 
 _LIMIT_STEP_SHIFT = 3
 """A watched publication's limit moves once its sender position has grown by its term window over 2**this."""

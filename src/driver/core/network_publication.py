@@ -34,6 +34,7 @@ other way round; the GIL makes each attribute access atomic.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -63,9 +64,9 @@ NetworkPublicationState = PublicationState  # one life cycle for every publicati
 
 
 class NetworkPublication(DriverPublication):
-    receivers_version = 0
-    """Bumped whenever any publication gains or loses its receivers: the conductor then recomputes every
-    publisher limit, not only those whose sender position moved."""
+    receivers_changed: deque[NetworkPublication] | None = None
+    """Where this publication puts itself when it gains or loses its receivers (the sender's thread or the
+    conductor's: a deque takes either): its owner's conductor then recomputes its publisher limit."""
 
     def __init__(
         self,
@@ -204,6 +205,11 @@ class NetworkPublication(DriverPublication):
     @time_of_last_status_message_ns.setter
     def time_of_last_status_message_ns(self, value: int) -> None:
         self.feedback.last_sm_ns = value
+
+    def _receivers_moved(self) -> None:
+        changed = self.receivers_changed
+        if changed is not None:
+            changed.append(self)
 
     @property
     def has_receivers(self) -> bool:
@@ -420,7 +426,7 @@ class NetworkPublication(DriverPublication):
         self.should_send_setup = False
         if not self.has_receivers:
             self.has_receivers = True
-            NetworkPublication.receivers_version += 1
+            self._receivers_moved()
         limit = self.sender_limit.get()
         new_limit = self.flow_control.on_status_message(
             term_id, term_offset, window, receiver_id, now_ns, limit, self.initial_term_id, self.position_bits
@@ -558,7 +564,7 @@ class NetworkPublication(DriverPublication):
         self.publisher_position.set_ordered(producer_position)
         if self.has_receivers and now_ns - self.feedback.last_sm_ns > self.connection_timeout_ns:
             self.has_receivers = False
-            NetworkPublication.receivers_version += 1
+            self._receivers_moved()
         self._update_connected()
         state = self.state
         if state is NetworkPublicationState.ACTIVE:

@@ -147,11 +147,11 @@ def test_streams_just_past_the_thresholds(udp: UdpDrivers, count: int) -> None:
 def test_publications_coming_and_going_keep_their_limits_moving(
     udp: UdpDrivers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A server opens and closes a publication per connection; its driver's publisher-limit watch takes
-    newcomers in batches and skips the ones gone until enough piled up (a small batch here, so that both
-    rebuilds happen). Every live publication then sends more than its term window: its limit must follow its
-    sender, whichever watch holds it."""
-    monkeypatch.setattr(network_module, "_LIMITS_YOUNG", 4)
+    """A server opens and closes a publication per connection; its driver's publisher-limit watch appends
+    newcomers and skips the ones gone until enough piled up (a small allowance here, so that a rebuild happens
+    between newcomers). Every live publication then sends more than its term window: its limit must follow its
+    sender, whether it was watched from a rebuild or appended."""
+    monkeypatch.setattr(network_module, "_LIMITS_DEAD", 2)
     publisher_driver = udp.embedded("pub")
     subscriber_driver = udp.embedded("sub")
     subscriber = udp.client(subscriber_driver.aeron_dir)

@@ -104,6 +104,31 @@ def test_position_watch_with_a_step_reports_a_counter_once_it_grew_that_much_or_
         PositionWatch([(values, 0, 1, 2)])  # type: ignore[list-item]
 
 
+def test_position_watch_extended_keeps_what_it_saw_and_watches_the_newcomers_from_now() -> None:
+    values = AtomicBuffer(bytearray(32))
+    watch = PositionWatch([(values, 0)])
+    values.put_long_ordered(0, 3)  # moved before the extension: still shows
+    values.put_long_ordered(8, 9)  # the newcomer's value before it is watched: its first look
+    watch.extend([(values, 8), (values, 16, 64)])
+    assert len(watch) == 3
+    assert watch.changed() == [0]
+    values.put_long_ordered(8, 10)
+    values.put_long_ordered(16, 63)  # below its step
+    assert watch.changed() == [1]
+    values.put_long_ordered(16, 64)
+    assert watch.changed() == [2]
+    for bad in ([(values, 24), (values, 32)], [(values, 24), (b"x", 0)]):  # a bad entry: none of them is taken
+        with pytest.raises((IndexError, TypeError)):
+            watch.extend(bad)  # type: ignore[arg-type]
+        assert len(watch) == 3
+    watch.extend([])
+    assert len(watch) == 3
+    empty = PositionWatch([])
+    empty.extend([(values, 24)])
+    values.put_long_ordered(24, 1)
+    assert empty.changed() == [0]
+
+
 def test_position_watch_checks_its_entries_and_skips_released_buffers() -> None:
     values = AtomicBuffer(bytearray(16))
     with pytest.raises(IndexError):
