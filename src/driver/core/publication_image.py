@@ -50,6 +50,7 @@ from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.gap_filler import try_fill_gap
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.media._net import ImageSlot
+from driver.media.endpoints import NEVER_NS
 from driver.media.transport import Address
 from driver.wire.error import ERR_MAX_FRAME_LENGTH, write_error
 from driver.wire.nak import write_nak
@@ -62,8 +63,6 @@ if TYPE_CHECKING:
 __all__ = ["ImageCounters", "ImageState", "PublicationImage"]
 
 IMAGE_REJECTED_CODE = int(CurrentErrorCode.IMAGE_REJECTED)
-NEVER_NS = 1 << 62
-"""``next_track_ns`` of an image whose status messages the native timer sends (data or subscribers wake it)."""
 
 
 class ImageState(enum.Enum):
@@ -366,7 +365,7 @@ class PublicationImage:
                 return 0
             return max(0, min(self.loss_detector.next_deadline_ns(), due + 1))
         if slot.timed_natively:
-            return NEVER_NS
+            return NEVER_NS  # its status messages go from the native timer (data or subscribers wake it)
         return due + 1
 
     def _measure_rtt(self, now_ns: int) -> int:

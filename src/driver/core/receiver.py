@@ -26,8 +26,8 @@ from driver.concurrent.counters import AtomicCounter
 from driver.core.agenda import Agenda, no_wake
 from driver.core.command_queues import CommandQueue
 from driver.core.publication_image import PublicationImage
-from driver.media._net import ImageSlot, slots_to_track
-from driver.media.endpoints import CONTROL_ELICIT_INTERVAL_NS, ReceiveChannelEndpoint
+from driver.media._net import DatagramSocket, ImageRoutes, ImageSlot, send_all_status_messages, slots_to_track
+from driver.media.endpoints import CONTROL_ELICIT_INTERVAL_NS, NEVER_NS, ReceiveChannelEndpoint
 from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints
 
 __all__ = ["FEW_IMAGES", "Receiver"]
@@ -55,6 +55,10 @@ class Receiver:
         self.endpoints: list[ReceiveChannelEndpoint] = []
         self.images: list[PublicationImage] = []
         self._next_expiry_ns = 0
+        self._status_pairs: tuple[tuple[DatagramSocket, ImageRoutes], ...] = ()
+        """Each endpoint's (socket, images): their quiet images' due status messages go in one native call."""
+        self._next_elicit_ns = 0
+        """The earliest of the endpoints' ``next_elicit_ns`` (0: look at them all at the next cycle)."""
         self.polled_ns = clock.nano_time()
         """When this receiver last read its sockets (the start of that duty cycle): the conductor judges an image's
         silence up to here, not up to its own now. After a stall of the whole process (a starved CPU, a stopped
@@ -94,7 +98,7 @@ class Receiver:
 
     def do_work(self) -> int:
         now_ns = self._clock.nano_time()
-        work = self.commands.drain()
+        work = commands = self.commands.drain()
         endpoints = self.endpoints
         if len(endpoints) > FEW_ENDPOINTS and self._ready.covers(len(endpoints)):
             endpoints = self._ready.ready()
@@ -106,10 +110,9 @@ class Receiver:
         if now_ns - self.polled_ns > self._stall_ns:
             self.awake_since_ns = now_ns
         self.polled_ns = now_ns
-        for endpoint in self.endpoints:
-            if now_ns >= endpoint.next_elicit_ns:
-                endpoint.elicit_waiting(now_ns)
-            work += endpoint.send_due_status_messages(now_ns)  # quiet images' timers (native)
+        if now_ns >= self._next_elicit_ns or commands:  # (a command may have asked for an elicit)
+            self._elicit_due(now_ns)
+        work += send_all_status_messages(self._status_pairs, now_ns)  # quiet images' timers (native)
         if len(self.images) > FEW_IMAGES:
             work += self._track_due(now_ns)
         else:
@@ -120,7 +123,21 @@ class Receiver:
             for endpoint in self.endpoints:
                 endpoint.expire_pending(now_ns, PENDING_SETUP_TIMEOUT_NS)
                 endpoint.elicit_from_control(now_ns, PENDING_SETUP_TIMEOUT_NS)
+            self._next_elicit_ns = 0  # (that may have asked for some)
         return work
+
+    def _elicit_due(self, now_ns: int) -> None:
+        """The endpoints' due SETUP elicits (see ``ReceiveChannelEndpoint.elicit_waiting``); notes the next."""
+        upcoming = NEVER_NS
+        for endpoint in self.endpoints:
+            if now_ns >= endpoint.next_elicit_ns:
+                endpoint.elicit_waiting(now_ns)
+            upcoming = min(upcoming, endpoint.next_elicit_ns)
+        self._next_elicit_ns = upcoming
+
+    def _endpoints_changed(self) -> None:
+        self.sockets_version += 1
+        self._status_pairs = tuple((e.transport.datagram_socket, e.routes) for e in self.endpoints)
 
     def _track_due(self, now_ns: int) -> int:
         agenda = self._agenda
@@ -178,7 +195,7 @@ class Receiver:
         if endpoint not in self.endpoints:
             self.endpoints.append(endpoint)
             self._ready.add(endpoint)
-            self.sockets_version += 1
+            self._endpoints_changed()
         endpoint.add_stream(stream_id, session_id, self._clock.nano_time())
         endpoint.claim_setups(stream_id, self._clock.nano_time())
 
@@ -228,6 +245,6 @@ class Receiver:
             if endpoint in self.endpoints:
                 self.endpoints.remove(endpoint)
                 self._ready.remove(endpoint)
-                self.sockets_version += 1
+                self._endpoints_changed()
         finally:
             done()

@@ -1326,24 +1326,13 @@ PyDoc_STRVAR(send_status_messages_doc,
 "does not send status messages, or a time before the earliest due, costs a comparison;\n"
 "a pass over the images runs at most every 10 ms (a status message may leave that late).");
 
-static PyObject *
-DatagramSocket_send_status_messages(DatagramSocket *self, PyObject *const *args, Py_ssize_t nargs)
+/* The due status messages of ``routes`` from ``self`` (see send_status_messages_doc): how many were sent. */
+static long
+status_messages_send(DatagramSocket *self, ImageRoutes *routes, long long now_ns)
 {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "send_status_messages expected 2 arguments, got %zd", nargs);
-        return NULL;
-    }
-    if (!PyObject_TypeCheck(args[0], &ImageRoutesType) || ((ImageRoutes *)args[0])->slots == NULL) {
-        PyErr_SetString(PyExc_TypeError, "send_status_messages takes an ImageRoutes first");
-        return NULL;
-    }
-    ImageRoutes *routes = (ImageRoutes *)args[0];
-    long long now_ns = PyLong_AsLongLong(args[1]);
-    if (now_ns == -1 && PyErr_Occurred())
-        return NULL;
     if (!routes->sends_status_messages || self->fd < 0 ||
         (now_ns <= routes->next_sm_ns && routes->timing_seen == timing_changes))
-        return PyLong_FromLong(0);
+        return 0;
     routes->timing_seen = timing_changes;
     char frames[BATCH][SM_LENGTH];
     struct iovec vectors[BATCH];
@@ -1411,6 +1400,60 @@ DatagramSocket_send_status_messages(DatagramSocket *self, PyObject *const *args,
     if (pending)
         flush_status_messages(self->fd, messages, pending, &routes->short_sends);
     routes->next_sm_ns = next > now_ns + SM_TIMER_GRANULARITY_NS ? next : now_ns + SM_TIMER_GRANULARITY_NS;
+    return sent;
+}
+
+static int
+is_routes(PyObject *routes)
+{
+    return PyObject_TypeCheck(routes, &ImageRoutesType) && ((ImageRoutes *)routes)->slots != NULL;
+}
+
+static PyObject *
+DatagramSocket_send_status_messages(DatagramSocket *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "send_status_messages expected 2 arguments, got %zd", nargs);
+        return NULL;
+    }
+    if (!is_routes(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "send_status_messages takes an ImageRoutes first");
+        return NULL;
+    }
+    long long now_ns = PyLong_AsLongLong(args[1]);
+    if (now_ns == -1 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLong(status_messages_send(self, (ImageRoutes *)args[0], now_ns));
+}
+
+PyDoc_STRVAR(send_all_status_messages_doc,
+"send_all_status_messages(pairs, now_ns, /) -> int\n\n"
+"DatagramSocket.send_status_messages for each (socket, routes) of the tuple ``pairs``\n"
+"(a receiver's endpoints), in one call: one with nothing due costs a comparison.");
+
+static PyObject *
+send_all_status_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "send_all_status_messages takes a tuple of (socket, routes) and now_ns");
+        return NULL;
+    }
+    long long now_ns = PyLong_AsLongLong(args[1]);
+    if (now_ns == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *pairs = args[0];
+    long sent = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pairs); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyObject_TypeCheck(PyTuple_GET_ITEM(pair, 0), &DatagramSocketType) ||
+            !is_routes(PyTuple_GET_ITEM(pair, 1))) {
+            PyErr_Format(PyExc_TypeError, "pair %zd must be (DatagramSocket, ImageRoutes)", i);
+            return NULL;
+        }
+        sent += status_messages_send((DatagramSocket *)PyTuple_GET_ITEM(pair, 0),
+                                     (ImageRoutes *)PyTuple_GET_ITEM(pair, 1), now_ns);
+    }
     return PyLong_FromLong(sent);
 }
 
@@ -1533,6 +1576,8 @@ fail:
 static PyMethodDef net_functions[] = {
     {"send_publications", (PyCFunction)(void (*)(void))send_publications, METH_FASTCALL, send_publications_doc},
     {"slots_to_track", (PyCFunction)(void (*)(void))slots_to_track, METH_FASTCALL, slots_to_track_doc},
+    {"send_all_status_messages", (PyCFunction)(void (*)(void))send_all_status_messages, METH_FASTCALL,
+     send_all_status_messages_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -214,6 +214,9 @@ def send_publications(
     """(bytes sent, indices the Python path must visit or None): the due publications' data up to their sender
     limits, or due heartbeats, in sendmmsg batches per socket; positions, times, counters and deadlines updated."""
 
+def send_all_status_messages(pairs: tuple[tuple[DatagramSocket, ImageRoutes], ...], now_ns: int, /) -> int:
+    """``DatagramSocket.send_status_messages`` of each (socket, routes) in one call: status messages sent."""
+
 def slots_to_track(slots: list[ImageSlot], indices: list[int], now_ns: int, /) -> list[int]:
     """Of ``indices`` into ``slots``, those whose image's tracking has something to do (the quiet test of
     ``PublicationImage.track_rebuild`` fails): a subscriber that moved within its window needs no visit."""

@@ -95,7 +95,8 @@ receiver sends a status message at least every 200 ms)."""
 MAX_SHARED_DESTINATIONS = 1024
 """Destinations a dynamic channel shares among its publications without a session id of their own."""
 FIRST_CONTROL_ELICIT_NS = 5_000_000
-_NEVER = 1 << 62
+NEVER_NS = 1 << 62
+"""A time that never comes (a deadline with nothing due)."""
 CONTROL_ELICIT_INTERVAL_NS = 100_000_000
 """How often, at most, a subscription on ``control=`` that names its session asks that publication for a SETUP
 until its image is there (the first asks come faster: ``FIRST_CONTROL_ELICIT_NS``, doubling)."""
@@ -556,7 +557,7 @@ class ReceiveChannelEndpoint:
         """``control=`` channels: subscriptions that name no session (asked for with 0/0, as 1.15.1)."""
         self._waiting: dict[tuple[int, int], tuple[int, int]] = {}
         """``control=`` sessions asked for whose image has not come: when to ask next, and the wait after that."""
-        self.next_elicit_ns = _NEVER
+        self.next_elicit_ns = NEVER_NS
         """When :meth:`elicit_waiting` is next due (the receiver checks this every duty cycle)."""
         self.images: dict[tuple[int, int], ImageHandler] = {}
         self.pending_setups: dict[tuple[int, int], int] = {}  # (session, stream) -> time of elicit
@@ -577,7 +578,6 @@ class ReceiveChannelEndpoint:
         )
         """The images of subscribed streams: the batched receive inserts their data natively, and their status
         messages are sent natively when due while they are quiet (unless faults are injected on send)."""
-        self._send_status_messages = self.transport.send_status_messages
         self._now_ns = 0
         self.kernel_drops = 0
         """Datagrams the kernel dropped for this socket (its receive queue full), as last counted."""
@@ -629,13 +629,6 @@ class ReceiveChannelEndpoint:
                 self._on_rttm(view, address, now_ns)
         except MalformedFrameError:
             self.counters.invalid_packets.increment()
-
-    def send_due_status_messages(self, now_ns: int) -> int:
-        """Receiver thread, every duty cycle: the status messages of quiet images that are due (one native call; a
-        comparison until the earliest is due). Images with a gap, NAKs, a rejection or a changing window send
-        theirs from their own tracking."""
-        sent: int = self._send_status_messages(self.routes, now_ns)
-        return sent
 
     def add_image(self, key: tuple[int, int], image: ImageHandler) -> None:
         """Receiver thread: data for ``key`` (session, stream) now goes to ``image``."""
@@ -703,7 +696,7 @@ class ReceiveChannelEndpoint:
         image has not come, 5 ms after the first ask, then 10, 20, ... up to every ``CONTROL_ELICIT_INTERVAL_NS``
         (the publication may be made only just after our subscription: a server answering a HELLO)."""
         images = self.images
-        upcoming = _NEVER
+        upcoming = NEVER_NS
         for key, (due, wait) in list(self._waiting.items()):
             if key in images or key not in self.control_sessions:
                 del self._waiting[key]

@@ -115,9 +115,8 @@ class UdpTransport:
         self.sends_natively = self._send_faults is None
         """No faults injected on send: native code may send on this socket (the injector would not see it)."""
         self.datagram_socket = self._io
-        """The socket's native I/O (the sender's batched send takes it when ``sends_natively``)."""
-        self.send_status_messages = self._io.send_status_messages
-        """``DatagramSocket.send_status_messages``: due status messages of quiet images, batched."""
+        """The socket's native I/O (the sender's batched send takes it when ``sends_natively``; the receiver sends
+        its images' due status messages through it)."""
         self.short_sends = 0
         self._meminfo = sys.platform.startswith("linux")
         self.status_indicator_id: int | None = None

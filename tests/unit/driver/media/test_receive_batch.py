@@ -17,7 +17,7 @@ from driver.concurrent.counters import AtomicCounter, CountersManager
 from driver.core.loss_detector import LossDetector, StaticDelayGenerator
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_PAD, HDR_TYPE_SM
-from driver.media._net import DatagramSocket, ImageRoutes, ImageSlot, slots_to_track
+from driver.media._net import DatagramSocket, ImageRoutes, ImageSlot, send_all_status_messages, slots_to_track
 from driver.media.faults import FaultSpec
 from driver.media.transport import UdpTransport
 from driver.wire.data import HEARTBEAT_EOS_FLAGS, write_data_header, write_heartbeat
@@ -345,6 +345,30 @@ def test_a_quiet_images_due_status_message_is_sent_natively_with_the_slowest_sub
         assert r.io.send_status_messages(r.routes, 1_000 + SM_TIMEOUT_NS) == 0  # not due yet
         assert r.io.send_status_messages(r.routes, 1_001 + SM_TIMEOUT_NS) == 1
         assert len(_status_messages(r.sender, 1)) == 1
+
+
+def test_all_endpoints_due_status_messages_go_in_one_call() -> None:
+    """The receiver's one native call per duty cycle over its endpoints' (socket, routes): a routes object with
+    nothing due sends nothing, the due one sends as ``send_status_messages`` would."""
+    with rig() as r, rig() as idle:
+        _timed_rig(r)
+        r.routes.remove(r.slot)
+        r.routes.add(r.slot)
+        for offset in range(0, 640, 64):
+            r.send(data(offset))
+        r.receive(10)
+        r.counters["subscriber"].set(512)
+        pairs = ((idle.io, idle.routes), (r.io, r.routes))
+        assert send_all_status_messages(pairs, 1_000) == 1
+        (frame,) = _status_messages(r.sender, 1)
+        assert frame[7] == 512  # the slowest subscriber's term offset
+        assert send_all_status_messages(pairs, 1_000 + SM_TIMEOUT_NS) == 0  # not due yet
+        assert send_all_status_messages(pairs, 1_001 + SM_TIMEOUT_NS) == 1
+        assert send_all_status_messages((), 1_000) == 0
+        with pytest.raises(TypeError, match="pair 0"):
+            send_all_status_messages(((r.routes, r.io),), 1_000)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            send_all_status_messages([(r.io, r.routes)], 1_000)  # type: ignore[arg-type]
 
 
 def test_a_quiet_image_timed_natively_is_not_woken_for_its_due_status_message() -> None:
