@@ -132,6 +132,52 @@ _SERVER_CONFIG_ENV = "BENCH_SERVER_CONFIG"
 _SERVER_GC_ENV = "BENCH_SERVER_GC"
 """``freeze`` (what the server holds once bound is left out of collections), optionally ``,N`` (the youngest
 generation's threshold): ``--storm-server-env BENCH_SERVER_GC=freeze,10000``."""
+_TUNE_GC_ENV = "BENCH_TUNE_GC"
+"""Set by ``--tune-gc``: the server (once bound) and the storm's client processes (their clients made) call
+``endpoint.tune_gc(freeze=True)`` before the storm."""
+
+
+def _tune_gc(env_name: str = "") -> None:
+    """``endpoint.tune_gc(freeze=True)`` under ``--tune-gc``; then the collector setting named in ``env_name`` (see
+    ``_SERVER_GC_ENV``), if any."""
+    if os.environ.get(_TUNE_GC_ENV):
+        from endpoint import tune_gc
+
+        tune_gc(freeze=True)
+    setting = os.environ.get(env_name, "").split(",")
+    if setting[0] == "freeze":
+        gc.collect()
+        gc.freeze()
+    if len(setting) > 1:
+        gc.set_threshold(int(setting[1]), *gc.get_threshold()[1:])
+
+
+class GcClock:
+    """The garbage collector's time (full collections grow with the objects every connection holds): in total and
+    per generation, as (seconds, collections)."""
+
+    def __init__(self) -> None:
+        self.by_generation = [[0.0, 0], [0.0, 0], [0.0, 0]]
+        self._started = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            generation = self.by_generation[info["generation"]]
+            generation[0] += time.perf_counter() - self._started
+            generation[1] += 1
+
+    def mark(self) -> list[list[float]]:
+        return [list(g) for g in self.by_generation]
+
+    def seconds(self) -> float:
+        return sum(g[0] for g in self.by_generation)
+
+    @staticmethod
+    def since(mark: list[list[float]], later: list[list[float]]) -> str:
+        return ", ".join(f"{b[0] - a[0]:.2f} s / {b[1] - a[1]:.0f}" for a, b in zip(mark, later, strict=True))
 
 
 def _endpoint_server(
@@ -145,31 +191,16 @@ def _endpoint_server(
     window: tuple[Any, Any] | None = None,
 ) -> None:
 
-    # The garbage collector's time (full collections grow with the objects every connection holds): in total,
-    # then per generation (seconds, collections), and per generation over the storm (``window``).
-    gc_time = [0.0, 0.0, 0]
-    gc_by_generation = [[0.0, 0], [0.0, 0], [0.0, 0]]
+    # The collector's time in total, and per generation over the storm (``window``).
+    gc_clock = GcClock()
     gc_marks: list[list[list[float]]] = []
-
-    def on_gc(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            gc_time[1] = time.perf_counter()
-        else:
-            spent = time.perf_counter() - gc_time[1]
-            gc_time[0] += spent
-            gc_time[2] += 1
-            generation = gc_by_generation[info["generation"]]
-            generation[0] += spent
-            generation[1] += 1
-
-    gc.callbacks.append(on_gc)
 
     async def gc_window() -> None:
         assert window is not None
         for event in window:
             if not await wait_event(event, 3600, interval=0.001):
                 return
-            gc_marks.append([list(g) for g in gc_by_generation])
+            gc_marks.append(gc_clock.mark())
 
     async def profile_window() -> None:
         # cProfile follows the thread that enables it: the event loop's, where the storm is served.
@@ -214,25 +245,13 @@ def _endpoint_server(
 
         try:
             async with server:
-                gc_setting = os.environ.get(_SERVER_GC_ENV, "").split(",")
-                if gc_setting[0] == "freeze":
-                    gc.collect()
-                    gc.freeze()
-                if len(gc_setting) > 1:
-                    gc.set_threshold(int(gc_setting[1]), *gc.get_threshold()[1:])
+                _tune_gc(_SERVER_GC_ENV)
                 ready.set()
                 await wait_event(stop, 3600, interval=0.1)
-                gc_note = (
-                    f"; gc {gc_time[0]:.2f} s in {gc_time[2]} collections (by generation: "
-                    + ", ".join(f"{s:.2f} s / {n}" for s, n in gc_by_generation)
-                    + ")"
-                    if gc_time[2]
-                    else ""
-                )
+                by_generation = GcClock.since([[0.0, 0.0]] * 3, gc_clock.mark())
+                gc_note = f"; gc {gc_clock.seconds():.2f} s (by generation: {by_generation})"
                 if len(gc_marks) == 2:
-                    gc_note += "; in the storm " + ", ".join(
-                        f"{b[0] - a[0]:.2f} s / {b[1] - a[1]:.0f}" for a, b in zip(*gc_marks, strict=True)
-                    )
+                    gc_note += "; in the storm " + GcClock.since(*gc_marks)
                 stats = server.handshake_stats
                 counts = {f: getattr(stats, f, -1) for f in _STORM_COUNTS}
                 out.put(("server", len(errors), errors[:3], repr(stats) + gc_note, counts))
@@ -503,22 +522,24 @@ def storm_clients(
             for p, a in zip(ports, addresses, strict=True)
         ]
         await asyncio.sleep(0)
+        _tune_gc()
+        gc_clock = GcClock()
         await wait_event(go, 120, interval=0.01)
-        start, cpu = time.time(), time.process_time()
+        start, cpu, gc_start = time.time(), time.process_time(), gc_clock.seconds()
         if profile:
             profiler.enable()
         outcomes = await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients), return_exceptions=True)
         if profile:
             profiler.disable()
             profiler.dump_stats(profile)
-        end, cpu = time.time(), time.process_time() - cpu
+        end, cpu, gc_s = time.time(), time.process_time() - cpu, gc_clock.seconds() - gc_start
         failures: dict[str, int] = {}
         for o in outcomes:
             if isinstance(o, BaseException):
                 reason = f"{type(o).__name__}: {' '.join(str(o).split()[:8])}"
                 failures[reason] = failures.get(reason, 0) + 1
         discarded = sum(getattr(c.handshake_stats, "discarded", 0) for c in clients)
-        out.put((count - sum(failures.values()), start, end, failures, cpu, discarded))
+        out.put((count - sum(failures.values()), start, end, failures, cpu, discarded, gc_s))
         await wait_event(release, 600, interval=0.1)
         await _close_all(clients)
 
@@ -598,6 +619,7 @@ def run_storm(
     client_ms = sum(r[4] for r in results) * 1000 / max(1, ok)
     server_ms = (cpu_after - cpu_before) * 1000 / max(1, ok)
     discarded = sum(r[5] for r in results)
+    stats += f"; clients' gc in the storm {sum(r[6] for r in results):.2f} s"
     return Storm(ok, processes * per_process, seconds, server_ms, failures, stats, client_ms, counts, discarded)
 
 
@@ -783,6 +805,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--storm-only", default="", help="(s) 'routes' or 'shared': run that phase only")
     parser.add_argument(
+        "--tune-gc",
+        action="store_true",
+        help="(s) the server and client processes call endpoint.tune_gc(freeze=True) (the collector's youngest "
+        "threshold raised, what start-up made frozen) before the storm",
+    )
+    parser.add_argument(
         "--storm-profile",
         default="",
         help="(s) write the server's cProfile stats over the storm to FILE.<phase>, client process i's to "
@@ -923,6 +951,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             (f"1 process x {args.storm_shared}, one shared route", 1, args.storm_shared, False, "shared"),
         ]
         server_env = dict(item.split("=", 1) for item in args.storm_server_env)
+        if args.tune_gc:
+            os.environ[_TUNE_GC_ENV] = "1"  # (the client processes inherit it; the server's env adds to it)
         if args.storm_server_config:
             server_env[_SERVER_CONFIG_ENV] = args.storm_server_config
         for name, m, k, own, tag in phases:

@@ -342,6 +342,9 @@ async def run_server(args: argparse.Namespace) -> int:
     except ServerError as exc:
         print(f"server: {exc}", flush=True)
         return 1
+    # Players arrive by the hundred: short-lived handshake objects die young instead of bringing on full
+    # collections of everything the server holds (see endpoint.gc_tuning); start-up's objects are frozen.
+    endpoint.tune_gc(freeze=True)
     print(
         f"server: playing on {args.host}:{args.port} at {args.rate:g} Hz; open UDP {args.port} and "
         f"{server.control_port} (control port) to players; Ctrl-C stops",
@@ -468,6 +471,7 @@ async def run_worker(args: argparse.Namespace) -> int:
     tally = Tally()
     chatty = 1.0 / (args.chat_every * args.input_rate)
     bots = [Bot(args.first + i, config, tally, chatty) for i in range(args.bots)]
+    endpoint.tune_gc(freeze=True)  # a storm of connects of our own (see run_server)
     limit = asyncio.Semaphore(CONNECTS_AT_ONCE)
     connect_deadline = time.monotonic() + args.connect_timeout
 

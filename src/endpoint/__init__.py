@@ -51,6 +51,7 @@ from endpoint.errors import (
     UnknownObjectError,
     UnsupportedEventLoopError,
 )
+from endpoint.gc_tuning import tune_gc
 from endpoint.groups import Group
 from endpoint.listeners import add_global_error_listener, remove_global_error_listener
 from endpoint.reconnect import Reconnecting
@@ -113,6 +114,7 @@ __all__ = [
     "is_running",
     "remove_global_error_listener",
     "run",
+    "tune_gc",
 ]
 
 if not any(isinstance(h, _logging.NullHandler) for h in _logging.getLogger("endpoint").handlers):
