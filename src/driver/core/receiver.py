@@ -98,7 +98,7 @@ class Receiver:
 
     def do_work(self) -> int:
         now_ns = self._clock.nano_time()
-        work = commands = self.commands.drain()
+        work = self.commands.drain()
         endpoints = self.endpoints
         if len(endpoints) > FEW_ENDPOINTS and self._ready.covers(len(endpoints)):
             endpoints = self._ready.ready()
@@ -110,7 +110,7 @@ class Receiver:
         if now_ns - self.polled_ns > self._stall_ns:
             self.awake_since_ns = now_ns
         self.polled_ns = now_ns
-        if now_ns >= self._next_elicit_ns or commands:  # (a command may have asked for an elicit)
+        if now_ns >= self._next_elicit_ns:
             self._elicit_due(now_ns)
         work += send_all_status_messages(self._status_pairs, now_ns)  # quiet images' timers (native)
         if len(self.images) > FEW_IMAGES:
@@ -197,6 +197,7 @@ class Receiver:
             self._ready.add(endpoint)
             self._endpoints_changed()
         endpoint.add_stream(stream_id, session_id, self._clock.nano_time())
+        self._next_elicit_ns = min(self._next_elicit_ns, endpoint.next_elicit_ns)  # (it may ask for SETUPs)
         endpoint.claim_setups(stream_id, self._clock.nano_time())
 
     def on_remove_subscription(
