@@ -201,6 +201,12 @@ class LoopPoller:
         next round)."""
         self.scans_skipped = 0
         """Rounds that did not look for frames: no driver of ours had read a datagram since a look found none."""
+        self._routes_scanned: int | None = None
+        self._routes_spin_until_ns = 0
+        """The same for the handshake routes' answers (UDP routes only), and until when the last look found a
+        handshake expecting an answer soon (the rounds between keep spinning)."""
+        self.route_scans_skipped = 0
+        """Rounds that did not look at the handshake routes waiting for answers (no datagram since a look)."""
         self._drivers: tuple[SharedDriver, ...] = ()
         self._invokers: tuple[AgentInvoker, ...] = ()
         self._driver_invokers: tuple[AgentInvoker, ...] = ()
@@ -397,9 +403,24 @@ class LoopPoller:
             if self.routes.polled:
                 stamp = monotonic_ns()
                 drain = stamp >= next_tick  # also the routes nobody waits on: IPC answer streams are shared
-                for route in self.routes.polled:
-                    if drain or route.waiting:
-                        work += route.poll(stamp)
+                # As for connections below: a UDP route's answers come only with a datagram our driver read, so a
+                # process of many clients (a route each) does not look at every route every round of a storm.
+                version = self._data_version() if self.routes.udp_only and self._wakeable else None
+                if drain or version is None or version != self._routes_scanned:
+                    answers = 0
+                    spin_until = 0
+                    for route in self.routes.polled:
+                        if drain or route.waiting:
+                            answers += route.poll()
+                            if route.waiting:
+                                spin_until = max(spin_until, route.spin_until_ns)
+                    work += answers
+                    self._routes_scanned = None if answers else version
+                    self._routes_spin_until_ns = spin_until
+                else:
+                    self.route_scans_skipped += 1
+                if stamp < self._routes_spin_until_ns:
+                    work += 1  # an answer is expected within milliseconds: keep spinning
             if self._mapped:
                 # A loop of clients only, every image UDP on a driver of ours: frames come only with a datagram
                 # that driver read (or a gap it filled), so while none came since a look found nothing there is

@@ -96,7 +96,8 @@ class HandshakeRoute:
         self.waiting: dict[int, Callable[[memoryview], None]] = {}
         """connect key -> what takes its answers; the poller reads a route every round only while this is not
         empty (and every route now and then)."""
-        self._spin_until_ns = 0
+        self.spin_until_ns = 0
+        """Until when the poller keeps spinning for an answer (see :meth:`expect`)."""
 
     @property
     def usable(self) -> bool:
@@ -111,16 +112,14 @@ class HandshakeRoute:
     def expect(self, connect_key: int, on_answer: Callable[[memoryview], None]) -> None:
         """Hand answers naming ``connect_key`` to ``on_answer`` until :meth:`forget`; the poller spins a while."""
         self.waiting[connect_key] = on_answer
-        self._spin_until_ns = time.monotonic_ns() + _SPIN_NS
+        self.spin_until_ns = time.monotonic_ns() + _SPIN_NS
 
     def forget(self, connect_key: int) -> None:
         self.waiting.pop(connect_key, None)
 
-    def poll(self, now_ns: int) -> int:
-        work = self.reply.poll(self._on_fragment, _FRAGMENTS_PER_POLL)
-        if self.waiting and now_ns < self._spin_until_ns:
-            work += 1
-        return work
+    def poll(self) -> int:
+        """Answers read (up to a batch), each handed to the handshake it names."""
+        return self.reply.poll(self._on_fragment, _FRAGMENTS_PER_POLL)
 
     def _on_fragment(self, payload: memoryview, header: Any) -> None:
         key = answer_key(payload)
@@ -174,6 +173,8 @@ class HandshakeRoutes:
         self._opening: dict[Hashable, asyncio.Future[HandshakeRoute | None]] = {}
         self._routes: dict[Hashable, HandshakeRoute] = {}
         self.polled: tuple[HandshakeRoute, ...] = ()
+        self.udp_only = True
+        """No route of ``polled`` is over IPC (whose answers the server writes into a log, no datagram of ours)."""
         self._closing: set[asyncio.Task[None]] = set()
 
     async def acquire(
@@ -207,7 +208,7 @@ class HandshakeRoutes:
         assert route is not None
         route.idle_since_ns = time.monotonic_ns()
         self._routes[key] = route
-        self.polled = tuple(self._routes.values())
+        self._polled_changed()
 
     def release(self, route: HandshakeRoute, *, broken: bool = False) -> None:
         """One use of ``route`` ended; ``broken`` routes are not handed out again and are closed once unused."""
@@ -240,14 +241,18 @@ class HandshakeRoutes:
             if route.owner is owner:
                 route.broken = True
                 del self._routes[key]
+        self._polled_changed()
+
+    def _polled_changed(self) -> None:
         self.polled = tuple(self._routes.values())
+        self.udp_only = not any(route.is_ipc for route in self.polled)
 
     def _drop(self, route: HandshakeRoute) -> None:
         route.broken = True
         for key, known in list(self._routes.items()):
             if known is route:
                 del self._routes[key]
-                self.polled = tuple(self._routes.values())
+                self._polled_changed()
         if route.users <= 0:
             self._close(route)
 
