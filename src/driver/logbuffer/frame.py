@@ -120,7 +120,14 @@ def compute_max_message_length(term_length: int) -> int:
 def create_default_header(session_id: int, stream_id: int, term_id: int) -> bytes:
     """The 32-byte DATA header template stored in the log metadata (length 0, flags B|E)."""
     return _DEFAULT_HEADER.pack(
-        0, CURRENT_VERSION, UNFRAGMENTED, HDR_TYPE_DATA, 0, session_id, stream_id, term_id,
+        0,
+        CURRENT_VERSION,
+        UNFRAGMENTED,
+        HDR_TYPE_DATA,
+        0,
+        session_id,
+        stream_id,
+        term_id,
         DEFAULT_RESERVE_VALUE,
     )
 

@@ -96,7 +96,7 @@ class Header:
         term = self._term()
         offset = self.offset
         end = (offset + term.get_int(offset) + FRAME_ALIGNMENT - 1) & ~(FRAME_ALIGNMENT - 1)
-        term_count = ((term.get_int(offset + TERM_ID_OFFSET) - self.initial_term_id + 0x8000_0000) & 0xFFFF_FFFF)
+        term_count = (term.get_int(offset + TERM_ID_OFFSET) - self.initial_term_id + 0x8000_0000) & 0xFFFF_FFFF
         return ((term_count - 0x8000_0000) << self.position_bits_to_shift) + end
 
 

@@ -100,9 +100,7 @@ class TermUnblocker:
 
 class LogBufferUnblocker:
     @staticmethod
-    def unblock(
-        terms: Sequence[AtomicBuffer], metadata: AtomicBuffer, blocked_position: int, term_length: int
-    ) -> bool:
+    def unblock(terms: Sequence[AtomicBuffer], metadata: AtomicBuffer, blocked_position: int, term_length: int) -> bool:
         """Unblock the log stuck at ``blocked_position``; True if anything was done."""
         bits = position_bits_to_shift(term_length)
         blocked_term_count = blocked_position >> bits
@@ -117,9 +115,7 @@ class LogBufferUnblocker:
         raw_tail = raw_tail_volatile(metadata, blocked_index)
         blocked_term_id = term_id(raw_tail)
         tail_offset = term_offset(raw_tail, term_length)
-        status = TermUnblocker.unblock(
-            metadata, terms[blocked_index], blocked_offset, tail_offset, blocked_term_id
-        )
+        status = TermUnblocker.unblock(metadata, terms[blocked_index], blocked_offset, tail_offset, blocked_term_id)
         if status is Status.UNBLOCKED_TO_END:
             rotate_log(metadata, blocked_term_count, blocked_term_id)
             return True
