@@ -83,6 +83,7 @@ __all__ = [
     "STREAM_ID_PARAM_NAME",
     "TAGS_PARAM_NAME",
     "TAG_PREFIX",
+    "TAIL_PROBE_PARAM_NAME",
     "TERM_ID_PARAM_NAME",
     "TERM_LENGTH_PARAM_NAME",
     "TERM_MAX_LENGTH",
@@ -163,6 +164,11 @@ address become its destinations (a server answering a client it knows by address
 HEARTBEAT_INTERVAL_PARAM_NAME = "heartbeat-interval"
 """A network publication's heartbeat interval when idle (the driver's ``publication_heartbeat_interval_ns`` when
 absent). Only the sending driver reads it: nothing changes on the wire but how often heartbeats go."""
+TAIL_PROBE_PARAM_NAME = "tail-probe"
+"""A network publication's tail probe (ours): one heartbeat this long after data, when shorter than the heartbeat
+interval, so that a receiver that lost the stream's last datagrams asks for them again soon (a stream with a long
+heartbeat interval otherwise reveals such a loss only with its next message). Absent: none. Only the sending driver
+reads it; the probe is an ordinary heartbeat."""
 
 CONTROL_MODE_MANUAL = "manual"
 CONTROL_MODE_DYNAMIC = "dynamic"
@@ -433,6 +439,7 @@ _VALIDATORS: dict[str, _Validator] = {
     STREAM_ID_PARAM_NAME: _check_int32,
     MAX_TERM_LENGTH_PARAM_NAME: _check_term_length,
     HEARTBEAT_INTERVAL_PARAM_NAME: _check_positive_duration,
+    TAIL_PROBE_PARAM_NAME: _check_positive_duration,
     MAX_IMAGES_PARAM_NAME: _check_count,
     MAX_IMAGES_PER_SOURCE_PARAM_NAME: _check_count,
     EVICT_SILENT_PARAM_NAME: _check_bool,

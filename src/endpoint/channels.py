@@ -103,11 +103,13 @@ def data_channel(
     reliable: bool = True,
     control: str | None = None,
     heartbeat_interval: float | None = None,
+    tail_probe: float | None = None,
 ) -> str:
     """A connection's stream: IPC when ``endpoint`` is None, else UDP to/at ``endpoint``; tagged with its session.
     ``max_term_length``, ``control``: as for :func:`udp_channel` (UDP subscriptions); ``reliable=False`` (UDP
     subscriptions): loss is padded over, not asked for again. ``heartbeat_interval`` (UDP publications, seconds):
-    how often the driver heartbeats the stream while it is idle."""
+    how often the driver heartbeats the stream while it is idle; ``tail_probe`` (reliable UDP publications,
+    seconds): one heartbeat that long after data."""
     params = [f"session-id={session_id}"]
     if endpoint is not None:
         params.insert(0, f"endpoint={endpoint}")
@@ -121,8 +123,8 @@ def data_channel(
         params.append(f"max-term-length={max_term_length}")
     if not reliable and endpoint is not None:
         params.append("reliable=false")
-    if heartbeat_interval is not None and endpoint is not None:
-        params.append(_heartbeat_param(heartbeat_interval))
+    if endpoint is not None:
+        params += _heartbeat_params(heartbeat_interval, tail_probe)
     return ("aeron:ipc?" if endpoint is None else "aeron:udp?") + "|".join(params)
 
 
@@ -134,6 +136,7 @@ def reply_channel(
     mtu: int | None = None,
     *,
     heartbeat_interval: float | None = None,
+    tail_probe: float | None = None,
 ) -> str:
     """A server's stream to one client (handshake answers, a connection's stream): it leaves from the server's
     control address and goes wherever the client's status messages naming ``session_id`` come from, if they come
@@ -148,14 +151,17 @@ def reply_channel(
     ]
     if mtu is not None:
         params.append(f"mtu={mtu}")
-    if heartbeat_interval is not None:
-        params.append(_heartbeat_param(heartbeat_interval))
+    params += _heartbeat_params(heartbeat_interval, tail_probe)
     return "aeron:udp?" + "|".join(params)
 
 
-def _heartbeat_param(seconds: float) -> str:
-    """How often the sending driver heartbeats an idle stream (read by our driver only; the wire is unchanged)."""
-    return f"heartbeat-interval={round(seconds * 1000)}ms"
+def _heartbeat_params(interval: float | None, tail_probe: float | None) -> list[str]:
+    """How often the sending driver heartbeats an idle stream, and how soon after data it sends one anyway (read by
+    our driver only; the wire is unchanged: both are ordinary heartbeats)."""
+    params = [] if interval is None else [f"heartbeat-interval={round(interval * 1000)}ms"]
+    if tail_probe is not None:
+        params.append(f"tail-probe={max(1, round(tail_probe * 1000))}ms")
+    return params
 
 
 def host_of(source_identity: str) -> str:

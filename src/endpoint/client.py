@@ -542,6 +542,7 @@ class Client(EndPoint[ClientConfiguration]):
                 int(grant["term_length"]),
                 int(grant["mtu"]),
                 heartbeat_interval=self.config.heartbeat_interval,
+                tail_probe=self.config.tail_probe,
             )
             if self.config.local_address:
                 pub_channel += f"|interface={bracket(route.local[0])}"

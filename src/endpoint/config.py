@@ -221,6 +221,11 @@ class Configuration:
     the connection's channel, so handshake streams keep Aeron's). An idle connection's keepalive pings (every
     ``ping_interval`` to one and a half) already prove the stream alive, so heartbeats only cost a datagram at
     both ends; at most 5 s, half the receivers' image liveness timeout."""
+    tail_probe: float = attrs.field(default=0.1, validator=_positive_seconds(5.0))
+    """How soon after a connection's reliable stream last sent data the driver sends one heartbeat anyway (a tail
+    probe): a peer that lost the last datagrams learns of them from it and asks for them again, instead of only
+    with the next message, keepalive or ``heartbeat_interval``'s heartbeat (up to seconds on a quiet stream). One
+    datagram after each burst; at ``heartbeat_interval`` or above, none."""
     status_message_interval: float = attrs.field(default=1.0, validator=_positive_seconds(2.5))
     """How often the driver sends a status message for a UDP stream it receives when no reading triggered one
     (Aeron: every 200 ms). Status messages also go whenever the reader moves a quarter window, so this bounds only

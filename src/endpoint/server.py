@@ -798,6 +798,7 @@ class Server(EndPoint[ServerConfiguration]):
                     cfg.term_length,
                     cfg.mtu,
                     heartbeat_interval=cfg.heartbeat_interval,
+                    tail_probe=cfg.tail_probe,
                 )
             # The reply route and the connection's two streams at once (three driver round trips in parallel).
             # Our stream sends nothing until the client, on reading the grant, subscribes and names it; its

@@ -83,7 +83,13 @@ from driver.media.endpoints import EndpointCounters, FeedbackHandler, ReceiveCha
 from driver.media.os_buffers import os_socket_buffer_lengths
 from driver.media.transport import Address
 from driver.media.udp_channel import UdpChannel, destination_address
-from driver.uri import HEARTBEAT_INTERVAL_PARAM_NAME, RECEIVER_HOST_PARAM_NAME, ChannelUri, parse_size
+from driver.uri import (
+    HEARTBEAT_INTERVAL_PARAM_NAME,
+    RECEIVER_HOST_PARAM_NAME,
+    TAIL_PROBE_PARAM_NAME,
+    ChannelUri,
+    parse_size,
+)
 from driver.wire.error import ErrorFrame
 from driver.wire.setup import check_setup
 
@@ -405,6 +411,7 @@ class NetworkResources:
             signal_eos=uri.get("eos", "true") != "false",
             heartbeat_interval_ns=uri.get_duration_ns(HEARTBEAT_INTERVAL_PARAM_NAME)
             or self._ctx.publication_heartbeat_interval_ns,
+            tail_probe_ns=uri.get_duration_ns(TAIL_PROBE_PARAM_NAME) or 0,
             now_ns=conductor.now_ns(),
             destinations=endpoint.destinations_for(params.session_id is not None, receiver_host),
             spies_simulate_connection=self._ctx.spies_simulate_connection,

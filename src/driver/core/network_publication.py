@@ -94,6 +94,7 @@ class NetworkPublication(DriverPublication):
         signal_eos: bool = True,
         destinations: DynamicDestinations | None = None,
         heartbeat_interval_ns: int = HEARTBEAT_INTERVAL_NS,
+        tail_probe_ns: int = 0,
         spies_simulate_connection: bool = False,
     ) -> None:
         super().__init__(log, publisher_limit, now_ns)
@@ -169,6 +170,10 @@ class NetworkPublication(DriverPublication):
         """The send state both paths share (time of the last datagram, a stall tracked, whether Python must visit):
         the sender binds it to the endpoint's socket and destinations, and then sends the common case natively
         (``driver.media._net.send_publications``)."""
+        self.native.probe_ns = tail_probe_ns
+        """A tail probe (``tail-probe``, ours): one heartbeat this long after data, so that a receiver that lost the
+        stream's last datagrams learns of them and asks again without waiting out a long heartbeat interval or
+        the next message (0: none; it matters only when shorter than ``heartbeat_interval_ns``)."""
         self._native_capable = not self._idle_flow_control and not spies_simulate_connection
         """Nothing the native step leaves out is ever needed while the publication has no SETUP, resend or end of
         stream to send (flow control with no idle step; spies never stand in for receivers)."""
@@ -265,7 +270,7 @@ class NetworkPublication(DriverPublication):
         bytes_sent = self._send_data(now_ns, sender_position)
         if bytes_sent == 0:
             # An idle cycle: a heartbeat when one is due, and flow control's idle step where it has one.
-            if now_ns - self.native.last_send_ns > self.heartbeat_interval_ns or self.is_end_of_stream:
+            if now_ns - self.native.last_send_ns > self._heartbeat_wait_ns() or self.is_end_of_stream:
                 term_offset = sender_position & self.term_mask
                 active_term_id = lbd.int32((sender_position >> self.position_bits) + self.initial_term_id)
                 bytes_sent = self._heartbeat_check(now_ns, active_term_id, term_offset)
@@ -305,7 +310,7 @@ class NetworkPublication(DriverPublication):
             or (self.is_end_of_stream and self.signal_eos and not self.end_of_stream_sent)
         ):
             return 0
-        due = self.native.last_send_ns + self.heartbeat_interval_ns + 1
+        due = self.native.last_send_ns + self._heartbeat_wait_ns() + 1
         if self.should_send_setup:
             setup_due = self._time_of_last_setup_ns + SETUP_INTERVAL_NS + 1
             if setup_due < due:
@@ -354,6 +359,7 @@ class NetworkPublication(DriverPublication):
         if bytes_sent:
             native = self.native
             native.last_send_ns = now_ns
+            native.probe_pending = native.probe_ns > 0
             native.track_limits = True
             self.sender_position.set_ordered(sender_position)
             self.counters.bytes_sent.get_and_add(bytes_sent)
@@ -387,9 +393,17 @@ class NetworkPublication(DriverPublication):
         active_term_id = lbd.int32((sender_position >> self.position_bits) + self.initial_term_id)
         return self._heartbeat_check(now_ns, active_term_id, term_offset)
 
+    def _heartbeat_wait_ns(self) -> int:
+        """How long after the last send an idle stream heartbeats (as the native step's ``heartbeat_wait``): the
+        tail probe's wait once after data, else the interval."""
+        native = self.native
+        if native.probe_pending and native.probe_ns < self.heartbeat_interval_ns:
+            return native.probe_ns
+        return self.heartbeat_interval_ns
+
     def _heartbeat_check(self, now_ns: int, active_term_id: int, term_offset: int) -> int:
         signal_eos = self.is_end_of_stream and self.signal_eos
-        due = now_ns - self.native.last_send_ns > self.heartbeat_interval_ns
+        due = now_ns - self.native.last_send_ns > self._heartbeat_wait_ns()
         if not due and not (signal_eos and not self.end_of_stream_sent):  # the first EOS goes out at once
             return 0
         flags = HEARTBEAT_EOS_FLAGS if signal_eos else HEARTBEAT_FLAGS
@@ -397,6 +411,7 @@ class NetworkPublication(DriverPublication):
         sent = self._out.send(self._control_view[:length])
         if sent == length:
             self.counters.heartbeats_sent.increment()
+            self.native.probe_pending = False
             if signal_eos:
                 self.end_of_stream_sent = True
         else:

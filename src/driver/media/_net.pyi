@@ -194,6 +194,10 @@ class SendSlot:
     track_limits: bool
     python: bool
     heartbeat_interval_ns: int
+    probe_ns: int
+    """A tail probe: one heartbeat this long after data, if shorter than the interval (0: none)."""
+    probe_pending: bool
+    """Data went since the last heartbeat."""
     @property
     def bound(self) -> bool:
         """A socket and destinations are given: the native step may send for it."""

@@ -60,6 +60,8 @@ typedef struct {
     long long mtu;
     long long heartbeat_interval_ns;
     long long last_send_ns; /* time of the last datagram or heartbeat */
+    long long probe_ns;     /* a tail probe: one heartbeat this long after data, whatever the interval (0: none) */
+    char probe_pending;     /* data went since the last heartbeat: the probe is due at last_send_ns + probe_ns */
     char track_limits;      /* data was sent since the window last closed: a stall is counted once */
     char python;            /* the Python path must visit it */
     SendDestination cache[SEND_MAX_DESTINATIONS];
@@ -67,6 +69,15 @@ typedef struct {
 } SendSlot;
 
 static PyTypeObject SendSlotType;
+
+/* How long after the last send an idle publication heartbeats: the tail probe's wait once after data (a receiver
+ * whose copy of the last datagrams was lost learns of them from it and asks again), else the interval. */
+static inline long long
+heartbeat_wait(const SendSlot *slot)
+{
+    return slot->probe_pending && slot->probe_ns < slot->heartbeat_interval_ns ? slot->probe_ns
+                                                                               : slot->heartbeat_interval_ns;
+}
 
 static void
 send_slot_forget_destinations(SendSlot *self)
@@ -164,6 +175,8 @@ SendSlot_init(SendSlot *self, PyObject *args, PyObject *kwds)
     self->mtu = mtu;
     self->heartbeat_interval_ns = interval;
     self->last_send_ns = last;
+    self->probe_ns = 0;
+    self->probe_pending = 0;
     self->track_limits = 0;
     self->python = 1;
     self->all_destinations = 0;
@@ -221,6 +234,8 @@ static PyMemberDef SendSlot_members[] = {
     {"track_limits", T_BOOL, offsetof(SendSlot, track_limits), 0, "Data sent since the window last closed."},
     {"python", T_BOOL, offsetof(SendSlot, python), 0, "The Python path must visit this publication."},
     {"heartbeat_interval_ns", T_LONGLONG, offsetof(SendSlot, heartbeat_interval_ns), 0, "Idle heartbeat interval."},
+    {"probe_ns", T_LONGLONG, offsetof(SendSlot, probe_ns), 0, "Tail probe: a heartbeat this long after data (0: none)."},
+    {"probe_pending", T_BOOL, offsetof(SendSlot, probe_pending), 0, "Data went since the last heartbeat."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -609,7 +624,7 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
                     break;
             }
         }
-        if (state->count == 0 && now_ns - slot->last_send_ns > slot->heartbeat_interval_ns) {
+        if (state->count == 0 && now_ns - slot->last_send_ns > heartbeat_wait(slot)) {
             int32_t zero = 0, session = slot->session_id, stream = slot->stream_id;
             int32_t term_offset = (int32_t)(position & mask);
             int32_t term_id = (int32_t)(uint32_t)((uint64_t)(position >> slot->position_bits) +
@@ -633,7 +648,7 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
         }
         if (state->count == 0 && !state->heartbeat) {
             /* nothing to send: its next visit is its next heartbeat (or a frame the watch sees) */
-            deadline[index] = slot->last_send_ns + slot->heartbeat_interval_ns + 1;
+            deadline[index] = slot->last_send_ns + heartbeat_wait(slot) + 1;
             continue;
         }
         states++;
@@ -654,6 +669,7 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
                 counter_add(&slot->heartbeats_sent, 1);
                 total += DATA_HEADER_LENGTH;
                 slot->last_send_ns = now_ns;
+                slot->probe_pending = 0;
             }
         } else {
             int sent = state->failed_at < state->count ? state->failed_at : state->count;
@@ -664,13 +680,14 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
                 counter_add(&slot->short_sends, 1);
             if (bytes) {
                 slot->last_send_ns = now_ns;
+                slot->probe_pending = slot->probe_ns > 0;
                 slot->track_limits = 1;
                 counter_store(&slot->sender_position, state->ends[sent - 1]);
                 counter_add(&slot->bytes_sent, bytes);
                 total += bytes;
             }
         }
-        deadline[state->index] = slot->last_send_ns + slot->heartbeat_interval_ns + 1;
+        deadline[state->index] = slot->last_send_ns + heartbeat_wait(slot) + 1;
         if (state->hard_error)
             call->python[call->python_count++] = state->index;
     }

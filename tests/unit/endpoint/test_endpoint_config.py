@@ -555,6 +555,14 @@ def test_the_udp_timers_reach_the_embedded_driver(tmp_path: Path) -> None:
     assert "heartbeat-interval=2000ms" in data_channel("127.0.0.1:40000", 7, 65536, 1408, heartbeat_interval=2.0)
     assert "heartbeat" not in data_channel(None, 7, 65536, None, heartbeat_interval=2.0)
     assert "heartbeat" not in udp_channel("127.0.0.1:40000", handshake=True)
+    # Reliable streams also carry the tail probe (a heartbeat 100 ms after data by default); newest-wins ones not.
+    assert Configuration().tail_probe == 0.1
+    reliable = data_channel("127.0.0.1:40000", 7, 65536, 1408, heartbeat_interval=2.0, tail_probe=0.1)
+    assert "tail-probe=100ms" in reliable
+    assert "tail-probe" not in data_channel("127.0.0.1:40000", 7, 65536, 1408, heartbeat_interval=2.0)
+    assert "tail-probe" not in data_channel(None, 7, 65536, None, tail_probe=0.1)
+    with pytest.raises(ConfigurationError, match="tail_probe"):
+        Configuration(tail_probe=0)
 
 
 def test_the_route_towards_an_address_is_asked_of_the_kernel_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:

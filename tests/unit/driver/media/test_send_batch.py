@@ -231,6 +231,47 @@ def test_heartbeats_when_idle_are_byte_identical_and_timed_as_the_python_paths(
     assert native.deadline == native.publication.native.last_send_ns + HEARTBEAT_NS + 1  # type: ignore[attr-defined]
 
 
+def test_a_tail_probe_heartbeats_once_soon_after_data_on_both_paths(
+    tmp_path: Path, sockets: list[socket.socket]
+) -> None:
+    """``tail-probe``: one heartbeat that long after data (a receiver that lost the last datagram learns of it from
+    it and asks again), then the interval again; the native step as the Python path, byte for byte, deadlines too."""
+    python, native, receiver = _pair(tmp_path, sockets)
+    for rig in (python, native):
+        rig.publication.native.probe_ns = 30 * MS
+        rig.set_limit(10 * TERM_LENGTH)
+    _write_both((python, native), [100])
+    start = 3_000 * MS
+    beats: dict[str, list[int]] = {"python": [], "native": []}
+    deadlines: list[int] = []
+    for now in range(start, start + 500 * MS, 10 * MS):
+        python.publication.send(now)
+        _native([native], now)
+        deadlines.append(native.deadline)  # type: ignore[attr-defined]
+        for name, rig in (("python", python), ("native", native)):
+            if rig.counter(SystemCounterId.HEARTBEATS_SENT) > len(beats[name]):
+                beats[name].append((now - start) // MS)
+    assert beats["python"] == beats["native"] == [40, 150, 260, 370, 480]  # after data: 30 ms, then every 100
+    assert deadlines[0] == start + 30 * MS + 1  # the agenda visits it when the probe is due
+    assert python.publication.next_send_ns() == native.deadline  # type: ignore[attr-defined]
+    received = _drain(receiver, len(python.recorder.sent))
+    assert received == python.recorder.sent
+    assert received[1][8:12] == (160).to_bytes(4, "little")  # the probe: at the sender position, past the data
+    # Data again: one more probe 30 ms after it, then the interval.
+    _write_both((python, native), [100])
+    before = {
+        name: rig.counter(SystemCounterId.HEARTBEATS_SENT) for name, rig in (("python", python), ("native", native))
+    }
+    beats = {"python": [], "native": []}
+    for now in range(start + 500 * MS, start + 700 * MS, 10 * MS):
+        python.publication.send(now)
+        _native([native], now)
+        for name, rig in (("python", python), ("native", native)):
+            if rig.counter(SystemCounterId.HEARTBEATS_SENT) > before[name] + len(beats[name]):
+                beats[name].append((now - start) // MS)
+    assert beats["python"] == beats["native"] == [540, 650]
+
+
 def test_several_publications_sockets_and_destinations_in_one_call(
     tmp_path: Path, sockets: list[socket.socket]
 ) -> None:
