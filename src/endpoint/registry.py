@@ -118,15 +118,17 @@ class SharedDriver:
 
     def data_version(self) -> int | None:
         """Changes whenever this process's driver may have put a frame into one of its images (a datagram read, a
-        gap filled); None when the driver is not ours to run (frames may then come at any time)."""
+        gap filled) or its client mapped an image (which may hold frames that came before); None when the driver
+        is not ours to run (frames may then come at any time)."""
         media_driver = self.media_driver
-        if media_driver is None or self.invoker is None:
+        aeron = self.aeron
+        if media_driver is None or self.invoker is None or aeron is None:
             return None
         conductor = media_driver.conductor
         cached = self._gap_fills
         if cached is None or cached[0] is not conductor:  # (a restart brings another driver)
             cached = self._gap_fills = (conductor, conductor.system_counters.get(SystemCounterId.LOSS_GAP_FILLS))
-        return conductor.receiver.datagrams + cached[1].get()
+        return conductor.receiver.datagrams + cached[1].get() + aeron.conductor.images_mapped
 
     def sockets_version(self) -> int:
         """Changes whenever ``readable_sockets`` would answer differently."""

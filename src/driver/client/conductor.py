@@ -166,6 +166,8 @@ class ClientConductor:
         self._unavailable_counter_handler = unavailable_counter_handler
         self._publication_error_handler = publication_error_handler
         self.generation = cnc.generation
+        self.images_mapped = 0
+        """Images this client has mapped so far: one may hold frames that came before it was mapped."""
         self._current = cnc.generation is CncGeneration.CURRENT
         self._heartbeat_counter_id = _NO_ID_ALLOCATED
         self._invoker_mode = invoker_mode
@@ -502,6 +504,7 @@ class ClientConductor:
         if handler is not None:
             self._callback(handler, image)
         subscription._add_image(image)
+        self.images_mapped += 1
 
     def _on_unavailable_image(self, correlation_id: int, subscription_registration_id: int) -> None:
         subscription = self._resources.get(subscription_registration_id)
