@@ -9,8 +9,9 @@ while a connect storm lasts. A larger youngest threshold lets them die young; fr
 the driver, the end point) leaves it out of every later collection.
 
 Measured (docs/performance.md, "Connect storms and the collector"): 1,000 clients of one process on one route
-spent 0.42 s of their 1.9 s storm in the collector, 0.10 s with ``tune_gc()``; the handshake rate rose by a
-quarter. A steady game server is not helped: its per-tick objects die before any collection.
+spent 0.39-0.47 s of their ~2 s storm in the collector, 0.06-0.11 s with ``tune_gc(freeze=True)``; the handshake
+rate rose by a quarter to a half. A steady game server is not helped: its per-tick objects die before any
+collection.
 
 The settings are the process's, not an end point's: the application decides, once, at start-up.
 """
