@@ -137,19 +137,16 @@ _TUNE_GC_ENV = "BENCH_TUNE_GC"
 ``endpoint.tune_gc(freeze=True)`` before the storm."""
 
 
-def _tune_gc(env_name: str = "") -> None:
-    """``endpoint.tune_gc(freeze=True)`` under ``--tune-gc``; then the collector setting named in ``env_name`` (see
-    ``_SERVER_GC_ENV``), if any."""
-    if os.environ.get(_TUNE_GC_ENV):
-        from endpoint import tune_gc
+def _tune_gc(env_name: str | None = None) -> None:
+    """``endpoint.tune_gc(freeze=True)`` under ``--tune-gc``; else the collector setting named in ``env_name`` (see
+    ``_SERVER_GC_ENV``: ``freeze[,N]`` is ``tune_gc(N, freeze=True)``), if any."""
+    from endpoint import tune_gc
 
+    setting = os.environ.get(env_name, "").split(",") if env_name else [""]
+    if os.environ.get(_TUNE_GC_ENV):
         tune_gc(freeze=True)
-    setting = os.environ.get(env_name, "").split(",")
-    if setting[0] == "freeze":
-        gc.collect()
-        gc.freeze()
-    if len(setting) > 1:
-        gc.set_threshold(int(setting[1]), *gc.get_threshold()[1:])
+    elif setting[0] == "freeze":
+        tune_gc(int(setting[1]) if len(setting) > 1 else 1, freeze=True)  # (1: the threshold as it is)
 
 
 class GcClock:
@@ -174,6 +171,10 @@ class GcClock:
 
     def seconds(self) -> float:
         return sum(g[0] for g in self.by_generation)
+
+    def summary(self) -> str:
+        """Seconds and collections per generation so far."""
+        return self.since([[0.0, 0.0]] * 3, self.mark())
 
     @staticmethod
     def since(mark: list[list[float]], later: list[list[float]]) -> str:
@@ -248,8 +249,7 @@ def _endpoint_server(
                 _tune_gc(_SERVER_GC_ENV)
                 ready.set()
                 await wait_event(stop, 3600, interval=0.1)
-                by_generation = GcClock.since([[0.0, 0.0]] * 3, gc_clock.mark())
-                gc_note = f"; gc {gc_clock.seconds():.2f} s (by generation: {by_generation})"
+                gc_note = f"; gc {gc_clock.seconds():.2f} s (by generation: {gc_clock.summary()})"
                 if len(gc_marks) == 2:
                     gc_note += "; in the storm " + GcClock.since(*gc_marks)
                 stats = server.handshake_stats

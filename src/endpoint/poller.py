@@ -400,12 +400,18 @@ class LoopPoller:
                     work += endpoint._poll_unmapped()
                 except Exception as exc:  # a broken end point must not stop the others
                     endpoint._notify_error(None, exc)
+            # What our drivers read (and mapped) so far, once a round, for the routes and the connections alike.
+            data_version = (
+                self._data_version()
+                if self._wakeable and (self.routes.polled or (self._mapped and not self._serving))
+                else None
+            )
             if self.routes.polled:
                 stamp = monotonic_ns()
                 drain = stamp >= next_tick  # also the routes nobody waits on: IPC answer streams are shared
                 # As for connections below: a UDP route's answers come only with a datagram our driver read, so a
                 # process of many clients (a route each) does not look at every route every round of a storm.
-                version = self._data_version() if self.routes.udp_only and self._wakeable else None
+                version = data_version if self.routes.udp_only else None
                 if drain or version is None or version != self._routes_scanned:
                     answers = 0
                     spin_until = 0
@@ -425,7 +431,7 @@ class LoopPoller:
                 # A loop of clients only, every image UDP on a driver of ours: frames come only with a datagram
                 # that driver read (or a gap it filled), so while none came since a look found nothing there is
                 # nothing to look for (a player process's rounds that only sent inputs skip a look at them all).
-                version = self._data_version() if self._udp_only and self._wakeable and not self._serving else None
+                version = data_version if self._udp_only and not self._serving else None
                 if version is None or version != self._scanned:
                     ready = self._frames.ready()
                     self._scanned = None if ready else version
