@@ -466,7 +466,7 @@ class EndPoint(Generic[ConfigT]):
         wrote = self._tick_extra(now_ns) or wrote
         wrote = self.connection_counters.refresh(now_ns) or wrote
         shared = self._shared
-        if shared is not None and shared.aeron is not None:
+        if shared is not None and shared.aeron is not None and self.connection_counters.waiting:
             for connection in self.connection_counters.due(now_ns, self._handshakes_under_way()):
                 self._spawn(self.connection_counters.open(shared.aeron, connection), connection)
         self.endpoint_counters.refresh(now_ns, self)

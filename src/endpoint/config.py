@@ -203,6 +203,12 @@ class Configuration:
     term_length: int = attrs.field(default=64 * 1024, validator=_power_of_two(64 * 1024, 1 << 30))
     """Term length of each connection's UDP logs; 64 KiB keeps a thousand connections small."""
     ipc_term_length: int = attrs.field(default=64 * 1024, validator=_power_of_two(64 * 1024, 1 << 30))
+    sparse_logs: bool = True
+    """The embedded driver creates its logs sparse (pages allocated as they are first written), as Aeron's
+    ``term-buffer-sparse-file`` does: allocating a 64 KiB-term log up front zeroes ~200 KiB, a twentieth of a
+    millisecond, four times per UDP connection at each end, which a connect storm pays in full. The trade, as in
+    Aeron: free space is checked when a log is made, so a file system filled by others later faults the writer;
+    False allocates every page at creation."""
     socket_rcvbuf: int = attrs.field(default=4 << 20, validator=_int_range(0, 1 << 30))
     """SO_RCVBUF of the driver's sockets (the kernel caps it at ``net.core.rmem_max``); 0 keeps the driver default
     (Aeron's 128 KiB). A server's one UDP socket takes every client's datagrams: 128 KiB holds about 150 small ones,
@@ -326,6 +332,7 @@ class Configuration:
             self.socket_sndbuf,
             self.counters_buffer_length,
             self.status_message_interval,
+            self.sparse_logs,
             self.launch_driver,
             self.driver_timeout,
         )

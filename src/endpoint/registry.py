@@ -205,7 +205,10 @@ class SharedDriver:
             # spaced per stream, on the connections' channels: handshake streams keep Aeron's 100 ms, by which a
             # live client's handshake holds its place against forged SETUPs.)
             "status_message_timeout_ns": round(cfg.status_message_interval * 1e9),
+            "term_buffer_sparse_file": cfg.sparse_logs,
         }
+        if cfg.sparse_logs:
+            overrides["receiver_sparse_image_threshold"] = 0
         for name in IDLE_STRATEGY_FIELDS:
             overrides[name] = cfg.driver_idle_strategy
         if cfg.socket_rcvbuf:

@@ -169,6 +169,11 @@ class ConnectionCounters:
         """A new connection: it gets its counters from :meth:`due` once it has lived :data:`OPEN_AFTER_NS`."""
         self._waiting[connection] = now_ns
 
+    @property
+    def waiting(self) -> bool:
+        """Connections wait for counters (else :meth:`due` has nothing to find: a timer step skips it)."""
+        return bool(self._waiting)
+
     def due(self, now_ns: int, storming: bool = False) -> list[Connection]:
         """Connections to give counters to now (each once); called on the liveness tick. ``storming``: the end
         point has handshakes under way (:data:`OPEN_AFTER_STORMING_NS`)."""

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driver.config import ThreadingMode
+from driver.config import DriverContext, ThreadingMode
 from driver.config import default_aeron_dir as driver_default_aeron_dir
 from driver.tools.common import default_directory
 from endpoint.config import (
@@ -457,6 +457,7 @@ DRIVER_CHANGES: list[tuple[str, object]] = [
     ("socket_sndbuf", 1 << 20),
     ("counters_buffer_length", 8 << 20),
     ("status_message_interval", 0.2),
+    ("sparse_logs", False),
     ("launch_driver", False),
 ]
 OTHER_CHANGES: list[tuple[str, object]] = [
@@ -563,6 +564,21 @@ def test_the_udp_timers_reach_the_embedded_driver(tmp_path: Path) -> None:
     assert "tail-probe" not in data_channel(None, 7, 65536, None, tail_probe=0.1)
     with pytest.raises(ConfigurationError, match="tail_probe"):
         Configuration(tail_probe=0)
+
+
+def test_sparse_logs_reach_the_embedded_driver(tmp_path: Path) -> None:
+    """Logs are sparse by default (a connect storm does not zero every new log's pages); ``sparse_logs=False``
+    keeps Aeron's defaults: publications allocated up front, images sparse only when long."""
+    from endpoint.registry import SharedDriver
+
+    sparse_config = Configuration(aeron_dir=tmp_path / "a")
+    sparse = SharedDriver(sparse_config.driver_key(), sparse_config)._driver_context()
+    assert sparse.term_buffer_sparse_file
+    assert sparse.receiver_sparse_image_threshold == 0
+    full_config = Configuration(aeron_dir=tmp_path / "b", sparse_logs=False)
+    full = SharedDriver(full_config.driver_key(), full_config)._driver_context()
+    assert not full.term_buffer_sparse_file
+    assert full.receiver_sparse_image_threshold == DriverContext().receiver_sparse_image_threshold
 
 
 def test_the_route_towards_an_address_is_asked_of_the_kernel_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
