@@ -521,7 +521,8 @@ def storm_clients(
             Client(_client_config(str(aeron_dir), True, connect_timeout=30.0, local_port=p, local_address=a))
             for p, a in zip(ports, addresses, strict=True)
         ]
-        await asyncio.sleep(0)
+        # The storm measures handshakes: each process's driver is started (and leased by every client) first.
+        await asyncio.gather(*(c.start() for c in clients))
         _tune_gc()
         gc_clock = GcClock()
         await wait_event(go, 120, interval=0.01)

@@ -147,6 +147,21 @@ class Client(EndPoint[ClientConfiguration]):
     async def __aenter__(self) -> Client:
         return self
 
+    async def start(self) -> Client:
+        """Lease the driver (launching it when none runs) and start polling, ahead of the first :meth:`connect`,
+        which otherwise does both first: a game on its loading screen, or a process about to connect many clients
+        at once, pays the driver's start-up before the handshake instead of in it. Does nothing once started;
+        DriverUnavailableError (after ``driver_timeout``) when no driver can be had."""
+        self._ensure_open()
+        async with self._connect_lock:
+            await self._start()
+        return self
+
+    async def _start(self) -> None:
+        if self._shared is None:
+            await self._lease_driver()
+        self._start_poller()
+
     # ------------------------------------------------------------------ reconnect listeners
 
     def on_reconnecting(self, listener: ReconnectingListener) -> ReconnectingListener:
@@ -179,9 +194,7 @@ class Client(EndPoint[ClientConfiguration]):
         async with self._connect_lock:
             if self.connection is not None and not self.connection.is_closed:
                 raise ClientError(f"already connected: {self.connection!r}; close it first")
-            if self._shared is None:
-                await self._lease_driver()
-            self._start_poller()
+            await self._start()
             self._target = (host, port)
             self._control_port = control_port if control_port is not None else port + 1
             budget = self.config.connect_timeout if timeout is None else timeout
