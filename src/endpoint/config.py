@@ -204,7 +204,7 @@ class Configuration:
     """Term length of each connection's UDP logs; 64 KiB keeps a thousand connections small."""
     ipc_term_length: int = attrs.field(default=64 * 1024, validator=_power_of_two(64 * 1024, 1 << 30))
     sparse_logs: bool = True
-    """The embedded driver creates its logs sparse (pages allocated as they are first written), as Aeron's
+    """A driver the end point launches creates its logs sparse (pages allocated as first written), as Aeron's
     ``term-buffer-sparse-file`` does: allocating a 64 KiB-term log up front zeroes ~200 KiB, a twentieth of a
     millisecond, four times per UDP connection at each end, which a connect storm pays in full. The trade, as in
     Aeron: free space is checked when a log is made, so a file system filled by others later faults the writer;
