@@ -471,7 +471,15 @@ async def run_worker(args: argparse.Namespace) -> int:
     tally = Tally()
     chatty = 1.0 / (args.chat_every * args.input_rate)
     bots = [Bot(args.first + i, config, tally, chatty) for i in range(args.bots)]
-    endpoint.tune_gc(freeze=True)  # a storm of connects of our own (see run_server)
+    # A game's loading screen: the driver is started (and leased by every bot) before anyone connects, and what
+    # start-up made is frozen with the rest for the storm of connects to come (see run_server).
+    started = await asyncio.gather(*(bot.client.start() for bot in bots), return_exceptions=True)
+    failed = next((r for r in started if isinstance(r, BaseException)), None)
+    if failed is not None:
+        print(f"{name}: no driver: {type(failed).__name__}: {failed}", flush=True)
+        await asyncio.gather(*(bot.client.close() for bot in bots), return_exceptions=True)
+        return 1
+    endpoint.tune_gc(freeze=True)
     limit = asyncio.Semaphore(CONNECTS_AT_ONCE)
     connect_deadline = time.monotonic() + args.connect_timeout
 
