@@ -69,6 +69,7 @@ def udp_channel(
     handshake: bool = False,
     control: str | None = None,
     session_id: int | None = None,
+    max_images_per_source: int | None = None,
 ) -> str:
     """``max_term_length`` (subscriptions): the longest term a publisher may make the driver hold an image of;
     a subscription asks only for what its peers use, so a forged SETUP cannot make it map more. ``handshake``
@@ -76,7 +77,8 @@ def udp_channel(
     longest-silent image gives way, so forged SETUPs that never send cost a page each and evict each other.
     ``control`` (subscriptions): the server's control address, which our status messages (from the socket that
     receives) go to, teaching the server where we are, through a NAT too. ``session_id``: the session the stream
-    is (publications) or is from (subscriptions)."""
+    is (publications) or is from (subscriptions). ``max_images_per_source`` (subscriptions): images the driver holds
+    from one address (at most its own ceiling)."""
     params = [f"endpoint={endpoint}"]
     if control is not None:
         params.append(f"control={control}")
@@ -88,6 +90,8 @@ def udp_channel(
         params.append(f"mtu={mtu}")
     if max_term_length is not None:
         params.append(f"max-term-length={max_term_length}")
+    if max_images_per_source is not None:
+        params.append(f"max-images-per-source={max_images_per_source}")
     if handshake:
         params += ["sparse=true", "evict-silent=true"]
     return "aeron:udp?" + "|".join(params)

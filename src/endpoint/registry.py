@@ -30,7 +30,7 @@ from driver.agent import AgentInvoker
 from driver.client.aeron import Aeron
 from driver.concurrent.counters import AtomicCounter
 from driver.concurrent.system_counters import DriverSystemCounterId, SystemCounterId, system_counter_id
-from driver.config import IDLE_STRATEGY_FIELDS, ClientContext, DriverContext
+from driver.config import IDLE_STRATEGY_FIELDS, ClientContext, DriverContext, env_name
 from driver.core.conductor import DriverConductor
 from driver.core.media_driver import MediaDriver, is_driver_active
 from driver.errors import ActiveDriverError, ChannelEndpointError, DriverError, DriverTimeoutError
@@ -47,6 +47,10 @@ _KEEPER_PERIOD_S = 0.02
 _KEEPER_STALE_NS = 50_000_000
 _KEEPER_STALLED_PERIOD_S = 0.001
 _RESERVED_SESSIONS = (0x1000_0000, 0x7FFF_FFFF)
+_IMAGES_PER_SOURCE_PROPERTY = "aeron.receiver.max.images.per.source"
+_IMAGES_PER_SOURCE_CEILING = 1 << 16
+"""An end point's driver lets each subscription ask for its own per-address image limit (the largest
+``max_answer_routes_per_source`` allows); images per subscription stay bounded by the driver's own limit."""
 """Session ids the end points choose themselves; an embedded driver never auto-assigns them."""
 
 
@@ -209,6 +213,10 @@ class SharedDriver:
         }
         if cfg.sparse_logs:
             overrides["receiver_sparse_image_threshold"] = 0
+        if env_name(_IMAGES_PER_SOURCE_PROPERTY) not in os.environ:
+            # The ceiling of what a subscription may ask for: a server's handshake subscription asks for its
+            # answer routes per address (``max_answer_routes_per_source``); its other subscriptions name a session.
+            overrides["receiver_max_images_per_source"] = _IMAGES_PER_SOURCE_CEILING
         for name in IDLE_STRATEGY_FIELDS:
             overrides[name] = cfg.driver_idle_strategy
         if cfg.socket_rcvbuf:

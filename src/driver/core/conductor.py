@@ -675,7 +675,7 @@ class DriverConductor:
         if link is None:
             raise ControlProtocolError(ErrorCode.UNKNOWN_PUBLICATION, f"unknown publication: {msg.registration_id}")
         self.publication_links.remove(link)
-        link.publication.dec_ref(self._nano_clock.nano_time())
+        self._release(link.publication, self._nano_clock.nano_time())
         self.client_proxy.on_operation_success(msg.correlation_id)
 
     def _on_add_subscription(self, msg: SubscriptionMessage) -> None:
@@ -905,12 +905,17 @@ class DriverConductor:
             self._release_client(client)
         return len(timed_out)
 
+    def _release(self, publication: IpcPublication | NetworkPublication, now_ns: int) -> None:
+        publication.dec_ref(now_ns)
+        if isinstance(publication, NetworkPublication):
+            self.network.on_released(publication, now_ns)
+
     def _release_client(self, client: ClientSession) -> None:
         """Free everything a closed or dead client held."""
         now_ns = self._nano_clock.nano_time()
         for link in [lk for lk in self.publication_links if lk.client is client]:
             self.publication_links.remove(link)
-            link.publication.dec_ref(now_ns)
+            self._release(link.publication, now_ns)
         for sub in [s for s in self.subscription_links if s.client is client]:
             self._unlink_subscription(sub)
         for counter_link in [lk for lk in self.counter_links if lk.client is client]:

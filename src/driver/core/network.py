@@ -767,7 +767,10 @@ class NetworkResources:
             cause: DriverSystemCounterId | None = None
             for link in links:
                 refusal = self._refusal(link, term_length, source, self._held(link))
-                if refusal in _EVICTABLE and link.evict_silent and self._evict_silent(link, refusal, source):
+                if refusal in _EVICTABLE and (
+                    self._end_ended(link, refusal, source)
+                    or (link.evict_silent and self._evict_silent(link, refusal, source))
+                ):
                     refusal = self._refusal(link, term_length, source, self._held(link))
                 if refusal is None:
                     accepted.append(link)
@@ -1009,6 +1012,21 @@ class NetworkResources:
         of = self._timer_of
         return {of[index // lbd.PARTITION_COUNT] for index in self._timer_tails.changed()}
 
+    def on_released(self, publication: NetworkPublication, now_ns: int) -> None:
+        """Its last client let go of ``publication``: if everything was sent, the end of stream goes out now (as
+        Aeron's ``decRef`` flags it), not at the next timer step up to a second later: the subscriber's image ends,
+        and a place it held (a handshake route's, at a per-source limit) is free that much sooner."""
+        if publication.ref_count == 0:
+            self._time_event(publication, now_ns)
+
+    def _time_event(self, publication: NetworkPublication, now_ns: int) -> None:
+        state = publication.state
+        publication.on_time_event(now_ns)
+        if publication.state is not state:  # e.g. end of stream to signal: the sender should look now
+            self._conductor.sender_command(functools.partial(self._sender.wake, publication))
+            if publication.state is NetworkPublicationState.LINGER and publication.spy_positions:
+                self._cleanup_spies(publication)
+
     def on_timer(self, now_ns: int) -> None:
         conductor = self._conductor
         written = self._written_publications()
@@ -1017,12 +1035,7 @@ class NetworkResources:
         else:
             visit = [p for p in self.publications if p in written or not p.quiet_time_event(now_ns)]
         for publication in visit:
-            state = publication.state
-            publication.on_time_event(now_ns)
-            if publication.state is not state:  # e.g. end of stream to signal: the sender should look now
-                conductor.sender_command(functools.partial(self._sender.wake, publication))
-                if publication.state is NetworkPublicationState.LINGER and publication.spy_positions:
-                    self._cleanup_spies(publication)
+            self._time_event(publication, now_ns)
             if publication.state is NetworkPublicationState.DONE and publication in self.publications:
                 self.publications.remove(publication)
                 self._publications_version += 1
@@ -1036,10 +1049,8 @@ class NetworkResources:
                 conductor.sender_command(
                     functools.partial(self._sender.on_remove_publication, publication, endpoint, done)
                 )
-        receiver = self._receiver
         dropped: dict[ReceiveChannelEndpoint, int] = {}
         for image in list(self.images):
-            was_active = image.state is ImageState.ACTIVE
             source = image.endpoint
             dropped_ns = dropped.get(source)
             if dropped_ns is None:  # once per endpoint with images: one system call each
@@ -1047,12 +1058,8 @@ class NetworkResources:
                 if drops:
                     self._socket_drops.get_and_add(drops)
                 dropped_ns = dropped[source] = source.dropped_ns
-            ended = image.on_time_event(now_ns, receiver.polled_ns, receiver.awake_since_ns, dropped_ns)
-            if was_active and image.state is not ImageState.ACTIVE:
-                self._images_changed()
-            if ended:
-                self._on_image_inactive(image)
-            elif image.state is ImageState.DONE and image in self.images:
+            self._image_time_event(image, now_ns, dropped_ns)
+            if image.state is ImageState.DONE and image in self.images:
                 self.images.remove(image)
                 self._forget_image(image)
                 self._tearing_down.add(image)
@@ -1060,6 +1067,30 @@ class NetworkResources:
                 conductor.receiver_command(
                     functools.partial(self._receiver.on_remove_image, image.endpoint, image, done)
                 )
+
+    def _image_time_event(self, image: PublicationImage, now_ns: int, dropped_ns: int | None) -> None:
+        was_active = image.state is ImageState.ACTIVE
+        receiver = self._receiver
+        ended = image.on_time_event(now_ns, receiver.polled_ns, receiver.awake_since_ns, dropped_ns)
+        if was_active and image.state is not ImageState.ACTIVE:
+            self._images_changed()
+        if ended:
+            self._on_image_inactive(image)
+
+    def _end_ended(self, link: SubscriptionLink, cause: DriverSystemCounterId, source: Address) -> bool:
+        """At a limit of ``link``: its images whose publishers said end of stream (a closed handshake route) stop
+        holding a place now rather than at the next timer step, up to a second later, which a storm of clients
+        from one host waited out in turns of the per-source limit. True if any did."""
+        host = source[0] if cause is DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT else None
+        ended = [
+            image
+            for image in self._held(link).images
+            if image.is_end_of_stream and (host is None or image.source_address[0] == host)
+        ]
+        now_ns = self._conductor.now_ns()
+        for image in ended:
+            self._image_time_event(image, now_ns, image.endpoint.dropped_ns)
+        return any(image.state is not ImageState.ACTIVE for image in ended)
 
     def _forget_image(self, image: PublicationImage) -> None:
         self._images_changed()

@@ -18,6 +18,9 @@ import pytest
 
 import endpoint.client as client_module
 import endpoint.handshake.routes as routes_module
+from driver.cnc import CncFile
+from driver.concurrent.counters import CountersReader
+from driver.concurrent.system_counters import DriverSystemCounterId
 from endpoint import Client, Connection, Server
 from endpoint.handshake.routes import LINGER_NS, HandshakeRoutes, HandshakeSlots
 from endpoint.poller import LoopPoller
@@ -348,6 +351,42 @@ async def test_answer_routes_per_address_stay_counted_and_capped_as_routes_come_
             _routes().tick(route.idle_since_ns + LINGER_NS)
         await wait_until(lambda: server._answer_routes == {}, 15, what="every answer route let go")
         assert server._routes_from == {}
+
+
+def _images_refused_per_source(aeron_dir: Path) -> int:
+    cnc = CncFile.map_existing(aeron_dir, timeout_s=5.0)
+    try:
+        reader = CountersReader(cnc.counters_metadata_buffer, cnc.counters_values_buffer)
+        ids: dict[str, int] = {}
+        reader.for_each(lambda counter_id, type_id, key, label: ids.setdefault(label, counter_id))
+        return reader.get_counter_value(ids[DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT.label])
+    finally:
+        cnc.close()
+
+
+async def test_one_host_holds_more_routes_at_once_than_the_drivers_default_per_source(
+    aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients on routes of their own from one address (a host of many client processes, a NAT) all hold their
+    routes at once past the driver's default of 64 images per source: the server's handshake subscription asks for
+    as many as its answer routes per address, so none waits in silence for another's route to close."""
+    count = 72
+    monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 10**9)  # every route stays open to the end
+    async with running_server(server_config(aeron_dir, port, connect_timeout=30.0)) as server:
+        clients = [
+            Client(client_config("udp", aeron_dir, client_dir, local_port=free_udp_port(), connect_timeout=30.0))
+            for _ in range(count)
+        ]
+        try:
+            async with asyncio.timeout(90):
+                await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients))
+            assert server._udp_handshake is not None
+            assert len(server._udp_handshake.images) == count
+            assert _images_refused_per_source(aeron_dir) == 0
+            # Bounded still: by the server's own per-address cap on routes.
+            assert "max-images-per-source=256" in server._udp_handshake.channel
+        finally:
+            await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
 
 async def test_a_storm_on_one_route_gets_every_cookie_through_its_back_pressure(

@@ -581,6 +581,24 @@ def test_sparse_logs_reach_the_embedded_driver(tmp_path: Path) -> None:
     assert full.receiver_sparse_image_threshold == DriverContext().receiver_sparse_image_threshold
 
 
+def test_an_end_point_driver_lets_subscriptions_ask_for_their_images_per_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's handshake subscription asks for ``max_answer_routes_per_source`` images per address; the end
+    point's driver lifts its ceiling (Aeron-style default 64) to allow it, unless the operator set one."""
+    from endpoint.channels import udp_channel
+    from endpoint.registry import SharedDriver
+
+    monkeypatch.delenv("AERON_RECEIVER_MAX_IMAGES_PER_SOURCE", raising=False)
+    config = Configuration(aeron_dir=tmp_path / "a")
+    lifted = SharedDriver(config.driver_key(), config)._driver_context()
+    assert lifted.receiver_max_images_per_source >= ServerConfiguration().max_answer_routes_per_source
+    monkeypatch.setenv("AERON_RECEIVER_MAX_IMAGES_PER_SOURCE", "32")
+    assert SharedDriver(config.driver_key(), config)._driver_context().receiver_max_images_per_source == 32
+    assert "max-images-per-source=256" in udp_channel("127.0.0.1:0", handshake=True, max_images_per_source=256)
+    assert "max-images-per-source" not in udp_channel("127.0.0.1:0", handshake=True)
+
+
 def test_the_route_towards_an_address_is_asked_of_the_kernel_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
