@@ -53,6 +53,7 @@ __all__ = [
     "RawHandshakePeer",
     "Unlisted",
     "client_config",
+    "distinct_free_udp_ports",
     "free_server_port",
     "free_udp_port",
     "make_serialization",
@@ -137,6 +138,18 @@ def free_udp_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def distinct_free_udp_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` UDP ports free on ``host`` right now, all different (held together while they are picked)."""
+    held = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(count)]
+    try:
+        for sock in held:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def free_server_port(host: str = "127.0.0.1") -> int:

@@ -1080,14 +1080,19 @@ class NetworkResources:
     def _end_ended(self, link: SubscriptionLink, cause: DriverSystemCounterId, source: Address) -> bool:
         """At a limit of ``link``: its images whose publishers said end of stream (a closed handshake route) stop
         holding a place now rather than at the next timer step, up to a second later, which a storm of clients
-        from one host waited out in turns of the per-source limit. True if any did."""
+        from one host waited out in turns of the per-source limit. True if any did. A flood of SETUPs at the
+        limit scans the images once per :data:`_END_SCAN_NS` (per host), not once per SETUP."""
         host = source[0] if cause is DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT else None
+        held = self._held(link)
+        now_ns = self._conductor.now_ns()
+        if now_ns < held.no_end_scan_before_ns.get(host, 0):
+            return False
+        held.no_end_scan_before_ns[host] = now_ns + _END_SCAN_NS
         ended = [
             image
-            for image in self._held(link).images
+            for image in held.images
             if image.is_end_of_stream and (host is None or image.source_address[0] == host)
         ]
-        now_ns = self._conductor.now_ns()
         for image in ended:
             self._image_time_event(image, now_ns, image.endpoint.dropped_ns)
         return any(image.state is not ImageState.ACTIVE for image in ended)
@@ -1201,6 +1206,10 @@ SILENT_NS = 1_000_000_000
 """How long an image must have had no packet (not even a heartbeat, which a live publisher sends every 100 ms)
 before ``evict-silent`` lets a new image take its place."""
 
+_END_SCAN_NS = 10_000_000
+"""At an image limit, how often the images are looked through for ones whose publishers ended: a SETUP refused
+meanwhile is asked again within 100 ms by a live publisher, while a flood of forged ones costs no scan each."""
+
 _EVICTABLE = frozenset(
     (DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT, DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT)
 )
@@ -1210,13 +1219,15 @@ class _Held:
     """The active images a subscription's limits count, and how many of them come from each host (counted once,
     when first asked)."""
 
-    __slots__ = ("_per_host", "images", "lingering", "no_eviction_before_ns")
+    __slots__ = ("_per_host", "images", "lingering", "no_end_scan_before_ns", "no_eviction_before_ns")
 
     def __init__(self, images: list[PublicationImage], of_stream: int = 0) -> None:
         self.images = images
         self.lingering = max(0, of_stream - len(images))
         """Images of the stream that ended but keep their files for a while (of every session)."""
         self._per_host: dict[str, int] | None = None
+        self.no_end_scan_before_ns: dict[str | None, int] = {}
+        """For ended images at a limit, per host (None: the whole subscription): no scan again before then."""
         self.no_eviction_before_ns: dict[str | None, int] = {}
         """For ``evict-silent``, per host at its limit (None: the whole subscription): no image is silent enough
         before then (packets only make images fresher; a new image makes a new record)."""

@@ -27,6 +27,7 @@ from endpoint.poller import LoopPoller
 from support.endpoints import (
     client_config,
     connected_client,
+    distinct_free_udp_ports,
     free_udp_port,
     running_server,
     server_config,
@@ -335,8 +336,8 @@ async def test_answer_routes_per_address_stay_counted_and_capped_as_routes_come_
 
     async with running_server(config) as server:
         clients = [
-            Client(client_config("udp", aeron_dir, client_dir, local_port=free_udp_port(), connect_timeout=10.0))
-            for _ in range(cap + 2)
+            Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=10.0))
+            for local_port in distinct_free_udp_ports(cap + 2)
         ]
         try:
             for client in clients:
@@ -374,8 +375,8 @@ async def test_one_host_holds_more_routes_at_once_than_the_drivers_default_per_s
     monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 10**9)  # every route stays open to the end
     async with running_server(server_config(aeron_dir, port, connect_timeout=30.0)) as server:
         clients = [
-            Client(client_config("udp", aeron_dir, client_dir, local_port=free_udp_port(), connect_timeout=30.0))
-            for _ in range(count)
+            Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=30.0))
+            for local_port in distinct_free_udp_ports(count)
         ]
         try:
             async with asyncio.timeout(90):
