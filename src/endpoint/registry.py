@@ -47,11 +47,11 @@ _KEEPER_PERIOD_S = 0.02
 _KEEPER_STALE_NS = 50_000_000
 _KEEPER_STALLED_PERIOD_S = 0.001
 _RESERVED_SESSIONS = (0x1000_0000, 0x7FFF_FFFF)
+"""Session ids the end points choose themselves; an embedded driver never auto-assigns them."""
 _IMAGES_PER_SOURCE_PROPERTY = "aeron.receiver.max.images.per.source"
 _IMAGES_PER_SOURCE_CEILING = 1 << 16
 """An end point's driver lets each subscription ask for its own per-address image limit (the largest
 ``max_answer_routes_per_source`` allows); images per subscription stay bounded by the driver's own limit."""
-"""Session ids the end points choose themselves; an embedded driver never auto-assigns them."""
 
 
 _SOCKET_DROPS_LABEL = DriverSystemCounterId.RECEIVE_SOCKET_DROPS.label
