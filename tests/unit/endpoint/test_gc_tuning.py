@@ -46,5 +46,9 @@ def test_freeze_moves_what_is_alive_out_of_collections() -> None:
     assert frozen >= len(held)
     young = [[i] for i in range(10)]  # made after: collected as usual, not frozen
     gc.collect()
-    assert gc.get_freeze_count() == frozen
-    assert len(young) == 10
+    # What was alive is out of the collector's generations, what came after is in them. (The frozen count is no
+    # measure: frozen objects that die, other threads' temporaries, leave it.)
+    collected = {id(o) for o in gc.get_objects()}
+    assert not any(id(o) in collected for o in held)
+    assert all(id(o) in collected for o in young)
+    assert gc.get_freeze_count() <= frozen
