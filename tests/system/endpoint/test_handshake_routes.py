@@ -335,6 +335,9 @@ async def test_answer_routes_per_address_stay_counted_and_capped_as_routes_come_
         return held
 
     async with running_server(config) as server:
+        # The handshake images of one address are held to the same cap (and to its pending handshakes' cap).
+        assert server._udp_handshake is not None
+        assert f"max-images-per-source={cap}|" in server._udp_handshake.channel
         clients = [
             Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=10.0))
             for local_port in distinct_free_udp_ports(cap + 2)
