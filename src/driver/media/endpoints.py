@@ -560,9 +560,9 @@ class ReceiveChannelEndpoint:
         self.next_elicit_ns = NEVER_NS
         """When :meth:`elicit_waiting` is next due (the receiver checks this every duty cycle)."""
         self.images: dict[tuple[int, int], ImageHandler] = {}
-        self._imaged_streams: dict[int, int] = {}
-        """Images per stream id: a subscription to a new stream (a server's or client's next connection) looks for
-        that stream's images only when there are some, not through every image of the endpoint."""
+        self._stream_images: dict[int, dict[tuple[int, int], ImageHandler]] = {}
+        """``images`` by stream id: a subscription to a stream (a server's or client's next connection) finds that
+        stream's images, not by a walk through every image of the endpoint."""
         self.pending_setups: dict[tuple[int, int], int] = {}  # (session, stream) -> time of elicit
         self.cooldowns: dict[tuple[int, int], int] = {}  # (session, stream) -> until
         # SETUPs of streams nobody here subscribes to yet: a subscription that comes just after connects at once.
@@ -635,20 +635,18 @@ class ReceiveChannelEndpoint:
 
     def add_image(self, key: tuple[int, int], image: ImageHandler) -> None:
         """Receiver thread: data for ``key`` (session, stream) now goes to ``image``."""
-        if key not in self.images:
-            self._imaged_streams[key[1]] = self._imaged_streams.get(key[1], 0) + 1
         self.images[key] = image
+        self._stream_images.setdefault(key[1], {})[key] = image
         if key[1] in self.stream_ref_counts:
             self.routes.add(image.slot)
 
     def remove_image(self, key: tuple[int, int], image: ImageHandler) -> None:
         if self.images.get(key) is image:
             del self.images[key]
-            left = self._imaged_streams.get(key[1], 0) - 1
-            if left > 0:
-                self._imaged_streams[key[1]] = left
-            else:
-                self._imaged_streams.pop(key[1], None)
+            of_stream = self._stream_images[key[1]]
+            del of_stream[key]
+            if not of_stream:
+                del self._stream_images[key[1]]
             self.routes.remove(image.slot)
 
     def _on_data(self, view: memoryview, length: int, address: Address, now_ns: int) -> None:
@@ -680,10 +678,9 @@ class ReceiveChannelEndpoint:
 
     def add_stream(self, stream_id: int, session_id: int | None, now_ns: int = 0) -> None:
         """Receiver thread: a subscription to ``stream_id`` (of ``session_id`` only, if given) came."""
-        if stream_id not in self.stream_ref_counts and stream_id in self._imaged_streams:
-            for key, image in self.images.items():  # its images' data is taken again (see remove_stream)
-                if key[1] == stream_id:
-                    self.routes.add(image.slot)
+        if stream_id not in self.stream_ref_counts:  # its images' data is taken again (see remove_stream)
+            for image in self._stream_images.get(stream_id, {}).values():
+                self.routes.add(image.slot)
         self.stream_ref_counts[stream_id] = self.stream_ref_counts.get(stream_id, 0) + 1
         if not self.channel.has_explicit_control or self.channel.is_multicast:
             return
@@ -725,10 +722,8 @@ class ReceiveChannelEndpoint:
             self.stream_ref_counts[stream_id] = count
         else:
             self.stream_ref_counts.pop(stream_id, None)
-            if stream_id in self._imaged_streams:
-                for key, image in self.images.items():  # nobody subscribes: its data is dropped (in _on_data)
-                    if key[1] == stream_id:
-                        self.routes.remove(image.slot)
+            for image in self._stream_images.get(stream_id, {}).values():  # its data is dropped (in _on_data)
+                self.routes.remove(image.slot)
         if not self.channel.has_explicit_control or self.channel.is_multicast:
             return
         if session_id is None:
