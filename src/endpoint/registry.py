@@ -48,7 +48,7 @@ _KEEPER_STALE_NS = 50_000_000
 _KEEPER_STALLED_PERIOD_S = 0.001
 _RESERVED_SESSIONS = (0x1000_0000, 0x7FFF_FFFF)
 """Session ids the end points choose themselves; an embedded driver never auto-assigns them."""
-_IMAGES_PER_SOURCE_PROPERTY = "aeron.receiver.max.images.per.source"
+_IMAGES_PER_SOURCE_ENV = env_name(attrs.fields(DriverContext).receiver_max_images_per_source.metadata["property"])
 _IMAGES_PER_SOURCE_CEILING = 1 << 16
 """An end point's driver lets each subscription ask for its own per-address image limit (the largest
 ``max_answer_routes_per_source`` allows); images per subscription stay bounded by the driver's own limit."""
@@ -213,7 +213,7 @@ class SharedDriver:
         }
         if cfg.sparse_logs:
             overrides["receiver_sparse_image_threshold"] = 0
-        if env_name(_IMAGES_PER_SOURCE_PROPERTY) not in os.environ:
+        if _IMAGES_PER_SOURCE_ENV not in os.environ:
             # The ceiling of what a subscription may ask for: a server's handshake subscription asks for its
             # answer routes per address (``max_answer_routes_per_source``); its other subscriptions name a session.
             overrides["receiver_max_images_per_source"] = _IMAGES_PER_SOURCE_CEILING

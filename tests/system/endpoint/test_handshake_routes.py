@@ -373,7 +373,7 @@ async def test_one_host_holds_more_routes_at_once_than_the_drivers_default_per_s
 ) -> None:
     """Clients on routes of their own from one address (a host of many client processes, a NAT) all hold their
     routes at once past the driver's default of 64 images per source: the server's handshake subscription asks for
-    as many as its answer routes per address, so none waits in silence for another's route to close."""
+    as many as its per-address caps allow, so none waits in silence for another's route to close."""
     count = 72
     monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 10**9)  # every route stays open to the end
     async with running_server(server_config(aeron_dir, port, connect_timeout=30.0)) as server:
@@ -387,7 +387,7 @@ async def test_one_host_holds_more_routes_at_once_than_the_drivers_default_per_s
             assert server._udp_handshake is not None
             assert len(server._udp_handshake.images) >= count  # (a retried connect's ended route may linger)
             assert _images_refused_per_source(aeron_dir) == 0
-            # Bounded still: by the server's own per-address cap on routes.
+            # Bounded still: by the server's own per-address caps (answer routes, pending handshakes).
             assert "max-images-per-source=256" in server._udp_handshake.channel
         finally:
             await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
