@@ -232,7 +232,11 @@ def test_the_subscriber_position_watch_follows_images_as_they_come_and_go(udp: U
         return sorted(id(image) for image in receiver._agenda.items for _ in image.subscriber_positions)
 
     def settled(count: int) -> bool:
-        return len(present()) == count and watched() == present()
+        # The receiver runs on the driver's thread: a read that meets it changing its dicts is tried again.
+        try:
+            return len(present()) == count and watched() == present()
+        except RuntimeError:
+            return False
 
     execute_until(lambda: settled(STREAMS), timeout_s=10, max_iterations=100_000, interval_s=0.001)
     for publication in publications[:3]:
