@@ -42,6 +42,11 @@ _SPIN_AFTER_READ_NS = 100_000
 """How long it spins after rounds that only read messages: the rest of a burst. Longer would spin for good on a
 server whose players' messages arrive spread out (a 1,000-player game: one every 50 µs), a driver duty cycle and a
 loop iteration each time; an arrival ends the nap that follows anyway."""
+_SPIN_HANDSHAKES_MAX = 8
+"""A loop with more handshakes than this waiting on its routes is in a connect storm: it does not spin for their
+answers, which then arrive all the time and end its naps. Spinning there cost a process of 100 clients (a route
+each) a quarter of its CPU, taken from the server on the same host. A few handshakes still spin (see
+``endpoint.handshake.routes``)."""
 _SHALLOW_IDLE_NS = 1_000_000_000
 _SHALLOW_SLEEP_S = 0.001
 _DEEP_SLEEP_S = 0.01
@@ -415,14 +420,16 @@ class LoopPoller:
                 if drain or version is None or version != self._routes_scanned:
                     answers = 0
                     spin_until = 0
+                    waiting = 0
                     for route in self.routes.polled:
                         if drain or route.waiting:
                             answers += route.poll()
                             if route.waiting:
+                                waiting += len(route.waiting)
                                 spin_until = max(spin_until, route.spin_until_ns)
                     work += answers
                     self._routes_scanned = None if answers else version
-                    self._routes_spin_until_ns = spin_until
+                    self._routes_spin_until_ns = spin_until if waiting <= _SPIN_HANDSHAKES_MAX else 0
                 else:
                     self.route_scans_skipped += 1
                 if stamp < self._routes_spin_until_ns:
@@ -504,11 +511,13 @@ class LoopPoller:
     def _sound(self) -> bool:
         """Nothing any end point here waits for can arrive without waking a nap: every one is on an INVOKER-mode
         driver whose sockets and doorbell are watched, none reads an IPC log or waits for an image to be mapped,
-        no handshake is under way (on a server, or on a route of this loop's clients)."""
+        no handshake is under way on a server or on an IPC route of this loop's clients (a UDP route's answers
+        are datagrams our driver reads; what a handshake sends pokes the poller)."""
+        routes = self.routes
         return (
             self._sound_base
             and all(e._sleeps_soundly for e in self._polling_unmapped)
-            and not any(route.waiting for route in self.routes.polled)
+            and (routes.udp_only or not any(route.waiting for route in routes.polled))
         )
 
     def _naps_early(self) -> bool:

@@ -13,8 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from endpoint import Client, Connection
-from endpoint.poller import LoopPoller
-from support.endpoints import Ack, Move, Num, client_config, connected_client, running_server, server_config, wait_until
+from endpoint.config import HANDSHAKE_STREAM_ID
+from endpoint.poller import _SPIN_HANDSHAKES_MAX, LoopPoller
+from support.endpoints import (
+    Ack,
+    Move,
+    Num,
+    client_config,
+    connected_client,
+    raw_driver,
+    running_server,
+    server_config,
+    wait_until,
+)
 from support.logged_process import LoggedProcess
 from support.waiting import execute_until
 
@@ -76,6 +87,39 @@ async def test_a_loop_of_udp_clients_naps_at_once_and_stays_quiet_between_datagr
         assert sorted(a.seq for a in acks) == list(range(40))
     finally:
         await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
+
+
+async def test_a_loop_of_clients_in_a_connect_storm_naps_while_their_handshakes_wait(
+    client_dir: Path, port: int
+) -> None:
+    """More handshakes waiting on a loop's UDP routes than spin for their answers: the loop naps (each answer is a
+    datagram our driver reads, and ends the nap) instead of yielding round after round. The "server" is a plain
+    subscription on the handshake stream that never answers, so the handshakes keep waiting."""
+    async with raw_driver(None) as aeron:
+        await aeron.add_subscription_async(f"aeron:udp?endpoint=127.0.0.1:{port}", HANDSHAKE_STREAM_ID)
+        count = _SPIN_HANDSHAKES_MAX + 4
+        clients = [Client(client_config("udp", client_dir, client_dir, connect_timeout=30.0)) for _ in range(count)]
+        connects = [asyncio.ensure_future(client.connect("127.0.0.1", port)) for client in clients]
+        try:
+            poller = LoopPoller.for_running_loop()
+            await wait_until(
+                lambda: sum(len(route.waiting) for route in poller.routes.polled) == count,
+                15,
+                what=f"{count} handshakes waiting for answers",
+            )
+            assert poller._naps_early()  # the routes' answers are datagrams: nothing arrives unseen
+            await asyncio.sleep(0.15)  # (a look at every route since all were waiting: at least once a tick)
+            assert poller._routes_spin_until_ns == 0
+            # Quiet for 0.3 s but for resent HELLOs: naps of up to 10 ms, not a round every millisecond or less.
+            before = poller.rounds
+            await asyncio.sleep(0.3)
+            assert poller.rounds - before < 150
+            assert not any(connect.done() for connect in connects)
+        finally:
+            for connect in connects:
+                connect.cancel()
+            await asyncio.gather(*connects, return_exceptions=True)
+            await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
 
 
 async def test_a_loop_that_polls_a_server_keeps_yielding_after_work(
