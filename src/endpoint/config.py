@@ -373,7 +373,7 @@ class ServerConfiguration(Configuration):
     max_answer_routes: int = attrs.field(default=512, validator=_int_range(1, 1 << 16))
     """Answer routes the server keeps at once, one per client route (its cookies and handshake answers go out on
     them, to wherever that route's status messages come from); when full, the oldest not serving a handshake in
-    flight is closed."""
+    flight is closed (one whose client got no cookie within a handshake timeout, if any)."""
     max_answer_routes_per_source: int = attrs.field(default=256, validator=_int_range(1, 1 << 16))
     """Of those, to one remote address (one NAT may hide many clients); beyond it that address's oldest idle one is
     closed, or the answer dropped (the client asks again)."""

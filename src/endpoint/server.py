@@ -138,6 +138,11 @@ class _AnswerRoute:
         """Answers waiting on this route's back pressure: while any does, a new HELLO on it is dropped (counted)."""
         self.cookies_waiting = 0
         """Cookies waiting on this route's back pressure (at most :data:`_COOKIES_WAITING_PER_ROUTE`)."""
+        self.bounced_ns = 0
+        """When a cookie or refusal for this route last came (monotonic): its client is likely to use it soon."""
+        self.bounces: list[bytes] | None = None
+        """While the route is on its way to its client: the cookies and refusals to send once it is there, all by
+        one task, however many come meanwhile."""
 
     @property
     def usable(self) -> bool:
@@ -202,6 +207,8 @@ class Server(EndPoint[ServerConfiguration]):
         self._ids_of: dict[int, tuple[int, ...]] = {}
         self._address_of: dict[int, str] = {}
         self._bouncing = 0
+        """Cookies and refusals waiting for their answer routes to reach their clients (at most
+        ``max_answer_routes``)."""
         self._cookies_waiting = 0
         """Cookies waiting for room on back-pressured answer routes (at most ``max_answer_routes``)."""
         self._groups: dict[str, Group] = {}
@@ -567,6 +574,10 @@ class Server(EndPoint[ServerConfiguration]):
         if not isinstance(port, int) or not 0 < port < 65536:
             handshake.stats.malformed += 1
             return
+        now_ns = time.monotonic_ns()
+        opening = self._answer_routes.get((address, route_id))
+        if opening is not None:
+            opening.bounced_ns = now_ns
         ready = self._ready_answer_route(address, route_id)
         if ready is not None:
             # Stateless: a cookie on a route that reached its client costs one offer, whatever the flood; the
@@ -577,12 +588,20 @@ class Server(EndPoint[ServerConfiguration]):
         if self._bouncing >= self.config.max_answer_routes:
             handshake.stats.unanswered += 1
             return
+        if opening is not None and opening.bounces is not None:
+            # Its route is on its way: the task already waiting for it sends this one too (the clients of a shared
+            # route, or HELLOs resent while the route is slow to connect).
+            opening.bounces.append(bounce.packet)
+            self._bouncing += 1
+            return
         lease = self._lease_answer_route(address, port, route_id)
         if lease is None:
             handshake.stats.unanswered += 1
             return
         self._bouncing += 1
-        self._spawn(self._send_bounce(bounce, lease))
+        lease.bounced_ns = now_ns
+        lease.bounces = [bounce.packet]
+        self._spawn(self._send_bounce(lease))
 
     def _cookie_when_room(self, publication: Publication, packet: bytes, address: str, route_id: int) -> None:
         """A cookie its route's back pressure refused: the HELLOs of many clients sharing one route (a storm from
@@ -622,22 +641,34 @@ class Server(EndPoint[ServerConfiguration]):
         publication = route.opening.result()
         return publication if publication.is_connected else None
 
-    async def _send_bounce(self, bounce: Bounce, lease: _AnswerRoute) -> None:
+    async def _send_bounce(self, lease: _AnswerRoute) -> None:
+        """Send ``lease.bounces`` once the route reached its client (those that come meanwhile join them)."""
         timeout = self.config.handshake_timeout
-        sent = False
+        waiting: list[bytes] = []
+        sent = 0
+        opened = False
         try:
             publication = await asyncio.shield(lease.opening)
+            opened = True
             await wait_connected(publication, timeout, self._aeron())
-            await self._send_reply(publication, bounce.packet, timeout)
-            sent = True
+            waiting, lease.bounces = lease.bounces or [], None  # (later ones go out directly: it is connected)
+            for packet in waiting:
+                await self._send_reply(publication, packet, timeout)
+                sent += 1
         except Exception as exc:
             _log.debug("a handshake answer to %s went unsent: %s", lease.address, exc)
             if self._handshake is not None:
-                self._handshake.stats.unanswered += 1
+                self._handshake.stats.unanswered += len(lease.bounces or waiting) - sent
         finally:
-            self._bouncing -= 1
-            if sent and not self._closing:
-                self._pin(lease)  # held while the client's route lives: its next HELLO is answered on it
+            if lease.bounces is not None:  # given up before the route got there
+                waiting, lease.bounces = lease.bounces, None
+            self._bouncing -= len(waiting)
+            if opened and not self._closing:
+                # Held while the client's route lives, even if it has not got there yet: its next HELLO is answered
+                # on it, and a route opened again for that client route would clash with this one's session (the
+                # driver keeps a closed publication a while): a storm's slow clients were then turned away for
+                # seconds.
+                self._pin(lease)
             self._let_go_of_route(lease)  # also when cancelled (closing): the lease must not outlive us
 
     def _on_evicted(self, handshake: ServerHandshake) -> None:
@@ -943,20 +974,26 @@ class Server(EndPoint[ServerConfiguration]):
         return route
 
     def _evict_route(self, routes: list[_AnswerRoute]) -> bool:
-        """Close the oldest of ``routes`` no handshake in flight uses (only kept answers and cookies hold it)."""
+        """Close the oldest of ``routes`` no handshake in flight uses (only kept answers and sent cookies hold it),
+        one that sent no cookie within a handshake timeout if there is one. A client that got a cookie comes back
+        on its route within a round trip: in a storm of clients with a route each, closing those routes (the
+        oldest) left their clients' next HELLOs unanswered, and a route opened again for one of them clashed with
+        the closing one's session, for seconds at a time."""
         busy = {id(p.lease) for p in self._pending.values() if p.lease is not None}
-        for route in routes:  # insertion order: oldest first
-            if id(route) in busy:
-                continue
-            for connect_key, (_, lease, _until) in list(self._finished_reply.items()):
-                if lease is route:
-                    del self._finished_reply[connect_key]
-                    self._let_go_of_route(lease)
-            if route.pinned:
-                self._unpin(route)
-            self._forget_route(route)
-            return True
-        return False
+        # (Nor a route on its way with a cookie: see ``_AnswerRoute.bounces``.)
+        idle = [route for route in routes if id(route) not in busy and route.bounces is None]  # oldest first
+        if not idle:
+            return False
+        quiet_since = time.monotonic_ns() - int(self.config.handshake_timeout * 1e9)
+        route = next((r for r in idle if r.bounced_ns < quiet_since), idle[0])
+        for connect_key, (_, lease, _until) in list(self._finished_reply.items()):
+            if lease is route:
+                del self._finished_reply[connect_key]
+                self._let_go_of_route(lease)
+        if route.pinned:
+            self._unpin(route)
+        self._forget_route(route)
+        return True
 
     def _forget_route(self, route: _AnswerRoute) -> None:
         """``route`` out of ``_answer_routes`` (if it is still the one filed under its client route)."""

@@ -25,10 +25,12 @@ from endpoint import Client, Connection, Server
 from endpoint.handshake.routes import LINGER_NS, HandshakeRoutes, HandshakeSlots
 from endpoint.poller import LoopPoller
 from support.endpoints import (
+    RawHandshakePeer,
     client_config,
     connected_client,
     distinct_free_udp_ports,
     free_udp_port,
+    raw_driver,
     running_server,
     server_config,
     server_end,
@@ -433,3 +435,67 @@ async def test_cookies_waiting_for_room_are_bounded_per_route(aeron_dir: Path, c
             route.cookies_waiting = 0
         finally:
             await client.close()
+
+
+async def test_hellos_that_come_while_their_answer_route_connects_wait_for_it_together(
+    aeron_dir: Path, port: int
+) -> None:
+    """A client route whose answers cannot arrive (its answer subscription is gone): the server opens one answer
+    route for it and its cookies wait for it together, however many HELLOs come meanwhile (resends, or other
+    clients of that route); a route on its way is not closed to make room for others; when it does not get there
+    in time, every cookie it held is counted unanswered, and the route is kept (not opened again) until its client
+    route is gone."""
+    async with (
+        running_server(server_config(aeron_dir, port, handshake_timeout=1.0)) as server,
+        raw_driver(None) as aeron,
+    ):
+        peer = await RawHandshakePeer.open(aeron, "udp", port)
+        try:
+            await peer.reply.close_async()  # no status messages: the server's answer route never connects
+            for _ in range(3):
+                await peer.send(peer.handshake().hello(time.time_ns()))
+            await wait_until(lambda: server.handshake_stats.challenged == 3, 10, what="three HELLOs challenged")
+            (route,) = server._answer_routes.values()
+            assert route.bounces is not None
+            assert len(route.bounces) == server._bouncing == 3
+            assert not server._evict_route([route])
+            await wait_until(lambda: server._bouncing == 0, 10, what="the cookies given up")
+            assert server.handshake_stats.unanswered == 3
+            # The route stays while its client route lives: a HELLO resent now waits for the same one (a route
+            # opened again would clash with its session).
+            assert route.pinned
+            assert list(server._answer_routes.values()) == [route]
+            await peer.send(peer.handshake().hello(time.time_ns()))
+            await wait_until(lambda: route.bounces is not None, 10, what="the next cookie waiting for the route")
+            assert list(server._answer_routes.values()) == [route]
+            await wait_until(lambda: server._bouncing == 0, 10, what="the next cookie given up")
+            assert server.handshake_stats.unanswered == 4
+            await peer.publication.close_async()
+            await wait_until(lambda: server._answer_routes == {}, 15, what="the route let go with its client route")
+        finally:
+            if not peer.publication.is_closed:
+                await peer.publication.close_async()
+
+
+async def test_room_is_made_by_closing_a_route_whose_client_got_no_cookie_lately(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """At the answer-route cap the oldest idle route gives way, unless a cookie went out on it within a handshake
+    timeout (its client is on its way back on it) and a quieter one is there: that one goes instead."""
+    async with running_server(server_config(aeron_dir, port)) as server:
+        clients = [
+            Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=10.0))
+            for local_port in distinct_free_udp_ports(2)
+        ]
+        try:
+            for client in clients:
+                await client.connect("127.0.0.1", port)
+            older, newer = server._answer_routes.values()  # oldest first; both idle, pinned for their clients
+            older.bounced_ns = time.monotonic_ns()  # as if its client had just been sent a cookie
+            newer.bounced_ns = 0
+            assert server._evict_route([older, newer])
+            assert list(server._answer_routes.values()) == [older]
+            assert server._evict_route([older])  # the only idle one gives way all the same
+            assert server._answer_routes == {}
+        finally:
+            await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
