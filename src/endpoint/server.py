@@ -644,7 +644,7 @@ class Server(EndPoint[ServerConfiguration]):
     async def _send_bounce(self, lease: _AnswerRoute) -> None:
         """Send ``lease.bounces`` once the route reached its client (those that come meanwhile join them)."""
         timeout = self.config.handshake_timeout
-        waiting: list[bytes] = []
+        waiting: list[bytes] | None = None
         sent = 0
         opened = False
         try:
@@ -658,10 +658,10 @@ class Server(EndPoint[ServerConfiguration]):
         except Exception as exc:
             _log.debug("a handshake answer to %s went unsent: %s", lease.address, exc)
             if self._handshake is not None:
-                self._handshake.stats.unanswered += len(lease.bounces or waiting) - sent
+                self._handshake.stats.unanswered += len(lease.bounces or ()) if waiting is None else len(waiting) - sent
         finally:
-            if lease.bounces is not None:  # given up before the route got there
-                waiting, lease.bounces = lease.bounces, None
+            if waiting is None:  # given up before the route got there
+                waiting, lease.bounces = lease.bounces or [], None
             self._bouncing -= len(waiting)
             if opened and not self._closing:
                 # Held while the client's route lives, even if it has not got there yet: its next HELLO is answered
