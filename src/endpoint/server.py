@@ -344,16 +344,19 @@ class Server(EndPoint[ServerConfiguration]):
             # the images it makes are sparse (a forged SETUP costs the log's metadata page, not its terms). At
             # the image limits the longest-silent image gives way: forged SETUPs that never send evict each
             # other, while live clients' publications (heartbeats every 100 ms) keep their places. One address
-            # (a host of many client processes, a NAT) may hold an image for each answer route it may have (the
-            # driver's default, 64, made such a host's storm wait its turns in silence), but no more than it may
-            # have handshakes pending: past that its half-open handshakes evict each other, each having made its
-            # streams, and the storm collapses (measured: 800 clients of one host, 472 connected in 30 s).
+            # (a host of many client processes, a NAT) holds at most ``max_routes_per_source`` images: more lets
+            # a few flooding addresses fill the stream's places (see its docstring), and never more than it may
+            # have answer routes or handshakes pending: past that its half-open handshakes evict each other, each
+            # having made its streams, and the storm collapses (measured: 800 clients of one host, 472 connected
+            # in 30 s).
             port = 0 if pick else self._port
             channel = udp_channel(
                 f"{bracket(cfg.listen_address)}:{port}",
                 max_term_length=65536,
                 handshake=True,
-                max_images_per_source=min(cfg.max_answer_routes_per_source, cfg.max_pending_per_source),
+                max_images_per_source=min(
+                    cfg.max_routes_per_source, cfg.max_answer_routes_per_source, cfg.max_pending_per_source
+                ),
             )
             try:
                 self._udp_handshake = await aeron.add_subscription_async(channel, HANDSHAKE_STREAM_ID)

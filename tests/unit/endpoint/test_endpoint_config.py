@@ -584,8 +584,9 @@ def test_sparse_logs_reach_the_embedded_driver(tmp_path: Path) -> None:
 def test_an_end_point_driver_lets_subscriptions_ask_for_their_images_per_source(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The server's handshake subscription asks for ``max_answer_routes_per_source`` images per address; the end
-    point's driver lifts its ceiling (Aeron-style default 64) to allow it, unless the operator set one."""
+    """The server's handshake subscription asks for its images per address (``max_routes_per_source``, up to its
+    per-address caps); the end point's driver lifts its ceiling (Aeron-style default 64) to allow more, unless the
+    operator set one."""
     from endpoint.channels import udp_channel
     from endpoint.registry import SharedDriver
 
