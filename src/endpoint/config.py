@@ -379,11 +379,11 @@ class ServerConfiguration(Configuration):
     closed, or the answer dropped (the client asks again)."""
     max_routes_per_source: int = attrs.field(default=64, validator=_int_range(1, 1 << 16))
     """Client routes (a route per client process, or per client with a port of its own) one remote address may
-    hold on the server's handshake stream at once; the driver refuses more until one ends. The handshake stream
-    holds 1,024 in all, so that many over this figure, flooding, fill it: at 64, eight flooding addresses hold
-    half of it and a lone client still gets in at once; at 256 the same flood kept clients out for seconds. A
-    host of many client processes connecting at once (or a NAT) waits its turns past this figure: raise it for
-    such a host, within ``max_answer_routes_per_source`` and ``max_pending_per_source``."""
+    hold on the server's handshake stream at once; the driver refuses more until one ends. The stream holds 1,024
+    routes in all, so 1,024 / this many flooding addresses fill it: at 64, eight flooding addresses hold half of it
+    and a lone client still gets in at once; at 256 the same flood kept clients out for seconds. A host of many
+    client processes connecting at once (or a NAT) waits its turns past this figure: raise it for such a host,
+    within ``max_answer_routes_per_source`` and ``max_pending_per_source``."""
     max_groups: int = attrs.field(default=65_536, validator=_int_range(1, 1 << 24))
     """Groups (``server.group(name)``) the server holds at once; one more is a BudgetExceededError. A group's members
     are the server's open connections, each at most once, so no group outgrows ``max_clients``."""
