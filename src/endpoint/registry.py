@@ -50,8 +50,8 @@ _RESERVED_SESSIONS = (0x1000_0000, 0x7FFF_FFFF)
 """Session ids the end points choose themselves; an embedded driver never auto-assigns them."""
 _IMAGES_PER_SOURCE_ENV = env_name(attrs.fields(DriverContext).receiver_max_images_per_source.metadata["property"])
 _IMAGES_PER_SOURCE_CEILING = 1 << 16
-"""An end point's driver lets each subscription ask for its own per-address image limit (the largest
-``max_answer_routes_per_source`` allows); images per subscription stay bounded by the driver's own limit."""
+"""An end point's driver lets each subscription ask for its own per-address image limit (a server's
+``max_routes_per_source``); images per subscription stay bounded by the driver's own limit."""
 
 
 _SOCKET_DROPS_LABEL = DriverSystemCounterId.RECEIVE_SOCKET_DROPS.label
@@ -215,7 +215,7 @@ class SharedDriver:
             overrides["receiver_sparse_image_threshold"] = 0
         if _IMAGES_PER_SOURCE_ENV not in os.environ:
             # The ceiling of what a subscription may ask for: a server's handshake subscription asks for its
-            # answer routes per address (``max_answer_routes_per_source``); its other subscriptions name a session.
+            # ``max_routes_per_source`` (64 unless raised); its other subscriptions name a session.
             overrides["receiver_max_images_per_source"] = _IMAGES_PER_SOURCE_CEILING
         for name in IDLE_STRATEGY_FIELDS:
             overrides[name] = cfg.driver_idle_strategy

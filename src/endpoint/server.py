@@ -150,6 +150,14 @@ class _AnswerRoute:
             return True
         return not self.opening.cancelled() and self.opening.exception() is None and not self.opening.result().is_closed
 
+    @property
+    def reached(self) -> ExclusivePublication | None:
+        """The route's publication if it is open and reached its client."""
+        if not self.opening.done() or not self.usable:
+            return None
+        publication = self.opening.result()
+        return publication if publication.is_connected else None
+
 
 class _NoAnswerRoute(Exception):
     """Every answer route the caps allow is busy with handshakes in flight."""
@@ -581,7 +589,7 @@ class Server(EndPoint[ServerConfiguration]):
         opening = self._answer_routes.get((address, route_id))
         if opening is not None:
             opening.bounced_ns = now_ns
-        ready = self._ready_answer_route(address, route_id)
+        ready = opening.reached if opening is not None else None
         if ready is not None:
             # Stateless: a cookie on a route that reached its client costs one offer, whatever the flood; the
             # kept answers (per connect key) are only for handshakes that got further.
@@ -604,7 +612,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._bouncing += 1
         lease.bounced_ns = now_ns
         lease.bounces = [bounce.packet]
-        self._spawn(self._send_bounce(lease))
+        self._spawn(self._send_bounce(lease, lease.bounces))
 
     def _cookie_when_room(self, publication: Publication, packet: bytes, address: str, route_id: int) -> None:
         """A cookie its route's back pressure refused: the HELLOs of many clients sharing one route (a storm from
@@ -636,36 +644,27 @@ class Server(EndPoint[ServerConfiguration]):
         if not sent and self._handshake is not None:
             self._handshake.stats.unanswered += 1
 
-    def _ready_answer_route(self, address: str, route_id: int) -> Publication | None:
-        """The answer route of client route ``route_id`` at ``address`` if it is open and reached its client."""
-        route = self._answer_routes.get((address, route_id))
-        if route is None or not route.opening.done() or not route.usable:
-            return None
-        publication = route.opening.result()
-        return publication if publication.is_connected else None
-
-    async def _send_bounce(self, lease: _AnswerRoute) -> None:
-        """Send ``lease.bounces`` once the route reached its client (those that come meanwhile join them)."""
+    async def _send_bounce(self, lease: _AnswerRoute, packets: list[bytes]) -> None:
+        """Send ``packets`` (the route's ``bounces``: those that come meanwhile join them) once the route reached its
+        client; from then on its cookies go out directly."""
         timeout = self.config.handshake_timeout
-        waiting: list[bytes] | None = None
         sent = 0
         opened = False
         try:
             publication = await asyncio.shield(lease.opening)
             opened = True
             await wait_connected(publication, timeout, self._aeron())
-            waiting, lease.bounces = lease.bounces or [], None  # (later ones go out directly: it is connected)
-            for packet in waiting:
+            for packet in packets:
                 await self._send_reply(publication, packet, timeout)
                 sent += 1
         except Exception as exc:
             _log.debug("a handshake answer to %s went unsent: %s", lease.address, exc)
             if self._handshake is not None:
-                self._handshake.stats.unanswered += len(lease.bounces or ()) if waiting is None else len(waiting) - sent
+                self._handshake.stats.unanswered += len(packets) - sent
         finally:
-            if waiting is None:  # given up before the route got there
-                waiting, lease.bounces = lease.bounces or [], None
-            self._bouncing -= len(waiting)
+            if lease.bounces is packets:
+                lease.bounces = None
+            self._bouncing -= len(packets)
             if opened and not self._closing:
                 # Held while the client's route lives, even if it has not got there yet: its next HELLO is answered
                 # on it, and a route opened again for that client route would clash with this one's session (the
