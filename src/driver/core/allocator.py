@@ -8,7 +8,8 @@ for it.
 
 from __future__ import annotations
 
-from pathlib import Path
+import contextlib
+import os
 from typing import TYPE_CHECKING
 
 from driver.concurrent.counters import AtomicCounter, CountersManager
@@ -133,7 +134,7 @@ class StreamAllocator:
 
     def create_publication_log(
         self,
-        path: Path,
+        path: str,
         session_id: int,
         stream_id: int,
         initial_term_id: int,
@@ -153,13 +154,14 @@ class StreamAllocator:
                 mtu_length=params.mtu,
                 term_length=params.term_length,
                 page_size=self._ctx.file_page_size,
-                correlation_id=int(path.stem),
+                correlation_id=int(os.path.basename(path).partition(".")[0]),
                 term_id=params.start[0] if params.start else None,
                 term_offset=params.start[1] if params.start else 0,
             )
         except BaseException:
             log.close()
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
             raise
         return log
 

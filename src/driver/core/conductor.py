@@ -12,6 +12,7 @@ the agent.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -111,6 +112,7 @@ class DriverConductor:
         self._nano_clock = nano_clock or SystemNanoClock()
         self._epoch_clock = epoch_clock or SystemEpochClock()
         self._aeron_dir = Path(ctx.aeron_dir)
+        self._publications_dir = os.path.join(ctx.aeron_dir, "publications")
         self._to_driver = ManyToOneRingBuffer(cnc.to_driver_buffer)
         self.client_proxy = ClientProxy(
             BroadcastTransmitter(cnc.to_clients_buffer), current=cnc.generation is CncGeneration.CURRENT
@@ -597,7 +599,7 @@ class DriverConductor:
         initial_term_id = (
             params.initial_term_id if params.initial_term_id is not None else random.randint(-(2**31), 2**31 - 1)
         )
-        path = self._aeron_dir / "publications" / f"{registration_id}.logbuffer"
+        path = f"{self._publications_dir}/{registration_id}.logbuffer"
         window = self._ctx.ipc_publication_term_window_length_for(params.term_length)
         log = self.allocator.create_publication_log(
             path,
@@ -628,7 +630,7 @@ class DriverConductor:
             )
         except BaseException:
             log.close()
-            path.unlink(missing_ok=True)
+            self.delete_file(log.path)
             raise
         publication = IpcPublication(
             registration_id=registration_id,

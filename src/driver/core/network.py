@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import os
 import random
 import socket
 from collections import deque
@@ -263,8 +264,9 @@ class NetworkResources:
         self._timer_version = -1
         self._timer_of: list[NetworkPublication] = []
         self._timer_tails = PositionWatch([])
-        self._images_dir = Path(self._ctx.aeron_dir) / "images"
-        self._images_dir.mkdir(parents=True, exist_ok=True)
+        self._images_dir = os.path.join(self._ctx.aeron_dir, "images")
+        os.makedirs(self._images_dir, exist_ok=True)
+        self._publications_dir = os.path.join(self._ctx.aeron_dir, "publications")
         self._faults = (self._ctx.send_faults, self._ctx.receive_faults)
 
     # -- publications ---------------------------------------------------------------------------
@@ -355,7 +357,7 @@ class NetworkResources:
             uri.get("fc"), is_multicast=channel.is_multicast or channel.has_explicit_control
         )
         endpoint = self._send_endpoint(channel)
-        path = Path(self._ctx.aeron_dir) / "publications" / f"{registration_id}.logbuffer"
+        path = f"{self._publications_dir}/{registration_id}.logbuffer"
         counters: list[AtomicCounter] = []
         try:
             current = self._allocator.publication_metadata(
@@ -787,7 +789,7 @@ class NetworkResources:
             )
             return
         correlation_id = conductor.next_correlation_id()
-        path = self._images_dir / f"{correlation_id}.logbuffer"
+        path = f"{self._images_dir}/{correlation_id}.logbuffer"
         channel_text = links[0].channel
         # A long log is sparse: its pages cost memory only as data fills them, not when a SETUP asks. So is
         # any log a subscription asks to be (sparse=true: a handshake stream, whose images cost nothing until

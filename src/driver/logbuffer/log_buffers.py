@@ -13,6 +13,13 @@ access and as a memoryview of the mapping (``term_views``) for zero-copy payload
 slices. Slices of ``term_views`` keep the mapping alive: :meth:`close` releases
 what it owns and unmaps when nothing else still references the memory (else
 the mapping is freed when the last slice goes away).
+
+A driver and its clients in one process (an embedded driver) share one mapping
+of each log: :meth:`LogBuffers.map` of a file this process created and still
+maps reuses that mapping rather than opening and mapping the file again (a
+connect storm maps two or three logs per connection on each side). Each
+:class:`LogBuffers` holds its own views of it, and the mapping is closed by
+whichever closes last, as with slices.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import contextlib
 import errno
 import mmap
 import os
+import weakref
 from pathlib import Path
 from types import TracebackType
 
@@ -41,7 +49,7 @@ __all__ = ["LogBuffers"]
 _ZERO_CHUNK = 1 << 20
 
 
-def _usable_space(directory: Path) -> int:
+def _usable_space(directory: str) -> int:
     st = os.statvfs(directory)
     return st.f_bavail * st.f_frsize
 
@@ -49,12 +57,12 @@ def _usable_space(directory: Path) -> int:
 _SPACE_RECHECK_EVERY = 32
 _SPACE_SLACK = 256 << 20
 _SPACE_DIRECTORIES_MAX = 16
-_space: dict[Path, tuple[int, int]] = {}
+_space: dict[str, tuple[int, int]] = {}
 """Per directory: the logs created there since its usable space was last read, and that figure less their
 lengths."""
 
 
-def _enough_space(directory: Path, length: int) -> int | None:
+def _enough_space(directory: str, length: int) -> int | None:
     """None when ``directory`` has room for ``length`` more bytes, else the usable space it has.
 
     A connect storm creates a few logs per connection, and each read of the file system's figures cost a
@@ -88,11 +96,41 @@ def _fill_zeros(fd: int, length: int) -> None:
         written += os.pwrite(fd, zeros[: min(len(zeros), length - written)], written)
 
 
+_created: dict[str, tuple[weakref.ref[mmap.mmap], int, int]] = {}
+"""The logs this process created and may still map, by file name: the mapping, the file's device and inode (a
+file of that name made since, by a driver started again on the same directory, is another file)."""
+
+
+def _remember(name: str, mapping: mmap.mmap, fd: int) -> None:
+    status = os.fstat(fd)
+
+    def forget(gone: weakref.ref[mmap.mmap]) -> None:
+        known = _created.get(name)
+        if known is not None and known[0] is gone:
+            del _created[name]
+
+    _created[name] = (weakref.ref(mapping, forget), status.st_dev, status.st_ino)
+
+
+def _created_mapping(name: str) -> mmap.mmap | None:
+    """The open mapping this process made of the file ``name`` is now, or None."""
+    known = _created.get(name)
+    if known is None:
+        return None
+    mapping = known[0]()
+    if mapping is None or mapping.closed:
+        return None
+    status = os.stat(name)
+    if (status.st_dev, status.st_ino) != known[1:] or status.st_size != len(mapping):
+        return None
+    return mapping
+
+
 class LogBuffers:
     """The mapped log: ``terms`` (3 AtomicBuffers), ``term_views``, ``metadata``, ``term_length``."""
 
-    def __init__(self, path: Path, mapping: mmap.mmap, term_length: int) -> None:
-        self.path = path
+    def __init__(self, path: str | os.PathLike[str], mapping: mmap.mmap, term_length: int) -> None:
+        self._name = os.fspath(path)
         self.term_length = term_length
         self._mmap: mmap.mmap | None = mapping
         self._view: memoryview | None = memoryview(mapping)
@@ -107,6 +145,10 @@ class LogBuffers:
         self.metadata = AtomicBuffer(mapping, file_length - LOG_META_DATA_LENGTH, LOG_META_DATA_LENGTH)
         self._closed = False
 
+    @property
+    def path(self) -> Path:
+        return Path(self._name)
+
     @classmethod
     def create(cls, path: str | os.PathLike[str], term_length: int, page_size: int, sparse: bool = False) -> LogBuffers:
         """Create a new log file (it must not exist) and map it.
@@ -119,14 +161,15 @@ class LogBuffers:
         """
         check_term_length(term_length)
         check_page_size(page_size)
-        file_path = Path(path)
+        name = os.fspath(path)
         length = compute_log_length(term_length, page_size)
-        usable = _enough_space(file_path.parent, length)
+        directory = os.path.dirname(name) or "."
+        usable = _enough_space(directory, length)
         if usable is not None:
             raise StorageSpaceError(
-                f"insufficient usable storage for new log of length={length} in {file_path.parent} (usable={usable})"
+                f"insufficient usable storage for new log of length={length} in {directory} (usable={usable})"
             )
-        fd = os.open(file_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             try:
                 if sparse:
@@ -136,35 +179,39 @@ class LogBuffers:
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise StorageSpaceError(
-                        f"insufficient storage for new log of length={length} at {file_path}: {exc}"
+                        f"insufficient storage for new log of length={length} at {name}: {exc}"
                     ) from exc
                 raise
             mapping = mmap.mmap(fd, length)
+            _remember(name, mapping, fd)
         except BaseException:
             os.close(fd)
-            try:
-                file_path.unlink()
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                os.unlink(name)
             raise
         os.close(fd)
-        log = cls(file_path, mapping, term_length)
+        log = cls(name, mapping, term_length)
         log.metadata.put_int(LOG_TERM_LENGTH_OFFSET, term_length)
         log.metadata.put_int(LOG_PAGE_SIZE_OFFSET, page_size)
         return log
 
     @classmethod
     def map(cls, path: str | os.PathLike[str]) -> LogBuffers:
-        """Map an existing log file; the term length comes from its metadata."""
-        file_path = Path(path)
-        fd = os.open(file_path, os.O_RDWR)
-        try:
-            file_length = os.fstat(fd).st_size
-            if file_length < LOG_META_DATA_LENGTH:
-                raise DriverConfigurationError("log_length", file_length, f"at least {LOG_META_DATA_LENGTH} bytes")
-            mapping = mmap.mmap(fd, file_length)
-        finally:
-            os.close(fd)
+        """Map an existing log file; the term length comes from its metadata (a log this process created and
+        still maps: that mapping, see the module's docstring)."""
+        name = os.fspath(path)
+        mapping = _created_mapping(name)
+        mapped_here = mapping is None
+        if mapping is None:
+            fd = os.open(name, os.O_RDWR)
+            try:
+                file_length = os.fstat(fd).st_size
+                if file_length < LOG_META_DATA_LENGTH:
+                    raise DriverConfigurationError("log_length", file_length, f"at least {LOG_META_DATA_LENGTH} bytes")
+                mapping = mmap.mmap(fd, file_length)
+            finally:
+                os.close(fd)
+        file_length = len(mapping)
         try:
             meta = AtomicBuffer(mapping, file_length - LOG_META_DATA_LENGTH, LOG_META_DATA_LENGTH)
             term_length = meta.get_int(LOG_TERM_LENGTH_OFFSET)
@@ -177,9 +224,10 @@ class LogBuffers:
                     "log_length", file_length, f"at least 3 * term_length + {LOG_META_DATA_LENGTH}"
                 )
         except BaseException:
-            mapping.close()
+            if mapped_here:
+                mapping.close()
             raise
-        return cls(file_path, mapping, term_length)
+        return cls(name, mapping, term_length)
 
     @property
     def is_closed(self) -> bool:

@@ -182,3 +182,53 @@ def test_usable_space_is_read_for_every_log_when_little_is_left(
     for i in range(3):
         LogBuffers.create(tmp_path / f"{i}.logbuffer", TL, 4096, sparse=True).close()
     assert len(reads) == 3
+
+
+def test_a_log_created_in_this_process_is_mapped_through_the_same_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "s.logbuffer"
+    log = LogBuffers.create(path, TL, 4096)
+    mapped = LogBuffers.map(path)
+    assert mapped._mmap is log._mmap  # no second open and mmap of the file
+    log.terms[0].put_int(0, 5)
+    log.close()  # the creator goes first (a driver closing an image its client still reads)
+    assert mapped.terms[0].get_int(0) == 5
+    mapped.terms[0].put_int(4, 6)
+    shared = mapped._mmap
+    assert shared is not None
+    assert not shared.closed
+    mapped.close()
+    assert shared.closed  # the last holder unmapped it
+
+    again = LogBuffers.create(tmp_path / "t.logbuffer", TL, 4096)
+    first = LogBuffers.map(again.path)
+    first.close()  # a client goes first: the creator's mapping stays usable
+    again.terms[1].put_int(0, 7)
+    assert again.terms[1].get_int(0) == 7
+    again.close()
+
+
+def test_a_file_made_again_under_a_name_is_mapped_afresh(tmp_path: Path) -> None:
+    path = tmp_path / "r.logbuffer"
+    old = LogBuffers.create(path, TL, 4096)
+    data = path.read_bytes()
+    path.unlink()  # a driver started again on the same directory makes the same name anew
+    path.write_bytes(data)
+    fresh = LogBuffers.map(path)
+    try:
+        assert fresh._mmap is not old._mmap
+        fresh.terms[0].put_int(0, 9)
+        assert old.terms[0].get_int(0) == 0
+    finally:
+        fresh.close()
+        old.close()
+
+
+def test_a_bad_log_mapped_through_its_creators_mapping_leaves_that_mapping_open(tmp_path: Path) -> None:
+    path = tmp_path / "b.logbuffer"
+    log = LogBuffers.create(path, TL, 4096)
+    log.metadata.put_int(d.LOG_TERM_LENGTH_OFFSET, 3)
+    with pytest.raises(DriverConfigurationError, match="term_length"):
+        LogBuffers.map(path)
+    log.terms[0].put_int(0, 1)
+    assert log.terms[0].get_int(0) == 1
+    log.close()
