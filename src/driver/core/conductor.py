@@ -364,9 +364,11 @@ class DriverConductor:
     def release_session_id(self, session_id: int) -> None:
         self._active_session_ids.discard(session_id)
 
-    def delete_file(self, path: Path) -> None:
+    def delete_file(self, path: str) -> None:
         try:
-            path.unlink(missing_ok=True)
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
         except OSError as exc:
             self.record_error(exc)
 
@@ -630,7 +632,7 @@ class DriverConductor:
             )
         except BaseException:
             log.close()
-            self.delete_file(log.path)
+            self.delete_file(log.name)
             raise
         publication = IpcPublication(
             registration_id=registration_id,
@@ -941,7 +943,7 @@ class DriverConductor:
         for sub in self.subscription_links:
             sub.positions.pop(publication.registration_id, None)
         publication.close()
-        self.delete_file(publication.log.path)
+        self.delete_file(publication.log.name)
 
     def _check_for_blocked_commands(self, now_ns: int) -> None:
         """Unblock the to-driver ring when a client claimed a record and has not finished it for the client

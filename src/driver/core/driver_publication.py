@@ -43,7 +43,7 @@ class DriverPublication:
 
     @property
     def log_file_name(self) -> str:
-        return str(self.log.path)
+        return self.log.name
 
     def producer_position(self) -> int:
         """Where the publishers have written up to: the active partition's raw tail as a position."""

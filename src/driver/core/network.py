@@ -23,7 +23,6 @@ import random
 import socket
 from collections import deque
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from driver.command.current import ADDRESS_TYPE_IPV4, ADDRESS_TYPE_IPV6, PublicationErrorResponse
@@ -169,7 +168,7 @@ class ConductorServices(Protocol):
 
     def release_session_id(self, session_id: int) -> None: ...
 
-    def delete_file(self, path: Path) -> None: ...
+    def delete_file(self, path: str) -> None: ...
 
 
 class NetworkResources:
@@ -1124,7 +1123,7 @@ class NetworkResources:
         self._tearing_down.discard(publication)
         conductor.release_session_id(publication.session_id)
         publication.close()
-        conductor.delete_file(publication.log.path)
+        conductor.delete_file(publication.log.name)
         endpoint = publication.endpoint
         assert isinstance(endpoint, SendChannelEndpoint)
         endpoint.ref_count -= 1
@@ -1141,7 +1140,7 @@ class NetworkResources:
     def _close_image(self, image: PublicationImage) -> None:
         self._tearing_down.discard(image)
         image.close()
-        self._conductor.delete_file(image.log.path)
+        self._conductor.delete_file(image.log.name)
         self._maybe_close_receive_endpoint(image.endpoint)
 
     def _maybe_close_receive_endpoint(self, endpoint: ReceiveChannelEndpoint) -> None:

@@ -241,7 +241,7 @@ class PublicationImage:
 
     @property
     def log_file_name(self) -> str:
-        return str(self.log.path)
+        return self.log.name
 
     @property
     def source_identity(self) -> str:

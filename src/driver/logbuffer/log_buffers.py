@@ -149,6 +149,11 @@ class LogBuffers:
     def path(self) -> Path:
         return Path(self._name)
 
+    @property
+    def name(self) -> str:
+        """The file's path as a string (what clients are told to map)."""
+        return self._name
+
     @classmethod
     def create(cls, path: str | os.PathLike[str], term_length: int, page_size: int, sparse: bool = False) -> LogBuffers:
         """Create a new log file (it must not exist) and map it.

@@ -608,6 +608,8 @@ def _observed_address(raw: bytes) -> str | None:
 
 
 def _same_address(claimed: str, source: str) -> bool:
+    if claimed == source:  # the usual case, without parsing either
+        return True
     try:
         return ipaddress.ip_address(claimed) == ipaddress.ip_address(source)
     except ValueError:
