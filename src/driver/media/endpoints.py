@@ -45,6 +45,7 @@ from the network raises out of an agent.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
@@ -242,9 +243,18 @@ def _poll(
     return count
 
 
-def _receive_buffer() -> tuple[bytearray, memoryview]:
-    raw = bytearray(RECEIVE_BUFFER_LENGTH)
-    return raw, memoryview(raw)
+_buffers = threading.local()
+
+
+def _receive_view() -> memoryview:
+    """The calling thread's receive buffer. Every endpoint a thread polls reads into the same one (a datagram is
+    handled before the next is read), not one each: a process of a thousand clients, a port each, held 64 MiB of
+    them, and a connect storm made one per client."""
+    try:
+        view: memoryview = _buffers.view
+    except AttributeError:
+        view = _buffers.view = memoryview(bytearray(RECEIVE_BUFFER_LENGTH))
+    return view
 
 
 class DynamicDestinations:
@@ -359,7 +369,7 @@ class SendChannelEndpoint:
         self.private: dict[tuple[int, int], DynamicDestinations] = {}
         """Dynamic channels: the destinations of each private publication, by (session, stream)."""
         self.ref_count = 0
-        self._buffer, self._view = _receive_buffer()
+        self._view = _receive_view()
         self._send = self.transport.send
         self._reply = bytearray(64)
         self._no_images = ImageRoutes(
@@ -447,7 +457,8 @@ class SendChannelEndpoint:
     def poll(self, now_ns: int, limit: int = 16) -> int:
         """Read up to ``limit`` control datagrams and route them; returns how many were read."""
         self._now_ns = now_ns
-        return _poll(self.transport, self._no_images, self._view, now_ns, limit, self._dispatch, self.counters)
+        view = self._view = _receive_view()  # (the thread polling: the keeper may stand in for an invoker's)
+        return _poll(self.transport, self._no_images, view, now_ns, limit, self._dispatch, self.counters)
 
     def _dispatch(self, length: int, address: Address) -> None:
         """One control datagram, in ``_view``: feedback to the publication it names."""
@@ -570,7 +581,7 @@ class ReceiveChannelEndpoint:
         self.ref_count = 0
         self.local_address_indicator: AtomicCounter | None = None
         """The bound address's counter, for an endpoint asked to bind port 0 (see the network conductor)."""
-        self._buffer, self._view = _receive_buffer()
+        self._view = _receive_view()
         self._control = bytearray(64)
         self._send = self.transport.send
         self._next_control_elicit_ns = 0
@@ -616,7 +627,8 @@ class ReceiveChannelEndpoint:
     def poll(self, now_ns: int, limit: int = 32) -> int:
         """Read up to ``limit`` datagrams: data for routed images inserted natively, the rest dispatched here."""
         self._now_ns = now_ns
-        return _poll(self.transport, self.routes, self._view, now_ns, limit, self._dispatch, self.counters)
+        view = self._view = _receive_view()
+        return _poll(self.transport, self.routes, view, now_ns, limit, self._dispatch, self.counters)
 
     def _dispatch(self, length: int, address: Address) -> None:
         """One datagram the batch did not take, in ``_view``."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
@@ -16,6 +18,7 @@ from driver.logbuffer import descriptor as lbd
 from driver.media._net import ImageSlot
 from driver.media.endpoints import EndpointCounters, ReceiveChannelEndpoint
 from driver.media.udp_channel import UdpChannel
+from driver.wire.setup import SetupFrame
 
 TERM_LENGTH = 64 * 1024
 A, B, C = 10, 11, 12
@@ -53,7 +56,9 @@ def _slot(manager: CountersManager, session_id: int, stream_id: int) -> ImageSlo
 
 
 @contextlib.contextmanager
-def _endpoint() -> Iterator[tuple[ReceiveChannelEndpoint, CountersManager]]:
+def _endpoint(
+    on_setup: Callable[[object, tuple[int, ...], object], bool] = lambda _endpoint, _fields, _source: True,
+) -> Iterator[tuple[ReceiveChannelEndpoint, CountersManager]]:
     manager = CountersManager(AtomicBuffer(bytearray(256 * 1024)), AtomicBuffer(bytearray(64 * 1024)))
     system = {sid: manager.new_counter(sid.label, 0) for sid in SystemCounterId}
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
@@ -63,7 +68,7 @@ def _endpoint() -> Iterator[tuple[ReceiveChannelEndpoint, CountersManager]]:
         UdpChannel.parse(f"aeron:udp?endpoint=127.0.0.1:{port}"),
         EndpointCounters.of(system.__getitem__),
         manager.new_counter("rcv-channel"),
-        lambda _endpoint, _fields, _source: None,
+        on_setup,
         receiver_id=1,
     )
     try:
@@ -101,3 +106,41 @@ def test_routes_follow_subscriptions_and_images_in_any_order() -> None:
         endpoint.remove_image((3, B), b1)
         assert len(endpoint.routes) == 0
         assert endpoint.images == {}
+
+
+def test_endpoints_polled_by_one_thread_share_its_buffer_and_threads_do_not() -> None:
+    """Every endpoint a thread polls reads into that thread's one receive buffer; two threads polling at once
+    (a sender and a receiver, or the keeper standing in) each read into their own, and nothing is mixed up."""
+    sessions: dict[int, list[int]] = {0: [], 1: []}
+    setups_each = 200
+    with contextlib.ExitStack() as stack:
+        endpoints = [
+            stack.enter_context(_endpoint(lambda _e, fields, _s, i=i: sessions[i].append(fields[5]) is None))[0]
+            for i in range(2)
+        ]
+        for endpoint in endpoints:
+            endpoint.add_stream(A, None)
+        assert endpoints[0]._view is endpoints[1]._view
+        views: dict[int, memoryview] = {}
+
+        def poll(i: int) -> None:
+            endpoint = endpoints[i]
+            deadline = time.monotonic() + 10.0
+            while len(sessions[i]) < setups_each and time.monotonic() < deadline:
+                endpoint.poll(time.monotonic_ns())
+            views[i] = endpoint._view
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            for n in range(setups_each):
+                for i, endpoint in enumerate(endpoints):
+                    session = (i + 1) * 1_000_000 + n
+                    frame = SetupFrame(0, session, A, 0, 0, TERM_LENGTH, 1408)
+                    sender.sendto(frame.encode(), ("127.0.0.1", endpoint.transport.local_address[1]))
+            threads = [threading.Thread(target=poll, args=(i,)) for i in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(15.0)
+        assert sessions[0] == [1_000_000 + n for n in range(setups_each)]
+        assert sessions[1] == [2_000_000 + n for n in range(setups_each)]
+        assert views[0] is not views[1]
