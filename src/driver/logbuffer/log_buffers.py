@@ -113,7 +113,7 @@ def _remember(name: str, mapping: mmap.mmap, fd: int) -> None:
 
 
 def _created_mapping(name: str) -> mmap.mmap | None:
-    """The open mapping this process made of the file ``name`` is now, or None."""
+    """The open mapping this process made of the file now at ``name``, or None."""
     known = _created.get(name)
     if known is None:
         return None
