@@ -206,6 +206,9 @@ class KnownServers:
         key = bytes(public_key)
         if len(key) != _KEY_LENGTH:
             raise ValueError(f"a server public key is {_KEY_LENGTH} bytes, got {len(key)}")
+        self._refresh()
+        if self._keys.get(address) == key:
+            return  # pinned already (by another client of this host in the same storm): nothing to lock or write
         with self._locked() if self.path is not None else contextlib.nullcontext():
             self._refresh()
             previous = self._keys.get(address)

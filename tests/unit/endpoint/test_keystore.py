@@ -258,3 +258,26 @@ def test_stores_of_one_file_parse_it_once_until_it_changes(tmp_path: Path, monke
     path.write_text(json.dumps(other))  # another process's write: seen once, parsed once
     assert all(store.get("outside:1") == b"\xaa" * 32 for store in stores)
     assert len(loads) == 2
+
+
+def test_a_pin_another_store_already_wrote_takes_no_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host's clients each hold a store of one file; in a storm every one of them pins the new server's key. Those
+    that find it pinned already (by another) neither lock nor write; a different key still locks and re-pins."""
+    path = tmp_path / "known.json"
+    first, second = KnownServers(path), KnownServers(path)
+    first.remember("s:1", A)
+    written = path.stat()
+    locks: list[str] = []
+    real_locked = KnownServers._locked
+
+    def counted(self: KnownServers) -> object:
+        locks.append("lock")
+        return real_locked(self)
+
+    monkeypatch.setattr(KnownServers, "_locked", counted)
+    second.remember("s:1", A)
+    assert locks == []
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    second.remember("s:1", B)
+    assert locks == ["lock"]
+    assert first.get("s:1") == B
