@@ -86,12 +86,14 @@ class StreamAllocator:
     metadata and whose counters record the client that owns them.
     """
 
-    __slots__ = ("_ctx", "counters", "is_current")
+    __slots__ = ("_ctx", "counters", "is_current", "publications_dir")
 
     def __init__(self, ctx: DriverContext, counters: CountersManager, *, is_current: bool) -> None:
         self._ctx = ctx
         self.counters = counters
         self.is_current = is_current
+        self.publications_dir = os.path.join(ctx.aeron_dir, "publications")
+        """Where publication logs go, each named by its registration id."""
 
     def stream_counter(
         self,
@@ -134,7 +136,7 @@ class StreamAllocator:
 
     def create_publication_log(
         self,
-        path: str,
+        registration_id: int,
         session_id: int,
         stream_id: int,
         initial_term_id: int,
@@ -142,6 +144,7 @@ class StreamAllocator:
         current: CurrentLogMetadata | None = None,
     ) -> LogBuffers:
         """``current``: today's extra metadata, written only when the driver speaks the current generation."""
+        path = f"{self.publications_dir}/{registration_id}.logbuffer"
         log = LogBuffers.create(path, params.term_length, self._ctx.file_page_size, sparse=params.sparse)
         try:
             if current is not None and self.is_current:
@@ -154,7 +157,7 @@ class StreamAllocator:
                 mtu_length=params.mtu,
                 term_length=params.term_length,
                 page_size=self._ctx.file_page_size,
-                correlation_id=int(os.path.basename(path).partition(".")[0]),
+                correlation_id=registration_id,
                 term_id=params.start[0] if params.start else None,
                 term_offset=params.start[1] if params.start else 0,
             )

@@ -15,7 +15,6 @@ import contextlib
 import os
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from driver.clock import EpochClock, NanoClock, SystemEpochClock, SystemNanoClock
@@ -111,8 +110,6 @@ class DriverConductor:
         self.ctx = self._ctx = ctx
         self._nano_clock = nano_clock or SystemNanoClock()
         self._epoch_clock = epoch_clock or SystemEpochClock()
-        self._aeron_dir = Path(ctx.aeron_dir)
-        self._publications_dir = os.path.join(ctx.aeron_dir, "publications")
         self._to_driver = ManyToOneRingBuffer(cnc.to_driver_buffer)
         self.client_proxy = ClientProxy(
             BroadcastTransmitter(cnc.to_clients_buffer), current=cnc.generation is CncGeneration.CURRENT
@@ -180,7 +177,7 @@ class DriverConductor:
         """Duty cycles that came after a gap long enough to be a stall of this process (see :meth:`_on_host_stall`)."""
         self._last_command_consumer_position = 0
         self._time_of_last_command_position_change_ns = 0
-        (self._aeron_dir / "publications").mkdir(parents=True, exist_ok=True)
+        os.makedirs(self.allocator.publications_dir, exist_ok=True)
         self.network = NetworkResources(
             self,
             ctx=ctx,
@@ -601,10 +598,9 @@ class DriverConductor:
         initial_term_id = (
             params.initial_term_id if params.initial_term_id is not None else random.randint(-(2**31), 2**31 - 1)
         )
-        path = f"{self._publications_dir}/{registration_id}.logbuffer"
         window = self._ctx.ipc_publication_term_window_length_for(params.term_length)
         log = self.allocator.create_publication_log(
-            path,
+            registration_id,
             session_id,
             msg.stream_id,
             initial_term_id,

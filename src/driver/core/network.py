@@ -265,7 +265,6 @@ class NetworkResources:
         self._timer_tails = PositionWatch([])
         self._images_dir = os.path.join(self._ctx.aeron_dir, "images")
         os.makedirs(self._images_dir, exist_ok=True)
-        self._publications_dir = os.path.join(self._ctx.aeron_dir, "publications")
         self._faults = (self._ctx.send_faults, self._ctx.receive_faults)
 
     # -- publications ---------------------------------------------------------------------------
@@ -356,7 +355,6 @@ class NetworkResources:
             uri.get("fc"), is_multicast=channel.is_multicast or channel.has_explicit_control
         )
         endpoint = self._send_endpoint(channel)
-        path = f"{self._publications_dir}/{registration_id}.logbuffer"
         counters: list[AtomicCounter] = []
         try:
             current = self._allocator.publication_metadata(
@@ -367,7 +365,9 @@ class NetworkResources:
                 socket_sndbuf_length=_size_param(uri.get("so-sndbuf"), self._ctx.socket_sndbuf_length),
                 socket_rcvbuf_length=_size_param(uri.get("so-rcvbuf"), self._ctx.socket_rcvbuf_length),
             )
-            log = self._allocator.create_publication_log(path, session_id, stream_id, initial_term_id, params, current)
+            log = self._allocator.create_publication_log(
+                registration_id, session_id, stream_id, initial_term_id, params, current
+            )
             for name, type_id in (
                 (PUBLISHER_POS_NAME, PUBLISHER_POS_TYPE_ID),
                 (PUBLISHER_LIMIT_NAME, PUBLISHER_LIMIT_TYPE_ID),
