@@ -33,8 +33,8 @@ PROJECT_PACKAGES = frozenset({"driver", "endpoint"})
 DRIVER_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"driver", "driver.__main__"}),  # the package's front door and the driver's command line
     frozenset({"driver.archive", "driver.tools"}),
-    frozenset({"driver.client", "driver.core"}),  # they meet only in shared memory (cnc.dat and the logs)
-    frozenset({"driver.config", "driver.agent", "driver.ownership", "driver.doorbell"}),
+    frozenset({"driver.client", "driver.core"}),  # they meet in shared memory (cnc.dat, the logs) and local_clients
+    frozenset({"driver.config", "driver.agent", "driver.ownership", "driver.doorbell", "driver.local_clients"}),
     frozenset({"driver.media"}),
     frozenset({"driver.cnc", "driver.command", "driver.wire", "driver.sbe"}),
     frozenset({"driver.logbuffer"}),

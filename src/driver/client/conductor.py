@@ -47,6 +47,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from driver import local_clients
 from driver.client.counter import Counter
 from driver.client.driver_proxy import DriverProxy
 from driver.client.publication import ConcurrentPublication, ExclusivePublication, Publication
@@ -121,6 +122,16 @@ def _epoch_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _register_local(cnc: CncFile, client_id: int) -> local_clients.DriverKey | None:
+    """Tell a driver of this process that ``client_id`` is one of its own (see ``driver.local_clients``)."""
+    try:
+        key = local_clients.driver_key(cnc.path, cnc.start_timestamp_ms)
+    except OSError:  # the file already gone: the driver (if any) takes the client for another process's
+        return None
+    local_clients.add(key, client_id)
+    return key
+
+
 class _MappedLog:
     """A mapped log file shared by every resource of one registration, reference counted."""
 
@@ -182,6 +193,7 @@ class ClientConductor:
 
         self._ring = ManyToOneRingBuffer(cnc.to_driver_buffer)
         self.client_id = self._ring.next_correlation_id()
+        self._local_key = _register_local(cnc, self.client_id)
         self._proxy = DriverProxy(self._ring, self.client_id, DoorbellRinger.open(context.aeron_dir))
         self._receiver = CopyBroadcastReceiver(BroadcastReceiver(cnc.to_clients_buffer))
         self._values = cnc.counters_values_buffer
@@ -246,6 +258,8 @@ class ClientConductor:
             if self._owner_watch is not None:
                 self._owner_watch.close()
             self._cnc.close()
+            if self._local_key is not None:
+                local_clients.discard(self._local_key, self.client_id)
 
     # ------------------------------------------------------------------ service
 

@@ -17,6 +17,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from driver import local_clients
 from driver.clock import EpochClock, NanoClock, SystemEpochClock, SystemNanoClock
 from driver.cnc import CncGeneration
 from driver.command.current import (
@@ -74,6 +75,7 @@ from driver.errors import (
 from driver.int32 import INT32_MAX as _INT32_MAX
 from driver.int32 import INT32_MIN as _INT32_MIN
 from driver.logbuffer import descriptor as lbd
+from driver.logbuffer._frames import note_committed
 from driver.media.endpoints import SendChannelEndpoint
 from driver.media.udp_channel import UdpChannel
 from driver.uri import ChannelUri
@@ -136,10 +138,14 @@ class DriverConductor:
         sc = self.system_counters
         capacity = ctx.command_queue_capacity
         self._conductor_queue = CommandQueue(sc.get(SystemCounterId.CONDUCTOR_PROXY_FAILS), capacity)
+        self._locality = local_clients.ClientLocality()
+        """The clients that do not run in this process: while there is one, the sender looks at every log each
+        cycle (see ``driver.local_clients``)."""
         self.sender = Sender(
             self._nano_clock,
             CommandQueue(sc.get(SystemCounterId.SENDER_PROXY_FAILS), capacity),
             ctx.send_to_status_poll_ratio,
+            self._locality,
         )
         self.receiver = Receiver(
             self._nano_clock,
@@ -150,6 +156,9 @@ class DriverConductor:
         self._to_sender = Backlog(self.sender.commands, deferred)
         self._to_receiver = Backlog(self.receiver.commands, deferred)
         self.clients: dict[int, ClientSession] = {}
+        self._cnc_key: local_clients.DriverKey | None = None
+        with contextlib.suppress(OSError):  # no file to know it by: every client is taken for another process's
+            self._cnc_key = local_clients.driver_key(cnc.path, cnc.start_timestamp_ms)
         self.ipc_publications: list[IpcPublication] = []
         self.publication_links: list[PublicationLink] = []
         self.subscription_links: list[SubscriptionLink] = []
@@ -430,6 +439,8 @@ class DriverConductor:
             )
             client = ClientSession(client_id, self._client_liveness_timeout_ms, now_ms, heartbeat)
             self.clients[client_id] = client
+            if self._cnc_key is None or not local_clients.is_local(self._cnc_key, client_id):
+                self._locality.others.add(client_id)
         return client
 
     def _parse(self, channel: str, *, spy: bool = False) -> tuple[ChannelUri, UdpChannel | None]:
@@ -924,6 +935,10 @@ class DriverConductor:
             counter_link.counter.close()
         del self.clients[client.client_id]
         client.close()
+        if client.client_id in self._locality.others:
+            self._locality.others.remove(client.client_id)
+            # What it wrote after the sender's last look counts as written here: the next cycle looks once more.
+            note_committed()
 
     def _transition_to_linger(self, publication: IpcPublication) -> None:
         for sub in self.subscription_links:

@@ -34,6 +34,8 @@ from driver.core.agenda import Agenda, no_wake
 from driver.core.command_queues import CommandQueue
 from driver.core.network_publication import NetworkPublication
 from driver.errors import ChannelEndpointError
+from driver.local_clients import ClientLocality
+from driver.logbuffer._frames import frames_committed
 from driver.media._net import SendSlot, send_publications
 from driver.media.endpoints import SendChannelEndpoint
 from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints
@@ -53,7 +55,13 @@ _EVERY = [list(range(count)) for count in range(FEW_PUBLICATIONS + 1)]
 class Sender:
     role_name = "sender"
 
-    def __init__(self, clock: NanoClock, commands: CommandQueue, status_poll_ratio: int) -> None:
+    def __init__(
+        self,
+        clock: NanoClock,
+        commands: CommandQueue,
+        status_poll_ratio: int,
+        locality: ClientLocality | None = None,
+    ) -> None:
         self._clock = clock
         self.commands = commands
         self._status_poll_ratio = max(1, status_poll_ratio)
@@ -63,6 +71,14 @@ class Sender:
         """Each publication with what a :class:`FrameWatch` needs to see whether it has a frame to send."""
         self._frames = FrameWatch([])
         self._frames_stale = False
+        self._locality = locality
+        """While every client of the driver runs in this process, its count of committed frames shows every write
+        (None: who writes is not known, and every cycle looks)."""
+        self._quiet_since: int | None = None
+        """That count before the last look at every publication that found nothing to send (None: look next cycle):
+        while it stands, nothing was written since and the look is skipped."""
+        self.looks_skipped = 0
+        """Cycles that did not look at every publication for a frame (nothing committed since a look found none)."""
         self._slots: list[SendSlot] = []
         """Each publication's native send state, in the agenda's order (kept as the agenda adds and removes)."""
         self._ready = ReadyEndpoints[SendChannelEndpoint]()
@@ -114,9 +130,18 @@ class Sender:
         if self._frames_stale:
             self._frames_stale = False
             self._frames = FrameWatch(agenda.entries)  # type: ignore[arg-type]
-        waiting = self._frames.ready()
-        if waiting:
-            due = sorted(set(due).union(waiting)) if due else waiting
+            self._quiet_since = None
+        committed = frames_committed()
+        locality = self._locality
+        if committed == self._quiet_since and locality is not None and locality.all_local:
+            self.looks_skipped += 1
+        else:
+            waiting = self._frames.ready()
+            if waiting:
+                self._quiet_since = None
+                due = sorted(set(due).union(waiting)) if due else waiting
+            else:
+                self._quiet_since = committed
         if not due:
             return 0
         start = self._round_robin = (self._round_robin + 1) % len(due)

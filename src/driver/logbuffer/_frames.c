@@ -11,6 +11,19 @@
 #include "../concurrent/_atomic_buffer.h"
 #include "_rebuild.h"
 
+/* ---- frames committed by this process ----
+ * Every frame (or padding) this process's writers commit to a log adds one, after its length is stored (release):
+ * a reader that loads the count (acquire) and then looks at a log sees every frame counted so far. A sender
+ * whose driver has only clients of this process compares the count with the one it read before its last look
+ * that found nothing, instead of looking at every publication's log again (see driver.local_clients). */
+static int64_t frames_committed_count;
+
+static inline void
+note_frame_committed(void)
+{
+    __atomic_fetch_add(&frames_committed_count, 1, __ATOMIC_RELEASE);
+}
+
 /* ---- data frames ----
  * Aeron's write order for one frame: word 0 (version/flags/type | -length) with a
  * release store, a store fence, header words 1 and 2, the payload, and finally the
@@ -33,6 +46,7 @@ put_frame(char *base, Py_ssize_t off, int64_t vft, int64_t session_word, int64_t
     if (length)
         memcpy(base + off + 32, src, length);
     __atomic_store_n((int32_t *)(base + off), frame_length, __ATOMIC_RELEASE);
+    note_frame_committed();
 }
 
 static int
@@ -483,6 +497,7 @@ write_padding(const PublicationWriter *self, char *base, int64_t frame_offset, i
     int16_t pad_type = 0;
     memcpy(base + frame_offset + 6, &pad_type, 2);
     __atomic_store_n((int32_t *)(base + frame_offset), padding, __ATOMIC_RELEASE);
+    note_frame_committed();
 }
 
 /* driver.logbuffer.descriptor.rotate_log */
@@ -784,8 +799,25 @@ TERM_FUNCTION(first_gap, term_scan_for_gap, 3)
 TERM_FUNCTION(insert_packet, term_insert_packet, 4)
 TERM_FUNCTION(read_fragments, term_read_fragments, 7)
 
+static PyObject *
+frames_committed(PyObject *Py_UNUSED(mod), PyObject *Py_UNUSED(unused))
+{
+    return PyLong_FromLongLong(__atomic_load_n(&frames_committed_count, __ATOMIC_ACQUIRE));
+}
+
+static PyObject *
+note_committed(PyObject *Py_UNUSED(mod), PyObject *Py_UNUSED(unused))
+{
+    note_frame_committed();
+    Py_RETURN_NONE;
+}
+
 #define F(name, doc) {#name, (PyCFunction)(void (*)(void))name, METH_FASTCALL, doc}
 static PyMethodDef module_methods[] = {
+    {"frames_committed", frames_committed, METH_NOARGS,
+     "Frames this process's writers have committed to logs so far (a count read with acquire ordering)."},
+    {"note_committed", note_committed, METH_NOARGS,
+     "Count a frame committed by a Python writer (after its length is stored): see frames_committed."},
     F(write_frame, "Write and commit one unfragmented frame in Aeron's order."),
     F(write_frames, "Write and commit one frame per message from a reserved offset; the end offset."),
     F(frames_length, "Total aligned length of the frames of a batch of messages; ValueError if one exceeds max payload."),

@@ -5,6 +5,8 @@ from typing_extensions import Buffer
 
 from driver.concurrent._atomic import AtomicBuffer
 
+def frames_committed() -> int: ...
+def note_committed() -> None: ...
 def write_frame(
     term: AtomicBuffer,
     frame_offset: int,

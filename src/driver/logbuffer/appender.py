@@ -52,7 +52,7 @@ from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.errors import DriverError
 from driver.int32 import U32_MASK as _U32
 from driver.int32 import int32
-from driver.logbuffer._frames import PublicationWriter, frames_length, write_frame, write_frames
+from driver.logbuffer._frames import PublicationWriter, frames_length, note_committed, write_frame, write_frames
 from driver.logbuffer.descriptor import (
     LOG_ACTIVE_TERM_COUNT_OFFSET,
     LOG_IS_CONNECTED_OFFSET,
@@ -149,6 +149,7 @@ def _write_frame(
     term.put_bytes(frame_offset + HEADER_LENGTH, src, offset, length)
     term.put_long(frame_offset + RESERVED_VALUE_OFFSET, reserved_value_supplier(term_view, frame_offset, frame_length))
     term.put_int_ordered(frame_offset, frame_length)
+    note_committed()
 
 
 def _pad_to_end(term: AtomicBuffer, term_offset: int, header: HeaderWriter, term_length: int, term_id: int) -> None:
@@ -158,6 +159,7 @@ def _pad_to_end(term: AtomicBuffer, term_offset: int, header: HeaderWriter, term
         header.write(term, term_offset, padding, term_id)
         term.put_short(term_offset + TYPE_OFFSET, HDR_TYPE_PAD)
         term.put_int_ordered(term_offset, padding)
+        note_committed()
 
 
 def _write_fragments(
@@ -192,6 +194,7 @@ def _write_fragments(
                 reserved_value_supplier(term_view, frame_offset, frame_length),
             )
         commit(frame_offset, frame_length)
+        note_committed()
         flags = 0
         frame_offset += (frame_length + 31) & ~31
         remaining -= chunk
@@ -395,6 +398,7 @@ class ExclusiveTermAppender(_PartitionAppender):
         header.write(term, term_offset, frame_length, term_id)
         term.put_short(term_offset + TYPE_OFFSET, HDR_TYPE_PAD)
         term.put_int_ordered(term_offset, frame_length)
+        note_committed()
         return resulting
 
     def append_unfragmented(
@@ -843,5 +847,6 @@ class ExclusiveLogAppender(_LogAppenderBase):
         self._metadata.put_long_ordered(TERM_TAIL_COUNTERS_OFFSET + index * 8, (state.term_id << 32) | resulting)
         term.put_bytes(term_offset + 4, view, offset + 4, length - 4)
         term.put_int_ordered(term_offset, int.from_bytes(view[offset : offset + 4], "little", signed=True))
+        note_committed()
         state.term_offset = resulting
         return state.term_begin_position + resulting

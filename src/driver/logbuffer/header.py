@@ -8,6 +8,7 @@ it during the call. Field getters read the term directly.
 from __future__ import annotations
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.logbuffer._frames import note_committed
 from driver.logbuffer.frame import (
     FLAGS_OFFSET,
     FRAME_ALIGNMENT,
@@ -171,6 +172,7 @@ class BufferClaim:
     def commit(self) -> None:
         """Publish the frame (ordered store of its positive length)."""
         self.term.put_int_ordered(self.frame_offset, self.frame_length)
+        note_committed()
         self._release()
 
     def abort(self) -> None:
@@ -178,6 +180,7 @@ class BufferClaim:
         term = self.term
         term.put_short(self.frame_offset + TYPE_OFFSET, HDR_TYPE_PAD)
         term.put_int_ordered(self.frame_offset, self.frame_length)
+        note_committed()
         self._release()
 
     def _release(self) -> None:

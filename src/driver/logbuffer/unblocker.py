@@ -25,6 +25,7 @@ import enum
 from collections.abc import Sequence
 
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.logbuffer._frames import note_committed
 from driver.logbuffer.descriptor import (
     LOG_DEFAULT_FRAME_HEADER_OFFSET,
     PARTITION_COUNT,
@@ -59,6 +60,7 @@ def _reset_header(metadata: AtomicBuffer, term: AtomicBuffer, frame_offset: int,
     term.put_int(frame_offset + TERM_OFFSET_OFFSET, frame_offset)
     term.put_int(frame_offset + TERM_ID_OFFSET, term_id)
     term.put_int_ordered(frame_offset, length)
+    note_committed()
 
 
 def _zeroed_back_to(term: AtomicBuffer, start: int, limit: int) -> bool:
