@@ -17,8 +17,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from driver.agent import AgentInvoker, tighten_timer_slack
+from driver.client.subscription import Image
 from driver.concurrent._watches import FrameWatch
 from driver.concurrent.atomic_buffer import AtomicBuffer
+from driver.media._net import ImageJournal
 from endpoint.config import Configuration
 from endpoint.connection.liveness import tick_interval_ns
 from endpoint.connection.shell import Connection
@@ -193,19 +195,25 @@ class LoopPoller:
         self._mapped: list[Connection] = []
         """The owner of each entry of ``_frames`` (a connection with an unreliable image owns two)."""
         self._entries: list[_FrameEntry] = []
-        self._watching: dict[int, tuple[Polled, Connection, list[_FrameEntry]]] = {}
-        """The connections in ``_frames`` (by ``id``), in their order there, with their end point and entries."""
+        self._watching: dict[int, tuple[Polled, Connection, list[Image]]] = {}
+        """The connections in ``_frames`` (by ``id``), in their order there, with their end point and images."""
+        self._entries_of: dict[int, list[int]] = {}
+        """The indices in ``_frames`` of each image (by registration id, as the driver's image journal names it)."""
+        self._journals: list[tuple[SharedDriver, ImageJournal, int]] = []
+        """Each INVOKER-mode driver's journal of images its receiver wrote to, and how far it has been read."""
+        self._look_all = True
+        """Look at every image next round (a tick, an image mapped, a journal changed or overrun): otherwise, while
+        every image is UDP on a driver run here, only those its journal names and those read last round."""
+        self._carried: list[int] = []
+        """Indices polled last round that read something or hold off reading (more may wait there)."""
+        self.looks_spared = 0
+        """Rounds that looked only at the images a driver's journal named, not at every image."""
         self._rewatch: dict[int, tuple[Polled, Connection, bool]] = {}
         """Connections whose place in ``_frames`` changed since the last round (taken in at the next)."""
         self._unmapped_pollers: dict[int, Polled] = {}
         self._frames = FrameWatch([])
         self._udp_only = True
         """No connection in ``_frames`` reads an IPC log (whose frames its publisher writes, not our driver)."""
-        self._scanned: int | None = None
-        """The drivers' :meth:`SharedDriver.data_version` at the last look for frames that found none (None: look
-        next round)."""
-        self.scans_skipped = 0
-        """Rounds that did not look for frames: no driver of ours had read a datagram since a look found none."""
         self._routes_scanned: int | None = None
         self._routes_spin_until_ns = 0
         """The same for the handshake routes' answers (UDP routes only), and until when the last look found a
@@ -304,10 +312,15 @@ class LoopPoller:
 
     def _rewatch_all(self) -> None:
         """``_frames`` and its owners made again from ``_watching``."""
-        self._mapped = [c for _, c, entries in self._watching.values() for _ in entries]
-        self._entries = [e for _, _, entries in self._watching.values() for e in entries]
+        self._mapped = [c for _, c, images in self._watching.values() for _ in images]
+        watched = [image for _, _, images in self._watching.values() for image in images]
+        self._entries = [image.ready_entry for image in watched]
+        self._entries_of = {}
+        for index, image in enumerate(watched):
+            self._entries_of.setdefault(image.correlation_id, []).append(index)
         self._frames = FrameWatch(self._entries)
         self._udp_only = not any(c.is_ipc for c in self._mapped)
+        self._look_all = True
 
     def _take_rewatched(self) -> None:
         """Take in the connections named by :meth:`rewatch` since the last round: new ones are appended to the
@@ -324,12 +337,14 @@ class LoopPoller:
             network = network or not connection.is_ipc
             if watching.pop(key, None) is not None:
                 rebuild = True
-            entries = _frame_entries(connection) if watch else []
-            if entries:
-                watching[key] = (endpoint, connection, entries)
+            images = _watched_images(connection) if watch else []
+            if images:
+                watching[key] = (endpoint, connection, images)
                 if not rebuild:
-                    self._mapped.extend(connection for _ in entries)
-                    self._entries.extend(entries)
+                    for image in images:
+                        self._entries_of.setdefault(image.correlation_id, []).append(len(self._entries))
+                        self._mapped.append(connection)
+                        self._entries.append(image.ready_entry)
                     appended = True
                     if connection.is_ipc:
                         self._udp_only = False
@@ -337,6 +352,7 @@ class LoopPoller:
             self._rewatch_all()
         elif appended:
             self._frames = FrameWatch(self._entries)
+            self._look_all = True
         pollers = self._unmapped_pollers
         moved = False
         for key, endpoint in touched.items():
@@ -398,25 +414,18 @@ class LoopPoller:
             if self.changed:
                 self._collect()
             if self._rewatch:
-                self._take_rewatched()
-                self._scanned = None  # an image just mapped may hold frames that came before
+                self._take_rewatched()  # (an image just mapped may hold frames that came before: all are looked at)
             for endpoint in self._polling_unmapped:
                 try:
                     work += endpoint._poll_unmapped()
                 except Exception as exc:  # a broken end point must not stop the others
                     endpoint._notify_error(None, exc)
-            # What our drivers read (and mapped) so far, once a round, for the routes and the connections alike.
-            data_version = (
-                self._data_version()
-                if self._wakeable and (self.routes.polled or (self._mapped and not self._serving))
-                else None
-            )
             if self.routes.polled:
                 stamp = monotonic_ns()
                 drain = stamp >= next_tick  # also the routes nobody waits on: IPC answer streams are shared
-                # As for connections below: a UDP route's answers come only with a datagram our driver read, so a
-                # process of many clients (a route each) does not look at every route every round of a storm.
-                version = data_version if self.routes.udp_only else None
+                # A UDP route's answers come only with a datagram our driver read, so a process of many clients (a
+                # route each) does not look at every route every round of a storm.
+                version = self._data_version() if self.routes.udp_only and self._wakeable else None
                 if drain or version is None or version != self._routes_scanned:
                     answers = 0
                     spin_until = 0
@@ -435,27 +444,30 @@ class LoopPoller:
                 if stamp < self._routes_spin_until_ns:
                     work += 1  # an answer is expected within milliseconds: keep spinning
             if self._mapped:
-                # A loop of clients only, every image UDP on a driver of ours: frames come only with a datagram
-                # that driver read (or a gap it filled), so while none came since a look found nothing there is
-                # nothing to look for (a player process's rounds that only sent inputs skip a look at them all).
-                version = data_version if self._udp_only and not self._serving else None
-                if version is None or version != self._scanned:
+                # Every image UDP on drivers run here: frames come only where their receivers wrote, which their
+                # journals name, so only those images (and those read last round) are polled, not every image
+                # looked at (a server's round finds a few of its thousand players' inputs).
+                written = self._journal_written() if self._udp_only and self._wakeable else None
+                if written is not None:
+                    self.looks_spared += 1
+                    ready = self._carried
+                    if written:
+                        entries_of = self._entries_of
+                        indices = set(ready)
+                        for image_id in written:
+                            indices.update(entries_of.get(image_id, ()))
+                        ready = sorted(indices)
+                else:  # otherwise one native call finds the connections with a frame waiting
                     ready = self._frames.ready()
-                    self._scanned = None if ready else version
-                    mapped = self._mapped
-                    # One native call finds the connections with a frame waiting; only those are polled.
-                    for index in ready:
-                        connection = mapped[index]
-                        try:
-                            read += connection._poll()
-                        except Exception as exc:
-                            connection._endpoint._notify_error(connection, exc)
+                if ready:
+                    ready_read, self._carried = _poll_connections(self._mapped, ready)
+                    read += ready_read
                 else:
-                    self.scans_skipped += 1
+                    self._carried = []
             now = monotonic_ns()
             if now >= next_tick:
                 next_tick = (now // self._tick_ns + 1) * self._tick_ns  # on the grid (see the class docstring)
-                self._scanned = None  # (and every image is looked at once a step, come what may)
+                self._look_all = True  # (every image is looked at once a step, come what may)
                 self.routes.tick(now)
                 wrote = False
                 for endpoint in endpoints:
@@ -496,6 +508,35 @@ class LoopPoller:
                 # does it. A command counts as work there; the driver's own hand-offs do not start a second of
                 # short naps.
                 await sleep(0)
+
+    def _journal_written(self) -> list[int] | None:
+        """The images our drivers' receivers wrote to since the last round (by registration id), or None when
+        every image must be looked at this round: :attr:`_look_all` was set, a driver has no journal (not run
+        here) or a new one (restarted), or a reader fell behind one."""
+        look_all = self._look_all
+        self._look_all = False
+        journals = self._journals
+        drivers = self._drivers
+        if len(journals) != len(drivers) or any(d is not j[0] for d, j in zip(drivers, journals, strict=False)):
+            journals = self._journals = []
+            for driver in drivers:
+                journal = driver.image_journal()
+                if journal is None:
+                    return None
+                journals.append((driver, journal, journal.written))
+            return None
+        written: list[int] = []
+        for index, (driver, journal, cursor) in enumerate(journals):
+            if driver.image_journal() is not journal:
+                self._journals = []
+                return None
+            cursor, ids = journal.since(cursor)
+            journals[index] = (driver, journal, cursor)
+            if ids is None:
+                look_all = True
+            elif ids:
+                written += ids
+        return None if look_all else written
 
     def _data_version(self) -> int | None:
         """The INVOKER-mode drivers' data versions together (see :meth:`SharedDriver.data_version`); None if one
@@ -697,13 +738,31 @@ def _wake_up(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _frame_entries(connection: Connection) -> list[_FrameEntry]:
-    """What the native check watches of ``connection``: its image's position over its terms, and its unreliable
-    image's beside it (a frame in either has the connection polled); none before its image is mapped."""
+def _watched_images(connection: Connection) -> list[Image]:
+    """What the native check watches of ``connection``: its image, and its unreliable image beside it (a frame in
+    either has the connection polled); none before its image is mapped."""
     image = connection._image
     if image is None:
         return []
     unreliable = connection._u_image
     if unreliable is None:
-        return [image.ready_entry]
-    return [image.ready_entry, unreliable.ready_entry]
+        return [image]
+    return [image, unreliable]
+
+
+def _poll_connections(mapped: list[Connection], ready: list[int]) -> tuple[int, list[int]]:
+    """Poll the connections at ``ready`` (indices into ``mapped``): what they read, and those that read something
+    or hold off reading (frames may still wait there: the next round polls them again)."""
+    read = 0
+    carried: list[int] = []
+    for index in ready:
+        connection = mapped[index]
+        try:
+            got = connection._poll()
+        except Exception as exc:
+            connection._endpoint._notify_error(connection, exc)
+            continue
+        read += got
+        if got or connection._not_reading():
+            carried.append(index)
+    return read, carried

@@ -34,6 +34,7 @@ from driver.config import IDLE_STRATEGY_FIELDS, ClientContext, DriverContext, en
 from driver.core.conductor import DriverConductor
 from driver.core.media_driver import MediaDriver, is_driver_active
 from driver.errors import ActiveDriverError, ChannelEndpointError, DriverError, DriverTimeoutError
+from driver.media._net import ImageJournal
 from driver.ownership import reclaim_dead_siblings
 from endpoint.config import Configuration
 from endpoint.errors import DriverUnavailableError
@@ -133,6 +134,14 @@ class SharedDriver:
         if cached is None or cached[0] is not conductor:  # (a restart brings another driver)
             cached = self._gap_fills = (conductor, conductor.system_counters.get(SystemCounterId.LOSS_GAP_FILLS))
         return conductor.receiver.datagrams + cached[1].get() + aeron.conductor.images_mapped
+
+    def image_journal(self) -> ImageJournal | None:
+        """The journal of the images this process's driver wrote to (see ``driver.media._net.ImageJournal``);
+        None when the driver is not ours to run (frames may then come at any time)."""
+        media_driver = self.media_driver
+        if media_driver is None or self.invoker is None:
+            return None
+        return media_driver.conductor.receiver.image_journal
 
     def sockets_version(self) -> int:
         """Changes whenever ``readable_sockets`` would answer differently."""

@@ -277,6 +277,7 @@ class PublicationImage:
             index = lbd.int32(term_id - self.initial_term_id) % 3
             if try_fill_gap(self._metadata, self._terms[index], term_id, term_offset, length):
                 self.counters.loss_gap_fills.increment()
+                self.slot.note_written()
         if self._on_loss is not None:
             self._on_loss(self, term_id, length)
 

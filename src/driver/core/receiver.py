@@ -26,15 +26,24 @@ from driver.concurrent.counters import AtomicCounter
 from driver.core.agenda import Agenda, no_wake
 from driver.core.command_queues import CommandQueue
 from driver.core.publication_image import PublicationImage
-from driver.media._net import DatagramSocket, ImageRoutes, ImageSlot, send_all_status_messages, slots_to_track
+from driver.media._net import (
+    DatagramSocket,
+    ImageJournal,
+    ImageRoutes,
+    ImageSlot,
+    send_all_status_messages,
+    slots_to_track,
+)
 from driver.media.endpoints import CONTROL_ELICIT_INTERVAL_NS, NEVER_NS, ReceiveChannelEndpoint
 from driver.media.readiness import FEW_ENDPOINTS, ReadyEndpoints
 
-__all__ = ["FEW_IMAGES", "Receiver"]
+__all__ = ["FEW_IMAGES", "IMAGE_JOURNAL_CAPACITY", "Receiver"]
 
 FEW_IMAGES = 2
 """Up to this many images each is tracked every cycle (lowest latency, no bookkeeping)."""
 
+IMAGE_JOURNAL_CAPACITY = 16_384
+"""Image writes the receiver's journal holds: a reader further behind than this looks at every image once."""
 PENDING_SETUP_TIMEOUT_NS = 1_000_000_000
 IMAGE_COOLDOWN_NS = 5_000_000_000
 
@@ -74,6 +83,9 @@ class Receiver:
         self._ready = ReadyEndpoints[ReceiveChannelEndpoint]()
         self.sockets_version = 0
         """Changes whenever ``readable_sockets`` would answer differently."""
+        self.image_journal = ImageJournal(IMAGE_JOURNAL_CAPACITY)
+        """Each image written to (by its registration id), in order: a host polling many images of this driver on
+        the receiver's thread looks at those alone (see ``endpoint.poller``)."""
         self.datagrams = 0
         """Datagrams read from the receive endpoints' sockets so far: only these (and gaps filled, see
         ``Loss gap fills``) put frames into images, so a host polling images knows nothing new came while this
@@ -212,6 +224,7 @@ class Receiver:
         self.images.append(image)
         self._agenda.add(image)
         image.wake = functools.partial(self._agenda.wake, image)
+        image.slot.set_journal(self.image_journal, image.correlation_id)
         self._positions_moved[id(image)] = image
         image.send_status_message(image.join_position, image.window, self._clock.nano_time())
 
@@ -236,6 +249,7 @@ class Receiver:
             self.images.remove(image)
         self._agenda.remove(image)
         image.wake = no_wake
+        image.slot.set_journal(None, 0)
         self._positions_moved[id(image)] = image
         done()
 

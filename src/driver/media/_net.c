@@ -444,6 +444,143 @@ counter_store(const CounterRef *c, int64_t value)
         __atomic_store_n(address, value, __ATOMIC_RELEASE);
 }
 
+/* ---- ImageJournal ----
+ * The images a receiver wrote data into, in order: a ring of image ids (their registration ids) and how many were
+ * ever written. A reader keeps the count it has read up to and asks for what came since; one that fell more than
+ * the ring behind is told so and looks at every image instead. One writer (the receiver's thread); the count is
+ * stored with release after the id and loaded with acquire, and loaded again after the ids are copied, so a reader
+ * on another thread never takes an id the writer overwrote meanwhile for one it wrote. */
+typedef struct {
+    PyObject_HEAD
+    int64_t *ids;
+    int64_t mask;
+    int64_t written;
+} ImageJournal;
+
+static PyTypeObject ImageJournalType;
+
+static inline void
+journal_append(ImageJournal *j, int64_t id)
+{
+    int64_t n = __atomic_load_n(&j->written, __ATOMIC_RELAXED);
+    __atomic_store_n(&j->ids[n & j->mask], id, __ATOMIC_RELAXED);
+    __atomic_store_n(&j->written, n + 1, __ATOMIC_RELEASE);
+}
+
+static int
+ImageJournal_init(ImageJournal *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"capacity", NULL};
+    Py_ssize_t capacity;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n", kwlist, &capacity))
+        return -1;
+    if (capacity < 2 || capacity > (1 << 24) || (capacity & (capacity - 1)) != 0) {
+        PyErr_SetString(PyExc_ValueError, "capacity must be a power of two from 2 to 2**24");
+        return -1;
+    }
+    int64_t *ids = PyMem_Calloc((size_t)capacity, sizeof(int64_t));
+    if (ids == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyMem_Free(self->ids);
+    self->ids = ids;
+    self->mask = capacity - 1;
+    self->written = 0;
+    return 0;
+}
+
+static void
+ImageJournal_dealloc(ImageJournal *self)
+{
+    PyMem_Free(self->ids);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+ImageJournal_append(ImageJournal *self, PyObject *arg)
+{
+    long long id = PyLong_AsLongLong(arg);
+    if (id == -1 && PyErr_Occurred())
+        return NULL;
+    if (self->ids == NULL) {
+        PyErr_SetString(PyExc_ValueError, "journal not initialised");
+        return NULL;
+    }
+    journal_append(self, id);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(ImageJournal_since_doc,
+"since(count, /) -> (count, ids | None)\n\n"
+"The ids written after the first ``count`` (a run of one id told once), and the count now; None instead of the\n"
+"ids when more than the capacity came since (or ``count`` is not one this journal gave): look at every image.");
+
+static PyObject *
+ImageJournal_since(ImageJournal *self, PyObject *arg)
+{
+    long long cursor = PyLong_AsLongLong(arg);
+    if (cursor == -1 && PyErr_Occurred())
+        return NULL;
+    int64_t end = __atomic_load_n(&self->written, __ATOMIC_ACQUIRE);
+    int64_t capacity = self->mask + 1;
+    if (self->ids == NULL || cursor > end || end - cursor > capacity)
+        return Py_BuildValue("(LO)", (long long)end, Py_None);
+    PyObject *ids = PyList_New(0);
+    if (ids == NULL)
+        return NULL;
+    int64_t last = 0;
+    for (int64_t i = cursor; i < end; i++) {
+        int64_t id = __atomic_load_n(&self->ids[i & self->mask], __ATOMIC_RELAXED);
+        if (i > cursor && id == last)
+            continue;
+        last = id;
+        PyObject *value = PyLong_FromLongLong(id);
+        if (value == NULL || PyList_Append(ids, value) < 0) {
+            Py_XDECREF(value);
+            Py_DECREF(ids);
+            return NULL;
+        }
+        Py_DECREF(value);
+    }
+    if (__atomic_load_n(&self->written, __ATOMIC_ACQUIRE) - cursor > capacity) { /* lapped while copying */
+        Py_DECREF(ids);
+        return Py_BuildValue("(LO)", (long long)end, Py_None);
+    }
+    PyObject *result = Py_BuildValue("(LN)", (long long)end, ids);
+    return result;
+}
+
+static PyObject *
+ImageJournal_get_written(ImageJournal *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLongLong(__atomic_load_n(&self->written, __ATOMIC_ACQUIRE));
+}
+
+static PyMethodDef ImageJournal_methods[] = {
+    {"append", (PyCFunction)ImageJournal_append, METH_O, "Note that the image with this id was written to."},
+    {"since", (PyCFunction)ImageJournal_since, METH_O, ImageJournal_since_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef ImageJournal_getset[] = {
+    {"written", (getter)ImageJournal_get_written, NULL, "How many ids were ever written.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ImageJournalType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "driver.media._net.ImageJournal",
+    .tp_doc = PyDoc_STR("The images a receiver wrote data into, in order, for readers that look only at those."),
+    .tp_basicsize = sizeof(ImageJournal),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)ImageJournal_init,
+    .tp_dealloc = (destructor)ImageJournal_dealloc,
+    .tp_methods = ImageJournal_methods,
+    .tp_getset = ImageJournal_getset,
+};
+
 typedef struct {
     PyObject_HEAD
     PyObject *terms[3];        /* AtomicBuffer */
@@ -468,6 +605,8 @@ typedef struct {
     Py_ssize_t subscriber_count;
     struct sockaddr_storage control;
     socklen_t control_length;  /* 0: not numeric, its SMs go from Python */
+    PyObject *journal;         /* ImageJournal told of each insert of data, or NULL */
+    int64_t journal_id;
 } ImageSlot;
 
 static PyTypeObject ImageSlotType;
@@ -483,6 +622,7 @@ ImageSlot_traverse(ImageSlot *self, visitproc visit, void *arg)
         Py_VISIT(self->terms[i]);
     Py_VISIT(self->metadata);
     Py_VISIT(self->wake);
+    Py_VISIT(self->journal);
     return 0;
 }
 
@@ -503,6 +643,7 @@ ImageSlot_clear(ImageSlot *self)
         Py_CLEAR(self->terms[i]);
     Py_CLEAR(self->metadata);
     Py_CLEAR(self->wake);
+    Py_CLEAR(self->journal);
     Py_CLEAR(self->hwm_counter.buffer);
     Py_CLEAR(self->rebuild_counter.buffer);
     Py_CLEAR(self->heartbeats.buffer);
@@ -687,6 +828,8 @@ slot_insert(ImageSlot *s, int32_t term_id, int32_t term_offset, const char *pack
         /* A repair landing where the rebuild stopped: the scan can move it on now (an image with a gap is
          * otherwise tracked only at its NAK and status-message deadlines). */
         needs_scan = inserted && position == s->rebuild && s->rebuild < s->hwm;
+        if (inserted && s->journal != NULL)
+            journal_append((ImageJournal *)s->journal, s->journal_id);
     }
     s->time_of_last_packet_ns = now_ns;
     if (proposed > s->hwm) {
@@ -875,7 +1018,36 @@ ImageSlot_set_wake(ImageSlot *self, PyObject *value, void *Py_UNUSED(closure))
     return 0;
 }
 
+static PyObject *
+ImageSlot_set_journal(ImageSlot *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!nargs_ok(nargs, 2, "set_journal"))
+        return NULL;
+    if (args[0] != Py_None && !PyObject_TypeCheck(args[0], &ImageJournalType)) {
+        PyErr_SetString(PyExc_TypeError, "set_journal(journal: ImageJournal | None, id: int)");
+        return NULL;
+    }
+    long long id = PyLong_AsLongLong(args[1]);
+    if (id == -1 && PyErr_Occurred())
+        return NULL;
+    Py_XSETREF(self->journal, args[0] == Py_None ? NULL : Py_NewRef(args[0]));
+    self->journal_id = id;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ImageSlot_note_written(ImageSlot *self, PyObject *Py_UNUSED(unused))
+{
+    if (self->journal != NULL)
+        journal_append((ImageJournal *)self->journal, self->journal_id);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef ImageSlot_methods[] = {
+    {"set_journal", (PyCFunction)(void (*)(void))ImageSlot_set_journal, METH_FASTCALL,
+     "set_journal(journal, id, /): tell ``journal`` (an ImageJournal, or None) ``id`` at each insert of data."},
+    {"note_written", (PyCFunction)ImageSlot_note_written, METH_NOARGS,
+     "Tell the journal this image was written to other than by an insert (a gap padded over)."},
     {"insert", (PyCFunction)(void (*)(void))ImageSlot_insert, METH_FASTCALL, ImageSlot_insert_doc},
     {"set_source", (PyCFunction)ImageSlot_set_source, METH_O, ImageSlot_set_source_doc},
     {"set_control", (PyCFunction)ImageSlot_set_control, METH_O,
@@ -1595,6 +1767,7 @@ PyInit__net(void)
     if (import_atomic_buffer() < 0)
         return NULL;
     if (PyType_Ready(&DatagramSocketType) < 0 || PyType_Ready(&ImageSlotType) < 0 ||
+        PyType_Ready(&ImageJournalType) < 0 ||
         PyType_Ready(&ImageRoutesType) < 0 || PyType_Ready(&SendSlotType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&net_module);
@@ -1607,6 +1780,7 @@ PyInit__net(void)
         return NULL;
     }
     if (PyModule_AddObjectRef(module, "ImageSlot", (PyObject *)&ImageSlotType) < 0 ||
+        PyModule_AddObjectRef(module, "ImageJournal", (PyObject *)&ImageJournalType) < 0 ||
         PyModule_AddObjectRef(module, "ImageRoutes", (PyObject *)&ImageRoutesType) < 0 ||
         feedback_add_types(module) < 0 ||
         PyModule_AddObjectRef(module, "SendSlot", (PyObject *)&SendSlotType) < 0) {

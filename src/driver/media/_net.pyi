@@ -40,6 +40,15 @@ class DatagramSocket:
     def send_status_messages(self, routes: ImageRoutes, now_ns: int, /) -> int:
         """Status messages sent: those due of the quiet images in ``routes`` timed natively (sendmmsg)."""
 
+class ImageJournal:
+    """The images a receiver wrote data into, in order, for readers that look only at those."""
+
+    def __init__(self, capacity: int) -> None: ...
+    @property
+    def written(self) -> int: ...
+    def append(self, id: int, /) -> None: ...
+    def since(self, count: int, /) -> tuple[int, list[int] | None]: ...
+
 class ImageSlot:
     """The receive side's state of one image: what inserting a datagram needs, shared with the batched receive."""
 
@@ -97,6 +106,8 @@ class ImageSlot:
         """Where its status messages go."""
     def set_subscribers(self, locations: Sequence[tuple[AtomicBuffer, int]], /) -> None:
         """The subscribers' position counters."""
+    def set_journal(self, journal: ImageJournal | None, id: int, /) -> None: ...
+    def note_written(self) -> None: ...
     def clean_to(self, position: int, /) -> None:
         """Zero the term behind ``position``."""
 

@@ -17,7 +17,14 @@ from driver.concurrent.counters import AtomicCounter, CountersManager
 from driver.core.loss_detector import LossDetector, StaticDelayGenerator
 from driver.logbuffer import descriptor as lbd
 from driver.logbuffer.frame import HDR_TYPE_DATA, HDR_TYPE_PAD, HDR_TYPE_SM
-from driver.media._net import DatagramSocket, ImageRoutes, ImageSlot, send_all_status_messages, slots_to_track
+from driver.media._net import (
+    DatagramSocket,
+    ImageJournal,
+    ImageRoutes,
+    ImageSlot,
+    send_all_status_messages,
+    slots_to_track,
+)
 from driver.media.faults import FaultSpec
 from driver.media.transport import UdpTransport
 from driver.wire.data import HEARTBEAT_EOS_FLAGS, write_data_header, write_heartbeat
@@ -438,3 +445,42 @@ def test_routes_that_do_not_send_status_messages_time_nothing_natively() -> None
         assert not r.slot.timed_natively
         assert r.io.send_status_messages(quiet, 1_000) == 0
         assert c["sms"].get() == 0
+
+
+def test_an_image_journal_tells_each_reader_what_came_since_and_when_it_fell_behind() -> None:
+    journal = ImageJournal(4)
+    assert journal.since(0) == (0, [])
+    for image_id in (5, 5, 6, 5):
+        journal.append(image_id)
+    assert journal.since(0) == (4, [5, 6, 5])  # a run of one image told once
+    assert journal.since(2) == (4, [6, 5])  # each reader from where it stopped
+    journal.append(7)
+    assert journal.since(1) == (5, [5, 6, 5, 7])
+    assert journal.since(0) == (5, None)  # five came, four kept: look at every image
+    assert journal.since(9) == (5, None)  # not a count this journal gave
+    with pytest.raises(ValueError):
+        ImageJournal(3)
+
+
+def test_data_inserted_natively_or_in_python_and_nothing_else_is_told_to_the_journal() -> None:
+    journal = ImageJournal(64)
+    with rig() as r:
+        r.slot.set_journal(journal, 42)
+        for offset in (0, 64, 192):  # in order, then beyond a gap
+            r.send(data(offset))
+        assert r.receive(3) == 3
+        assert journal.since(0) == (3, [42])
+        r.send(data(64))  # a duplicate: nothing new to read
+        heartbeat = bytearray(32)
+        write_heartbeat(heartbeat, 0, SESSION, STREAM, INITIAL, 256)
+        r.send(bytes(heartbeat))  # no frame either
+        assert r.receive(2) == 2
+        assert journal.written == 3
+        assert r.slot.insert(INITIAL, 128, data(128), 64, 6) == 64  # the repair, through Python's path
+        assert journal.since(3) == (4, [42])
+        r.slot.note_written()  # e.g. a gap padded over
+        assert journal.since(4) == (5, [42])
+        r.slot.set_journal(None, 0)
+        r.send(data(256))
+        assert r.receive(1) == 1
+        assert journal.written == 5
