@@ -205,7 +205,7 @@ class LoopPoller:
         """Look at every image next round (a tick, an image mapped, a journal changed or overrun): otherwise, while
         every image is UDP on a driver run here, only those its journal names and those read last round."""
         self._carried: list[int] = []
-        """Indices polled last round that read something or hold off reading (more may wait there)."""
+        """Indices polled last round that read all a poll takes or hold off reading (more may wait there)."""
         self.looks_spared = 0
         """Rounds that looked only at the images a driver's journal named, not at every image."""
         self._rewatch: dict[int, tuple[Polled, Connection, bool]] = {}
@@ -751,8 +751,8 @@ def _watched_images(connection: Connection) -> list[Image]:
 
 
 def _poll_connections(mapped: list[Connection], ready: list[int]) -> tuple[int, list[int]]:
-    """Poll the connections at ``ready`` (indices into ``mapped``): what they read, and those that read something
-    or hold off reading (frames may still wait there: the next round polls them again)."""
+    """Poll the connections at ``ready`` (indices into ``mapped``): what they read, and those that read all a poll
+    takes or hold off reading (frames may still wait there: the next round polls them again)."""
     read = 0
     carried: list[int] = []
     for index in ready:
@@ -763,6 +763,6 @@ def _poll_connections(mapped: list[Connection], ready: list[int]) -> tuple[int, 
             connection._endpoint._notify_error(connection, exc)
             continue
         read += got
-        if got or connection._not_reading():
+        if connection.may_hold_more or (not got and connection._not_reading()):
             carried.append(index)
     return read, carried

@@ -213,20 +213,25 @@ class Image:
         if self._is_closed:
             return 0
         counter = self._position
-        position = counter.get_long(0)
-        index = (position >> self._position_bits_to_shift) % 3
-        offset = position & self._mask
-        end, frames = scan_frames(self._terms[index], offset, fragment_limit)
-        if end == offset:
-            return 0
-        view = self._term_views[index]
-        for frame_offset, length, flags in frames:
-            try:
-                handler(view[frame_offset + HEADER_LENGTH : frame_offset + length], flags)
-            except Exception as exc:
-                self._error_handler(exc)
-        counter.put_long_ordered(0, position + end - offset)
-        return len(frames)
+        read = 0
+        for _ in range(2):  # (at a term's end, on into the next term: see poll_frames)
+            position = counter.get_long(0)
+            index = (position >> self._position_bits_to_shift) % 3
+            offset = position & self._mask
+            end, frames = scan_frames(self._terms[index], offset, fragment_limit - read)
+            if end == offset:
+                break
+            view = self._term_views[index]
+            for frame_offset, length, flags in frames:
+                try:
+                    handler(view[frame_offset + HEADER_LENGTH : frame_offset + length], flags)
+                except Exception as exc:
+                    self._error_handler(exc)
+            counter.put_long_ordered(0, position + end - offset)
+            read += len(frames)
+            if end <= self._mask or read >= fragment_limit:
+                break
+        return read
 
     def poll_frames(
         self,
@@ -238,22 +243,31 @@ class Image:
         ``(frame offset, frame length, flags)`` of each committed DATA frame read (a payload is
         ``term_view[offset + 32 : offset + length]``), for a handler that walks them natively (``args``: what else
         it takes, so a native handler needs no Python call of its own around it). A handler exception goes to the
-        error handler and the frames count as consumed."""
+        error handler and the frames count as consumed.
+
+        A poll that reaches the end of a term goes on into the next one (one call of ``handler`` per term) while the
+        limit allows: what follows a term's end is not left for a later poll, which a host polling only the images
+        its driver wrote to (the end point poller) would make only once more data came."""
         if self._is_closed:
             return 0
         counter = self._position
-        position = counter.get_long(0)
-        index = (position >> self._position_bits_to_shift) % 3
-        offset = position & self._mask
-        end, frames = scan_frames(self._terms[index], offset, fragment_limit)
-        if end == offset:
-            return 0
-        try:
-            handler(self._term_views[index], frames, *args)
-        except Exception as exc:
-            self._error_handler(exc)
-        counter.put_long_ordered(0, position + end - offset)
-        return len(frames)
+        read = 0
+        for _ in range(2):
+            position = counter.get_long(0)
+            index = (position >> self._position_bits_to_shift) % 3
+            offset = position & self._mask
+            end, frames = scan_frames(self._terms[index], offset, fragment_limit - read)
+            if end == offset:
+                break
+            try:
+                handler(self._term_views[index], frames, *args)
+            except Exception as exc:
+                self._error_handler(exc)
+            counter.put_long_ordered(0, position + end - offset)
+            read += len(frames)
+            if end <= self._mask or read >= fragment_limit:
+                break
+        return read
 
     def controlled_poll(self, handler: ControlledFragmentHandler, fragment_limit: int = 10) -> int:
         """Like :meth:`poll`, but ``handler`` returns a :class:`ControlledAction` (ABORT, BREAK, COMMIT, CONTINUE)."""

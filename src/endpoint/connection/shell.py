@@ -175,6 +175,8 @@ class Connection:
         """``send_nowait``'s one native call to the log while unsealed (None once sealed: ``outbox.offer`` seals)."""
         self._sub = subscription
         self._image: Image | None = None
+        self.may_hold_more = False
+        """The last poll read as many fragments as a poll takes: more may wait (the poller polls again)."""
         self._on_released = on_released
         config = endpoint.config
         self._encode: Callable[[object], bytes] = config.serialization.encode
@@ -649,6 +651,7 @@ class Connection:
         unreliable = self._u_image
         if unreliable is not None:
             count += unreliable.poll_payloads(core.on_unreliable_fragment, _POLL_LIMIT)
+        self.may_hold_more = count >= _POLL_LIMIT
         return core.polled(count, time.monotonic_ns()) if count else 0
 
     def _make_dispatch_args(self) -> tuple[Any, ...]:

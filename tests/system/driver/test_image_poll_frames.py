@@ -41,3 +41,35 @@ def test_poll_frames_passes_its_arguments_on_and_consumes_the_frames(aeron_dir: 
         assert payloads == sent
         assert calls == [("inbox", marker), ()]
         assert image.position == publication.position
+
+
+def test_a_poll_that_reaches_a_terms_end_reads_on_into_the_next_term(aeron_dir: Path) -> None:
+    """The messages after a term's end are read by the same poll, within its limit: a host that polls only the
+    images its driver wrote to would not poll this one again until more data came."""
+    context = DriverContext.from_env({}, aeron_dir=aeron_dir, threading_mode="SHARED")
+    with MediaDriver.launch(context), Aeron.connect(aeron_dir=aeron_dir) as client:
+        subscription = client.add_subscription(CHANNEL, 72)
+        publication = client.add_publication(CHANNEL, 72)
+        (image,) = wait_for_image(subscription)
+        message = bytes(1000)
+        filler = [message] * (64 * 1024 // 1056 - 2)  # up to two messages short of the term's end
+        offer_all(publication, filler, lambda: None)
+        frames_read: list[int] = []
+
+        def count(view: memoryview, frames: list[tuple[int, int, int]]) -> None:
+            frames_read.append(len(frames))
+
+        while image.poll_frames(count, 64):
+            pass
+        assert image.position == publication.position
+        tail = [b"before the end %d" % i for i in range(2)] + [message, message, b"after the end"]
+        offer_all(publication, tail, lambda: None)
+        assert publication.position > 64 * 1024  # the messages go on in the second term
+        frames_read.clear()
+        assert image.poll_frames(count, 64) == len(tail)
+        assert len(frames_read) == 2  # one call per term
+        assert image.position == publication.position
+        payloads: list[bytes] = []
+        offer_all(publication, [b"one more"], lambda: None)
+        assert image.poll_payloads(lambda payload, flags: payloads.append(bytes(payload)), 64) == 1
+        assert payloads == [b"one more"]
