@@ -148,7 +148,9 @@ class LoopPoller:
 
     A process running many clients (bots, tests) then pays for one wake-up per
     idle period, not one per end point, and one native call finds the
-    connections with data. When there is work it yields to the loop after each
+    connections with data; when every image is UDP on a driver run here, the
+    drivers' image journals name them instead (a round costs what came, not
+    how many connections there are). When there is work it yields to the loop after each
     round; when there is none it waits: ``busy_spin`` (if any end point asked
     for it) only yields; otherwise it keeps yielding for 1 ms after it last
     sent or handled a driver command (0.1 ms after it last only read messages),
@@ -755,8 +757,12 @@ def _poll_connections(mapped: list[Connection], ready: list[int]) -> tuple[int, 
     takes or hold off reading (frames may still wait there: the next round polls them again)."""
     read = 0
     carried: list[int] = []
+    last: Connection | None = None
     for index in ready:
         connection = mapped[index]
+        if connection is last:  # its unreliable image's entry, next to its own: one poll reads both
+            continue
+        last = connection
         try:
             got = connection._poll()
         except Exception as exc:
