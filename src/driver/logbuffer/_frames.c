@@ -12,7 +12,7 @@
 #include "_rebuild.h"
 
 /* ---- frames committed by this process ----
- * Every frame (or padding) this process's writers commit to a log adds one, after its length is stored (release):
+ * Every call that commits frames (or padding) to a log adds one, after the last length is stored (release):
  * a reader that loads the count (acquire) and then looks at a log sees every frame counted so far. A sender
  * whose driver has only clients of this process compares the count with the one it read before its last look
  * that found nothing, instead of looking at every publication's log again (see driver.local_clients). */
@@ -46,7 +46,6 @@ put_frame(char *base, Py_ssize_t off, int64_t vft, int64_t session_word, int64_t
     if (length)
         memcpy(base + off + 32, src, length);
     __atomic_store_n((int32_t *)(base + off), frame_length, __ATOMIC_RELEASE);
-    note_frame_committed();
 }
 
 static int
@@ -84,6 +83,7 @@ term_write_frame(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     put_frame(self->base, index, vft, session_word, stream_word, (const char *)src.buf + src_offset, length);
+    note_frame_committed();
     PyBuffer_Release(&src);
     Py_RETURN_NONE;
 }
@@ -107,17 +107,23 @@ term_write_frames(AtomicBuffer *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_ssize_t off = index;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *result = NULL;
+    Py_ssize_t i = 0;
+    for (; i < n; i++) {
         Py_buffer src;
-        if (PyObject_GetBuffer(items[i], &src, PyBUF_C_CONTIGUOUS) < 0) { Py_DECREF(seq); return NULL; }
+        if (PyObject_GetBuffer(items[i], &src, PyBUF_C_CONTIGUOUS) < 0) goto out;
         Py_ssize_t aligned = (src.len + 32 + 31) & ~(Py_ssize_t)31;
-        if (buffer_check(self, off, aligned, 0) < 0) { PyBuffer_Release(&src); Py_DECREF(seq); return NULL; }
+        if (buffer_check(self, off, aligned, 0) < 0) { PyBuffer_Release(&src); goto out; }
         put_frame(self->base, off, vft, session_word, stream_word, (const char *)src.buf, src.len);
         PyBuffer_Release(&src);
         off += aligned;
     }
+    result = PyLong_FromSsize_t(off);
+out:
+    if (i > 0)
+        note_frame_committed(); /* once for the frames written: after the last one's length */
     Py_DECREF(seq);
-    return PyLong_FromSsize_t(off);
+    return result;
 }
 
 /* ---- term scans (sender and receiver hot loops) ---- */
@@ -596,6 +602,7 @@ PublicationWriter_offer(PublicationWriter *self, PyObject *const *args, Py_ssize
                          (int64_t)(((uint64_t)(uint32_t)term_id << 32) | (uint64_t)resulting), __ATOMIC_RELEASE);
         put_frame(self->terms[index]->base, (Py_ssize_t)term_offset, self->vft, self->session_word,
                     self->stream_word | (int64_t)((uint64_t)(uint32_t)term_id << 32), src_base + offset, length);
+        note_frame_committed();
         self->term_offset = resulting;
         value = self->term_begin_position + resulting;
         goto done;
@@ -644,6 +651,7 @@ PublicationWriter_offer(PublicationWriter *self, PyObject *const *args, Py_ssize
     }
     put_frame(term, (Py_ssize_t)frame_offset, self->vft, self->session_word,
                 self->stream_word | (int64_t)((uint64_t)(uint32_t)term_id << 32), src_base + offset, length);
+    note_frame_committed();
     value = position - term_offset + resulting;
 
 done:
