@@ -312,7 +312,14 @@ class Client(EndPoint[ClientConfiguration]):
                         raise
                     continue
                 return HandshakeRoute(
-                    shared, False, publication, reply, (local_ip, local_port), (ip, port), control=control
+                    shared,
+                    False,
+                    publication,
+                    reply,
+                    (local_ip, local_port),
+                    (ip, port),
+                    control=control,
+                    own=bool(cfg.local_port),
                 )
             raise AssertionError("unreachable")
 

@@ -11,10 +11,17 @@ every route each tick (100 ms) otherwise, so a route is drained even while its
 clients are busy elsewhere: over IPC the server's answer stream is shared by
 every client process and advances only as fast as its slowest reader.
 
-A route outlives its last handshake by ``LINGER_NS`` (the next connect, a
+A shared route outlives its last handshake by ``LINGER_NS`` (the next connect, a
 reconnect, reuses it, if the server answers it at once: see
 :attr:`HandshakeRoute.unproven`) and is closed when the last client using its
-driver on this loop closes.
+driver on this loop closes. A route on a client's own port (``local_port``)
+serves that client alone: its publication closes as its handshake ends, the
+rest after the linger. That publication is an image on
+the server's handshake stream, where one address holds only so many at once
+(the server's ``max_routes_per_source``): a host of many such clients
+connecting together waited a linger per turn (400 clients of one address: 53
+connects a second, against ~270 now), while the answer subscription's close can
+wait for a storm to pass.
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ class HandshakeRoute:
         server: tuple[str, int],
         *,
         control: str | None = None,
+        own: bool = False,
     ) -> None:
         self.owner = owner
         """The shared driver whose client made the resources."""
@@ -79,6 +87,9 @@ class HandshakeRoute:
         self.server = server
         self.control = control
         """UDP: the server's control address, where the status messages of our subscriptions on ``local`` go."""
+        self.own = own
+        """On a client's own port, for that client alone: its publication closes once it is unused, and it is not
+        reused after that."""
         self.users = 0
         self.idle_since_ns = 0
         self.broken = False
@@ -130,8 +141,8 @@ class HandshakeRoute:
             self.unproven = False
             on_answer(payload)
 
-    async def close(self) -> None:
-        for resource in (self.publication, self.reply):
+    async def close(self, *, publication_only: bool = False) -> None:
+        for resource in (self.publication,) if publication_only else (self.publication, self.reply):
             try:
                 await resource.close_async()
             except Exception as exc:  # the driver may be gone; nothing else to free
@@ -220,12 +231,20 @@ class HandshakeRoutes:
             route.unproven = True
             if route.broken:
                 self._close(route)
+            elif route.own:
+                self._retire(route)
 
     def tick(self, now_ns: int) -> None:
         """Close routes unused for ``LINGER_NS``."""
         for route in self.polled:
             if route.users <= 0 and now_ns - route.idle_since_ns >= LINGER_NS:
                 self._drop(route)
+
+    def _retire(self, route: HandshakeRoute) -> None:
+        """Close an unused own route's publication (its image on the server) now, the rest after ``LINGER_NS``;
+        it is not handed out again."""
+        route.broken = True
+        self._track(asyncio.get_running_loop().create_task(route.close(publication_only=True)))
 
     async def close_unused(self, owner: object) -> None:
         """Close ``owner``'s routes nobody uses (its last client on this loop is closing)."""
@@ -260,6 +279,9 @@ class HandshakeRoutes:
         if route.closing:
             return
         route.closing = True
-        task = asyncio.get_running_loop().create_task(route.close())
+        self._track(asyncio.get_running_loop().create_task(route.close()))
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        """Held until done (``close_unused`` waits for them)."""
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)

@@ -43,6 +43,11 @@ def _routes() -> HandshakeRoutes:
     return LoopPoller.for_running_loop().routes
 
 
+def _keep_own_routes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routes on clients' own ports linger whole, as shared ones do (they give back their publications at once)."""
+    monkeypatch.setattr(HandshakeRoutes, "_retire", lambda self, route: None)
+
+
 async def test_a_loops_clients_connecting_at_once_take_turns_in_its_handshake_slots(
     aeron_dir: Path, client_dir: Path, port: int
 ) -> None:
@@ -199,10 +204,11 @@ async def test_an_idle_route_to_a_killed_server_gives_way_to_a_fresh_one_after_o
 
 
 async def test_a_client_with_a_fixed_port_reconnects_after_its_route_closed(
-    aeron_dir: Path, client_dir: Path, port: int
+    aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its new route subscribes on the same port while the server still keeps the answer route of the old one;
     that old publication, which the client's driver now ignores for a while, must not be reused."""
+    _keep_own_routes(monkeypatch)  # each route stays whole until the test ticks it
     local_port = free_udp_port()
     async with running_server(server_config(aeron_dir, port)) as server:
         client = Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=6.0))
@@ -213,6 +219,7 @@ async def test_a_client_with_a_fixed_port_reconnects_after_its_route_closed(
                 answer_routes += [key for key in server._answer_routes if key not in answer_routes]
                 await conn.close("again")
                 (route,) = _routes().polled
+                assert route.own
                 _routes().tick(route.idle_since_ns + LINGER_NS)
                 await wait_until(lambda: route.reply.is_closed, 5, what="the route closed")  # noqa: B023
             # One answer route per client route (its session), though all three answered the same address and port.
@@ -220,6 +227,42 @@ async def test_a_client_with_a_fixed_port_reconnects_after_its_route_closed(
             assert {key[0] for key in answer_routes} == {"127.0.0.1"}
         finally:
             await client.close()
+
+
+async def test_a_route_on_a_clients_own_port_gives_back_its_publication_as_its_handshake_ends(
+    aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It serves that client alone: its image on the server's handshake stream, one of the few its address may
+    hold (``max_routes_per_source``), is let go at once, not a linger later. Six clients of one address connect
+    together through a server that lets the address hold two routes at once; the connections live on."""
+    monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 10**9)  # the rest of each route waits for the test
+    config = server_config(aeron_dir, port, max_routes_per_source=2)
+    async with running_server(config) as server:
+        handshake = server._udp_handshake
+        assert handshake is not None
+        clients = [
+            Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=30.0))
+            for local_port in distinct_free_udp_ports(6)
+        ]
+        try:
+            connections = await asyncio.wait_for(
+                asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients)), 60
+            )
+            # Every route gave back its publication as its handshake ended, and is not handed out again; the
+            # answer subscriptions wait for the linger.
+            routes = _routes().polled
+            assert len(routes) == 6
+            assert all(route.broken and not route.usable for route in routes)
+            await wait_until(lambda: all(r.publication.is_closed for r in routes), 10, what="publications closed")
+            await wait_until(lambda: not handshake.images, 10, what="the handshake images ended")
+            assert not any(route.reply.is_closed for route in routes)
+            _routes().tick(max(route.idle_since_ns for route in routes) + routes_module.LINGER_NS)
+            assert _routes().polled == ()
+            await wait_until(lambda: all(r.reply.is_closed for r in routes), 10, what="the routes closed")
+            for conn in connections:
+                assert await conn.ping() > 0
+        finally:
+            await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
 
 async def test_the_server_lets_go_of_an_answer_route_once_its_client_route_is_gone(
@@ -378,6 +421,7 @@ async def test_one_host_holds_more_routes_at_once_than_the_drivers_default_per_s
     (``max_routes_per_source``): its handshake subscription asks for as many, so none waits in silence for
     another's route to close. By default it asks for 64: more lets a few flooding addresses fill the stream."""
     count = 72
+    _keep_own_routes(monkeypatch)
     monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 10**9)  # every route stays open to the end
     async with running_server(server_config(aeron_dir, port)) as server:
         assert server._udp_handshake is not None
@@ -482,10 +526,11 @@ async def test_hellos_that_come_while_their_answer_route_connects_wait_for_it_to
 
 
 async def test_room_is_made_by_closing_a_route_whose_client_got_no_cookie_lately(
-    aeron_dir: Path, client_dir: Path, port: int
+    aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At the answer-route cap the oldest idle route gives way, unless a cookie went out on it within a handshake
     timeout (its client is on its way back on it) and a quieter one is there: that one goes instead."""
+    _keep_own_routes(monkeypatch)  # the clients' routes stay, and so do the server's answer routes
     async with running_server(server_config(aeron_dir, port)) as server:
         clients = [
             Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=10.0))
