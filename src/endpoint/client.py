@@ -232,13 +232,21 @@ class Client(EndPoint[ClientConfiguration]):
                     self._routes.release(route)
                     raise
                 else:
-                    self._routes.release(route)
+                    self._routes.release(route, alone=self._route_alone())
             if connection is None:
                 await asyncio.sleep(self._rng.uniform(0.05, 0.15))  # apart from the clients that failed with us
                 continue
             self.connection = connection
             self._add_connection(connection)
             return connection
+
+    def _route_alone(self) -> bool:
+        """Nobody else on this loop may connect through our route soon: it is on our own port, or we are the loop's
+        only client of our driver (see :mod:`endpoint.handshake.routes`)."""
+        if self.config.local_port:
+            return True
+        shared = self._shared
+        return not any(e is not self and isinstance(e, Client) and e._shared is shared for e in self._loop_endpoints())
 
     async def _open_route(self, ip: str, port: int) -> HandshakeRoute:
         """The loop's route to ``ip:port`` on our driver: IPC if a server there shares the driver, else UDP."""
@@ -319,7 +327,6 @@ class Client(EndPoint[ClientConfiguration]):
                     (local_ip, local_port),
                     (ip, port),
                     control=control,
-                    own=bool(cfg.local_port),
                 )
             raise AssertionError("unreachable")
 

@@ -11,17 +11,18 @@ every route each tick (100 ms) otherwise, so a route is drained even while its
 clients are busy elsewhere: over IPC the server's answer stream is shared by
 every client process and advances only as fast as its slowest reader.
 
-A shared route outlives its last handshake by ``LINGER_NS`` (the next connect, a
+A route outlives its last handshake by ``LINGER_NS`` (the next connect, a
 reconnect, reuses it, if the server answers it at once: see
 :attr:`HandshakeRoute.unproven`) and is closed when the last client using its
-driver on this loop closes. A route on a client's own port (``local_port``)
-serves that client alone: its publication closes as its handshake ends, the
-rest after the linger. That publication is an image on
-the server's handshake stream, where one address holds only so many at once
-(the server's ``max_routes_per_source``): a host of many such clients
-connecting together waited a linger per turn (400 clients of one address: 53
-connects a second, against ~270 now), while the answer subscription's close can
-wait for a storm to pass.
+driver on this loop closes. A route that served a client alone (a client on a
+port of its own, ``local_port``, or the only client of its driver on the loop:
+a player's process) gives back its publication as its handshake ends and
+closes the rest after the linger; it is not reused. That publication is an
+image on the server's handshake stream, where one address holds only so many at
+once (the server's ``max_routes_per_source``): a host of many client processes
+connecting together (a NAT, a load test) waited a linger per turn (400 clients
+of one address: 53 connects a second, ~270 now), while the answer
+subscription's close can wait for a storm to pass.
 """
 
 from __future__ import annotations
@@ -76,7 +77,6 @@ class HandshakeRoute:
         server: tuple[str, int],
         *,
         control: str | None = None,
-        own: bool = False,
     ) -> None:
         self.owner = owner
         """The shared driver whose client made the resources."""
@@ -87,9 +87,6 @@ class HandshakeRoute:
         self.server = server
         self.control = control
         """UDP: the server's control address, where the status messages of our subscriptions on ``local`` go."""
-        self.own = own
-        """On a client's own port, for that client alone: its publication closes once it is unused, and it is not
-        reused after that."""
         self.users = 0
         self.idle_since_ns = 0
         self.broken = False
@@ -221,8 +218,9 @@ class HandshakeRoutes:
         self._routes[key] = route
         self._polled_changed()
 
-    def release(self, route: HandshakeRoute, *, broken: bool = False) -> None:
-        """One use of ``route`` ended; ``broken`` routes are not handed out again and are closed once unused."""
+    def release(self, route: HandshakeRoute, *, broken: bool = False, alone: bool = False) -> None:
+        """One use of ``route`` ended; ``broken`` routes are not handed out again and are closed once unused.
+        ``alone``: no other client on this loop may connect through it soon (see the module's docstring)."""
         route.users -= 1
         if broken:
             self._drop(route)
@@ -231,7 +229,7 @@ class HandshakeRoutes:
             route.unproven = True
             if route.broken:
                 self._close(route)
-            elif route.own:
+            elif alone and not route.is_ipc:  # (an IPC route makes no image a source address is counted for)
                 self._retire(route)
 
     def tick(self, now_ns: int) -> None:
@@ -241,8 +239,8 @@ class HandshakeRoutes:
                 self._drop(route)
 
     def _retire(self, route: HandshakeRoute) -> None:
-        """Close an unused own route's publication (its image on the server) now, the rest after ``LINGER_NS``;
-        it is not handed out again."""
+        """Close an unused route's publication (its image on the server) now, the rest after ``LINGER_NS``; it is
+        not handed out again."""
         route.broken = True
         self._track(asyncio.get_running_loop().create_task(route.close(publication_only=True)))
 

@@ -84,6 +84,8 @@ async def test_a_full_counters_file_only_skips_the_counters(
             await wait_until(lambda: received, timeout=20, what="the message")
             # At least one: a connect that started over under load leaves the server an abandoned attempt's connection.
             await wait_until(lambda: server.connection_counters.failures >= 1, timeout=20, what="the server's skip")
+            # (Each end asks once its connection has lived a second, at its own tick: the client's may come later.)
+            await wait_until(lambda: client.connection_counters.failures, timeout=20, what="the client's skip")
             assert client.connection_counters.failures == 1
             assert len(server.connection_counters) == 0
             assert len(client.connection_counters) == 0

@@ -43,8 +43,9 @@ def _routes() -> HandshakeRoutes:
     return LoopPoller.for_running_loop().routes
 
 
-def _keep_own_routes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Routes on clients' own ports linger whole, as shared ones do (they give back their publications at once)."""
+def _keep_routes_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routes that served a client alone linger whole, as a route other clients of the loop may use does (they
+    give back their publications at once)."""
     monkeypatch.setattr(HandshakeRoutes, "_retire", lambda self, route: None)
 
 
@@ -110,8 +111,9 @@ async def test_udp_clients_on_one_loop_share_one_route_and_the_server_one_answer
 
 
 async def test_a_route_is_reused_by_the_next_connect_and_closed_after_its_linger(
-    aeron_dir: Path, client_dir: Path, port: int
+    aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    _keep_routes_whole(monkeypatch)  # as when the loop has other clients (see the test after this one)
     async with (
         running_server(server_config(aeron_dir, port)),
         connected_client(client_config("udp", aeron_dir, client_dir), port) as (client, first),
@@ -131,6 +133,33 @@ async def test_a_route_is_reused_by_the_next_connect_and_closed_after_its_linger
         assert await second.ping() > 0
 
 
+async def test_the_route_of_a_loops_only_client_gives_back_its_publication_as_its_handshake_ends(
+    aeron_dir: Path, client_dir: Path, port: int
+) -> None:
+    """A player's process: nobody else on the loop will connect through the route soon, so its place on the
+    server's handshake stream is given back at once (the answer subscription closes after the linger) and its
+    reconnect takes a fresh route. A second client of the same driver on the loop keeps the route whole."""
+    async with running_server(server_config(aeron_dir, port)) as server:
+        handshake = server._udp_handshake
+        assert handshake is not None
+        async with connected_client(client_config("udp", aeron_dir, client_dir), port) as (client, first):
+            (route,) = _routes().polled
+            assert route.broken
+            assert not route.usable
+            await wait_until(lambda: route.publication.is_closed, 10, what="the route's publication closed")
+            await wait_until(lambda: not handshake.images, 10, what="its handshake image ended")
+            await first.close("again")
+            second = await asyncio.wait_for(client.connect("127.0.0.1", port), 15)
+            assert route not in _routes().polled
+            assert await second.ping() > 0
+            async with connected_client(client_config("udp", aeron_dir, client_dir), port) as (_, third):
+                (shared,) = [r for r in _routes().polled if r.usable]
+                assert not shared.broken
+                assert not shared.publication.is_closed
+                await wait_until(lambda: len(handshake.images) == 1, 10, what="only the kept route's image")
+                assert await third.ping() > 0
+
+
 async def test_an_idle_route_to_a_server_that_closed_is_not_reused(
     aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -139,6 +168,7 @@ async def test_an_idle_route_to_a_server_that_closed_is_not_reused(
     the next connect (another server on the port) takes a fresh route at once, with no probe."""
     monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 1_000_000_000)  # the old route idles, whatever the pace
     monkeypatch.setattr(client_module, "_REUSED_ROUTE_PROBE_S", 60.0)  # a probe would outlast the connect below
+    _keep_routes_whole(monkeypatch)  # as when the loop has other clients
     client = Client(client_config("udp", aeron_dir, client_dir, handshake_timeout=5.0, connect_timeout=30.0))
     try:
         async with running_server(server_config(aeron_dir, port)):
@@ -171,6 +201,7 @@ async def test_an_idle_route_to_a_killed_server_gives_way_to_a_fresh_one_after_o
     15 s) would go unanswered. The reused route is given up after its first HELLO's short probe, and a fresh
     route (another session) connects."""
     monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 1_000_000_000)  # the old route idles, whatever the pace
+    _keep_routes_whole(monkeypatch)  # as when the loop has other clients
     killed_dir = aeron_dir.parent / f"{aeron_dir.name}-killed"
     client = Client(client_config("udp", aeron_dir, client_dir, handshake_timeout=5.0, connect_timeout=30.0))
     try:
@@ -208,7 +239,7 @@ async def test_a_client_with_a_fixed_port_reconnects_after_its_route_closed(
 ) -> None:
     """Its new route subscribes on the same port while the server still keeps the answer route of the old one;
     that old publication, which the client's driver now ignores for a while, must not be reused."""
-    _keep_own_routes(monkeypatch)  # each route stays whole until the test ticks it
+    _keep_routes_whole(monkeypatch)  # each route stays whole until the test ticks it
     local_port = free_udp_port()
     async with running_server(server_config(aeron_dir, port)) as server:
         client = Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=6.0))
@@ -219,7 +250,6 @@ async def test_a_client_with_a_fixed_port_reconnects_after_its_route_closed(
                 answer_routes += [key for key in server._answer_routes if key not in answer_routes]
                 await conn.close("again")
                 (route,) = _routes().polled
-                assert route.own
                 _routes().tick(route.idle_since_ns + LINGER_NS)
                 await wait_until(lambda: route.reply.is_closed, 5, what="the route closed")  # noqa: B023
             # One answer route per client route (its session), though all three answered the same address and port.
@@ -421,7 +451,7 @@ async def test_one_host_holds_more_routes_at_once_than_the_drivers_default_per_s
     (``max_routes_per_source``): its handshake subscription asks for as many, so none waits in silence for
     another's route to close. By default it asks for 64: more lets a few flooding addresses fill the stream."""
     count = 72
-    _keep_own_routes(monkeypatch)
+    _keep_routes_whole(monkeypatch)
     monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 10**9)  # every route stays open to the end
     async with running_server(server_config(aeron_dir, port)) as server:
         assert server._udp_handshake is not None
@@ -530,7 +560,7 @@ async def test_room_is_made_by_closing_a_route_whose_client_got_no_cookie_lately
 ) -> None:
     """At the answer-route cap the oldest idle route gives way, unless a cookie went out on it within a handshake
     timeout (its client is on its way back on it) and a quieter one is there: that one goes instead."""
-    _keep_own_routes(monkeypatch)  # the clients' routes stay, and so do the server's answer routes
+    _keep_routes_whole(monkeypatch)  # the clients' routes stay, and so do the server's answer routes
     async with running_server(server_config(aeron_dir, port)) as server:
         clients = [
             Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=10.0))
