@@ -320,13 +320,7 @@ class Client(EndPoint[ClientConfiguration]):
                         raise
                     continue
                 return HandshakeRoute(
-                    shared,
-                    False,
-                    publication,
-                    reply,
-                    (local_ip, local_port),
-                    (ip, port),
-                    control=control,
+                    shared, False, publication, reply, (local_ip, local_port), (ip, port), control=control
                 )
             raise AssertionError("unreachable")
 
