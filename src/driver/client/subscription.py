@@ -214,6 +214,8 @@ class Image:
             return 0
         counter = self._position
         read = 0
+        # poll_frames's loop written out: delegating to it with a per-term handler of ours cost ~180 ns a poll
+        # (+9% a payload in polls of 8), and a client's unreliable snapshots come one a poll.
         for _ in range(2):  # (at a term's end, on into the next term: see poll_frames)
             position = counter.get_long(0)
             index = (position >> self._position_bits_to_shift) % 3

@@ -73,3 +73,26 @@ def test_a_poll_that_reaches_a_terms_end_reads_on_into_the_next_term(aeron_dir: 
         offer_all(publication, [b"one more"], lambda: None)
         assert image.poll_payloads(lambda payload, flags: payloads.append(bytes(payload)), 64) == 1
         assert payloads == [b"one more"]
+
+
+def test_poll_payloads_hands_each_payload_on_and_a_failing_one_to_the_error_handler(aeron_dir: Path) -> None:
+    """One payload's handler failing is that payload's alone: the others are handed on and every frame consumed."""
+    context = DriverContext.from_env({}, aeron_dir=aeron_dir, threading_mode="SHARED")
+    errors: list[BaseException] = []
+    with MediaDriver.launch(context), Aeron.connect(aeron_dir=aeron_dir, error_handler=errors.append) as client:
+        subscription = client.add_subscription(CHANNEL, 73)
+        publication = client.add_publication(CHANNEL, 73)
+        (image,) = wait_for_image(subscription)
+        sent = [b"first", b"bad", b"third"]
+        offer_all(publication, sent, lambda: None)
+        payloads: list[bytes] = []
+
+        def handler(payload: memoryview, flags: int) -> None:
+            if bytes(payload) == b"bad":
+                raise ValueError("bad payload")
+            payloads.append(bytes(payload))
+
+        assert image.poll_payloads(handler, 10) == 3
+        assert payloads == [b"first", b"third"]
+        assert [str(error) for error in errors] == ["bad payload"]
+        assert image.position == publication.position
