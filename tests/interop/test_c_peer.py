@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import struct
 import subprocess
 import time
@@ -31,6 +30,7 @@ from driver.cnc import CncFile, CncGeneration, semantic_version
 from driver.errors import CncVersionError, RegistrationError
 from support.aeron_c import AeronC
 from support.driver_process import DriverProcess
+from support.ports import free_udp_port
 from support.waiting import execute_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.process, pytest.mark.c_peer]
@@ -56,13 +56,6 @@ LOSS_SETTINGS: dict[str, object] = {
 def message(seq: int, size: int) -> bytes:
     body = bytes((seq + i) & 0xFF for i in range(max(0, size - SEQ.size)))
     return (SEQ.pack(seq) + body)[: max(size, SEQ.size)]
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def events(output: str) -> list[dict[str, object]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from driver.cnc import CncGeneration
 from support.aeron_c import AeronC
 from support.clients import Errors, offer_all, wait_for_image
 from support.driver_process import DriverProcess
+from support.ports import free_udp_port
 from support.waiting import execute_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.process, pytest.mark.c_peer]
@@ -36,10 +36,7 @@ def _message(seq: int, size: int) -> bytes:
 
 
 def _channel() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"aeron:udp?endpoint=127.0.0.1:{port}"
+    return f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
 
 
 def _events(text: str, name: str) -> list[dict[str, object]]:

@@ -20,6 +20,7 @@ from driver.config import DriverContext
 from driver.core.media_driver import MediaDriver
 from support.aeron_java import AeronJava, JavaMediaDriver, PropValue, aeron_stat_snapshot, start_java_media_driver
 from support.clients import Errors, offer_all, wait_for_image
+from support.ports import free_udp_port
 from support.waiting import execute_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.process]
@@ -27,15 +28,8 @@ pytestmark = [pytest.mark.interop, pytest.mark.process]
 STREAM_ID = 1201
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _channel() -> str:
-    return f"aeron:udp?endpoint=127.0.0.1:{_free_udp_port()}"
+    return f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
 
 
 def _setups_sent_to(port: int, count: int) -> None:
@@ -129,7 +123,7 @@ def test_our_spy_on_the_java_driver(aeron_java: AeronJava, aeron_dir: Path, tmp_
     )
     try:
         with Aeron.connect(aeron_dir=aeron_dir, error_handler=Errors()) as aeron:
-            port = _free_udp_port()
+            port = free_udp_port()
             channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
             publication = aeron.add_exclusive_publication(channel, STREAM_ID)
             gone: list[object] = []

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-import socket
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from driver.cnc import CncFile, CncGeneration
 from driver.concurrent.atomic_buffer import AtomicBuffer
 from driver.concurrent.counters import CountersReader
 from support.aeron_java import AeronJava, JavaMediaDriver, aeron_stat_snapshot
+from support.ports import free_udp_port
 from support.waiting import execute_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.process]
@@ -52,17 +52,10 @@ def _listing(reader: CountersReader) -> list[tuple[int, int, str]]:
     return found
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def java_subscriber(aeron_java: AeronJava, java_media_driver: JavaMediaDriver, tmp_path: Path) -> Iterator[None]:
     """A Java BasicSubscriber on a UDP channel, so the driver also holds client and channel counters."""
-    channel = f"aeron:udp?endpoint=127.0.0.1:{_free_udp_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     proc = aeron_java.start(
         "io.aeron.samples.BasicSubscriber",
         props={"aeron.dir": str(java_media_driver.aeron_dir), "aeron.sample.channel": channel},

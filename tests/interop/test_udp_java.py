@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import time
@@ -44,6 +43,7 @@ from driver.concurrent.error_log import read_error_log
 from driver.concurrent.system_counters import DriverSystemCounterId, SystemCounterId
 from support.aeron_java import AeronJava, JavaMediaDriver, PropValue, start_java_media_driver
 from support.driver_process import DriverProcess
+from support.ports import free_udp_port
 from support.waiting import execute_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.process]
@@ -89,14 +89,6 @@ OUR_DRIVER_SETTINGS: dict[str, object] = {
 
 LOSS_SIDES = [pytest.param("java", id="loss-on-java"), pytest.param("ours", id="loss-on-ours")]
 SIZES = [pytest.param(SMALL, SMALL_COUNT, id="32B"), pytest.param(LARGE, LARGE_COUNT, id="64KiB")]
-
-
-def free_udp_port() -> int:
-    """A port nobody on 127.0.0.1 uses right now (bound to port 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def udp_channel(port: int) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import shutil
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -40,6 +39,7 @@ from endpoint.config import (
 from endpoint.handshake.protocol import ClientHandshake, CookieReceived
 from endpoint.handshake.routes import answer_session
 from endpoint.messages import register_internal_messages
+from support.ports import distinct_free_udp_ports, free_server_port, free_udp_port
 
 __all__ = [
     "TRANSPORTS",
@@ -131,78 +131,6 @@ def registration_hash(extra: Iterable[type] = ()) -> bytes:
 
 
 # ------------------------------------------------------------------------------------------------ configurations
-
-
-def _unassigned_range() -> tuple[int, int] | None:
-    """Ports the kernel never picks itself (for a bind to port 0, or an outgoing socket): those below or above its
-    ephemeral range. A port picked by binding port 0 is one the kernel may hand to the next socket that asks
-    (a driver's, a client route's) before the test binds it: seen once in a full run, a server's port taken in the
-    moment between the pick and the server's bind."""
-    try:
-        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    except (OSError, ValueError):
-        return None
-    if low > 12_000:
-        return (10_000, low - 2)
-    if high < 63_000:
-        return (high + 1, 65_533)
-    return None
-
-
-def _bound(host: str, port: int) -> socket.socket | None:
-    """A UDP socket bound to ``host:port``, or None when the port is taken."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        sock.bind((host, port))
-    except (OSError, OverflowError):  # (OverflowError: past 65535)
-        sock.close()
-        return None
-    return sock
-
-
-def _free_ports(host: str, count: int, *, consecutive: bool = False) -> list[int]:
-    """``count`` different UDP ports free on ``host`` right now (in a row with ``consecutive``), from the ports
-    the kernel does not pick itself when there are such (see :func:`_unassigned_range`)."""
-    unassigned = _unassigned_range()
-    held: list[socket.socket] = []
-    try:
-        for _ in range(64 * count):
-            if len(held) == count:
-                break
-            if consecutive and held:
-                port = int(held[-1].getsockname()[1]) + 1
-            elif unassigned is not None:
-                port = secrets.randbelow(unassigned[1] - unassigned[0]) + unassigned[0]
-            else:
-                port = 0
-            sock = _bound(host, port)
-            if sock is not None:
-                held.append(sock)
-            elif consecutive:  # start the run again elsewhere
-                for taken in held:
-                    taken.close()
-                held.clear()
-        if len(held) < count:
-            raise AssertionError(f"no {count} free UDP ports on {host} in {64 * count} tries")
-        return [int(sock.getsockname()[1]) for sock in held]
-    finally:
-        for sock in held:
-            sock.close()
-
-
-def free_udp_port(host: str = "127.0.0.1") -> int:
-    """A UDP port free on ``host`` right now."""
-    return _free_ports(host, 1)[0]
-
-
-def distinct_free_udp_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` UDP ports free on ``host`` right now, all different (held together while they are picked)."""
-    return _free_ports(host, count)
-
-
-def free_server_port(host: str = "127.0.0.1") -> int:
-    """A UDP port free on ``host`` right now whose next one (the server's control port) is free too."""
-    return _free_ports(host, 2, consecutive=True)[0]
 
 
 def server_config(aeron_dir: Path, port: int, **overrides: Any) -> ServerConfiguration:

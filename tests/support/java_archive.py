@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import struct
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -34,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from support.aeron_java import DRIVER_PROPS, AeronJava, PeerSetupError, PropValue, read_cnc_header
+from support.ports import distinct_free_udp_ports, free_udp_port
 from support.waiting import execute_until
 
 __all__ = [
@@ -75,13 +75,6 @@ ARCHIVE_PROPS: dict[str, PropValue] = {
 _MARK_BLOCK_LENGTH = 128
 
 
-def free_udp_port(host: str = "127.0.0.1") -> int:
-    """A UDP port free on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class ArchiveChannels:
     """The archive's control and events channels, and a client's response channel (1.15.1 property names)."""
@@ -96,7 +89,7 @@ class ArchiveChannels:
     @classmethod
     def free(cls, host: str = "127.0.0.1") -> ArchiveChannels:
         """Channels on UDP ports free on ``host`` right now (so parallel tests do not share 8010/8020/8030)."""
-        control, response, events = (free_udp_port(host) for _ in range(3))
+        control, response, events = distinct_free_udp_ports(3, host)
         return cls(
             control_channel=f"aeron:udp?endpoint={host}:{control}",
             control_response_channel=f"aeron:udp?endpoint={host}:{response}",

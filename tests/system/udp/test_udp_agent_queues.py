@@ -15,11 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from udp_helpers import UdpDrivers, allocated_counters, counters_of, free_udp_port_outside_ephemeral
+from udp_helpers import UdpDrivers, allocated_counters, counters_of
 
 from driver.client import Aeron
 from driver.concurrent.system_counters import DriverSystemCounterId, SystemCounterId
 from driver.core.media_driver import MediaDriver
+from support.ports import distinct_free_udp_ports
 from support.waiting import WaitTimeoutError
 
 CHANNELS = 5
@@ -88,12 +89,8 @@ def test_a_flood_through_tiny_agent_queues_loses_nothing_and_frees_everything(ud
     # Each round binds the subscriptions' ports again: ports no socket bound to port 0 (the driver's own send
     # endpoints among them) can be given in between. Ten distinct ones: a port shared by two channels would make
     # them one endpoint.
-    ports: set[int] = set()
-    for _ in range(1000):
-        if len(ports) == 2 * CHANNELS:
-            break
-        ports.add(free_udp_port_outside_ephemeral())
-    pub_ports, sub_ports = sorted(ports)[:CHANNELS], sorted(ports)[CHANNELS:]
+    ports = sorted(distinct_free_udp_ports(2 * CHANNELS))
+    pub_ports, sub_ports = ports[:CHANNELS], ports[CHANNELS:]
 
     async def main() -> int:
         client = await Aeron.connect_async(aeron_dir=aeron_dir, error_handler=udp.errors)

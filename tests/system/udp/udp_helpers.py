@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +34,7 @@ from driver.core.media_driver import MediaDriver
 from support.child_clients import make_message, parse_message
 from support.clients import Errors
 from support.driver_process import DriverProcess
+from support.ports import free_udp_port
 from support.waiting import execute_until
 
 __all__ = [
@@ -46,7 +45,6 @@ __all__ = [
     "counters_of",
     "driver_errors",
     "free_udp_port",
-    "free_udp_port_outside_ephemeral",
     "make_message",
     "offer_retrying",
     "publish_checked",
@@ -54,42 +52,6 @@ __all__ = [
     "subscribe_with_embedded_driver",
     "system_counter",
 ]
-
-
-def free_udp_port() -> int:
-    """A UDP port on 127.0.0.1 nobody holds right now (bind to 0, read it, let it go)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
-
-
-def free_udp_port_outside_ephemeral(tries: int = 1000) -> int:
-    """A UDP port on 127.0.0.1 nobody holds right now, outside the kernel's ephemeral range.
-
-    For a port a test binds again and again (a channel it subscribes to in rounds, free in between): no socket
-    bound to port 0 meanwhile (a send endpoint of the driver under test, another test) can be given it, as it
-    can be given one from :func:`free_udp_port`, and the next bind then fails with "address already in use".
-    """
-    low, high = _ephemeral_range()
-    candidates = [p for p in range(10_000, 65_536) if not low <= p <= high]
-    for _ in range(tries):
-        port = random.choice(candidates)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free UDP port outside the ephemeral range after {tries} tries")
 
 
 class Collector:
