@@ -27,7 +27,7 @@ from endpoint.connection.shell import Connection
 from endpoint.handshake.routes import HandshakeRoutes
 from endpoint.registry import SharedDriver
 
-__all__ = ["FEEDBACK_WAIT_NS", "LoopPoller", "Polled", "feedback_wake_ns", "nap_plan"]
+__all__ = ["FEEDBACK_WAIT_NS", "LoopPoller", "Polled", "ReadFlow", "feedback_wake_ns", "nap_plan"]
 
 _FrameEntry = tuple[AtomicBuffer, int, tuple[AtomicBuffer, ...], int, int]
 """One image in a :class:`FrameWatch`: its position counter and offset, its terms, position bits, term mask."""
@@ -41,9 +41,15 @@ _BREATHE_S = 0.000_02
 _SPIN_NS = 1_000_000
 """How long a round with nothing to do still spins after we sent or a driver command came: an answer may follow."""
 _SPIN_AFTER_READ_NS = 100_000
-"""How long it spins after rounds that only read messages: the rest of a burst. Longer would spin for good on a
-server whose players' messages arrive spread out (a 1,000-player game: one every 50 µs), a driver duty cycle and a
-loop iteration each time; an arrival ends the nap that follows anyway."""
+"""How long it spins after rounds that only read messages, in a flow (see :class:`ReadFlow`): the rest of a
+burst. Longer would spin for good on a flow that thins out; an arrival ends the nap that follows anyway."""
+_FLOW_WINDOW_NS = 1_000_000
+_FLOW_READS = 64
+"""Messages read per :data:`_FLOW_WINDOW_NS` that make a flow (64,000 a second): a stream at full rate, whose
+reader, once it spins, reads each next batch at once instead of after a wake-up. A game server's players' inputs
+(1,000 players at 20 Hz: one every 50 µs) are not one: spinning after each of them kept its loop running empty
+rounds (a driver duty cycle and a loop iteration each) 2,700 times a second, a tenth of its CPU, for arrivals that
+end a nap anyway."""
 _SPIN_HANDSHAKES_MAX = 8
 """A loop with more handshakes than this waiting on its routes is in a connect storm: it does not spin for their
 answers, which then arrive all the time and end its naps. Spinning there cost a process of 100 clients (a route
@@ -89,6 +95,33 @@ def nap_plan(
     if sound:
         return max(_MIN_NAP_NS, next_tick_ns - now_ns), True
     return int(_DEEP_SLEEP_S * 1e9), False
+
+
+class ReadFlow:
+    """Whether the messages a loop reads come as a flow (at least :data:`_FLOW_READS` per
+    :data:`_FLOW_WINDOW_NS`) or spread out, judged over the last window and the current one. Pure: time is
+    passed in."""
+
+    __slots__ = ("_count", "_start_ns", "flowing")
+
+    def __init__(self, now_ns: int) -> None:
+        self._start_ns = now_ns
+        self._count = 0
+        self.flowing = False
+
+    def add(self, now_ns: int, read: int) -> bool:
+        """Count ``read`` messages read at ``now_ns``; whether they flow."""
+        count = self._count + read
+        elapsed = now_ns - self._start_ns
+        if elapsed >= _FLOW_WINDOW_NS:  # a window ends: its rate decides (a nap may have made it longer)
+            self.flowing = count * _FLOW_WINDOW_NS >= _FLOW_READS * elapsed
+            self._start_ns = now_ns
+            self._count = 0
+        else:
+            self._count = count
+            if count >= _FLOW_READS:  # a flow that starts is one before its window ends
+                self.flowing = True
+        return self.flowing
 
 
 def feedback_wake_ns(arrived_ns: int, nap_end_ns: int) -> int | None:
@@ -393,7 +426,8 @@ class LoopPoller:
         sleep = asyncio.sleep
         next_tick = 0
         last_breath = 0
-        last_work = last_exchange = monotonic_ns()
+        last_work = last_exchange = last_flow = monotonic_ns()
+        flow = ReadFlow(last_work)
         tighten_timer_slack()  # the brief stops below should not last the default 50 µs slack longer
         while self.endpoints:
             endpoints = self.endpoints
@@ -495,6 +529,8 @@ class LoopPoller:
             if work or read or self._poked:
                 self._poked = False
                 last_work = now
+                if read and flow.add(now, read):
+                    last_flow = now
                 if self._network and self._serving:  # UDP: send what this round wrote, acknowledge what it read, now
                     self.flushes_after_work += 1
                     for invoker in self._driver_invokers:
@@ -503,7 +539,7 @@ class LoopPoller:
                 # duty cycle: a player process (hundreds of clients on one driver, rounds of a few snapshots read
                 # or inputs sent) runs one duty cycle per round instead of two.
                 await sleep(0)
-            elif self._spins(now, last_work, last_exchange):
+            elif self._spins(now, last_flow, last_exchange):
                 await sleep(0)
             elif not await self._nap_driving(*self._nap_plan(now, last_work, next_tick)):
                 # Work waits in the driver (a client's command, a hand-off between its agents): the next round
@@ -568,13 +604,13 @@ class LoopPoller:
         server is polled here (a process of clients: players, bots, load generators)."""
         return not self._serving and self._sound()
 
-    def _spins(self, now: int, last_work: int, last_exchange: int) -> bool:
+    def _spins(self, now: int, last_flow: int, last_exchange: int) -> bool:
         """Yield rather than nap: ``busy_spin``, or within a millisecond of a send or driver command (an answer
-        then usually comes within that millisecond; 0.1 ms after a round that only read) unless
-        :meth:`_naps_early`."""
+        then usually comes within that millisecond; 0.1 ms after a round that read messages of a flow, see
+        :class:`ReadFlow`) unless :meth:`_naps_early`."""
         if self._busy_spin:
             return True
-        recent = now - last_exchange < _SPIN_NS or now - last_work < _SPIN_AFTER_READ_NS
+        recent = now - last_exchange < _SPIN_NS or now - last_flow < _SPIN_AFTER_READ_NS
         return recent and not self._naps_early()
 
     def _nap_plan(self, now: int, last_work: int, next_tick: int) -> tuple[int, bool]:

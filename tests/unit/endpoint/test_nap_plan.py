@@ -1,5 +1,5 @@
-"""The poller's naps: how long, when feedback may wait (pure), and the socket watch that lets it wait (real
-sockets on a real loop)."""
+"""The poller's naps: how long, when feedback may wait, whether reads come as a flow (pure), and the socket watch
+that lets it wait (real sockets on a real loop)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from endpoint.poller import FEEDBACK_WAIT_NS, _SocketWatch, feedback_wake_ns, nap_plan
+from endpoint.poller import FEEDBACK_WAIT_NS, ReadFlow, _SocketWatch, feedback_wake_ns, nap_plan
 
 MS = 1_000_000
 S = 1_000 * MS
@@ -27,6 +27,28 @@ def test_deeply_idle_a_sound_nap_lasts_until_the_next_timer_and_lets_feedback_wa
 
 def test_deeply_idle_but_waiting_for_what_rings_nothing_naps_10_ms_and_feedback_does_not_wait() -> None:
     assert nap_plan(10 * S, 9 * S, 10 * S + 80 * MS, sound=False) == (10 * MS, False)
+
+
+def test_messages_spread_out_are_no_flow_and_a_full_rate_stream_is_one() -> None:
+    # A 1,000-player game server: an input every 50 µs, read one or two a round.
+    game = ReadFlow(0)
+    assert not any(game.add(t * 50_000, 1) for t in range(1, 200))
+    # A stream at full rate: batches of 32 every 20 µs; a flow before its first window ends.
+    stream = ReadFlow(0)
+    flags = [stream.add(t * 20_000, 32) for t in range(1, 100)]
+    assert flags[0] is False
+    assert all(flags[1:])
+
+
+def test_a_flow_ends_with_the_first_window_that_reads_too_few() -> None:
+    flow = ReadFlow(0)
+    assert flow.add(100_000, 64)
+    assert flow.add(MS, 1)  # the window that ends: 65 in 1 ms
+    assert flow.add(MS + 10_000, 1)  # judged again only when the next window ends
+    assert not flow.add(2 * MS, 1)
+    # A window a nap stretched is judged by its rate: 100 messages over 2 ms is under 64 per ms, 130 over it.
+    assert not flow.add(4 * MS, 100)
+    assert flow.add(6 * MS, 130)
 
 
 def test_feedback_ends_a_deep_nap_a_little_later_unless_the_nap_ends_first() -> None:
