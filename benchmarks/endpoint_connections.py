@@ -559,7 +559,8 @@ def run_storm(
     into one server process: with ``own_routes`` a handshake route per client (a local port each, as clients in
     separate processes have), else the clients of a process share one. ``sources`` > 0: the clients come from that
     many loopback addresses (127.0.0.2, ...) in turn, as clients on hosts of their own would, instead of all from
-    127.0.0.1 (where the server's per-address cap, a flood defence, holds them to 256 handshake routes at once)."""
+    127.0.0.1 (where the server's per-address cap, a flood defence, holds them to `max_routes_per_source`, 64,
+    handshake routes at once)."""
     with children() as group:
         ctx = group.ctx
         ready, stop, go, release, stormed = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
@@ -786,8 +787,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=int,
         default=0,
         help="(s) routes phase: the clients come from this many loopback addresses (127.0.0.2, ...) in turn, as "
-        "clients on hosts of their own; 0: all from 127.0.0.1, which the server's per-address cap holds to 256 routes "
-        "at once",
+        "clients on hosts of their own; 0: all from 127.0.0.1, which the server's per-address cap "
+        "(max_routes_per_source, 64) holds to that many routes at once",
     )
     parser.add_argument("--storm-shared", type=int, default=400, help="(s) clients in one process sharing a route")
     parser.add_argument(
