@@ -41,8 +41,8 @@ _BREATHE_S = 0.000_02
 _SPIN_NS = 1_000_000
 """How long a round with nothing to do still spins after we sent or a driver command came: an answer may follow."""
 _SPIN_AFTER_READ_NS = 100_000
-"""How long it spins after rounds that only read messages, in a flow (see :class:`ReadFlow`): the rest of a
-burst. Longer would spin for good on a flow that thins out; an arrival ends the nap that follows anyway."""
+"""How long it spins after rounds that only read messages (where arrivals end naps, only in a flow: see
+:meth:`LoopPoller._spins`): the rest of a burst. Longer would spin for good on a flow that thins out."""
 _FLOW_WINDOW_NS = 1_000_000
 _FLOW_READS = 64
 """Messages read per :data:`_FLOW_WINDOW_NS` that make a flow (64,000 a second): a stream at full rate, whose
@@ -539,7 +539,7 @@ class LoopPoller:
                 # duty cycle: a player process (hundreds of clients on one driver, rounds of a few snapshots read
                 # or inputs sent) runs one duty cycle per round instead of two.
                 await sleep(0)
-            elif self._spins(now, last_flow, last_exchange):
+            elif self._spins(now, last_flow if self._sound_base else last_work, last_exchange):
                 await sleep(0)
             elif not await self._nap_driving(*self._nap_plan(now, last_work, next_tick)):
                 # Work waits in the driver (a client's command, a hand-off between its agents): the next round
@@ -604,13 +604,17 @@ class LoopPoller:
         server is polled here (a process of clients: players, bots, load generators)."""
         return not self._serving and self._sound()
 
-    def _spins(self, now: int, last_flow: int, last_exchange: int) -> bool:
+    def _spins(self, now: int, last_read: int, last_exchange: int) -> bool:
         """Yield rather than nap: ``busy_spin``, or within a millisecond of a send or driver command (an answer
-        then usually comes within that millisecond; 0.1 ms after a round that read messages of a flow, see
-        :class:`ReadFlow`) unless :meth:`_naps_early`."""
+        then usually comes within that millisecond; 0.1 ms after ``last_read``) unless :meth:`_naps_early`.
+
+        ``last_read``: the last round that read messages of a flow (see :class:`ReadFlow`) when whatever arrives
+        ends a nap (:attr:`_sound_base`: UDP on drivers run here), else the last round that read anything: a
+        loop reading an IPC log, which no arrival wakes, would otherwise leave a message spread out from the
+        others waiting up to a nap (1 ms)."""
         if self._busy_spin:
             return True
-        recent = now - last_exchange < _SPIN_NS or now - last_flow < _SPIN_AFTER_READ_NS
+        recent = now - last_exchange < _SPIN_NS or now - last_read < _SPIN_AFTER_READ_NS
         return recent and not self._naps_early()
 
     def _nap_plan(self, now: int, last_work: int, next_tick: int) -> tuple[int, bool]:
