@@ -471,6 +471,26 @@ def test_expire_frees_idle_handshakes_only() -> None:
     assert server.is_pending(new.connect_key)
 
 
+def test_finished_handshakes_are_forgotten_oldest_first_after_the_timeout() -> None:
+    server = make_server()
+    dones = []
+    for connection_id, now in ((1, T0), (2, T0 + TIMEOUT)):
+        client = make_client()
+        accepted(server, client, connection_id)
+        dones.append(client.done())
+        assert isinstance(server.receive(dones[-1], SRC, now), Done)
+        server.complete(client.connect_key)
+    assert server.expire(T0 + TIMEOUT + 1) == []  # (finished ones are not the glue's to free)
+    # The first one's DONE, resent now, is not known any more; the second's still gets its DONE_ACK again.
+    assert server.receive(dones[0], SRC, T0 + TIMEOUT + 1) is None
+    assert server.stats.unknown == 1
+    assert server.receive(dones[1], SRC, T0 + TIMEOUT + 1) is None
+    assert server.retried == client.connect_key  # (the second, the loop's last)
+    assert server.expire(T0 + 2 * TIMEOUT + 1) == []
+    assert server.receive(dones[1], SRC, T0 + 2 * TIMEOUT + 1) is None
+    assert server.stats.unknown == 2
+
+
 # ------------------------------------------------------------------------------------------------ schemas
 
 
