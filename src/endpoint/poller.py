@@ -48,7 +48,7 @@ _FLOW_READS = 64
 """Messages read per :data:`_FLOW_WINDOW_NS` that make a flow (64,000 a second): a stream at full rate, whose
 reader, once it spins, reads each next batch at once instead of after a wake-up. A game server's players' inputs
 (1,000 players at 20 Hz: one every 50 µs) are not one: spinning after each of them kept its loop running empty
-rounds (a driver duty cycle and a loop iteration each) 2,700 times a second, a tenth of its CPU, for arrivals that
+rounds (a driver duty cycle and a loop iteration each) 2,700 times a second, a few % of a core, for arrivals that
 end a nap anyway."""
 _SPIN_HANDSHAKES_MAX = 8
 """A loop with more handshakes than this waiting on its routes is in a connect storm: it does not spin for their
