@@ -426,7 +426,7 @@ class LoopPoller:
         sleep = asyncio.sleep
         next_tick = 0
         last_breath = 0
-        last_work = last_exchange = last_flow = monotonic_ns()
+        last_work = last_exchange = last_read = monotonic_ns()
         flow = ReadFlow(last_work)
         tighten_timer_slack()  # the brief stops below should not last the default 50 µs slack longer
         while self.endpoints:
@@ -529,8 +529,8 @@ class LoopPoller:
             if work or read or self._poked:
                 self._poked = False
                 last_work = now
-                if read and flow.add(now, read):
-                    last_flow = now
+                if read and (not self._sound_base or flow.add(now, read)):
+                    last_read = now  # (what a spin waits out: see _spins)
                 if self._network and self._serving:  # UDP: send what this round wrote, acknowledge what it read, now
                     self.flushes_after_work += 1
                     for invoker in self._driver_invokers:
@@ -539,7 +539,7 @@ class LoopPoller:
                 # duty cycle: a player process (hundreds of clients on one driver, rounds of a few snapshots read
                 # or inputs sent) runs one duty cycle per round instead of two.
                 await sleep(0)
-            elif self._spins(now, last_flow if self._sound_base else last_work, last_exchange):
+            elif self._spins(now, last_read, last_exchange):
                 await sleep(0)
             elif not await self._nap_driving(*self._nap_plan(now, last_work, next_tick)):
                 # Work waits in the driver (a client's command, a hand-off between its agents): the next round
@@ -608,8 +608,8 @@ class LoopPoller:
         """Yield rather than nap: ``busy_spin``, or within a millisecond of a send or driver command (an answer
         then usually comes within that millisecond; 0.1 ms after ``last_read``) unless :meth:`_naps_early`.
 
-        ``last_read``: the last round that read messages of a flow (see :class:`ReadFlow`) when whatever arrives
-        ends a nap (:attr:`_sound_base`: UDP on drivers run here), else the last round that read anything: a
+        ``last_read``: the last round that read messages of a flow (see :class:`ReadFlow`, asked only then) when
+        whatever arrives ends a nap (:attr:`_sound_base`: UDP on drivers run here), else the last that read: a
         loop reading an IPC log, which no arrival wakes, would otherwise leave a message spread out from the
         others waiting up to a nap (1 ms)."""
         if self._busy_spin:
