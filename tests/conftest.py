@@ -28,6 +28,12 @@ for _name, _value in LOCAL_ARCHIVE_ENV.items():
 pytest_plugins = ["pytester"]  # the plugin's own tests (tests/system/endpoint/test_testing_plugin.py) run pytest
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker per core, at most four (every test starts drivers, some a JVM or Spark: more workers
+    than that only compete for the same cores and stretch the tests' waits)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
 def _shm_base() -> Path:
     shm = Path("/dev/shm")
     if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):

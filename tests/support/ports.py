@@ -4,10 +4,13 @@ A port picked by binding port 0 is one the kernel may hand to the next socket th
 endpoint, a client route's, another test's) before the test binds it, which then fails with "address already in
 use" (seen in full runs: a server's port, a channel a test subscribes to in rounds). These are picked from the
 ports the kernel never assigns itself, outside its ephemeral range (``ip_local_port_range``), when there is room.
+Under pytest-xdist each worker picks from its own share of those ports: two workers could otherwise pick the same
+port, both see it free, and the second to bind it fail.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 from pathlib import Path
@@ -23,10 +26,24 @@ def _unassigned_range() -> tuple[int, int] | None:
     except (OSError, ValueError):
         return None
     if low > 12_000:
-        return (10_000, low - 2)
+        return _worker_share(10_000, low - 2)
     if high < 63_000:
-        return (high + 1, 65_533)
+        return _worker_share(high + 1, 65_533)
     return None
+
+
+def _worker_share(first: int, last: int) -> tuple[int, int]:
+    """This pytest-xdist worker's slice of ``first..last`` (all of it outside xdist)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        index = int(worker.removeprefix("gw"))
+        count = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    except (KeyError, ValueError):
+        return (first, last)
+    if not 0 <= index < count:
+        return (first, last)
+    size = (last - first) // count
+    return (first + index * size, first + (index + 1) * size - 1)
 
 
 def _bound(host: str, port: int) -> socket.socket | None:

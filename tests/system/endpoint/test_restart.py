@@ -33,6 +33,7 @@ from endpoint import (
     ServerConfiguration,
 )
 from support.driver_process import DriverProcess
+from support.ports import free_server_port
 from support.waiting import execute_until
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
@@ -63,7 +64,8 @@ async def _wait_for(condition: object, timeout: float, what: str) -> None:
 async def test_killed_standalone_driver_is_replaced_and_the_client_reconnects(aeron_dir: Path, tmp_path: Path) -> None:
     driver = DriverProcess.start(aeron_dir, tmp_path / "driver.log")
     common = {"aeron_dir": aeron_dir, "driver_timeout": 2.0, "serialization": _serialization()}
-    server = Server(ServerConfiguration(port=24411, **common))  # type: ignore[arg-type]
+    port = free_server_port()
+    server = Server(ServerConfiguration(port=port, **common))  # type: ignore[arg-type]
     client = Client(ClientConfiguration(auto_reconnect=True, **common))  # type: ignore[arg-type]
     errors: dict[str, list[BaseException]] = {"server": [], "client": []}
     lost: list[Connection] = []
@@ -74,7 +76,7 @@ async def test_killed_standalone_driver_is_replaced_and_the_client_reconnects(ae
     server.on_message(Note, lambda conn, note: received.append(note.text))
     try:
         async with server, client:
-            first = await client.connect("127.0.0.1", 24411)
+            first = await client.connect("127.0.0.1", port)
             assert first.is_ipc
             await first.send(Note("before"))
             await _wait_for(lambda: received == ["before"], 10, "the first note")

@@ -19,6 +19,7 @@ from driver.tools import exporter, families
 from driver.tools.stat import CounterSource
 from support.aeron_java import AeronJava, JavaMediaDriver, aeron_stat_snapshot, start_java_media_driver
 from support.clients import offer_all, wait_for_image
+from support.ports import free_udp_port
 from support.promtool import promtool_check_metrics
 from support.waiting import execute_until
 
@@ -174,7 +175,7 @@ def lossy_java_driver(aeron_java: AeronJava, aeron_dir: Path, tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_loss_matches_loss_stat(aeron_java: AeronJava, lossy_java_driver: JavaMediaDriver, tmp_path: Path) -> None:
-    channel = "aeron:udp?endpoint=localhost:40461"
+    channel = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
     sample = {
         "aeron.dir": str(lossy_java_driver.aeron_dir),
         "aeron.sample.channel": channel,
@@ -225,8 +226,9 @@ def test_loss_matches_loss_stat(aeron_java: AeronJava, lossy_java_driver: JavaMe
 
 def test_exporter_classifies_a_java_driver(java_media_driver: JavaMediaDriver, aeron: Aeron) -> None:
     """Every counter of Aeron Java's driver lands in a named family, and promtool accepts the exposition."""
-    subscription = aeron.add_subscription("aeron:udp?endpoint=localhost:24325", 8)
-    publication = aeron.add_publication("aeron:udp?endpoint=localhost:24325", 8)
+    channel = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
+    subscription = aeron.add_subscription(channel, 8)
+    publication = aeron.add_publication(channel, 8)
     wait_for_image(subscription)
     offer_all(publication, [b"exported"] * 50, lambda: subscription.poll(lambda p, h: None, 10))
     source = CounterSource(java_media_driver.aeron_dir)

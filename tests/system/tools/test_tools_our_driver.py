@@ -309,7 +309,8 @@ def test_live_view_in_a_terminal(driver_process: DriverProcess, traffic: Traffic
         [*tmux, "new-session", "-d", "-s", "live", "-x", "180", "-y", "80", command],
         check=True,
         timeout=10,
-        env={**os.environ, "TERM": "xterm-256color"},
+        # the pane's size, not the COLUMNS and LINES this process may have (pytest-xdist's workers say 80x24)
+        env={**{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}, "TERM": "xterm-256color"},
     )
 
     def screen() -> str:
@@ -317,6 +318,9 @@ def test_live_view_in_a_terminal(driver_process: DriverProcess, traffic: Traffic
         return done.stdout
 
     def rendered_with_rate() -> str:
+        # messages keep flowing for as long as the view takes to start (seconds on a loaded machine): a rate is
+        # shown only while the position moves
+        traffic.send(20)
         traffic.drain(20)
         text = screen()
         row = next((line for line in text.splitlines() if " sub-pos " in line and f" {STREAM} " in line), "")

@@ -26,7 +26,7 @@ from driver.client import Aeron, Counter, FragmentAssembler
 from driver.concurrent.counters import CountersReader
 from driver.tools import families
 from driver.tools.stat import read_counters
-from support.endpoints import free_udp_port
+from support.endpoints import distinct_free_udp_ports, free_udp_port
 from support.waiting import execute_until
 
 CHANNEL = "aeron:ipc?term-length=64k"
@@ -133,19 +133,20 @@ def test_recordings_past_the_limit_are_refused_and_extra_images_go_unrecorded(
 ) -> None:
     harness = make_archive(max_concurrent_recordings=2)
     raw = RawSession(harness.client, harness)
+    second_port, third_port = distinct_free_udp_ports(2)
     try:
         first = raw.ask(lambda s, c: control.StartRecordingRequest(s, c, 1, control.SourceLocation.LOCAL, CHANNEL))
         assert first.code == ResponseCode.OK
         second = raw.ask(
             lambda s, c: control.StartRecordingRequest(
-                s, c, 2, control.SourceLocation.REMOTE, "aeron:udp?endpoint=127.0.0.1:24325"
+                s, c, 2, control.SourceLocation.REMOTE, f"aeron:udp?endpoint=127.0.0.1:{second_port}"
             )
         )
         assert second.code == ResponseCode.OK
         # A third subscription (a port of the attacker's choosing) is refused: no socket is opened for it.
         third = raw.ask(
             lambda s, c: control.StartRecordingRequest(
-                s, c, 3, control.SourceLocation.REMOTE, "aeron:udp?endpoint=127.0.0.1:24326"
+                s, c, 3, control.SourceLocation.REMOTE, f"aeron:udp?endpoint=127.0.0.1:{third_port}"
             )
         )
         assert (third.code, third.relevant_id) == (ResponseCode.ERROR, ErrorCode.MAX_RECORDINGS)
