@@ -299,6 +299,32 @@ def test_without_pytest_asyncio_the_fixtures_say_what_they_need(pytester: pytest
 
 
 @pytest.mark.process
+def test_a_suite_passes_in_parallel_workers(pytester: pytest.Pytester) -> None:
+    """Under pytest-xdist each worker's fixtures make directories, keys and ports of their own (servers bind port
+    0): two workers running servers and clients side by side over both transports pass as one process does."""
+    pytester.makepyfile(messages=MESSAGES)
+    suite = """
+        import pytest
+
+        from messages import create_server, ping, serialization
+
+
+        @pytest.mark.asyncio
+        @pytest.mark.parametrize("transport", ["udp", "ipc"])
+        @pytest.mark.parametrize("n", range(3))
+        async def test_exchange(endpoint_testbed, transport, n) -> None:
+            server = await endpoint_testbed.start_server(serialization=serialization(), build=create_server)
+            client = await endpoint_testbed.connect_client(server, transport=transport, serialization=serialization())
+            assert (await ping(client, n)).n == n + 1
+        """
+    pytester.makepyfile(test_first=suite, test_second=suite)
+    pytester.makeini(INI)
+    result = pytester.runpytest_subprocess(*_plugin_args(), "-p", "no:cacheprovider", "-n", "2", timeout=120)
+    result.assert_outcomes(passed=12)
+    result.stdout.fnmatch_lines(["*2 workers*"])
+
+
+@pytest.mark.process
 def test_the_plugin_loads_through_the_entry_point_pyproject_declares(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
