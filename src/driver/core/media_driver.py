@@ -30,11 +30,13 @@ from driver.core.loss_observer import LossObserver
 from driver.doorbell import Doorbell
 from driver.errors import ActiveDriverError, ChannelEndpointError, DriverError
 from driver.idle import IdleStrategy, idle_strategy_from_name
+from driver.media.os_buffers import refused_buffer_lengths
 from driver.ownership import DirectoryLock, OwnerState, owner_state, reclaim_dead_siblings
 
 __all__ = ["MediaDriver", "is_driver_active"]
 
 _log = logging.getLogger("driver")
+_warned_buffers: set[str] = set()
 _LOG_REPEAT_S = 10.0
 
 
@@ -104,8 +106,17 @@ class MediaDriver:
         self.doorbell: Doorbell | None = None
         """INVOKER mode: what clients ring while the host sleeps (see :mod:`driver.doorbell`)."""
         self._closed = False
+        self._warn_of_refused_buffers(context)
         self._start_agents()
         self.cnc.signal_ready()
+
+    @staticmethod
+    def _warn_of_refused_buffers(context: DriverContext) -> None:
+        """Once per process and length asked: the kernel grants less socket buffer than the context asks for."""
+        for line in refused_buffer_lengths(context.socket_sndbuf_length, context.socket_rcvbuf_length):
+            if line not in _warned_buffers:
+                _warned_buffers.add(line)
+                _log.warning("%s", line)
 
     @classmethod
     def launch(cls, context: DriverContext | None = None, **overrides: Any) -> MediaDriver:

@@ -1,17 +1,25 @@
-"""The OS's default and maximum UDP socket buffer lengths, as today's log metadata records them.
+"""The OS's default and maximum UDP socket buffer lengths, as today's log metadata records them, and whether the
+lengths a driver asks for are granted.
 
 Probed once per process (as the C driver does at start): a throw-away UDP
 socket's SO_SNDBUF/SO_RCVBUF give the defaults, ``/proc/sys/net/core/[wr]mem_max``
 the maxima (the default where those files do not exist).
+
+The kernel caps a socket's buffer at its maximum without an error, so a driver asking for more than the machine
+allows would run with less and drop, in its own kernel, whatever arrives while it is late to read. Aeron's drivers
+warn at start when that happens; :func:`refused_buffer_lengths` says what to warn of.
 """
 
 from __future__ import annotations
 
 import functools
 import socket
+import sys
 from pathlib import Path
 
-__all__ = ["os_socket_buffer_lengths"]
+__all__ = ["granted_length", "os_socket_buffer_lengths", "refused_buffer_lengths"]
+
+_SYSCTL = {socket.SO_SNDBUF: "net.core.wmem_max", socket.SO_RCVBUF: "net.core.rmem_max"}
 
 
 def _read_int(path: str, default: int) -> int:
@@ -33,3 +41,34 @@ def os_socket_buffer_lengths() -> tuple[int, int, int, int]:
     max_sndbuf = _read_int("/proc/sys/net/core/wmem_max", sndbuf)
     max_rcvbuf = _read_int("/proc/sys/net/core/rmem_max", rcvbuf)
     return sndbuf, max_sndbuf, rcvbuf, max_rcvbuf
+
+
+def granted_length(reported: int, platform: str = sys.platform) -> int:
+    """What a socket was granted, from what ``getsockopt`` reports: Linux reports twice the length it granted (it
+    counts its bookkeeping, socket(7))."""
+    return reported // 2 if platform.startswith("linux") else reported
+
+
+def _granted(option: int, requested: int) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, option, requested)
+        return granted_length(sock.getsockopt(socket.SOL_SOCKET, option))
+
+
+def refused_buffer_lengths(sndbuf: int, rcvbuf: int) -> list[str]:
+    """A line for each of the asked lengths (0: the OS default, not asked) the kernel grants less of, naming the
+    setting that allows it; empty when both are granted (or no socket can be opened to ask)."""
+    lines = []
+    for option, name, requested in ((socket.SO_SNDBUF, "SO_SNDBUF", sndbuf), (socket.SO_RCVBUF, "SO_RCVBUF", rcvbuf)):
+        if requested <= 0:
+            continue
+        try:
+            granted = _granted(option, requested)
+        except OSError:
+            continue
+        if granted < requested:
+            lines.append(
+                f"{name}: asked for {requested} bytes, the kernel grants {granted}: raise {_SYSCTL[option]} to "
+                f"at least {requested}, else datagrams that arrive while the process is late to read are dropped"
+            )
+    return lines
