@@ -55,11 +55,12 @@ def serialization() -> Serialization:
 
 @attrs.define(slots=True)
 class Input:
-    """A player's input, 20 a second: which way it steers."""
+    """A player's input, 20 a second: which way it steers, and when it was sent (``time.monotonic_ns``)."""
 
     seq: int
     dx: float
     dy: float
+    sent_ns: int
 
 
 @attrs.define(slots=True)

@@ -22,10 +22,11 @@ Per player count, in this order: connect everyone; wait for the handshakes' own 
 server's CPU over ``--idle-seconds`` with everyone connected and quiet (idle); then play: two seconds of
 warm-up, then ``--duration`` seconds measured: the server's CPU (``/proc/<pid>/stat``, every thread, the
 embedded driver's included), snapshots each client read per second (mean, and the worst client's),
-staleness p50/p99, connections lost (either side saw a disconnect), the tick rate the server kept and the
-ticks it skipped. With ``--tcp`` (the default) the same workload runs on asyncio TCP with msgpack
-(length-prefixed frames, streams on both sides, the same event loop) in the same run, and the end
-point's figures are printed as ratios of TCP's.
+staleness p50/p99, the inputs' age when the server read them (p50/p99, from the player's send: inputs queued
+in the server's socket show here, not in staleness), connections lost (either side saw a disconnect), the
+tick rate the server kept and the ticks it skipped. With ``--tcp`` (the default) the same workload runs on
+asyncio TCP with msgpack (length-prefixed frames, streams on both sides, the same event loop) in the same run,
+and the end point's figures are printed as ratios of TCP's.
 
 ``--idle-only`` measures only the idle phase. ``--overload F`` runs once more at F times the server's
 capacity (``--capacity``, or the most players this run served at 19.5 snapshots per second or more) and
@@ -158,6 +159,17 @@ class TickStats:
         self.measured_s = 0.0
         self.rounds = 0
         """Rounds the end point server's poller ran while measured (each runs its driver's duty cycles)."""
+        self.input_ages: list[int] = []
+        """How long each input read took from its player's send to the server's read, ns (queued in the kernel
+        included: what snapshot staleness does not show)."""
+        self.input_age_p50_ms = self.input_age_p99_ms = float("nan")
+
+    def sum_up_inputs(self) -> None:
+        """The input ages as percentiles (the report crosses processes: not every age)."""
+        ages = sorted(self.input_ages)
+        self.input_age_p50_ms = percentile(ages, 50) / 1e6
+        self.input_age_p99_ms = percentile(ages, 99) / 1e6
+        self.input_ages = []
 
 
 async def tick_loop(world: World, send_all: Callable[[int, Cells, TickStats], None], signals: Any) -> TickStats:
@@ -296,6 +308,8 @@ def endpoint_game_server(
         def on_input(conn: Connection, message: Input) -> None:
             received[0] += 1
             world.steer(conn.id, message.dx, message.dy)
+            if stats_box:
+                stats_box[0].input_ages.append(now_ns() - message.sent_ns)
 
         @server.on_error
         def on_error(conn: Connection | None, exc: BaseException) -> None:
@@ -333,6 +347,7 @@ def endpoint_game_server(
                 playing[0] = False
                 stats.inputs += received[0]
                 stats.rounds += poller_rounds()
+                stats.sum_up_inputs()
                 signals["out"].put(("server", stats.__dict__, errors[:5], repr(server.handshake_stats), dict(closed)))
                 await wait_event(signals["stop"], 300, interval=0.05)
         except Exception as exc:
@@ -400,6 +415,7 @@ async def _send_inputs(
     slots = max(1, slots)
     period = 1.0 / INPUT_HZ
     rand = random.Random(len(senders)).random  # (random() is a C call, uniform() a Python one)
+    now_ns = time.monotonic_ns
     seq = 0
     start = time.monotonic()
     step = 0
@@ -413,7 +429,7 @@ async def _send_inputs(
         for send in chosen:
             seq += 1
             try:
-                if send(Input(seq, 10.0 * rand() - 5.0, 10.0 * rand() - 5.0)) is False:
+                if send(Input(seq, 10.0 * rand() - 5.0, 10.0 * rand() - 5.0, now_ns())) is False:
                     tally.refused_inputs += 1
             except Exception:
                 tally.refused_inputs += 1
@@ -530,8 +546,10 @@ def tcp_game_server(port: int, players: int, use_uvloop: bool, signals: Any) -> 
             try:
                 while True:
                     header = await reader.readexactly(4)
-                    _seq, dx, dy = unpackb(await reader.readexactly(_LENGTH.unpack(header)[0]))
+                    _seq, dx, dy, sent_ns = unpackb(await reader.readexactly(_LENGTH.unpack(header)[0]))
                     world.steer(player, dx, dy)
+                    if stats_box:
+                        stats_box[0].input_ages.append(now_ns() - sent_ns)
             except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
                 pass  # the player left, or the server is shutting down
             finally:
@@ -572,6 +590,7 @@ def tcp_game_server(port: int, players: int, use_uvloop: bool, signals: Any) -> 
             signals["ready"].set()
             stats = await tick_loop(world, send_all, signals)
             playing[0] = False
+            stats.sum_up_inputs()
             signals["out"].put(("server", stats.__dict__, [], "", {}))
             await wait_event(signals["stop"], 300, interval=0.05)
             for writer in list(writers.values()):
@@ -625,7 +644,7 @@ def tcp_game_clients(
             def send(message: Input) -> bool:
                 if writer.transport.get_write_buffer_size() > SEND_BUFFER_LIMIT:
                     return False
-                body = packb([message.seq, message.dx, message.dy])
+                body = packb([message.seq, message.dx, message.dy, message.sent_ns])
                 writer.write(pack_length(len(body)) + body)
                 return True
 
@@ -690,6 +709,10 @@ class Result(NamedTuple):
     server_rounds: float = float("nan")
     """Rounds per second the server's end point poller ran while playing (each a pass of its driver's agents and
     its connections with data: what a round costs, over hundreds of connections, counts per round)."""
+    input_p50_ms: float = float("nan")
+    input_p99_ms: float = float("nan")
+    """How long inputs took from the players' sends to the server's reads (p50, p99): a server behind on its
+    socket reads them late even while its snapshots, sent at once, stay fresh."""
 
     @property
     def lost(self) -> int:
@@ -900,6 +923,8 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
         players_cpu_s / messages * 1e6 if messages else float("nan"),
         players_rounds,
         stats["rounds"] / stats["measured_s"] if stats["measured_s"] and stats["rounds"] else float("nan"),
+        stats["input_age_p50_ms"],
+        stats["input_age_p99_ms"],
     )
 
 
@@ -934,6 +959,7 @@ def _row(r: Result) -> tuple[object, ...]:
         f"{r.snaps_mean:.1f} / {r.snaps_min:.1f}",
         f"{r.stale_p50_ms:.1f} / {r.stale_p99_ms:.1f}",
         f"{r.stale_max_ms:.0f}",
+        f"{r.input_p50_ms:.1f} / {r.input_p99_ms:.1f}",
         f"{r.lost}",
         f"{r.tick_rate:.1f}",
         f"{r.skipped}",
@@ -957,6 +983,7 @@ _HEADER = [
     "snapshots/s mean / min",
     "staleness ms p50 / p99",
     "max ms",
+    "input age ms p50 / p99",
     "lost",
     "ticks/s",
     "skipped",
