@@ -1073,7 +1073,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         note(
             f"{transport} {n}: {result.connected} connected, {result.served} served (>= {SERVED_RATE:g} snapshots/s); "
             f"server {result.play_cpu:.0f}% playing, {result.snaps_mean:.1f} snapshots/s, "
-            f"p99 {result.stale_p99_ms:.1f} ms, lost {result.lost}; players {result.client_cpu:.0f}% "
+            f"p99 {result.stale_p99_ms:.1f} ms, inputs read {result.input_p99_ms:.1f} ms late at p99, "
+            f"lost {result.lost}; players {result.client_cpu:.0f}% "
             f"({result.client_us_per_message:.1f} µs per message)"
         )
         results.append(result)
