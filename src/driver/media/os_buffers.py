@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import functools
 import socket
-import sys
 from pathlib import Path
 
-__all__ = ["granted_length", "os_socket_buffer_lengths", "refused_buffer_lengths"]
-
-_SYSCTL = {socket.SO_SNDBUF: "net.core.wmem_max", socket.SO_RCVBUF: "net.core.rmem_max"}
+__all__ = ["os_socket_buffer_lengths", "refused_buffer_lengths"]
 
 
 def _read_int(path: str, default: int) -> int:
@@ -43,32 +40,17 @@ def os_socket_buffer_lengths() -> tuple[int, int, int, int]:
     return sndbuf, max_sndbuf, rcvbuf, max_rcvbuf
 
 
-def granted_length(reported: int, platform: str = sys.platform) -> int:
-    """What a socket was granted, from what ``getsockopt`` reports: Linux reports twice the length it granted (it
-    counts its bookkeeping, socket(7))."""
-    return reported // 2 if platform.startswith("linux") else reported
-
-
-def _granted(option: int, requested: int) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, option, requested)
-        return granted_length(sock.getsockopt(socket.SOL_SOCKET, option))
-
-
 def refused_buffer_lengths(sndbuf: int, rcvbuf: int) -> list[str]:
-    """A line for each of the asked lengths (0: the OS default, not asked) the kernel grants less of, naming the
-    setting that allows it; empty when both are granted (or no socket can be opened to ask)."""
-    lines = []
-    for option, name, requested in ((socket.SO_SNDBUF, "SO_SNDBUF", sndbuf), (socket.SO_RCVBUF, "SO_RCVBUF", rcvbuf)):
-        if requested <= 0:
-            continue
-        try:
-            granted = _granted(option, requested)
-        except OSError:
-            continue
-        if granted < requested:
-            lines.append(
-                f"{name}: asked for {requested} bytes, the kernel grants {granted}: raise {_SYSCTL[option]} to "
-                f"at least {requested}, else datagrams that arrive while the process is late to read are dropped"
-            )
-    return lines
+    """A line for each of the asked lengths (0: the OS default, not asked) past what the kernel grants (its
+    maximum: it grants ``min(asked, maximum)``), naming the setting that allows it; empty when both are granted."""
+    _, max_sndbuf, _, max_rcvbuf = os_socket_buffer_lengths()
+    asked = (
+        ("SO_SNDBUF", sndbuf, max_sndbuf, "net.core.wmem_max"),
+        ("SO_RCVBUF", rcvbuf, max_rcvbuf, "net.core.rmem_max"),
+    )
+    return [
+        f"{name}: asked for {requested} bytes, the kernel grants {granted}: raise {setting} to at least "
+        f"{requested}, else datagrams that arrive while the process is late to read are dropped"
+        for name, requested, granted, setting in asked
+        if 0 < granted < requested
+    ]
