@@ -2,7 +2,8 @@
 
     python benchmarks/game_server.py [--players 200,500,1000] [--duration 20] [--idle-seconds 5]
                                      [--processes 4] [--tcp/--no-tcp] [--idle-only] [--unreliable]
-                                     [--overload 1.5 [--capacity N]] [--profile] [--uvloop/--no-uvloop] [--quick]
+                                     [--overload 1.5 [--capacity N]] [--players-nice N] [--profile]
+                                     [--uvloop/--no-uvloop] [--quick]
 
 One server process (a ``Server`` with its embedded driver and default settings, on uvloop when it is
 installed) and ``--players`` clients spread over ``--processes`` client processes, each process with a
@@ -28,7 +29,9 @@ tick rate the server kept and the ticks it skipped. With ``--tcp`` (the default)
 asyncio TCP with msgpack (length-prefixed frames, streams on both sides, the same event loop) in the same run,
 and the end point's figures are printed as ratios of TCP's.
 
-``--idle-only`` measures only the idle phase. ``--overload F`` runs once more at F times the server's
+``--players-nice N`` lowers the player processes' priority (both servers' alike): on one small machine the
+players otherwise take the server's cores whenever it would run, which real players, on machines of their own,
+do not. ``--idle-only`` measures only the idle phase. ``--overload F`` runs once more at F times the server's
 capacity (``--capacity``, or the most players this run served at 19.5 snapshots per second or more) and
 says how far the tick rate fell and whether any connection was lost. ``--profile`` runs the end point
 server under cProfile (its event loop thread, which with the default INVOKER mode also runs the driver)
@@ -814,6 +817,9 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
                 crowd.append(
                     group.start(tcp_game_clients, port, share, args.concurrency, uv, signals, out, args.input_slots)
                 )
+            if args.players_nice:
+                # Players stand for machines of their own: at a lower priority they take only what the server leaves.
+                os.setpriority(os.PRIO_PROCESS, crowd[-1].pid, args.players_nice)
         note(f"{transport}: {players} players connecting from {processes} processes")
         connected, connect_s, errors = 0, 0.0, []
         for _ in crowd:
@@ -1030,6 +1036,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="each player process sends its players' inputs in this many slots a period (1: all at once, a bot farm)",
     )
     parser.add_argument("--processes", type=int, default=4, help="client processes (each with a driver)")
+    parser.add_argument(
+        "--players-nice",
+        type=int,
+        default=0,
+        help="raise the player processes' nice value by this much (both servers' players; 0: the server's priority)",
+    )
     parser.add_argument("--concurrency", type=int, default=16, help="handshakes in flight per client process")
     parser.add_argument("--tcp", action=argparse.BooleanOptionalAction, default=True, help="asyncio TCP beside it")
     parser.add_argument("--endpoint", action=argparse.BooleanOptionalAction, default=True, help="the end point")
