@@ -819,8 +819,9 @@ def run_game(transport: str, players: int, args: argparse.Namespace, profile: bo
                 )
             if args.players_nice:
                 # Players stand for machines of their own: at a lower priority they take only what the server leaves.
-                os.setpriority(os.PRIO_PROCESS, crowd[-1].pid, args.players_nice)
-        note(f"{transport}: {players} players connecting from {processes} processes")
+                os.setpriority(os.PRIO_PROCESS, crowd[-1].pid, os.getpriority(os.PRIO_PROCESS, 0) + args.players_nice)
+        niceness = sorted({os.getpriority(os.PRIO_PROCESS, proc.pid) for proc in crowd})  # read back: in effect
+        note(f"{transport}: {players} players connecting from {processes} processes (nice {niceness})")
         connected, connect_s, errors = 0, 0.0, []
         for _ in crowd:
             _, got, seconds, first = _get(out, 120 + players / 5, "connect report")
