@@ -3,7 +3,9 @@
     python benchmarks/idle_cpu.py [--seconds 10] [--no-java]
 
 Rows: our standalone driver (``python -m driver``, default backoff idle strategy),
-a process holding an embedded driver plus a connected client with a publication
+an end point ``Server`` in a process of its own attached to that driver (bound,
+no connections: its event loop and its driver client's conductor thread), a
+process holding an embedded driver plus a connected client with a publication
 and a subscription (nothing sent), and — as the peer — Aeron Java 1.15.1's
 MediaDriver (SHARED, its BackoffIdleStrategy), fetched like the interop tests do.
 CPU is user+system time from /proc/<pid>/stat over the window, as % of one core.
@@ -35,6 +37,19 @@ with MediaDriver.launch_embedded() as d, Aeron.connect(aeron_dir=d.aeron_dir) as
     sys.stdin.read()
 """
 
+SERVER_SCRIPT = """
+import asyncio, sys
+from endpoint import Server, ServerConfiguration
+async def main():
+    config = ServerConfiguration(aeron_dir=sys.argv[1], launch_driver=False, port=0, listen_address="127.0.0.1")
+    server = Server(config)
+    await server.bind()
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.read)
+    await server.close()
+asyncio.run(main())
+"""
+
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -49,8 +64,9 @@ def measure(pid: int, seconds: float, settle: float = 2.0) -> float:
 
 
 @contextlib.contextmanager
-def embedded_with_client() -> Iterator[int]:
-    proc = subprocess.Popen([sys.executable, "-c", CLIENT_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def script_process(script: str, *args: str) -> Iterator[int]:
+    """A Python process running ``script`` until its stdin closes; yields its pid once it printed a line."""
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None
         proc.stdout.readline()
@@ -86,7 +102,9 @@ def main() -> None:
     aeron_dir = fresh_aeron_dir("idle")
     with standalone_driver(aeron_dir) as proc:
         rows.append(("endpoint standalone driver (backoff)", measure(proc.pid, args.seconds)))
-    with embedded_with_client() as pid:
+        with script_process(SERVER_SCRIPT, str(aeron_dir)) as pid:
+            rows.append(("endpoint Server attached to it (bound, no connections)", measure(pid, args.seconds)))
+    with script_process(CLIENT_SCRIPT) as pid:
         rows.append(("endpoint embedded driver + client", measure(pid, args.seconds)))
     if not args.no_java:
         java_dir = fresh_aeron_dir("idle-java")

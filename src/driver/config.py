@@ -686,6 +686,10 @@ class ClientContext:
     )
     keepalive_interval_ns: int = attrs.field(default=500_000_000, metadata=_meta(None, _Kind.DURATION))
     idle_strategy: str = attrs.field(default="sleeping", metadata=_meta(None, _Kind.IDLE))
+    busy_sleep_duration_ns: int = attrs.field(default=0, metadata=_meta(None, _Kind.DURATION))
+    """Ours (0: off, Aeron's behaviour): with the ``sleeping`` strategy, the conductor thread sleeps this instead of
+    ``idle_sleep_duration_ns`` while it did work within the last second (new images, answers), so an active client
+    hears of them sooner and a quiet one still wakes only every ``idle_sleep_duration_ns``."""
     error_handler: Callable[[BaseException], None] = attrs.field(default=_log_error)
 
     @classmethod
@@ -720,6 +724,9 @@ class ClientContext:
         c.timeout("resource_linger_duration_ns", allow_zero=True)
         c.timeout("idle_sleep_duration_ns")
         c.timeout("keepalive_interval_ns")
+        c.timeout("busy_sleep_duration_ns", allow_zero=True)
+        if self.busy_sleep_duration_ns > self.idle_sleep_duration_ns:
+            raise c.fail("busy_sleep_duration_ns", f"<= idle_sleep_duration_ns ({self.idle_sleep_duration_ns} ns)")
         if self.keepalive_interval_ns >= self.driver_timeout_ms * 1_000_000:
             raise c.fail("keepalive_interval_ns", f"< aeron.driver.timeout ({self.driver_timeout_ms} ms)")
         c.idle("idle_strategy")

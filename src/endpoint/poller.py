@@ -541,7 +541,9 @@ class LoopPoller:
                 await sleep(0)
             elif self._spins(now, last_read, last_exchange):
                 await sleep(0)
-            elif not await self._nap_driving(*self._nap_plan(now, last_work, next_tick)):
+            elif await self._nap_driving(*self._nap_plan(now, last_work, next_tick)):
+                last_breath = monotonic_ns()  # a nap let the other threads run: no breath owed after it
+            else:
                 # Work waits in the driver (a client's command, a hand-off between its agents): the next round
                 # does it. A command counts as work there; the driver's own hand-offs do not start a second of
                 # short naps.

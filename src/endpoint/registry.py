@@ -43,7 +43,8 @@ __all__ = ["DriverUser", "SharedDriver", "is_critical", "registry"]
 
 _log = logging.getLogger("endpoint")
 
-_CLIENT_CONDUCTOR_SLEEP_NS = 2_000_000
+_CLIENT_CONDUCTOR_BUSY_SLEEP_NS = 2_000_000
+_CLIENT_CONDUCTOR_QUIET_SLEEP_NS = 10_000_000
 _KEEPER_PERIOD_S = 0.02
 _KEEPER_STALE_NS = 50_000_000
 _KEEPER_STALLED_PERIOD_S = 0.001
@@ -250,9 +251,12 @@ class SharedDriver:
                 ClientContext.from_env(
                     aeron_dir=self.aeron_dir,
                     driver_timeout_ms=timeout_ms,
-                    # New images (a connecting peer) arrive through this thread; Aeron's 16 ms nap would make
-                    # every handshake wait for it.
-                    idle_sleep_duration_ns=_CLIENT_CONDUCTOR_SLEEP_NS,
+                    # (A driver this loop does not run.) New images (a connecting peer) arrive through this
+                    # thread: while the client is active it naps 2 ms, not Aeron's 16 ms, which every handshake
+                    # waited for; after a quiet second 10 ms (a loop that cannot be woken by arrivals naps as long
+                    # then), so an idle end point's thread wakes a hundred times a second, not five hundred.
+                    idle_sleep_duration_ns=_CLIENT_CONDUCTOR_QUIET_SLEEP_NS,
+                    busy_sleep_duration_ns=_CLIENT_CONDUCTOR_BUSY_SLEEP_NS,
                 ),
                 error_handler=self._on_client_error,
                 driver_agent_invoker=self.invoker,

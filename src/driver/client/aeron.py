@@ -131,7 +131,7 @@ def _connect_to_driver(context: ClientContext) -> tuple[CncFile, OwnerWatch | No
 def _idle_strategy(context: ClientContext) -> IdleStrategy:
     name = context.idle_strategy
     if name.rsplit(".", 1)[-1].lower() in ("sleeping", "sleepingidlestrategy", "sleepingmillisidlestrategy"):
-        return SleepingIdleStrategy(context.idle_sleep_duration_ns)
+        return SleepingIdleStrategy(context.idle_sleep_duration_ns, context.busy_sleep_duration_ns or None)
     return idle_strategy_from_name(name)
 
 

@@ -379,6 +379,7 @@ def test_client_defaults() -> None:
     assert ctx.resource_linger_duration_ns == 3_000_000_000
     assert ctx.idle_sleep_duration_ns == 16_000_000
     assert ctx.idle_strategy == "sleeping"
+    assert ctx.busy_sleep_duration_ns == 0  # off: Aeron's one sleep
     assert callable(ctx.error_handler)
     assert ctx.aeron_dir == default_aeron_dir()
 
@@ -421,6 +422,8 @@ def test_client_default_error_handler_logs(caplog: pytest.LogCaptureFixture) -> 
         ({"keepalive_interval_ns": 10_000_000_000}, "keepalive_interval_ns"),
         ({"resource_linger_duration_ns": -1}, "aeron.client.resource.linger.duration"),
         ({"idle_strategy": "warp"}, "idle_strategy"),
+        ({"busy_sleep_duration_ns": -1}, "busy_sleep_duration_ns"),
+        ({"busy_sleep_duration_ns": 20_000_000}, "busy_sleep_duration_ns"),
         ({"error_handler": 5}, "error_handler"),
     ],
 )
