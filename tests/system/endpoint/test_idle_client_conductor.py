@@ -15,7 +15,7 @@ from pathlib import Path
 
 from driver.client.aeron import Aeron
 from driver.idle import SleepingIdleStrategy
-from endpoint import Client, Server
+from endpoint import Client
 from support.endpoints import Num, client_config, running_server, server_config
 
 _SAMPLE_S = 0.1
@@ -31,10 +31,6 @@ def _conductor_idle(aeron: Aeron) -> SleepingIdleStrategy:
     return strategy
 
 
-def _server_aeron(server: Server) -> Aeron:
-    return server._aeron()
-
-
 async def test_an_idle_end_points_client_conductor_naps_longer_once_quiet(
     aeron_dir: Path, client_dir: Path, port: int
 ) -> None:
@@ -42,7 +38,7 @@ async def test_an_idle_end_points_client_conductor_naps_longer_once_quiet(
     async with running_server(config) as server:
         received: list[Num] = []
         server.on_message(Num, lambda conn, msg: received.append(msg))
-        strategy = _conductor_idle(_server_aeron(server))
+        strategy = _conductor_idle(server._aeron())
         client = Client(client_config("udp", aeron_dir, client_dir, threading_mode="SHARED"))
         try:
             await client.connect("127.0.0.1", port)
