@@ -688,8 +688,8 @@ class ClientContext:
     idle_strategy: str = attrs.field(default="sleeping", metadata=_meta(None, _Kind.IDLE))
     busy_sleep_duration_ns: int = attrs.field(default=0, metadata=_meta(None, _Kind.DURATION))
     """Ours (0: off, Aeron's behaviour): with the ``sleeping`` strategy, the conductor thread sleeps this instead of
-    ``idle_sleep_duration_ns`` while it did work within the last second (new images, answers), so an active client
-    hears of them sooner and a quiet one still wakes only every ``idle_sleep_duration_ns``."""
+    ``idle_sleep_duration_ns`` until a second of such sleeps found no work (new images, answers), so an active
+    client hears of them sooner and a quiet one still wakes only every ``idle_sleep_duration_ns``."""
     error_handler: Callable[[BaseException], None] = attrs.field(default=_log_error)
 
     @classmethod

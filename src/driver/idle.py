@@ -67,44 +67,18 @@ class YieldingIdleStrategy:
 
 
 class SleepingIdleStrategy:
-    """Sleeps a fixed period when there was no work; with ``busy_period_ns``, that shorter period instead while
-    work came within ``busy_for_ns`` (a client conductor answers promptly while its client is active, and wakes
-    only every period once it has been quiet for a while)."""
+    """Sleeps a fixed period when there was no work."""
 
-    __slots__ = ("_busy_for_ns", "_busy_s", "_clock", "_last_work_ns", "_period_s", "_two_periods", "park")
-
-    def __init__(
-        self,
-        sleep_period_ns: int = 1_000_000,
-        busy_period_ns: int | None = None,
-        busy_for_ns: int = 1_000_000_000,
-        clock: Callable[[], int] = time.monotonic_ns,
-    ) -> None:
+    def __init__(self, sleep_period_ns: int = 1_000_000) -> None:
         if sleep_period_ns <= 0:
             raise DriverConfigurationError("sleep_period_ns", sleep_period_ns, "must be > 0")
-        if busy_period_ns is not None and not 0 < busy_period_ns <= sleep_period_ns:
-            raise DriverConfigurationError("busy_period_ns", busy_period_ns, f"must be in (0, {sleep_period_ns}]")
         self._period_s = sleep_period_ns / 1e9
-        self._busy_s = self._period_s if busy_period_ns is None else busy_period_ns / 1e9
-        self._two_periods = self._busy_s != self._period_s
-        self._busy_for_ns = busy_for_ns
-        self._clock = clock
-        self._last_work_ns = clock() - busy_for_ns  # quiet until work comes
         self.park: Park = time.sleep
         """How a sleep is taken; a runner may swap in one that also ends when the agent's sockets are readable."""
 
-    def sleep_s(self) -> float:
-        """What a cycle without work sleeps now (seconds)."""
-        if self._two_periods and self._clock() - self._last_work_ns < self._busy_for_ns:
-            return self._busy_s
-        return self._period_s
-
     def idle(self, work_count: int) -> None:
-        if work_count > 0:
-            if self._two_periods:
-                self._last_work_ns = self._clock()
-            return
-        self.park(self.sleep_s())
+        if work_count <= 0:
+            self.park(self._period_s)
 
     def reset(self) -> None:
         pass
@@ -170,6 +144,10 @@ class BackoffIdleStrategy:
         self._park_s: float = self._min_park_s
         self.park: Park = time.sleep
         """How a park is taken; a runner may swap in one that also ends when the agent's sockets are readable."""
+
+    def park_s(self) -> float:
+        """How long the next park sleeps (seconds)."""
+        return self._park_s
 
     def idle(self, work_count: int) -> None:
         if work_count > 0:

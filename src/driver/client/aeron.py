@@ -44,7 +44,7 @@ from driver.concurrent.counters import CountersReader
 from driver.concurrent.ring_buffer import ManyToOneRingBuffer
 from driver.config import ClientContext
 from driver.errors import DeadDriverError, DriverClientError, DriverTimeoutError
-from driver.idle import IdleStrategy, SleepingIdleStrategy, idle_strategy_from_name
+from driver.idle import BackoffIdleStrategy, IdleStrategy, SleepingIdleStrategy, idle_strategy_from_name
 from driver.ownership import OwnerWatch
 
 __all__ = ["Aeron", "default_error_handler"]
@@ -68,6 +68,8 @@ _STALE_DRIVER_RETRY_S = 0.1
 SUPPORTED_CNC_GENERATIONS = (CncGeneration.V15, CncGeneration.CURRENT)
 """The client speaks whichever of these it finds; any other cnc.dat version is a CncVersionError."""
 _HEARTBEAT_POLL_S = 0.001
+_BUSY_FOR_NS = 1_000_000_000
+"""With ``busy_sleep_duration_ns``: the conductor sleeps that while it found work within about this long."""
 
 
 def default_error_handler(error: BaseException) -> None:
@@ -131,7 +133,19 @@ def _connect_to_driver(context: ClientContext) -> tuple[CncFile, OwnerWatch | No
 def _idle_strategy(context: ClientContext) -> IdleStrategy:
     name = context.idle_strategy
     if name.rsplit(".", 1)[-1].lower() in ("sleeping", "sleepingidlestrategy", "sleepingmillisidlestrategy"):
-        return SleepingIdleStrategy(context.idle_sleep_duration_ns, context.busy_sleep_duration_ns or None)
+        quiet, busy = context.idle_sleep_duration_ns, context.busy_sleep_duration_ns
+        if not busy:
+            return SleepingIdleStrategy(quiet)
+        # The busy sleep until a second of sleeps found no work, then the idle sleep: the backoff's deep parks.
+        return BackoffIdleStrategy(
+            max_spins=0,
+            max_yields=0,
+            min_park_period_ns=busy,
+            max_park_period_ns=busy,
+            deep_park_period_ns=quiet,
+            deep_idle_after=max(1, _BUSY_FOR_NS // busy),
+            deeper_park_period_ns=quiet,
+        )
     return idle_strategy_from_name(name)
 
 

@@ -14,7 +14,7 @@ import asyncio
 from pathlib import Path
 
 from driver.client.aeron import Aeron
-from driver.idle import SleepingIdleStrategy
+from driver.idle import BackoffIdleStrategy
 from endpoint import Client
 from support.endpoints import Num, client_config, running_server, server_config
 
@@ -23,11 +23,11 @@ _SAMPLES = 150  # 15 s at most; the leftovers are gone within ~5 s
 _QUIET_STREAK_S = 2.0  # longer than the keepalive interval to the driver (0.5 s): a keepalive is not work
 
 
-def _conductor_idle(aeron: Aeron) -> SleepingIdleStrategy:
+def _conductor_idle(aeron: Aeron) -> BackoffIdleStrategy:
     runner = aeron._runner
     assert runner is not None, "the driver client's conductor runs on a thread of its own"
     strategy = runner._idle
-    assert isinstance(strategy, SleepingIdleStrategy)
+    assert isinstance(strategy, BackoffIdleStrategy)
     return strategy
 
 
@@ -50,7 +50,7 @@ async def test_an_idle_end_points_client_conductor_naps_longer_once_quiet(
             quiet_since: float | None = None
             loop = asyncio.get_running_loop()
             for _ in range(_SAMPLES):
-                if strategy.sleep_s() == 0.01:
+                if strategy.park_s() == 0.01:
                     quiet_since = loop.time() if quiet_since is None else quiet_since
                     if loop.time() - quiet_since >= _QUIET_STREAK_S:
                         break

@@ -8,7 +8,7 @@ import pytest
 
 from driver.agent import AgentInvoker, AgentRunner, CompositeAgent, SocketParker
 from driver.errors import AgentTerminationError, DriverConfigurationError
-from driver.idle import BackoffIdleStrategy, BusySpinIdleStrategy, SleepingIdleStrategy, idle_strategy_from_name
+from driver.idle import BackoffIdleStrategy, BusySpinIdleStrategy, idle_strategy_from_name
 
 
 class CountingAgent:
@@ -97,34 +97,6 @@ def test_backoff_parks_after_spins_and_yields_then_idles_deeper() -> None:
     assert idle._park_s == pytest.approx(16e-6)
     idle.idle(1)
     assert idle._park_s == pytest.approx(1e-6)
-
-
-def test_sleeping_sleeps_the_busy_period_only_while_work_was_recent() -> None:
-    now = [0]
-    slept: list[float] = []
-    idle = SleepingIdleStrategy(10_000_000, busy_period_ns=2_000_000, busy_for_ns=1_000_000_000, clock=lambda: now[0])
-    idle.park = slept.append
-    idle.idle(0)  # nothing done yet: quiet
-    idle.idle(3)  # work: no sleep
-    now[0] = 500_000_000
-    idle.idle(0)  # half a second after work: still busy
-    now[0] = 1_000_000_001
-    idle.idle(0)  # a second after: quiet again
-    assert slept == [pytest.approx(0.01), pytest.approx(0.002), pytest.approx(0.01)]
-
-
-def test_sleeping_without_a_busy_period_always_sleeps_its_period() -> None:
-    slept: list[float] = []
-    idle = SleepingIdleStrategy(16_000_000)
-    idle.park = slept.append
-    idle.idle(1)
-    idle.idle(0)
-    assert slept == [pytest.approx(0.016)]
-
-
-def test_a_busy_period_longer_than_the_period_is_refused() -> None:
-    with pytest.raises(DriverConfigurationError, match="busy_period_ns"):
-        SleepingIdleStrategy(2_000_000, busy_period_ns=10_000_000)
 
 
 # ------------------------------------------------------------------------------------------------ SocketParker
