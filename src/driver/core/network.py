@@ -575,6 +575,9 @@ class NetworkResources:
             links.remove(link)
             if not links:
                 del self._links_by_stream[key]
+        if not any(other.session_id == link.session_id for other in links or ()):
+            # Nobody left to keep its holding up to date (see _helds_of): worked out afresh if asked again.
+            self._held_cache.pop((*key, link.session_id), None)
 
     def _publish_bound_address(self, endpoint: ReceiveChannelEndpoint) -> None:
         """A port-0 endpoint takes the port it was given as its channel's, and says which in a local socket
@@ -625,12 +628,36 @@ class NetworkResources:
         victim.state = ImageState.INACTIVE  # lingers as an image that ended, then goes; holds no place now
         victim.time_of_last_state_change_ns = now_ns
         self._system_counters.get(DriverSystemCounterId.IMAGES_EVICTED_SILENT).increment()
-        self._images_changed()
+        self._image_ended(victim)
         return True
 
     def _images_changed(self) -> None:
-        """An image came, went or stopped being active: what the subscriptions hold is worked out again."""
+        """Many images stopped being active at once: what the subscriptions hold is worked out again when asked."""
         self._held_cache.clear()
+
+    def _helds_of(self, image: PublicationImage) -> list[tuple[_Held, bool]]:
+        """The worked-out holdings ``image`` changes (those of its stream's subscriptions), and whether each counts
+        it (its session, or any): a new image or one that ends costs the few subscriptions of its stream, not a
+        look through every image of it (a server's handshake stream holds one per client route)."""
+        endpoint, stream_id, session_id = image.endpoint, image.stream_id, image.session_id
+        cache = self._held_cache
+        helds: list[tuple[_Held, bool]] = []
+        for link in self._links_by_stream.get((endpoint, stream_id), ()):
+            held = cache.get((endpoint, stream_id, link.session_id))
+            if held is not None and not any(h is held for h, _ in helds):
+                helds.append((held, link.session_id is None or link.session_id == session_id))
+        return helds
+
+    def _image_added(self, image: PublicationImage) -> None:
+        for held, counts in self._helds_of(image):
+            held.of_stream += 1
+            if counts:
+                held.add(image)
+
+    def _image_ended(self, image: PublicationImage) -> None:
+        """``image`` stopped being active: it lingers with its files (counted in the stream) but holds no place."""
+        for held, _ in self._helds_of(image):
+            held.discard(image)
 
     def _held(self, link: SubscriptionLink) -> _Held:
         assert link.endpoint is not None
@@ -888,7 +915,7 @@ class NetworkResources:
         )
         self.images.append(image)
         self._images_by_stream.setdefault((endpoint, stream_id), []).append(image)
-        self._images_changed()
+        self._image_added(image)
         for link in links:
             counter = self._allocator.subscriber_position(link, session_id, image.join_position)
             link.positions[correlation_id] = SubscriberPosition(link, image, counter)
@@ -1074,7 +1101,7 @@ class NetworkResources:
         receiver = self._receiver
         ended = image.on_time_event(now_ns, receiver.polled_ns, receiver.awake_since_ns, dropped_ns)
         if was_active and image.state is not ImageState.ACTIVE:
-            self._images_changed()
+            self._image_ended(image)
         if ended:
             self._on_image_inactive(image)
 
@@ -1099,7 +1126,9 @@ class NetworkResources:
         return any(image.state is not ImageState.ACTIVE for image in ended)
 
     def _forget_image(self, image: PublicationImage) -> None:
-        self._images_changed()
+        for held, _ in self._helds_of(image):
+            held.discard(image)
+            held.of_stream -= 1
         key = (image.endpoint, image.stream_id)
         images = self._images_by_stream.get(key)
         if images is not None and image in images:
@@ -1220,18 +1249,37 @@ class _Held:
     """The active images a subscription's limits count, and how many of them come from each host (counted once,
     when first asked)."""
 
-    __slots__ = ("_per_host", "images", "lingering", "no_end_scan_before_ns", "no_eviction_before_ns")
+    __slots__ = ("_per_host", "images", "no_end_scan_before_ns", "no_eviction_before_ns", "of_stream")
 
     def __init__(self, images: list[PublicationImage], of_stream: int = 0) -> None:
         self.images = images
-        self.lingering = max(0, of_stream - len(images))
-        """Images of the stream that ended but keep their files for a while (of every session)."""
+        self.of_stream = of_stream
+        """Images of the stream (of every session, ended ones included while they keep their files)."""
         self._per_host: dict[str, int] | None = None
         self.no_end_scan_before_ns: dict[str | None, int] = {}
         """For ended images at a limit, per host (None: the whole subscription): no scan again before then."""
         self.no_eviction_before_ns: dict[str | None, int] = {}
         """For ``evict-silent``, per host at its limit (None: the whole subscription): no image is silent enough
         before then (packets only make images fresher; a new image makes a new record)."""
+
+    @property
+    def lingering(self) -> int:
+        """Images of the stream that ended but keep their files for a while (of every session)."""
+        return max(0, self.of_stream - len(self.images))
+
+    def add(self, image: PublicationImage) -> None:
+        self.images.append(image)
+        if self._per_host is not None:
+            host = image.source_address[0]
+            self._per_host[host] = self._per_host.get(host, 0) + 1
+
+    def discard(self, image: PublicationImage) -> None:
+        try:
+            self.images.remove(image)  # (images compare by identity)
+        except ValueError:
+            return
+        if self._per_host is not None:
+            self._per_host[image.source_address[0]] -= 1
 
     def from_host(self, host: str) -> int:
         per_host = self._per_host

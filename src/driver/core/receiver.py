@@ -99,6 +99,8 @@ class Receiver:
         self._position_slots: list[ImageSlot] = []
         """The slot of each of ``_positions_of`` (for the native quiet test)."""
         self._positions_moved: dict[int, PublicationImage] = {}
+        self._watched: set[PublicationImage] = set()
+        """The images with entries in ``_positions_of``."""
         """Images (by ``id``) whose subscriber positions came, changed or went since the last look."""
 
     def on_start(self) -> None:
@@ -172,29 +174,39 @@ class Receiver:
 
     def _take_moved_positions(self) -> None:
         """The positions of the images named in ``_positions_moved`` out of the watch, then those still in the
-        agenda back in at its end: each costs its own entries (and a scan of the list in C when it had some)."""
+        agenda back in at its end: each costs its own entries (and a scan of the list in C when it had some).
+        Only new images (a connect storm's): the watch grows by theirs; else it is made again."""
         moved = self._positions_moved
         self._positions_moved = {}
         owners = self._positions_of
         entries = self._position_entries
         slots = self._position_slots
+        watched = self._watched
         items = self._agenda.items
+        added = len(entries)
         for image in moved.values():
-            while True:
-                try:
-                    index = owners.index(image)
-                except ValueError:
-                    break
-                del owners[index]
-                del entries[index]
-                del slots[index]
+            if image in watched:
+                watched.discard(image)
+                added = -1
+                while True:
+                    try:
+                        index = owners.index(image)
+                    except ValueError:
+                        break
+                    del owners[index]
+                    del entries[index]
+                    del slots[index]
             index = image.agenda_index
-            if 0 <= index < len(items) and items[index] is image:
+            if 0 <= index < len(items) and items[index] is image and image.subscriber_positions:
+                watched.add(image)
                 for counter in image.subscriber_positions:
                     owners.append(image)
                     entries.append(counter.location())
                     slots.append(image.slot)
-        self._positions = PositionWatch(entries)
+        if added < 0:
+            self._positions = PositionWatch(entries)
+        elif added < len(entries):
+            self._positions.extend(entries[added:])
 
     def on_close(self) -> None:
         self._ready.close()

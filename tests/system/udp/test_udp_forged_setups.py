@@ -313,6 +313,32 @@ def test_ended_images_give_their_place_and_files_stay_within_twice_the_limit(udp
         execute_until(lambda: view.image_files() == [], timeout_s=30, description="every image's file gone")
 
 
+def test_per_source_counts_follow_images_as_they_come_and_end(udp: UdpDrivers) -> None:
+    """The driver keeps each subscription's holdings up to date as images come and end (it does not count them
+    afresh each time): a host at its limit is refused while another host is not, and once its images end the
+    host gets exactly its limit again."""
+    driver = udp.embedded("sub", image_liveness_timeout_ns=3 * 10**9)
+    client = udp.client(driver.aeron_dir)
+    port = free_udp_port()
+    subscription = _subscribe(client, port, "|max-images-per-source=2")
+    refused = DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT
+    with _driver_view(driver.aeron_dir) as view, _sender("127.0.0.6") as first, _sender("127.0.0.7") as second:
+        for session_id in (0x7001, 0x7002, 0x7003):
+            first.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        wait_for_image(subscription, 2)  # type: ignore[arg-type]
+        execute_until(lambda: view.value(refused) == 1, timeout_s=10, description="the first host's third refused")
+        second.sendto(_setup(0x7101, 64 * 1024), ("127.0.0.1", port))
+        wait_for_image(subscription, 3)  # type: ignore[arg-type]
+        first.sendto(_setup(0x7004, 64 * 1024), ("127.0.0.1", port))
+        execute_until(lambda: view.value(refused) == 2, timeout_s=10, description="the first host still full")
+        execute_until(lambda: subscription.images == (), timeout_s=20, description="every image ended")  # type: ignore[attr-defined]
+        for session_id in (0x7005, 0x7006, 0x7007):
+            first.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        wait_for_image(subscription, 2)  # type: ignore[arg-type]
+        execute_until(lambda: view.value(refused) == 3, timeout_s=10, description="its limit again, not more")
+        assert sorted(i.session_id for i in subscription.images) == [0x7005, 0x7006]  # type: ignore[attr-defined]
+
+
 def test_evict_silent_lets_live_publishers_in_past_a_subscription_full_of_forged_images(udp: UdpDrivers) -> None:
     driver = udp.embedded("sub", image_liveness_timeout_ns=60 * 10**9)  # forged images would hold on for a minute
     pub_driver = udp.embedded("pub")
