@@ -113,6 +113,9 @@ class EndPoint(Generic[ConfigT]):
         """The grid of the connections' timers (see :mod:`endpoint.connection.agenda`)."""
         self._agenda: Agenda[Connection] = Agenda()
         """Every open connection, filed under when its timers next need looking at."""
+        self._timers_due_ns = 0
+        """When the end point's own timers (not its connections': those are on the agenda) next have something to
+        do: until then a tick step skips it (a process of a thousand clients ran ten thousand steps a second)."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self.restarts = 0
         self.connection_counters = ConnectionCounters(role_of(self))
@@ -232,6 +235,7 @@ class EndPoint(Generic[ConfigT]):
         self._agenda.file(connection, grid_after(now_ns, self._connection_tick_ns))
         self._poll_set_changed(connection)
         self.connection_counters.admit(connection, now_ns)
+        self._timers_due_ns = 0  # (its counters, a session it brought: looked at in the next step)
         connection._fire_connect()
 
     def _connection_released(self, connection: Connection) -> None:
@@ -346,6 +350,10 @@ class EndPoint(Generic[ConfigT]):
         written something for the driver to send)."""
         return False
 
+    def _tick_extra_due_ns(self, now_ns: int) -> int:
+        """Hook: when :meth:`_tick_extra` next has something to look at (``now_ns``: at every step)."""
+        return now_ns
+
     @property
     def _sleeps_soundly(self) -> bool:
         """Nothing this end point waits for can arrive without waking the poller (see :class:`LoopPoller`): no
@@ -431,15 +439,20 @@ class EndPoint(Generic[ConfigT]):
         return self._last_drops_ns
 
     def _tick(self, now_ns: int) -> bool:
-        """The end point's timers: the connections due on its agenda, handshakes, counters, driver health. True if
-        it may have written something for the driver to send (a keepalive, an acknowledgement, a ping): the
-        poller then runs the driver's duty cycle once more so it leaves in this wake-up. An idle server's
-        connections fall due on a grid of half a ping interval while its timers run ten times a second: the
-        steps in between look at nothing and need no second duty cycle over every stream."""
+        """The end point's timers: the connections due on its agenda, handshakes, counters (the poller checks the
+        driver's health, once per driver). True if it may have written something for the driver to send (a
+        keepalive, an acknowledgement, a ping): the poller then runs the driver's duty cycle once more so it
+        leaves in this wake-up. An idle server's connections fall due on a grid of half a ping interval while its
+        timers run ten times a second: the steps in between look at nothing and need no second duty cycle over
+        every stream; a step at which neither a connection nor a timer of its own is due costs one comparison."""
         agenda = self._agenda
         due_ns = agenda.next_due_ns
+        connections_due = due_ns is not None and now_ns + _AGENDA_SLACK_NS >= due_ns
+        if not connections_due and now_ns < self._timers_due_ns:
+            return False
         wrote = False
-        if due_ns is not None and now_ns + _AGENDA_SLACK_NS >= due_ns:
+        if connections_due:
+            assert due_ns is not None
             grid_ns = self._connection_tick_ns
             # Held up (an overloaded loop, a starved process) past a whole step after the first connection was
             # due: that time was ours, not the peers' silence; a dead peer is found that much later, a live one
@@ -470,10 +483,10 @@ class EndPoint(Generic[ConfigT]):
             for connection in self.connection_counters.due(now_ns, self._handshakes_under_way()):
                 self._spawn(self.connection_counters.open(shared.aeron, connection), connection)
         self.endpoint_counters.refresh(now_ns, self)
-        if shared is not None and not self._restarting:
-            failure = shared.check_alive()
-            if failure is not None:
-                self._begin_restart(shared, failure)
+        counters = self.connection_counters
+        self._timers_due_ns = min(
+            self._tick_extra_due_ns(now_ns), counters.next_due_ns, self.endpoint_counters.next_due_ns
+        )
         return wrote
 
     # ------------------------------------------------------------------ driver failures
@@ -522,6 +535,7 @@ class EndPoint(Generic[ConfigT]):
             await self._after_restart()
         finally:
             self._restarting = False
+            self._timers_due_ns = 0
 
     async def _lease_again(self) -> bool:
         """Lease a driver after a failure, retrying for a while: an end point that does not launch drivers waits

@@ -101,6 +101,8 @@ the old route (see :attr:`HandshakeRoute.unproven`). A slow server costs one fre
 never probed."""
 _PORT_ATTEMPTS = 5
 """A free port picked for the answer route may be taken before the driver binds it: pick again this often."""
+_NO_TIMER_NS = 1 << 62
+"""No buffered session to expire: the client's own timers wait for nothing (see ``EndPoint._tick``)."""
 
 ReconnectingListener = TypeVar("ReconnectingListener", bound=Callable[[Reconnecting], Any])
 ReconnectedListener = TypeVar("ReconnectedListener", bound=Callable[[Connection], Any])
@@ -461,6 +463,7 @@ class Client(EndPoint[ClientConfiguration]):
                 send_timeout=cfg.send_timeout,
                 timeout=self._session_timeout,
             )
+            self._timers_due_ns = 0  # its expiry is looked at from the next tick step on
         session.timeout = self._session_timeout
         return SessionOffer(self._session_key, session.log.sync())
 
@@ -718,6 +721,10 @@ class Client(EndPoint[ClientConfiguration]):
 
     def _handshakes_under_way(self) -> bool:
         return self._routes.slots.in_flight > 0  # this loop's clients: a storm of this process's
+
+    def _tick_extra_due_ns(self, now_ns: int) -> int:
+        session = self.session
+        return now_ns if session is not None and not session.ended else _NO_TIMER_NS
 
     def _tick_extra(self, now_ns: int) -> bool:
         session = self.session

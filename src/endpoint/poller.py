@@ -175,6 +175,10 @@ class Polled(Protocol):
 
     def _notify_error(self, connection: Connection | None, error: BaseException) -> None: ...
 
+    def _begin_restart(self, driver: SharedDriver, cause: BaseException) -> None:
+        """Its driver failed: drop what ran on it and lease it again (once, however often told)."""
+        ...
+
 
 class LoopPoller:
     """The one task per event loop that polls every end point on that loop.
@@ -256,6 +260,9 @@ class LoopPoller:
         self.route_scans_skipped = 0
         """Rounds that did not look at the handshake routes waiting for answers (no datagram since a look)."""
         self._drivers: tuple[SharedDriver, ...] = ()
+        """The drivers of the end points that run on this loop (INVOKER mode)."""
+        self._leased: tuple[SharedDriver, ...] = ()
+        """Every driver an end point here leases."""
         self._invokers: tuple[AgentInvoker, ...] = ()
         self._driver_invokers: tuple[AgentInvoker, ...] = ()
         self._network = False
@@ -326,6 +333,7 @@ class LoopPoller:
             default=_TICK_NS,
         )
         drivers = {id(e._shared): e._shared for e in self.endpoints if e._shared is not None}
+        self._leased = tuple(drivers.values())
         self._drivers = tuple(d for d in drivers.values() if d.invokers)
         self._invokers = tuple(i for d in self._drivers for i in d.invokers)
         # Taken now: a restart stops a driver from a worker thread, and its ``invokers`` then read as empty.
@@ -505,6 +513,7 @@ class LoopPoller:
                 next_tick = (now // self._tick_ns + 1) * self._tick_ns  # on the grid (see the class docstring)
                 self._look_all = True  # (every image is looked at once a step, come what may)
                 self.routes.tick(now)
+                self._check_drivers()
                 wrote = False
                 for endpoint in endpoints:
                     try:
@@ -618,6 +627,16 @@ class LoopPoller:
             return True
         recent = now - last_exchange < _SPIN_NS or now - last_read < _SPIN_AFTER_READ_NS
         return recent and not self._naps_early()
+
+    def _check_drivers(self) -> None:
+        """Each leased driver's health, once a tick step (not once per end point: a process of a thousand
+        clients has one driver); a failed one is restarted by every end point on it."""
+        for driver in self._leased:
+            failure = driver.check_alive()
+            if failure is not None:
+                for endpoint in self.endpoints:
+                    if endpoint._shared is driver:
+                        endpoint._begin_restart(driver, failure)
 
     def _nap_plan(self, now: int, last_work: int, next_tick: int) -> tuple[int, bool]:
         """:func:`nap_plan`, with whether whatever arrives ends a nap, and whether to nap early."""

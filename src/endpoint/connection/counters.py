@@ -63,6 +63,7 @@ OPEN_AFTER_STORMING_NS = 10_000_000_000
 """While the end point has handshakes under way, a connection waits this long instead: in a storm of 400 the
 counters of the connections made first were 9% of the server's CPU (and 3% of a client process's), spent while
 hundreds of clients waited for their handshakes. Bounded, so a steady trickle of connects still gets them."""
+_NEVER = 1 << 62
 
 
 def connection_key(connection: Connection, role: str) -> ConnectionKey:
@@ -129,8 +130,16 @@ class ConnectionCounters:
         self._waiting: dict[Connection, int] = {}
         """Connections not yet old enough for counters (:data:`OPEN_AFTER_NS`), and since when."""
         self._next_refresh_ns = 0
+        self._next_open_ns = _NEVER
+        """When :meth:`due` may next find a waiting connection old enough (at the threshold it last used)."""
         self.failures = 0
         """Connections whose counters could not be allocated."""
+
+    @property
+    def next_due_ns(self) -> int:
+        """When the liveness tick next has something to do here (a refresh, or a waiting connection to look at):
+        an end point with no timer of its own due before then skips its tick steps."""
+        return min(self._next_refresh_ns, self._next_open_ns)
 
     async def open(self, aeron: Aeron, connection: Connection) -> None:
         """Allocate the connection's counters (run as a task of the end point's)."""
@@ -168,6 +177,7 @@ class ConnectionCounters:
     def admit(self, connection: Connection, now_ns: int) -> None:
         """A new connection: it gets its counters from :meth:`due` once it has lived :data:`OPEN_AFTER_NS`."""
         self._waiting[connection] = now_ns
+        self._next_open_ns = min(self._next_open_ns, now_ns + OPEN_AFTER_NS)
 
     @property
     def waiting(self) -> bool:
@@ -178,9 +188,12 @@ class ConnectionCounters:
         """Connections to give counters to now (each once); called on the liveness tick. ``storming``: the end
         point has handshakes under way (:data:`OPEN_AFTER_STORMING_NS`)."""
         after = OPEN_AFTER_STORMING_NS if storming else OPEN_AFTER_NS
-        ready = [c for c, since in self._waiting.items() if now_ns - since >= after or c.is_closed]
+        waiting = self._waiting
+        ready = [c for c, since in waiting.items() if now_ns - since >= after or c.is_closed]
         for connection in ready:
-            del self._waiting[connection]
+            del waiting[connection]
+        # (admitted in order: the first is the oldest; a storm that ends sooner is seen at the next refresh)
+        self._next_open_ns = next(iter(waiting.values())) + after if waiting else _NEVER
         return [c for c in ready if not c.is_closed]
 
     async def close(self, aeron: Aeron | None, connection: Connection) -> None:
@@ -219,6 +232,7 @@ class ConnectionCounters:
         """The driver failed: its counters went with it."""
         self._counters.clear()
         self._waiting.clear()
+        self._next_open_ns = _NEVER
 
     def __len__(self) -> int:
         return len(self._counters)
@@ -263,6 +277,11 @@ class EndpointCounters:
         self._tried = False
         self._next_refresh_ns = 0
         self.failures = 0
+
+    @property
+    def next_due_ns(self) -> int:
+        """When :meth:`refresh` next acts."""
+        return self._next_refresh_ns
 
     async def open(self, aeron: Aeron, endpoint: Any) -> None:
         reader = aeron.conductor.counters_reader
