@@ -51,6 +51,7 @@ from endpoint.config import (
     REPLY_STREAM_ID,
     ClientConfiguration,
 )
+from endpoint.connection.agenda import NEVER_NS
 from endpoint.connection.buffered import Session
 from endpoint.connection.session import SessionLog
 from endpoint.connection.shell import Connection
@@ -101,8 +102,6 @@ the old route (see :attr:`HandshakeRoute.unproven`). A slow server costs one fre
 never probed."""
 _PORT_ATTEMPTS = 5
 """A free port picked for the answer route may be taken before the driver binds it: pick again this often."""
-_NO_TIMER_NS = 1 << 62
-"""No buffered session to expire: the client's own timers wait for nothing (see ``EndPoint._tick``)."""
 
 ReconnectingListener = TypeVar("ReconnectingListener", bound=Callable[[Reconnecting], Any])
 ReconnectedListener = TypeVar("ReconnectedListener", bound=Callable[[Connection], Any])
@@ -724,7 +723,7 @@ class Client(EndPoint[ClientConfiguration]):
 
     def _tick_extra_due_ns(self, now_ns: int) -> int:
         session = self.session
-        return now_ns if session is not None and not session.ended else _NO_TIMER_NS
+        return now_ns if session is not None and not session.ended else NEVER_NS  # (a session to expire)
 
     def _tick_extra(self, now_ns: int) -> bool:
         session = self.session

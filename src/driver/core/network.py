@@ -1126,7 +1126,7 @@ class NetworkResources:
         return any(image.state is not ImageState.ACTIVE for image in ended)
 
     def _forget_image(self, image: PublicationImage) -> None:
-        for held, _ in self._helds_of(image):
+        for held, _ in self._helds_of(image):  # (an ended image has left their images already)
             held.discard(image)
             held.of_stream -= 1
         key = (image.endpoint, image.stream_id)

@@ -99,9 +99,9 @@ class Receiver:
         self._position_slots: list[ImageSlot] = []
         """The slot of each of ``_positions_of`` (for the native quiet test)."""
         self._positions_moved: dict[int, PublicationImage] = {}
+        """Images (by ``id``) whose subscriber positions came, changed or went since the last look."""
         self._watched: set[PublicationImage] = set()
         """The images with entries in ``_positions_of``."""
-        """Images (by ``id``) whose subscriber positions came, changed or went since the last look."""
 
     def on_start(self) -> None:
         pass

@@ -24,12 +24,14 @@ import heapq
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-__all__ = ["Agenda", "grid_after"]
+__all__ = ["NEVER_NS", "Agenda", "grid_after"]
 
 T = TypeVar("T", bound=Hashable)
 
 _COMPACT_FLOOR = 64
 """Stale heap entries tolerated beyond the live ones before the heap is rebuilt."""
+NEVER_NS = 1 << 62
+"""A due time that never comes (a timer with nothing to wait for)."""
 
 
 def grid_after(t_ns: int, grid_ns: int) -> int:

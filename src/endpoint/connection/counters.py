@@ -37,6 +37,7 @@ from driver.tools.connections import (
     ConnectionKey,
     EndpointStatKey,
 )
+from endpoint.connection.agenda import NEVER_NS
 from endpoint.messages import SAMPLE_SEQ, Ping
 
 if TYPE_CHECKING:
@@ -63,7 +64,6 @@ OPEN_AFTER_STORMING_NS = 10_000_000_000
 """While the end point has handshakes under way, a connection waits this long instead: in a storm of 400 the
 counters of the connections made first were 9% of the server's CPU (and 3% of a client process's), spent while
 hundreds of clients waited for their handshakes. Bounded, so a steady trickle of connects still gets them."""
-_NEVER = 1 << 62
 
 
 def connection_key(connection: Connection, role: str) -> ConnectionKey:
@@ -130,7 +130,7 @@ class ConnectionCounters:
         self._waiting: dict[Connection, int] = {}
         """Connections not yet old enough for counters (:data:`OPEN_AFTER_NS`), and since when."""
         self._next_refresh_ns = 0
-        self._next_open_ns = _NEVER
+        self._next_open_ns = NEVER_NS
         """When :meth:`due` may next find a waiting connection old enough (at the threshold it last used)."""
         self.failures = 0
         """Connections whose counters could not be allocated."""
@@ -193,7 +193,7 @@ class ConnectionCounters:
         for connection in ready:
             del waiting[connection]
         # (admitted in order: the first is the oldest; a storm that ends sooner is seen at the next refresh)
-        self._next_open_ns = next(iter(waiting.values())) + after if waiting else _NEVER
+        self._next_open_ns = next(iter(waiting.values())) + after if waiting else NEVER_NS
         return [c for c in ready if not c.is_closed]
 
     async def close(self, aeron: Aeron | None, connection: Connection) -> None:
@@ -232,7 +232,7 @@ class ConnectionCounters:
         """The driver failed: its counters went with it."""
         self._counters.clear()
         self._waiting.clear()
-        self._next_open_ns = _NEVER
+        self._next_open_ns = NEVER_NS
 
     def __len__(self) -> int:
         return len(self._counters)
