@@ -40,6 +40,12 @@ def _setup(session_id: int, term_length: int, *, mtu: int = 1408, term_offset: i
     return SetupFrame(term_offset, session_id, STREAM_ID, 0, 0, term_length, mtu).encode()
 
 
+def _send_setups(sock: socket.socket, port: int, *session_ids: int) -> None:
+    """A SETUP of a 64 KiB term for each session, to our driver's port."""
+    for session_id in session_ids:
+        sock.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+
+
 @contextlib.contextmanager
 def _sender(alias: str) -> Iterator[socket.socket]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -299,14 +305,12 @@ def test_ended_images_give_their_place_and_files_stay_within_twice_the_limit(udp
     subscription = _subscribe(client, port, "|max-images=2")
     refused = DriverSystemCounterId.IMAGES_REFUSED_SUBSCRIPTION_LIMIT
     with _driver_view(driver.aeron_dir) as view, _sender("127.0.0.6") as sock:
-        for session_id in (0x6001, 0x6002, 0x6003):
-            sock.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        _send_setups(sock, port, 0x6001, 0x6002, 0x6003)
         wait_for_image(subscription, 2)  # type: ignore[arg-type]
         execute_until(lambda: view.value(refused) == 1, timeout_s=10, description="the third refused")
         # No data: the images end and linger, unavailable to the subscriber but with their files.
         execute_until(lambda: subscription.images == (), timeout_s=20, description="both images ended")  # type: ignore[attr-defined]
-        for session_id in (0x6004, 0x6005, 0x6006):
-            sock.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        _send_setups(sock, port, 0x6004, 0x6005, 0x6006)
         wait_for_image(subscription, 2)  # type: ignore[arg-type]
         execute_until(lambda: view.value(refused) == 2, timeout_s=10, description="the sixth refused")
         assert len(view.image_files()) <= 4
@@ -323,8 +327,7 @@ def test_per_source_counts_follow_images_as_they_come_and_end(udp: UdpDrivers) -
     subscription = _subscribe(client, port, "|max-images-per-source=2")
     refused = DriverSystemCounterId.IMAGES_REFUSED_SOURCE_LIMIT
     with _driver_view(driver.aeron_dir) as view, _sender("127.0.0.6") as first, _sender("127.0.0.7") as second:
-        for session_id in (0x7001, 0x7002, 0x7003):
-            first.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        _send_setups(first, port, 0x7001, 0x7002, 0x7003)
         wait_for_image(subscription, 2)  # type: ignore[arg-type]
         execute_until(lambda: view.value(refused) == 1, timeout_s=10, description="the first host's third refused")
         second.sendto(_setup(0x7101, 64 * 1024), ("127.0.0.1", port))
@@ -332,8 +335,7 @@ def test_per_source_counts_follow_images_as_they_come_and_end(udp: UdpDrivers) -
         first.sendto(_setup(0x7004, 64 * 1024), ("127.0.0.1", port))
         execute_until(lambda: view.value(refused) == 2, timeout_s=10, description="the first host still full")
         execute_until(lambda: subscription.images == (), timeout_s=20, description="every image ended")  # type: ignore[attr-defined]
-        for session_id in (0x7005, 0x7006, 0x7007):
-            first.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        _send_setups(first, port, 0x7005, 0x7006, 0x7007)
         wait_for_image(subscription, 2)  # type: ignore[arg-type]
         execute_until(lambda: view.value(refused) == 3, timeout_s=10, description="its limit again, not more")
         assert sorted(i.session_id for i in subscription.images) == [0x7005, 0x7006]  # type: ignore[attr-defined]
@@ -347,8 +349,7 @@ def test_evict_silent_lets_live_publishers_in_past_a_subscription_full_of_forged
     subscription = _subscribe(client, port, "|max-images=3|evict-silent=true")
     evicted = DriverSystemCounterId.IMAGES_EVICTED_SILENT
     with _driver_view(driver.aeron_dir) as view, _sender("127.0.0.7") as sock:
-        for session_id in (0x7001, 0x7002, 0x7003):
-            sock.sendto(_setup(session_id, 64 * 1024), ("127.0.0.1", port))
+        _send_setups(sock, port, 0x7001, 0x7002, 0x7003)
         wait_for_image(subscription, 3)  # type: ignore[arg-type]
         # Full of images that never send: once they have been silent a while, a live publisher takes a place.
         publisher = udp.client(pub_driver.aeron_dir)
