@@ -204,6 +204,10 @@ class Server(EndPoint[ServerConfiguration]):
         self._finished_reply: dict[int, tuple[Publication, _AnswerRoute | None, int]] = {}
         """connect key -> (answer route, our lease on it, when to let it go): for a client that missed the answer."""
         self._answer_routes: dict[tuple[str, int], _AnswerRoute] = {}
+        self._closing_routes: dict[tuple[str, int], tuple[_AnswerRoute, int]] = {}
+        """Answer routes let go, by client route, with when to close them: open for a handshake timeout more, so
+        that a client route that asks again soon (a storm's busy-refused client) gets the same publication back. A
+        new one would name the session the driver still holds while the old one closes, and be refused."""
         self._routes_from: dict[str, int] = {}
         """How many of ``_answer_routes`` go to each address (its cap is checked per new route, in a storm of
         clients on routes of their own once per handshake)."""
@@ -706,9 +710,10 @@ class Server(EndPoint[ServerConfiguration]):
                 self._end_session(session, "expired")
         if self._handshake is None:
             return looked
-        if self._finished_reply or self._answer_routes:
+        if self._finished_reply or self._answer_routes or self._closing_routes:
             looked = True
             self._let_go_of_replies(now_ns)
+            self._close_routes_let_go(now_ns)
         for connect_key in self._handshake.expire(time.time_ns()):
             pending = self._pending.pop(connect_key, None)
             looked = True
@@ -955,15 +960,10 @@ class Server(EndPoint[ServerConfiguration]):
         # HELLO names plays no part in where they go).
         key = (address, route_id)
         route = self._answer_routes.get(key)
+        if route is None:
+            route = self._take_back(key)
         if route is None or not route.usable:
-            cfg = self.config
-            if self._routes_from.get(address, 0) >= cfg.max_answer_routes_per_source and not self._evict_route(
-                [r for r in self._answer_routes.values() if r.address == address]
-            ):
-                return None
-            if len(self._answer_routes) >= cfg.max_answer_routes and not self._evict_route(
-                list(self._answer_routes.values())
-            ):
+            if not self._room_for_route(address):
                 return None
             # The route's session follows from the client's handshake publication's: its answer subscription names
             # it, so its status messages (and nobody else's, unless from its address) make this route send.
@@ -997,6 +997,47 @@ class Server(EndPoint[ServerConfiguration]):
         self._forget_route(route)
         return True
 
+    def _take_back(self, key: tuple[str, int]) -> _AnswerRoute | None:
+        """The answer route of client route ``key`` that was let go and is not closed yet, filed again (within the
+        caps, as a new one would be), or None."""
+        closing = self._closing_routes.pop(key, None)
+        if closing is None:
+            return None
+        route = closing[0]
+        address = key[0]
+        if not route.usable or not self._room_for_route(address):
+            self._close_route(route)
+            return None
+        self._answer_routes[key] = route
+        self._routes_from[address] = self._routes_from.get(address, 0) + 1
+        return route
+
+    def _room_for_route(self, address: str) -> bool:
+        """Room for one more answer route to ``address`` within the caps, made by closing an idle one if need be."""
+        cfg = self.config
+        if self._routes_from.get(address, 0) >= cfg.max_answer_routes_per_source and not self._evict_route(
+            [r for r in self._answer_routes.values() if r.address == address]
+        ):
+            return False
+        return len(self._answer_routes) < cfg.max_answer_routes or self._evict_route(list(self._answer_routes.values()))
+
+    def _close_routes_let_go(self, now_ns: int | None) -> None:
+        """Close the answer routes let go whose time is up (all of them when ``now_ns`` is None)."""
+        closing = self._closing_routes
+        while closing:
+            key, (route, close_at_ns) = next(iter(closing.items()))
+            if now_ns is not None and now_ns < close_at_ns:
+                return
+            del closing[key]
+            self._close_route(route)
+
+    def _close_route(self, route: _AnswerRoute) -> None:
+        def close(opening: asyncio.Future[ExclusivePublication]) -> None:
+            if not opening.cancelled() and opening.exception() is None:
+                self._spawn(self._close_quietly(opening.result()))
+
+        route.opening.add_done_callback(close)
+
     def _forget_route(self, route: _AnswerRoute) -> None:
         """``route`` out of ``_answer_routes`` (if it is still the one filed under its client route)."""
         key = (route.address, route.route_id)
@@ -1008,17 +1049,25 @@ class Server(EndPoint[ServerConfiguration]):
             else:
                 del self._routes_from[route.address]
 
-    def _let_go_of_route(self, route: _AnswerRoute) -> None:
+    def _let_go_of_route(self, route: _AnswerRoute, *, client_gone: bool = False) -> None:
+        """One use of ``route`` ended; unused, it closes after a handshake timeout (see ``_closing_routes``), or at
+        once when its client route is gone (a new client route has a session of its own)."""
         route.users -= 1
         if route.users > 0:
             return
+        key = (route.address, route.route_id)
+        filed = self._answer_routes.get(key) is route
         self._forget_route(route)
-
-        def close(opening: asyncio.Future[ExclusivePublication]) -> None:
-            if not opening.cancelled() and opening.exception() is None:
-                self._spawn(self._close_quietly(opening.result()))
-
-        route.opening.add_done_callback(close)
+        if client_gone or not filed or self._shutting_down or not route.usable:
+            self._close_route(route)
+            return
+        closing = self._closing_routes
+        previous = closing.pop(key, None)
+        if previous is not None:
+            self._close_route(previous[0])
+        while len(closing) >= self.config.max_answer_routes:  # (as many as may be open, at most)
+            self._close_route(closing.pop(next(iter(closing)))[0])
+        closing[key] = (route, time.monotonic_ns() + int(self.config.handshake_timeout * 1e9))
 
     def _id_allocators(self) -> tuple[IdAllocator, ...]:
         """What each of a connection's ids comes from: sessions and streams of its reliable pair, then the sessions
@@ -1253,17 +1302,18 @@ class Server(EndPoint[ServerConfiguration]):
         sub = self._udp_handshake
         live = {image.session_id for image in sub.images if not image.is_end_of_stream} if sub is not None else set()
         for connect_key, (_, lease, until) in list(self._finished_reply.items()):
-            if now_ns is None or now_ns >= until or (lease is not None and lease.route_id not in live):
+            gone = lease is not None and lease.route_id not in live
+            if now_ns is None or now_ns >= until or gone:
                 del self._finished_reply[connect_key]
                 if lease is not None:
-                    self._let_go_of_route(lease)
+                    self._let_go_of_route(lease, client_gone=gone)
         for route in list(self._answer_routes.values()):
             if route.pinned and (now_ns is None or route.route_id not in live):
-                self._unpin(route)
+                self._unpin(route, client_gone=True)
 
-    def _unpin(self, route: _AnswerRoute) -> None:
+    def _unpin(self, route: _AnswerRoute, *, client_gone: bool = False) -> None:
         route.pinned = False
-        self._let_go_of_route(route)
+        self._let_go_of_route(route, client_gone=client_gone)
 
     async def _close_quietly(self, resource: Publication | Subscription) -> None:
         try:
@@ -1304,6 +1354,7 @@ class Server(EndPoint[ServerConfiguration]):
             await self._free_pending(pending)
         self._pending.clear()
         self._let_go_of_replies(None)
+        self._close_routes_let_go(None)
         for resource in (self._udp_handshake, self._ipc_handshake, self._ipc_reply, self._control_anchor):
             if resource is not None:
                 await self._close_quietly(resource)
@@ -1325,6 +1376,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._per_address.clear()
         self._finished_reply.clear()
         self._answer_routes.clear()
+        self._closing_routes.clear()
         self._routes_from.clear()
         self._udp_handshake = self._ipc_handshake = None
         self._ipc_reply = None

@@ -275,9 +275,7 @@ async def test_a_route_on_a_clients_own_port_gives_back_its_publication_as_its_h
             for local_port in distinct_free_udp_ports(6)
         ]
         try:
-            connections = await asyncio.wait_for(
-                asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients)), 60
-            )
+            connections = await asyncio.wait_for(asyncio.gather(*(c.connect("127.0.0.1", port) for c in clients)), 60)
             # Every route gave back its publication as its handshake ended, and is not handed out again; the
             # answer subscriptions wait for the linger.
             routes = _routes().polled
@@ -578,3 +576,35 @@ async def test_room_is_made_by_closing_a_route_whose_client_got_no_cookie_lately
             assert server._answer_routes == {}
         finally:
             await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
+
+
+async def test_an_answer_route_let_go_while_its_client_route_lives_is_taken_up_again(
+    aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer route that gave way at the cap while its client's route lives (a storm's busy-refused client comes
+    back on it) stays open for a handshake timeout, and that route asking again gets the same publication back: a
+    new one would name the session the driver still holds for the closing one (refused while it drains), and every
+    handshake through the route would fail until the driver let it go."""
+    _keep_routes_whole(monkeypatch)  # the client's route stays (its session too), as a busy-refused client's does
+    async with running_server(server_config(aeron_dir, port)) as server:
+        errors: list[BaseException] = []
+        server.on_error(lambda conn, exc: errors.append(exc))
+        (local_port,) = distinct_free_udp_ports(1)
+        client = Client(client_config("udp", aeron_dir, client_dir, local_port=local_port, connect_timeout=10.0))
+        try:
+            first = await client.connect("127.0.0.1", port)
+            (route,) = server._answer_routes.values()
+            publication = route.opening.result()
+            await first.close()
+            assert server._evict_route([route])  # gives way at the cap, though its client route lives
+            assert server._answer_routes == {}
+            assert not publication.is_closed, "kept open for a while"
+            async with asyncio.timeout(30):
+                again = await client.connect("127.0.0.1", port)
+            (taken_up,) = server._answer_routes.values()
+            assert taken_up is route
+            assert taken_up.opening.result() is publication
+            assert not again.is_closed
+            assert errors == []
+        finally:
+            await client.close()
