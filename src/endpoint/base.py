@@ -235,7 +235,6 @@ class EndPoint(Generic[ConfigT]):
         self._agenda.file(connection, grid_after(now_ns, self._connection_tick_ns))
         self._poll_set_changed(connection)
         self.connection_counters.admit(connection, now_ns)
-        self._timers_due_ns = 0  # (its counters, a session it brought: looked at in the next step)
         connection._fire_connect()
 
     def _connection_released(self, connection: Connection) -> None:
@@ -483,6 +482,8 @@ class EndPoint(Generic[ConfigT]):
             for connection in self.connection_counters.due(now_ns, self._handshakes_under_way()):
                 self._spawn(self.connection_counters.open(shared.aeron, connection), connection)
         self.endpoint_counters.refresh(now_ns, self)
+        # (Never more than a refresh period away: a connection admitted meanwhile, whose counters are due a while
+        # after it came, or a driver leased again, is looked at in time without waking this earlier.)
         counters = self.connection_counters
         self._timers_due_ns = min(
             self._tick_extra_due_ns(now_ns), counters.next_due_ns, self.endpoint_counters.next_due_ns
@@ -535,7 +536,6 @@ class EndPoint(Generic[ConfigT]):
             await self._after_restart()
         finally:
             self._restarting = False
-            self._timers_due_ns = 0
 
     async def _lease_again(self) -> bool:
         """Lease a driver after a failure, retrying for a while: an end point that does not launch drivers waits

@@ -969,9 +969,8 @@ class Server(EndPoint[ServerConfiguration]):
             # it, so its status messages (and nobody else's, unless from its address) make this route send.
             channel = reply_channel(self._control, answer_session(route_id), address, 65536)
             opening = asyncio.ensure_future(self._aeron().add_exclusive_publication_async(channel, REPLY_STREAM_ID))
-            if key not in self._answer_routes:  # (else an unusable route of that key is replaced)
-                self._routes_from[address] = self._routes_from.get(address, 0) + 1
-            route = self._answer_routes[key] = _AnswerRoute(opening, route_id, address)
+            route = _AnswerRoute(opening, route_id, address)
+            self._file_route(route)
         route.users += 1
         return route
 
@@ -1004,12 +1003,10 @@ class Server(EndPoint[ServerConfiguration]):
         if closing is None:
             return None
         route = closing[0]
-        address = key[0]
-        if not route.usable or not self._room_for_route(address):
+        if not route.usable or not self._room_for_route(route.address):
             self._close_route(route)
             return None
-        self._answer_routes[key] = route
-        self._routes_from[address] = self._routes_from.get(address, 0) + 1
+        self._file_route(route)
         return route
 
     def _room_for_route(self, address: str) -> bool:
@@ -1037,6 +1034,13 @@ class Server(EndPoint[ServerConfiguration]):
                 self._spawn(self._close_quietly(opening.result()))
 
         route.opening.add_done_callback(close)
+
+    def _file_route(self, route: _AnswerRoute) -> None:
+        """``route`` into ``_answer_routes`` under its client route (replacing an unusable one of that key)."""
+        key = (route.address, route.route_id)
+        if key not in self._answer_routes:
+            self._routes_from[route.address] = self._routes_from.get(route.address, 0) + 1
+        self._answer_routes[key] = route
 
     def _forget_route(self, route: _AnswerRoute) -> None:
         """``route`` out of ``_answer_routes`` (if it is still the one filed under its client route)."""

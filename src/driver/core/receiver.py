@@ -183,11 +183,12 @@ class Receiver:
         slots = self._position_slots
         watched = self._watched
         items = self._agenda.items
-        added = len(entries)
+        start = len(entries)  # where the new entries begin, unless an image's had to come out
+        rebuild = False
         for image in moved.values():
             if image in watched:
                 watched.discard(image)
-                added = -1
+                rebuild = True
                 while True:
                     try:
                         index = owners.index(image)
@@ -203,10 +204,10 @@ class Receiver:
                     owners.append(image)
                     entries.append(counter.location())
                     slots.append(image.slot)
-        if added < 0:
+        if rebuild:
             self._positions = PositionWatch(entries)
-        elif added < len(entries):
-            self._positions.extend(entries[added:])
+        elif start < len(entries):
+            self._positions.extend(entries[start:])
 
     def on_close(self) -> None:
         self._ready.close()
