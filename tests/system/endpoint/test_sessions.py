@@ -193,10 +193,13 @@ async def test_past_the_timeout_the_server_drops_the_session_and_tells_its_liste
             session = server_side.session
             assert session is not None
             await _lose(client)
-            await server_side.send(Num(1))  # kept for a client that never comes back
+            # The client's side first: its session's timeout (1 s) runs from the loss, which is now, while the
+            # server's runs from when the server notices it; a loaded machine took over a second for the server's
+            # send, and the client's session had expired before its own send.
             client_session = client.session
             assert client_session is not None
             await client.send(Num(3))  # kept by the client's side, for a connection that never comes
+            await server_side.send(Num(1))  # kept for a client that never comes back
             await wait_until(lambda: expired, 15, what="the session to expire")
             assert expired == [session]
             assert session.ended
