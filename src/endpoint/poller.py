@@ -367,11 +367,11 @@ class LoopPoller:
 
     def _take_rewatched(self) -> None:
         """Take in the connections named by :meth:`rewatch` since the last round: new ones are appended to the
-        native check (made again from the list, in C); one leaving or changing has the list made again."""
+        native check; one leaving or changing has the list made again."""
         pending = self._rewatch
         self._rewatch = {}
         watching = self._watching
-        appended = False
+        watched_before = len(self._entries)
         rebuild = False
         touched: dict[int, Polled] = {}
         network = False
@@ -388,13 +388,12 @@ class LoopPoller:
                         self._entries_of.setdefault(image.correlation_id, []).append(len(self._entries))
                         self._mapped.append(connection)
                         self._entries.append(image.ready_entry)
-                    appended = True
                     if connection.is_ipc:
                         self._udp_only = False
         if rebuild:
             self._rewatch_all()
-        elif appended:
-            self._frames = FrameWatch(self._entries)
+        elif len(self._entries) > watched_before:
+            self._frames.extend(self._entries[watched_before:])
             self._look_all = True
         pollers = self._unmapped_pollers
         moved = False

@@ -536,10 +536,15 @@ class Server(EndPoint[ServerConfiguration]):
             images = sub.images
             if len(images) > _FEW_HANDSHAKE_IMAGES:
                 # Every client process has a handshake image here for a while: one native call finds those with
-                # a packet waiting (the watch is rebuilt when the subscription's images change).
+                # a packet waiting (the watch grows by images that came after those it holds, and is made again when
+                # one went).
                 watched, watch = self._image_watches.get(is_ipc, ((), None))
                 if watched is not images or watch is None:
-                    watch = FrameWatch([image.ready_entry for image in images])
+                    held = len(watched)
+                    if watch is not None and len(images) > held and images[:held] == watched:
+                        watch.extend([image.ready_entry for image in images[held:]])
+                    else:
+                        watch = FrameWatch([image.ready_entry for image in images])
                     self._image_watches[is_ipc] = (images, watch)
                 images = tuple(images[index] for index in watch.ready())
             for image in images:

@@ -14,7 +14,7 @@
 /* FrameWatch(entries): entry = (counter: AtomicBuffer, offset: int, terms: tuple of 3 AtomicBuffer,
  * position_bits: int, term_mask: int). ready() -> indices of the entries with a frame committed at the
  * position held in (counter, offset): a subscriber's next fragment, a sender's next frame to send.
- * Entries are checked once, when the watch is made, so a scan over hundreds of idle images or
+ * Entries are checked once, when the watch is made or extended, so a scan over hundreds of idle images or
  * publications costs a few nanoseconds each. A released buffer (closed under us) is skipped. */
 
 typedef struct {
@@ -43,20 +43,20 @@ FrameWatch_clear_entries(FrameWatch *self)
     self->count = 0;
 }
 
+/* Append ``arg``'s entries after those held; on error nothing is added. */
 static int
-FrameWatch_init(FrameWatch *self, PyObject *args, PyObject *kwds)
+FrameWatch_append(FrameWatch *self, PyObject *arg)
 {
-    static char *kwlist[] = {"entries", NULL};
-    PyObject *arg;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &arg)) return -1;
     PyObject *seq = PySequence_Fast(arg, "entries must be a sequence of tuples");
     if (!seq) return -1;
-    FrameWatch_clear_entries(self);
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    self->entries = PyMem_Calloc(n ? n : 1, sizeof(FrameEntry));
-    if (!self->entries) { Py_DECREF(seq); PyErr_NoMemory(); return -1; }
+    Py_ssize_t total = self->count + n;
+    FrameEntry *entries = PyMem_Realloc(self->entries, (total ? total : 1) * sizeof(FrameEntry));
+    if (!entries) { Py_DECREF(seq); PyErr_NoMemory(); return -1; }
+    self->entries = entries;
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t base = self->count, i;
+    for (i = 0; i < n; i++) {
         PyObject *entry = items[i];
         if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 5) {
             PyErr_Format(PyExc_TypeError, "entry %zd must be (counter, offset, terms, bits, mask)", i);
@@ -76,13 +76,15 @@ FrameWatch_init(FrameWatch *self, PyObject *args, PyObject *kwds)
             goto fail;
         }
         if (buffer_check((AtomicBuffer *)counter, offset, 8, 1) < 0) goto fail;
-        FrameEntry *e = &self->entries[i];
         for (int t = 0; t < 3; t++) {
-            PyObject *term = PyTuple_GET_ITEM(terms, t);
-            if (!PyObject_TypeCheck(term, AtomicBuffer_Type)) {
+            if (!PyObject_TypeCheck(PyTuple_GET_ITEM(terms, t), AtomicBuffer_Type)) {
                 PyErr_Format(PyExc_TypeError, "entry %zd: terms must be AtomicBuffers", i);
                 goto fail;
             }
+        }
+        FrameEntry *e = &self->entries[base + i];
+        for (int t = 0; t < 3; t++) {
+            PyObject *term = PyTuple_GET_ITEM(terms, t);
             Py_INCREF(term);
             e->terms[t] = (AtomicBuffer *)term;
         }
@@ -92,14 +94,34 @@ FrameWatch_init(FrameWatch *self, PyObject *args, PyObject *kwds)
         e->bits = (int)bits;
         e->mask = mask;
     }
-    self->count = n;
+    self->count = total;
     Py_DECREF(seq);
     return 0;
 fail:
-    self->count = n;  /* unset slots are NULL: cleared with Py_XDECREF */
-    FrameWatch_clear_entries(self);
+    while (i-- > 0) { /* the entries taken before the bad one */
+        FrameEntry *e = &self->entries[base + i];
+        Py_DECREF(e->counter);
+        for (int t = 0; t < 3; t++) Py_DECREF(e->terms[t]);
+    }
     Py_DECREF(seq);
     return -1;
+}
+
+static int
+FrameWatch_init(FrameWatch *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"entries", NULL};
+    PyObject *arg;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &arg)) return -1;
+    FrameWatch_clear_entries(self);
+    return FrameWatch_append(self, arg);
+}
+
+static PyObject *
+FrameWatch_extend(FrameWatch *self, PyObject *arg)
+{
+    if (FrameWatch_append(self, arg) < 0) return NULL;
+    Py_RETURN_NONE;
 }
 
 static void
@@ -140,6 +162,8 @@ FrameWatch_len(FrameWatch *self)
 static PyMethodDef FrameWatch_methods[] = {
     {"ready", (PyCFunction)FrameWatch_ready, METH_NOARGS,
      "Indices of the entries with a frame committed (length > 0) at their position."},
+    {"extend", (PyCFunction)FrameWatch_extend, METH_O,
+     "Watch these entries too, after those held (their indices follow on)."},
     {NULL}
 };
 

@@ -70,6 +70,8 @@ class Sender:
         self._agenda: Agenda[NetworkPublication] = Agenda()
         """Each publication with what a :class:`FrameWatch` needs to see whether it has a frame to send."""
         self._frames = FrameWatch([])
+        """The agenda's entries in its order: extended as publications come (at the agenda's end), made again after
+        one goes (the agenda's last entry moves into its place)."""
         self._frames_stale = False
         self._locality = locality
         """While every client of the driver runs in this process, its count of committed frames shows every write
@@ -127,16 +129,20 @@ class Sender:
     def _send_due(self, now_ns: int) -> int:
         agenda = self._agenda
         due = agenda.due(now_ns)
+        frames = self._frames
         if self._frames_stale:
             self._frames_stale = False
-            self._frames = FrameWatch(agenda.entries)  # type: ignore[arg-type]
+            frames = self._frames = FrameWatch(agenda.entries)  # type: ignore[arg-type]
+            self._quiet_since = None
+        elif len(frames) < len(agenda):  # publications came since (each at the agenda's end): watch them too
+            frames.extend(agenda.entries[len(frames) :])  # type: ignore[arg-type]
             self._quiet_since = None
         committed = frames_committed()
         locality = self._locality
         if committed == self._quiet_since and locality is not None and locality.all_local:
             self.looks_skipped += 1
         else:
-            waiting = self._frames.ready()
+            waiting = frames.ready()
             if waiting:
                 self._quiet_since = None
                 due = sorted(set(due).union(waiting)) if due else waiting
@@ -190,7 +196,6 @@ class Sender:
         self.publications.append(publication)
         self._agenda.add(publication, publication.waiting_entry)
         self._slots.append(publication.native)
-        self._frames_stale = True
         publication.wake = functools.partial(self.wake, publication)
 
     def on_remove_publication(

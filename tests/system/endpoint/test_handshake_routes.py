@@ -430,6 +430,38 @@ async def test_answer_routes_per_address_stay_counted_and_capped_as_routes_come_
         assert server._routes_from == {}
 
 
+async def test_the_servers_look_at_handshake_images_follows_routes_as_they_come_and_go(
+    aeron_dir: Path, client_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past a few handshake images the server finds those with a packet waiting in one native look, which grows
+    by each route that comes and is made again when routes go: clients on routes of their own, one after another
+    (each a new image), then all their routes closed, then as many new ones, are each answered at once."""
+    _keep_routes_whole(monkeypatch)
+    monkeypatch.setattr(routes_module, "LINGER_NS", 600 * 10**9)
+    count = 6
+    async with running_server(server_config(aeron_dir, port)) as server:
+        handshake = server._udp_handshake
+        assert handshake is not None
+        clients: list[Client] = []
+        try:
+            for round_ in range(2):
+                for local_port in distinct_free_udp_ports(count):
+                    client = Client(client_config("udp", aeron_dir, client_dir, local_port=local_port))
+                    clients.append(client)
+                    conn = await asyncio.wait_for(client.connect("127.0.0.1", port), 30)
+                    assert await conn.ping() > 0
+                images = handshake.images
+                assert len(images) == count
+                watched, watch = server._image_watches[False]
+                assert watched is images, f"round {round_}"
+                assert len(watch) == count, f"round {round_}"
+                routes = _routes().polled
+                _routes().tick(max(route.idle_since_ns for route in routes) + routes_module.LINGER_NS)
+                await wait_until(lambda: not handshake.images, 10, what="the handshake images ended")
+        finally:
+            await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
 def _images_refused_per_source(aeron_dir: Path) -> int:
     cnc = CncFile.map_existing(aeron_dir, timeout_s=5.0)
     try:

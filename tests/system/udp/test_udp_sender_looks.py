@@ -40,15 +40,24 @@ class Rig:
         self.invoker = self.driver.invoker
         subscriber_driver = udp.embedded("sub")
         self.client = udp.client(self.driver.aeron_dir, driver_agent_invoker=self.invoker)
-        self.subscriber = subscriber = udp.client(subscriber_driver.aeron_dir)
+        self.subscriber = udp.client(subscriber_driver.aeron_dir)
         self.channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length={TERM}|mtu=1408"
         self.subscriptions: list[Subscription] = []
         self.publications: list[Publication] = []
+        self.collectors: list[Collector] = []
         for stream_id in range(1, streams + 1):
-            self.subscriptions.append(subscriber.add_subscription(self.channel, stream_id))
-            add = self.client.add_exclusive_publication if stream_id == streams else self.client.add_publication
-            self.publications.append(add(self.channel, stream_id))
-        self.collectors = [Collector() for _ in self.publications]
+            self.add_stream(stream_id, exclusive=stream_id == streams)
+        self.connect()
+
+    def add_stream(self, stream_id: int, exclusive: bool = False) -> Publication:
+        """A publication (and its subscription) on ``stream_id``; :meth:`connect` waits for it."""
+        self.subscriptions.append(self.subscriber.add_subscription(self.channel, stream_id))
+        add = self.client.add_exclusive_publication if exclusive else self.client.add_publication
+        self.publications.append(add(self.channel, stream_id))
+        self.collectors.append(Collector())
+        return self.publications[-1]
+
+    def connect(self) -> None:
         execute_until(
             lambda: all(p.is_connected for p in self.publications) and all(s.images for s in self.subscriptions),
             self.run,
@@ -165,6 +174,38 @@ def test_every_way_of_writing_leaves_at_once_while_idle_cycles_skip_the_look(udp
     assert concurrent.position % TERM == 0
     rig.leaves_at_once(concurrent, "the padding at the end of a term")
     rig.idle_cycles_skip_the_look()
+
+
+def test_publications_that_come_and_go_are_looked_at_like_the_first(udp: UdpDrivers) -> None:
+    """The sender's look grows by publications that come and is made again when one goes (the last one then takes
+    its place): every publication's write leaves at once either way."""
+    rig = Rig(udp, streams=3)
+    first, second, third = rig.publications
+    rig.idle_cycles_skip_the_look()
+    fourth, fifth = rig.add_stream(4), rig.add_stream(5, exclusive=True)
+    rig.connect()
+    for publication in (fifth, first, fourth):
+        rig.idle_cycles_skip_the_look()
+        assert publication.offer(b"after newcomers") > 0
+        rig.leaves_at_once(publication, f"stream {publication.stream_id} after two came")
+    index = rig.publications.index(second)
+    rig.subscriptions.pop(index).close()
+    rig.collectors.pop(index)
+    rig.publications.pop(index).close()
+    execute_until(
+        lambda: len(rig.sender_publications) == 4,
+        rig.run,
+        timeout_s=10,
+        max_iterations=1_000_000,
+        interval_s=0.0005,
+        description="the closed publication gone from the sender",
+    )
+    sixth = rig.add_stream(6)
+    rig.connect()
+    for publication in (fifth, third, sixth, first):  # the last one moved into the place of the one that went
+        rig.idle_cycles_skip_the_look()
+        assert publication.offer(b"after one went") > 0
+        rig.leaves_at_once(publication, f"stream {publication.stream_id} after one went")
 
 
 def _claim(publication: Publication, claim: BufferClaim, commit: bool) -> int:

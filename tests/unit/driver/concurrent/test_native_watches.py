@@ -66,6 +66,28 @@ def test_frame_watch_skips_released_buffers_and_rejects_malformed_entries() -> N
         FrameWatch([(AtomicBuffer(bytearray(8)), 0, terms, 63, TERM - 1)])
 
 
+def test_frame_watch_extended_watches_the_newcomers_after_those_it_held() -> None:
+    first, second, third = _image(0), _image(0), _image(0)
+    watch = FrameWatch([(pos, 0, terms, BITS, TERM - 1) for pos, terms in (first,)])
+    watch.extend([(pos, 0, terms, BITS, TERM - 1) for pos, terms in (second, third)])
+    assert len(watch) == 3
+    third[1][0].put_int_ordered(0, 32)
+    first[1][0].put_int_ordered(0, 32)
+    assert watch.ready() == [0, 2]
+    watch.extend([])
+    assert len(watch) == 3
+    # A malformed entry adds nothing, not even the good ones before it.
+    with pytest.raises(TypeError, match="entry 1"):
+        watch.extend([(second[0], 0, second[1], BITS, TERM - 1), (1, 2, 3)])  # type: ignore[list-item]
+    with pytest.raises(IndexError):
+        watch.extend([(second[0], 0, second[1], BITS, TERM - 1), (AtomicBuffer(bytearray(8)), 8, second[1], BITS, 1)])
+    assert len(watch) == 3
+    assert watch.ready() == [0, 2]
+    grown = FrameWatch([])
+    grown.extend([(pos, 0, terms, BITS, TERM - 1) for pos, terms in (first, second)])
+    assert grown.ready() == [0]
+
+
 def test_position_watch_reports_and_remembers_moved_counters() -> None:
     values = AtomicBuffer(bytearray(64))
     values.put_long_ordered(0, 7)
