@@ -71,6 +71,23 @@ def test_counters_wait_longer_while_handshakes_are_under_way_but_not_forever() -
     assert counters.due(OPEN_AFTER_NS + 2) == [first]
 
 
+def test_counters_are_given_oldest_first_and_the_young_wait_their_turn() -> None:
+    """Connections are admitted in the order they came: each look takes those old enough from the front and leaves
+    the rest, the next due when the oldest of them is."""
+    counters = ConnectionCounters("server")
+    old, older_closed, young = _Stub(), _Stub(), _Stub()
+    older_closed.is_closed = True
+    counters.admit(old, 0)  # type: ignore[arg-type]
+    counters.admit(older_closed, 1)  # type: ignore[arg-type]
+    counters.admit(young, 10)  # type: ignore[arg-type]
+    assert counters.due(OPEN_AFTER_NS + 1) == [old]  # the closed one leaves without counters
+    assert counters.waiting
+    assert counters._next_open_ns == 10 + OPEN_AFTER_NS
+    assert counters.due(OPEN_AFTER_NS + 9) == []
+    assert counters.due(OPEN_AFTER_NS + 10) == [young]
+    assert not counters.waiting
+
+
 async def test_a_full_counters_file_only_skips_the_counters(
     monkeypatch: pytest.MonkeyPatch, aeron_dir: Path, client_dir: Path, port: int
 ) -> None:
