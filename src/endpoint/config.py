@@ -231,7 +231,8 @@ class Configuration:
     """How soon after a connection's reliable stream last sent data the driver sends one heartbeat anyway (a tail
     probe): a peer that lost the last datagrams learns of them from it and asks for them again, instead of only
     with the next message, keepalive or ``heartbeat_interval``'s heartbeat (up to seconds on a quiet stream). One
-    datagram after each burst; at ``heartbeat_interval`` or above, none."""
+    datagram after each burst, none after a keepalive (the next one reveals a lost one); at ``heartbeat_interval``
+    or above, none."""
     status_message_interval: float = attrs.field(default=1.0, validator=_positive_seconds(2.5))
     """How often the driver sends a status message for a UDP stream it receives when no reading triggered one
     (Aeron: every 200 ms). Status messages also go whenever the reader moves a quarter window, so this bounds only

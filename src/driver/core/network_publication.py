@@ -44,6 +44,7 @@ from driver.core.driver_publication import DriverPublication, PublicationState
 from driver.core.flow_control import FlowControl, idles_only_at_end_of_stream
 from driver.core.retransmit import RetransmitHandler
 from driver.logbuffer import descriptor as lbd
+from driver.logbuffer.frame import is_quiet_alone
 from driver.logbuffer.log_buffers import LogBuffers
 from driver.logbuffer.scanner import scan_for_availability
 from driver.media._net import FEEDBACK_NONE, FeedbackSlot, SendSlot
@@ -339,6 +340,7 @@ class NetworkPublication(DriverPublication):
             return 0  # nothing new (the common idle cycle)
         send = self._out.send
         bytes_sent = 0
+        loud = False
         for datagrams in range(MAX_DATAGRAMS_PER_CYCLE):
             if datagrams:
                 index = (sender_position >> bits) % 3
@@ -351,6 +353,7 @@ class NetworkPublication(DriverPublication):
             if send(self._term_views[index][term_offset : term_offset + available]) != available:
                 self.counters.short_sends.increment()
                 break
+            loud = loud or not is_quiet_alone(self._terms[index], term_offset, available)
             bytes_sent += available
             sender_position += available + padding
             window -= available + padding
@@ -359,7 +362,8 @@ class NetworkPublication(DriverPublication):
         if bytes_sent:
             native = self.native
             native.last_send_ns = now_ns
-            native.probe_pending = native.probe_ns > 0
+            if loud:  # (only quiet messages went: a probe owed before stays owed)
+                native.probe_pending = native.probe_ns > 0
             native.track_limits = True
             self.sender_position.set_ordered(sender_position)
             self.counters.bytes_sent.get_and_add(bytes_sent)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import struct
 
-from driver.concurrent.atomic_buffer import AtomicBuffer, fence
+from driver.concurrent.atomic_buffer import AtomicBuffer, align, fence
 
 __all__ = [
     "BEGIN_FRAG_FLAG",
@@ -51,6 +51,7 @@ __all__ = [
     "HEADER_LENGTH",
     "MAX_MESSAGE_LENGTH",
     "PADDING_FRAME_TYPE",
+    "QUIET_RESERVED_VALUE",
     "RESERVED_VALUE_OFFSET",
     "SESSION_ID_OFFSET",
     "STREAM_ID_OFFSET",
@@ -67,6 +68,7 @@ __all__ = [
     "frame_length_volatile",
     "frame_type",
     "is_padding_frame",
+    "is_quiet_alone",
     "set_frame_flags",
     "set_frame_length_ordered",
     "set_frame_term_id",
@@ -104,6 +106,10 @@ UNFRAGMENTED = BEGIN_FRAG_FLAG | END_FRAG_FLAG
 EOS_FLAG = 0x20
 
 DEFAULT_RESERVE_VALUE = 0
+QUIET_RESERVED_VALUE = 0x65626F72702D6F6E
+"""A whole message alone in its datagram with this reserved value asks our driver for no tail probe after it (an end
+point's keepalive, which the next keepalive follows anyway; see ``driver.uri.TAIL_PROBE_PARAM_NAME``). Only the
+sending driver reads it: on the wire it is an ordinary reserved value."""
 
 MAX_MESSAGE_LENGTH = 16 * 1024 * 1024
 """Upper bound on a message whatever the term length (FrameDescriptor.MAX_MESSAGE_LENGTH)."""
@@ -187,6 +193,15 @@ def frame_length(term: AtomicBuffer, frame_offset: int) -> int:
 
 def frame_length_volatile(term: AtomicBuffer, frame_offset: int) -> int:
     return term.get_int_volatile(frame_offset)
+
+
+def is_quiet_alone(term: AtomicBuffer, frame_offset: int, length: int) -> bool:
+    """The ``length`` bytes at ``frame_offset`` are one whole message with :data:`QUIET_RESERVED_VALUE` (see there)."""
+    return (
+        term.get_long(frame_offset + RESERVED_VALUE_OFFSET) == QUIET_RESERVED_VALUE
+        and align(term.get_int(frame_offset), FRAME_ALIGNMENT) == length
+        and frame_flags(term, frame_offset) == UNFRAGMENTED
+    )
 
 
 def set_frame_length_ordered(term: AtomicBuffer, frame_offset: int, length: int) -> None:

@@ -1787,5 +1787,11 @@ PyInit__net(void)
         Py_DECREF(module);
         return NULL;
     }
+    PyObject *quiet = PyLong_FromLongLong(QUIET_RESERVED_VALUE);
+    if (quiet == NULL || PyModule_AddObject(module, "QUIET_RESERVED_VALUE", quiet) < 0) {
+        Py_XDECREF(quiet);
+        Py_DECREF(module);
+        return NULL;
+    }
     return module;
 }

@@ -180,6 +180,9 @@ class FeedbackRoutes:
     def remove(self, slot: FeedbackSlot, /) -> None: ...
     def __len__(self) -> int: ...
 
+QUIET_RESERVED_VALUE: int
+"""The reserved value that asks for no tail probe (``driver.logbuffer.frame.QUIET_RESERVED_VALUE``)."""
+
 class SendSlot:
     """The send-side state of one network publication, shared by its Python path and the native batched send."""
 

@@ -40,6 +40,9 @@
 #endif
 #define HEARTBEAT_FLAGS_BYTE 0xC0 /* BEGIN | END */
 #define HDR_TYPE_DATA_VALUE 1
+/* A whole message alone in its datagram with this reserved value asks for no tail probe after it (ours: an end point's
+ * keepalive, which the next keepalive follows anyway): driver.logbuffer.frame.QUIET_RESERVED_VALUE. */
+#define QUIET_RESERVED_VALUE 0x65626f72702d6f6eLL
 
 typedef struct {
     PyObject *tuple; /* owned; compared by identity */
@@ -296,6 +299,7 @@ typedef struct {
     int hard_error;          /* refused for a reason other than a full socket: Python looks again */
     int heartbeat;           /* a heartbeat queued instead of data */
     int unsegment;           /* refused only because segmented: sent again one by one next cycle, not a short send */
+    int first_loud;          /* first datagram queued that is not a quiet message alone (count when none) */
     int64_t ends[SEND_MAX_DATAGRAMS];  /* sender position after each datagram */
     int32_t lengths[SEND_MAX_DATAGRAMS];
     char frame[DATA_HEADER_LENGTH];
@@ -465,6 +469,19 @@ send_queue(SendCall *call, SendLane *lane, SendSlot *slot, int state_index, int 
     }
 }
 
+/* The datagram of ``length`` bytes at ``offset`` is one whole message whose reserved value asks for no tail probe. */
+static int
+send_quiet(const AtomicBuffer *term, long long offset, long long length)
+{
+    const char *frame = term->base + offset;
+    int32_t frame_length;
+    int64_t reserved;
+    memcpy(&frame_length, frame, 4);
+    memcpy(&reserved, frame + 24, 8);
+    return reserved == QUIET_RESERVED_VALUE && (((long long)frame_length + 31) & ~31LL) == length &&
+           (unsigned char)frame[5] == HEARTBEAT_FLAGS_BYTE;
+}
+
 /* Aeron's TermScanner, as term_scan_for_availability: (available, padding) from ``offset`` within ``max_length``. */
 static void
 send_scan(AtomicBuffer *term, long long offset, long long max_length, long long *available_out, long long *padding_out)
@@ -594,6 +611,7 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
         state->hard_error = 0;
         state->heartbeat = 0;
         state->unsegment = 0;
+        state->first_loud = SEND_MAX_DATAGRAMS;
         int64_t position = __atomic_load_n(position_address, __ATOMIC_ACQUIRE);
         int64_t window = __atomic_load_n(limit_address, __ATOMIC_ACQUIRE) - position;
         long long mask = slot->term_length - 1;
@@ -612,6 +630,8 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
                 send_scan(term, offset, window < slot->mtu ? window : slot->mtu, &available, &padding);
                 if (available <= 0)
                     break;
+                if (state->first_loud == SEND_MAX_DATAGRAMS && !send_quiet(term, offset, available))
+                    state->first_loud = state->count;
                 if (lane == NULL)
                     lane = send_lane_for(call, sock);
                 send_queue(call, lane, slot, states, state->count, term->base + offset, (size_t)available);
@@ -680,7 +700,8 @@ send_publications(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
                 counter_add(&slot->short_sends, 1);
             if (bytes) {
                 slot->last_send_ns = now_ns;
-                slot->probe_pending = slot->probe_ns > 0;
+                if (state->first_loud < sent) /* else only quiet messages went: a probe owed before stays owed */
+                    slot->probe_pending = slot->probe_ns > 0;
                 slot->track_limits = 1;
                 counter_store(&slot->sender_position, state->ends[sent - 1]);
                 counter_add(&slot->bytes_sent, bytes);

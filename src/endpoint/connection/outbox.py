@@ -47,6 +47,9 @@ class Outbox:
     ) -> None:
         self.offer = offer
         """Every offer goes through here (sealing replaces it)."""
+        self.quiet_offer: Callable[[Buffer], int] | None = None
+        """How a keepalive is offered so that the driver sends no tail probe after it (a UDP connection's; None:
+        as everything else). See ``driver.logbuffer.frame.QUIET_RESERVED_VALUE``."""
         self.closing = False
         """Set once the connection starts closing: every send raises the closed error from then on."""
         self.sent = 0
@@ -79,15 +82,16 @@ class Outbox:
         """Sends wait on back pressure (anything offered now would overtake them)."""
         return bool(self._backlog)
 
-    def offer_now(self, data: Buffer, poke: bool = True, *, jump_queue: bool = False) -> bool:
+    def offer_now(self, data: Buffer, poke: bool = True, *, jump_queue: bool = False, quiet: bool = False) -> bool:
         """Offer once, and once more straight away after ADMIN_ACTION (the log rotated: the retry succeeds).
 
         False while sends are queued behind back pressure (they go first) unless ``jump_queue``.
-        A message the user sent pokes the poller (an answer may follow); a keepalive does not.
+        A message the user sent pokes the poller (an answer may follow); a keepalive does not. ``quiet``: through
+        :attr:`quiet_offer` when there is one.
         """
         if self._backlog and not jump_queue:
             return False
-        offer = self.offer
+        offer = self.offer if not quiet or self.quiet_offer is None else self.quiet_offer
         result = offer(data)
         if result == ADMIN_ACTION:
             result = offer(data)
@@ -117,11 +121,12 @@ class Outbox:
         self.ensure_open()
         await self.send_bytes(self._encode(message), timeout)
 
-    def send_control(self, message: object, *, must_arrive: bool = False) -> bool:
-        """Offer an internal message at once, ahead of queued sends; one that ``must_arrive`` queues if refused."""
+    def send_control(self, message: object, *, must_arrive: bool = False, quiet: bool = False) -> bool:
+        """Offer an internal message at once, ahead of queued sends; one that ``must_arrive`` queues if refused;
+        a ``quiet`` one (a keepalive) through :attr:`quiet_offer`."""
         try:
             data = self._encode(message)
-            if self.offer_now(data, poke=False, jump_queue=True):
+            if self.offer_now(data, poke=False, jump_queue=True, quiet=quiet):
                 return True
         except Exception:  # a control message must never take the poller down
             return False

@@ -43,6 +43,7 @@ from driver.client.publication import ADMIN_ACTION, CLOSED, NOT_CONNECTED, Publi
 from driver.client.subscription import Image, Subscription
 from driver.concurrent.counters import CountersReader
 from driver.concurrent.system_counters import RECEIVER_HWM_TYPE_ID
+from driver.logbuffer.frame import QUIET_RESERVED_VALUE
 from endpoint.config import Configuration
 from endpoint.connection.core import ConnectionCore
 from endpoint.connection.liveness import Verdict
@@ -108,6 +109,10 @@ def _hwm_counter_of(reader: CountersReader, registration_id: int) -> int:
     if entry is None or (registration_id not in entry[1] and now_ns - entry[0] > _HWM_RESCAN_NS):
         entry = _hwm_index[reader] = (now_ns, reader.ids_by_registration_id(RECEIVER_HWM_TYPE_ID))
     return entry[1].get(registration_id, -1)
+
+
+def _quiet_value(_term: object, _offset: int, _length: int) -> int:
+    return QUIET_RESERVED_VALUE
 
 
 class _Poker(Protocol):
@@ -237,6 +242,8 @@ class Connection:
             name=self.__repr__,
         )
         """Every send of this connection, its calls and its streams goes through here (see :mod:`~.outbox`)."""
+        if not is_ipc:
+            self.outbox.quiet_offer = self._offer_quiet
         self._hwm_counter_id: int | None = None
         """The receiver high-water mark counter of the peer's image (UDP), looked up once it is needed."""
         self._sealer: Sealer | None = None
@@ -410,6 +417,13 @@ class Connection:
         elif self._refused is not None:
             self._refused = self._refused_sealed = None
         return result
+
+    def _offer_quiet(self, data: Buffer) -> int:
+        """Offer a keepalive marked for the driver to send no tail probe after it (the next keepalive follows, and a
+        lost one is asked for again then; see ``driver.logbuffer.frame.QUIET_RESERVED_VALUE``), sealed if the
+        connection is."""
+        sealer = self._sealer
+        return self._pub.offer(data if sealer is None else sealer.seal(data), reserved_value_supplier=_quiet_value)  # type: ignore[arg-type]
 
     def _join_session(self, session: Session, resumed: bool) -> None:
         """Carry ``session`` (before anything is read): its frames go to it, sends through it."""
@@ -834,7 +848,8 @@ class Connection:
         if verdict is Verdict.KEEPALIVE or verdict is Verdict.PROBE:
             probe = verdict is Verdict.PROBE  # overdue: its answer reveals anything of its stream lost meanwhile
             answered = probe or self._sample_wanted  # an answer also samples the round trip
-            if self.outbox.send_control(Ping(SAMPLE_SEQ if answered else 0, time.perf_counter_ns())):
+            # A keepalive asks for no tail probe after it; a probe does (its answer is what we are after).
+            if self.outbox.send_control(Ping(SAMPLE_SEQ if answered else 0, time.perf_counter_ns()), quiet=not probe):
                 self._sample_wanted = False
                 self.probes += probe
                 core.kept_alive(now_ns, self.outbox.sent, probe)

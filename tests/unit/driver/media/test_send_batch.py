@@ -22,6 +22,7 @@ from driver.concurrent.counters import CountersManager
 from driver.concurrent.system_counters import SystemCounterId
 from driver.core.command_queues import CommandQueue
 from driver.core.sender import FEEDBACK_BATCH, Sender
+from driver.logbuffer.frame import QUIET_RESERVED_VALUE
 from driver.media._net import SendSlot, send_publications
 from driver.media.endpoints import EndpointCounters, SendChannelEndpoint
 from driver.media.faults import FaultSpec
@@ -101,10 +102,11 @@ def _pair(tmp_path: Path, sockets: list[socket.socket]) -> tuple[Rig, Rig, socke
     return python, native, receiver
 
 
-def _write_both(rigs: tuple[Rig, Rig], lengths: list[int]) -> None:
+def _write_both(rigs: tuple[Rig, Rig], lengths: list[int], reserved: int | None = None) -> None:
+    """The messages of ``lengths`` into both rigs' logs; ``reserved``: their reserved value (else their index)."""
     for rig in rigs:
         for i, length in enumerate(lengths):
-            rig.write(length, fill=i)
+            rig.write(length, fill=i if reserved is None else reserved)
 
 
 def test_data_frames_are_byte_identical_to_the_python_paths_within_the_mtu(
@@ -270,6 +272,48 @@ def test_a_tail_probe_heartbeats_once_soon_after_data_on_both_paths(
             if rig.counter(SystemCounterId.HEARTBEATS_SENT) > before[name] + len(beats[name]):
                 beats[name].append((now - start) // MS)
     assert beats["python"] == beats["native"] == [540, 650]
+
+
+def test_a_quiet_message_alone_asks_for_no_tail_probe_on_both_paths(
+    tmp_path: Path, sockets: list[socket.socket]
+) -> None:
+    """A whole message alone in its datagram with ``QUIET_RESERVED_VALUE`` (an end point's keepalive) is followed by
+    no tail probe, only the interval's heartbeats; one sent while a probe is owed for data before it leaves that
+    probe owed; in one datagram with other data it is data like any other. Both paths alike, byte for byte."""
+    python, native, receiver = _pair(tmp_path, sockets)
+    for rig in (python, native):
+        rig.publication.native.probe_ns = 30 * MS
+        rig.set_limit(10 * TERM_LENGTH)
+    start = 3_000 * MS
+    rigs = (("python", python), ("native", native))
+
+    def beats_between(begin_ms: int, end_ms: int, then: tuple[int, list[int]] | None = None) -> list[int]:
+        """Heartbeats (ms from ``start``) of both paths, alike, over the steps of 10 ms from ``begin_ms``; ``then``:
+        at that step, write these lengths (quiet) first."""
+        before = {name: rig.counter(SystemCounterId.HEARTBEATS_SENT) for name, rig in rigs}
+        beats: dict[str, list[int]] = {"python": [], "native": []}
+        for at in range(begin_ms, end_ms, 10):
+            if then is not None and at == then[0]:
+                _write_both((python, native), then[1], QUIET_RESERVED_VALUE)
+            now = start + at * MS
+            python.publication.send(now)
+            _native([native], now)
+            for name, rig in rigs:
+                if rig.counter(SystemCounterId.HEARTBEATS_SENT) > before[name] + len(beats[name]):
+                    beats[name].append(at)
+        assert beats["python"] == beats["native"]
+        return beats["python"]
+
+    _write_both((python, native), [100], QUIET_RESERVED_VALUE)
+    assert beats_between(0, 250) == [110, 220]  # no probe: the interval's heartbeats only
+    _write_both((python, native), [100])
+    assert beats_between(300, 500) == [340, 450]  # data: the probe 30 ms after it
+    _write_both((python, native), [100])
+    assert beats_between(600, 720, then=(610, [100])) == [650]  # still owed after the quiet one (sent at 610)
+    _write_both((python, native), [100, 100], QUIET_RESERVED_VALUE)  # two quiet ones in one datagram
+    assert beats_between(800, 900) == [840]
+    received = _drain(receiver, len(python.recorder.sent))
+    assert received == python.recorder.sent
 
 
 def test_several_publications_sockets_and_destinations_in_one_call(
