@@ -40,8 +40,10 @@ route each (a local port each; from ``--storm-sources`` loopback addresses in
 turn when given, as clients on hosts of their own, else all from 127.0.0.1),
 then one process of ``--storm-shared`` clients sharing one route. Reported:
 connections made, handshakes per second (first connect to last answer), the
-server's and the clients' CPU per connection (drivers included), failures by
-reason, the server's ``HandshakeStats`` and its garbage collector's time;
+server's and the clients' CPU per connection (drivers included), the rates those
+CPU costs allow (the machine's cores shared by server and clients, and the server
+alone on a core), failures by reason, the server's ``HandshakeStats`` and its
+garbage collector's time;
 ``--storm-profile`` writes the server's and each client process's cProfile over
 the storm.
 
@@ -941,6 +943,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if "s" in args.only:
         storm_rows: list[tuple[object, ...]] = []
+        cores = len(os.sched_getaffinity(0))
         phases = [
             (
                 f"{args.storm_processes} processes x {args.storm_per_process}, a route each"
@@ -966,6 +969,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             c = st.server_counts
             refused = "/".join(str(c.get(k, -1)) for k in ("busy", "overloaded", "evicted"))
             thrown = f"{c.get('discarded', -1)}/{st.client_discarded}"
+            both_ms = st.server_cpu_ms + st.client_cpu_ms
             storm_rows.append(
                 (
                     name,
@@ -974,6 +978,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     rate,
                     f"{st.server_cpu_ms:.1f}",
                     f"{st.client_cpu_ms:.1f}",
+                    f"{cores * 1000 / both_ms:.0f}" if both_ms > 0 else "-",
+                    f"{1000 / st.server_cpu_ms:.0f}" if st.server_cpu_ms > 0 else "-",
                     c.get("challenged", -1),
                     refused,
                     c.get("unanswered", -1),
@@ -990,12 +996,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "handshakes/s",
                 "server CPU ms each",
                 "clients' CPU ms each",
+                f"CPU-bound at /s ({cores} cores)",
+                "server alone at /s (1 core)",
                 "attempts",
                 "refused busy/dropped/evicted",
                 "unanswered",
                 "thrown away server/clients",
             ],
             storm_rows,
+        )
+        print(
+            f"  CPU-bound at: what this machine's {cores} cores allow at the CPU the server and the clients spent per"
+            " connection (a storm well below it waited, one near it was CPU-bound); server alone: what the server's"
+            " CPU per connection allows it on a core of its own, the clients elsewhere"
         )
         print(
             "  attempts: fresh HELLOs (a cookie each); refused: SERVER_BUSY with a retry-after before anything was"
