@@ -163,6 +163,13 @@ class _NoAnswerRoute(Exception):
     """Every answer route the caps allow is busy with handshakes in flight."""
 
 
+_PARKED_TIMEOUTS = 3
+"""Handshake timeouts an answer route let go stays open (see ``Server._closing_routes``): longer than its client
+waits before asking again (a busy refusal's retry-after, at most a timeout and a half; a resend, at most two and a
+half), so that a client that comes back finds it."""
+_SESSION_HELD_NS = 6_000_000_000
+"""How long after we close an answer route its driver still holds the route's session (Aeron's default publication
+linger, 5 s, and its teardown): an answer route opened again for that client route meanwhile would be refused."""
 _COOKIES_WAITING_PER_ROUTE = 64
 """Cookies one answer route may hold waiting for room (a client process's storm has up to 128 handshakes in
 flight on one route); more are dropped as before, and those clients ask again."""
@@ -205,9 +212,15 @@ class Server(EndPoint[ServerConfiguration]):
         """connect key -> (answer route, our lease on it, when to let it go): for a client that missed the answer."""
         self._answer_routes: dict[tuple[str, int], _AnswerRoute] = {}
         self._closing_routes: dict[tuple[str, int], tuple[_AnswerRoute, int]] = {}
-        """Answer routes let go, by client route, with when to close them: open for a handshake timeout more, so
-        that a client route that asks again soon (a storm's busy-refused client) gets the same publication back. A
-        new one would name the session the driver still holds while the old one closes, and be refused."""
+        """Answer routes let go, by client route, with when to close them: open for :data:`_PARKED_TIMEOUTS`
+        handshake timeouts more, so that a client route that asks again soon (a storm's busy-refused client) gets the
+        same publication back. A new one would name the session the driver still holds while the old one closes, and
+        be refused."""
+        self._sessions_held: dict[tuple[str, int], int] = {}
+        """Client routes whose answer route we closed, with until when its driver may still hold its session
+        (:data:`_SESSION_HELD_NS`): such a route asking again meanwhile is not answered (its client tries again, or
+        soon takes a fresh route) rather than answered through a route the driver would refuse. Oldest first, at
+        most ``4 * max_answer_routes``."""
         self._routes_from: dict[str, int] = {}
         """How many of ``_answer_routes`` go to each address (its cap is checked per new route, in a storm of
         clients on routes of their own once per handshake)."""
@@ -854,7 +867,10 @@ class Server(EndPoint[ServerConfiguration]):
                 )
             # The reply route and the connection's two streams at once (three driver round trips in parallel).
             # Our stream sends nothing until the client, on reading the grant, subscribes and names it; its
-            # subscription asks for it at once, so the stream connects as soon as it does.
+            # subscription asks for it at once, so the stream connects as soon as it does. The route is leased
+            # first: with none to answer on, nothing is made.
+            if not is_ipc:
+                self._lease_reply(pending, port)
             made = await asyncio.gather(
                 self._reply_route(pending, port),
                 aeron.add_subscription_async(sub_channel, stream_in),
@@ -944,18 +960,24 @@ class Server(EndPoint[ServerConfiguration]):
                 lease.backlog -= 1
 
     async def _reply_route(self, pending: _Pending, port: object) -> Publication:
-        """Where answers to this client go: the shared IPC reply stream, or a publication to its UDP reply port."""
+        """Where answers to this client go: the shared IPC reply stream, or a publication to its UDP reply port
+        (the one :meth:`_lease_reply` leased, or one leased now)."""
         if pending.is_ipc:
             assert self._ipc_reply is not None
             pending.reply = self._ipc_reply
             return self._ipc_reply
+        route = pending.lease if pending.lease is not None else self._lease_reply(pending, port)
+        pending.reply = await asyncio.shield(route.opening)
+        return pending.reply
+
+    def _lease_reply(self, pending: _Pending, port: object) -> _AnswerRoute:
+        """One use of this UDP client's answer route (see :meth:`_lease_answer_route`); _NoAnswerRoute if none."""
         assert isinstance(port, int)
         route = self._lease_answer_route(pending.address, port, pending.route_id)
         if route is None:
             raise _NoAnswerRoute(f"no answer route free for {pending.address}")
         pending.lease = route
-        pending.reply = await asyncio.shield(route.opening)
-        return pending.reply
+        return route
 
     def _lease_answer_route(self, address: str, port: int, route_id: int) -> _AnswerRoute | None:
         """One use of the answer route of the client route ``route_id`` at ``address`` (opened if need be), or
@@ -968,7 +990,7 @@ class Server(EndPoint[ServerConfiguration]):
         if route is None:
             route = self._take_back(key)
         if route is None or not route.usable:
-            if not self._room_for_route(address):
+            if self._session_held(key) or not self._room_for_route(address):
                 return None
             # The route's session follows from the client's handshake publication's: its answer subscription names
             # it, so its status messages (and nobody else's, unless from its address) make this route send.
@@ -1038,7 +1060,24 @@ class Server(EndPoint[ServerConfiguration]):
             if not opening.cancelled() and opening.exception() is None:
                 self._spawn(self._close_quietly(opening.result()))
 
+        # Held from now on (a HELLO on its client route may be handled before the close itself runs).
+        held = self._sessions_held
+        key = (route.address, route.route_id)
+        held.pop(key, None)  # (to the end: oldest first)
+        held[key] = time.monotonic_ns() + _SESSION_HELD_NS
+        if len(held) > 4 * self.config.max_answer_routes:
+            del held[next(iter(held))]
         route.opening.add_done_callback(close)
+
+    def _session_held(self, key: tuple[str, int]) -> bool:
+        """The driver may still hold the session of the answer route we closed for client route ``key``."""
+        until = self._sessions_held.get(key)
+        if until is None:
+            return False
+        if time.monotonic_ns() < until:
+            return True
+        del self._sessions_held[key]
+        return False
 
     def _file_route(self, route: _AnswerRoute) -> None:
         """``route`` into ``_answer_routes`` under its client route (replacing an unusable one of that key)."""
@@ -1076,7 +1115,7 @@ class Server(EndPoint[ServerConfiguration]):
             self._close_route(previous[0])
         while len(closing) >= self.config.max_answer_routes:  # (as many as may be open, at most)
             self._close_route(closing.pop(next(iter(closing)))[0])
-        closing[key] = (route, time.monotonic_ns() + int(self.config.handshake_timeout * 1e9))
+        closing[key] = (route, time.monotonic_ns() + int(_PARKED_TIMEOUTS * self.config.handshake_timeout * 1e9))
 
     def _id_allocators(self) -> tuple[IdAllocator, ...]:
         """What each of a connection's ids comes from: sessions and streams of its reliable pair, then the sessions
@@ -1386,6 +1425,7 @@ class Server(EndPoint[ServerConfiguration]):
         self._finished_reply.clear()
         self._answer_routes.clear()
         self._closing_routes.clear()
+        self._sessions_held.clear()
         self._routes_from.clear()
         self._udp_handshake = self._ipc_handshake = None
         self._ipc_reply = None

@@ -22,6 +22,7 @@ from driver.cnc import CncFile
 from driver.concurrent.counters import CountersReader
 from driver.concurrent.system_counters import DriverSystemCounterId
 from endpoint import Client, Connection, Server
+from endpoint.handshake.protocol import CookieReceived
 from endpoint.handshake.routes import LINGER_NS, HandshakeRoutes, HandshakeSlots
 from endpoint.poller import LoopPoller
 from support.endpoints import (
@@ -640,3 +641,57 @@ async def test_an_answer_route_let_go_while_its_client_route_lives_is_taken_up_a
             assert errors == []
         finally:
             await client.close()
+
+
+async def test_a_client_route_whose_answer_route_we_closed_is_not_answered_until_the_driver_let_go_of_it(
+    aeron_dir: Path, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that holds a cookie comes back on its route after the server closed that route's answer route (a
+    storm's busy-refused client, past the route's parking): a new answer route would name the session the driver
+    still holds for the closed one, be refused, and the connection's streams made beside it be thrown away, at
+    every resend. It is not answered while the driver may hold the session (counted unanswered, nothing made, no
+    error), and a new answer route is opened once it let go (here the driver lingers 0.2 s and the server allows for
+    1 s)."""
+    import endpoint.server as server_module
+
+    monkeypatch.setenv("AERON_PUBLICATION_LINGER_TIMEOUT", str(200_000_000))
+    monkeypatch.setattr(server_module, "_SESSION_HELD_NS", 1_000_000_000)
+    async with (
+        running_server(server_config(aeron_dir, port)) as server,
+        raw_driver(None) as aeron,
+    ):
+        errors: list[BaseException] = []
+        server.on_error(lambda conn, exc: errors.append(exc))
+        peer = await RawHandshakePeer.open(aeron, "udp", port)
+        try:
+            handshake = peer.handshake()
+            await peer.send(handshake.hello(time.time_ns()))
+            assert isinstance(await peer._receive_one(handshake, 10.0), CookieReceived)
+            (route,) = server._answer_routes.values()
+            assert server._evict_route([route])  # gives way at the cap (parked) ...
+            server._close_routes_let_go(None)  # ... and its time is up: closed
+            await wait_until(lambda: route.opening.result().is_closed, 5, what="the answer route closed")
+            stats = server.handshake_stats
+            unanswered, discarded = stats.unanswered, stats.discarded
+            await peer.send(handshake.hello(time.time_ns()))  # the cookie's HELLO, on the same route
+            await wait_until(lambda: stats.unanswered > unanswered, 5, what="the HELLO counted unanswered")
+            assert stats.discarded == discarded  # nothing was made for it
+            assert server._answer_routes == {}
+            assert errors == []
+            await asyncio.sleep(1.2)  # the driver let go of the session (0.2 s), and the server's allowance is over
+            await peer.send(handshake.hello(time.time_ns()))
+            # A new answer route, under the same session, opened without a clash (our raw subscription takes a
+            # stream of that session again only a while after the old one went: a client takes a fresh route).
+            await wait_until(
+                lambda: (key := (route.address, route.route_id)) in server._answer_routes
+                and server._answer_routes[key].opening.done(),
+                5,
+                what="a new answer route opened",
+            )
+            reopened = server._answer_routes[(route.address, route.route_id)]
+            assert reopened is not route
+            assert reopened.opening.exception() is None
+            assert reopened.opening.result().session_id == route.opening.result().session_id
+            assert errors == []
+        finally:
+            await peer.close()
