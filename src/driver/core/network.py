@@ -258,7 +258,7 @@ class NetworkResources:
         # were not quiet then (see NetworkPublication.quiet_time_event): the rest cost an attribute check each,
         # not a Python call per counter (an idle server's thousand publications were its heaviest timer work).
         # The tails watched are those of the publications listed in the order of ``_timer_of`` (three each),
-        # rebuilt at the next step after a publication comes or goes.
+        # grown at the next step after publications came, made again after one went.
         self._publications_version = 0
         self._timer_version = -1
         self._timer_of: list[NetworkPublication] = []
@@ -1025,20 +1025,25 @@ class NetworkResources:
             self._limits_rebuild = True  # time for a rebuild
 
     def _written_publications(self) -> set[NetworkPublication] | None:
-        """The publications whose logs were written to since the last look, None if all are to be visited (the
-        list changed: the watch is rebuilt, remembering the tails as they are now)."""
+        """The publications whose logs were written to since the last look, None if all are to be visited (one
+        went: the watch is made again, remembering the tails as they are now). Publications that only came are
+        watched from now on (their first step visits them anyway: they are not quiet yet)."""
+        of = self._timer_of
+        came: list[NetworkPublication] = []
         if self._timer_version != self._publications_version:
             self._timer_version = self._publications_version
-            self._timer_of = list(self.publications)
-            tails = [
-                (publication.log.metadata, lbd.tail_counter_offset(index))
-                for publication in self._timer_of
-                for index in range(lbd.PARTITION_COUNT)
-            ]
-            self._timer_tails = PositionWatch(tails)
-            return None
-        of = self._timer_of
-        return {of[index // lbd.PARTITION_COUNT] for index in self._timer_tails.changed()}
+            publications = self.publications
+            held = len(of)
+            if len(publications) < held or publications[:held] != of:  # one went
+                self._timer_of = list(publications)
+                self._timer_tails = PositionWatch(_tails(self._timer_of))
+                return None
+            came = publications[held:]
+        written = {of[index // lbd.PARTITION_COUNT] for index in self._timer_tails.changed()}
+        if came:
+            self._timer_tails.extend(_tails(came))
+            of.extend(came)
+        return written
 
     def on_released(self, publication: NetworkPublication, now_ns: int) -> None:
         """Its last client let go of ``publication``: if everything was sent, the end of stream goes out now (as
@@ -1288,3 +1293,12 @@ class _Held:
             for image in self.images:
                 per_host[image.source_address[0]] = per_host.get(image.source_address[0], 0) + 1
         return per_host.get(host, 0)
+
+
+def _tails(publications: list[NetworkPublication]) -> list[tuple[AtomicBuffer, int]]:
+    """What a :class:`PositionWatch` of the publications' term tails watches (three each, in order)."""
+    return [
+        (publication.log.metadata, lbd.tail_counter_offset(index))
+        for publication in publications
+        for index in range(lbd.PARTITION_COUNT)
+    ]

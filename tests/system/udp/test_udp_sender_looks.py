@@ -208,6 +208,54 @@ def test_publications_that_come_and_go_are_looked_at_like_the_first(udp: UdpDriv
         rig.leaves_at_once(publication, f"stream {publication.stream_id} after one went")
 
 
+def test_the_conductors_timer_step_sees_writes_as_publications_come_and_go(udp: UdpDrivers) -> None:
+    """The conductor's timer step visits the publications written to since its last step (one native look at their
+    term tails) and the new ones: its watch grows by publications that come, and is made again when one goes. A
+    visit is seen in the publisher position it writes, behind the log until a step visits the publication."""
+    rig = Rig(udp, streams=3)
+    network = rig.driver.conductor.network
+    clock = rig.driver.conductor.now_ns
+
+    def write(publications: list[Publication], what: str) -> None:
+        for publication in publications:
+            assert publication.offer(b"written before the step") > 0, what
+            assert rig.ours(publication).publisher_position.get() < publication.position, what
+
+    def visited(publications: list[Publication], what: str) -> None:
+        network.on_timer(clock())
+        for publication in publications:
+            assert rig.ours(publication).publisher_position.get() == publication.position, what
+
+    first, second, third = rig.publications
+    network.on_timer(clock())  # the first look: every publication, the tails remembered
+    assert all(rig.ours(p).timer_quiet for p in rig.publications)  # (so only a write gets one visited)
+    write([second], "an old one written")
+    visited([second], "an old one written")
+    write([first], "written before one came")
+    fourth = rig.add_stream(4)
+    rig.connect()  # (the driver's own timer may take the step: either way the write is seen)
+    write([fourth], "one that came")
+    visited([first, fourth], "written before one came, and the newcomer")
+    write([third], "the watch grown")
+    visited([third], "the watch grown")
+    write([fourth], "before one went")
+    index = rig.publications.index(second)
+    rig.subscriptions.pop(index).close()
+    rig.collectors.pop(index)
+    rig.publications.pop(index).close()
+    execute_until(
+        lambda: len(rig.sender_publications) == 3,
+        rig.run,
+        timeout_s=10,
+        max_iterations=1_000_000,
+        interval_s=0.0005,
+        description="the closed publication gone",
+    )
+    visited([fourth], "before one went")
+    write([first], "the watch made again")
+    visited([first], "the watch made again")
+
+
 def _claim(publication: Publication, claim: BufferClaim, commit: bool) -> int:
     result = publication.try_claim(16, claim)  # type: ignore[attr-defined]
     if result > 0:
