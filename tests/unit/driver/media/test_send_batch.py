@@ -23,6 +23,7 @@ from driver.concurrent.system_counters import SystemCounterId
 from driver.core.command_queues import CommandQueue
 from driver.core.sender import FEEDBACK_BATCH, Sender
 from driver.logbuffer.frame import QUIET_RESERVED_VALUE
+from driver.media._net import QUIET_RESERVED_VALUE as NATIVE_QUIET_RESERVED_VALUE
 from driver.media._net import SendSlot, send_publications
 from driver.media.endpoints import EndpointCounters, SendChannelEndpoint
 from driver.media.faults import FaultSpec
@@ -280,6 +281,7 @@ def test_a_quiet_message_alone_asks_for_no_tail_probe_on_both_paths(
     """A whole message alone in its datagram with ``QUIET_RESERVED_VALUE`` (an end point's keepalive) is followed by
     no tail probe, only the interval's heartbeats; one sent while a probe is owed for data before it leaves that
     probe owed; in one datagram with other data it is data like any other. Both paths alike, byte for byte."""
+    assert NATIVE_QUIET_RESERVED_VALUE == QUIET_RESERVED_VALUE  # (the C step's own copy of the constant)
     python, native, receiver = _pair(tmp_path, sockets)
     for rig in (python, native):
         rig.publication.native.probe_ns = 30 * MS
