@@ -57,6 +57,21 @@ class Rig:
         self.collectors.append(Collector())
         return self.publications[-1]
 
+    def remove_stream(self, publication: Publication) -> None:
+        """Close ``publication`` and its subscription; returns once the sender let go of it."""
+        index = self.publications.index(publication)
+        self.subscriptions.pop(index).close()
+        self.collectors.pop(index)
+        self.publications.pop(index).close()
+        execute_until(
+            lambda: len(self.sender_publications) == len(self.publications),
+            self.run,
+            timeout_s=10,
+            max_iterations=1_000_000,
+            interval_s=0.0005,
+            description="the closed publication gone from the sender",
+        )
+
     def connect(self) -> None:
         execute_until(
             lambda: all(p.is_connected for p in self.publications) and all(s.images for s in self.subscriptions),
@@ -188,18 +203,7 @@ def test_publications_that_come_and_go_are_looked_at_like_the_first(udp: UdpDriv
         rig.idle_cycles_skip_the_look()
         assert publication.offer(b"after newcomers") > 0
         rig.leaves_at_once(publication, f"stream {publication.stream_id} after two came")
-    index = rig.publications.index(second)
-    rig.subscriptions.pop(index).close()
-    rig.collectors.pop(index)
-    rig.publications.pop(index).close()
-    execute_until(
-        lambda: len(rig.sender_publications) == 4,
-        rig.run,
-        timeout_s=10,
-        max_iterations=1_000_000,
-        interval_s=0.0005,
-        description="the closed publication gone from the sender",
-    )
+    rig.remove_stream(second)
     sixth = rig.add_stream(6)
     rig.connect()
     for publication in (fifth, third, sixth, first):  # the last one moved into the place of the one that went
@@ -239,18 +243,7 @@ def test_the_conductors_timer_step_sees_writes_as_publications_come_and_go(udp: 
     write([third], "the watch grown")
     visited([third], "the watch grown")
     write([fourth], "before one went")
-    index = rig.publications.index(second)
-    rig.subscriptions.pop(index).close()
-    rig.collectors.pop(index)
-    rig.publications.pop(index).close()
-    execute_until(
-        lambda: len(rig.sender_publications) == 3,
-        rig.run,
-        timeout_s=10,
-        max_iterations=1_000_000,
-        interval_s=0.0005,
-        description="the closed publication gone",
-    )
+    rig.remove_stream(second)
     visited([fourth], "before one went")
     write([first], "the watch made again")
     visited([first], "the watch made again")
