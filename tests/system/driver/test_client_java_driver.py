@@ -58,7 +58,7 @@ def test_our_publication_to_java_basic_subscriber(
 
 
 def test_java_basic_publisher_to_our_subscription(
-    aeron: Aeron, aeron_java: AeronJava, java_media_driver: JavaMediaDriver
+    aeron: Aeron, aeron_java: AeronJava, java_media_driver: JavaMediaDriver, tmp_path: Path
 ) -> None:
     subscription = aeron.add_subscription("aeron:ipc", 1002)
     props: dict[str, PropValue] = {
@@ -66,10 +66,12 @@ def test_java_basic_publisher_to_our_subscription(
         "aeron.sample.channel": "aeron:ipc",
         "aeron.sample.streamId": 1002,
         "aeron.sample.messages": 3,
-        "aeron.sample.lingerTimeout": 0,
+        # The publication stays until the test stops the publisher: with none, it closed right after its last
+        # message, and on a loaded machine its image could go before our client had read it.
+        "aeron.sample.lingerTimeout": 120_000,
     }
     received: list[str] = []
-    proc = aeron_java.start("io.aeron.samples.BasicPublisher", props=props)
+    proc = aeron_java.start("io.aeron.samples.BasicPublisher", props=props, output=tmp_path / "basic-publisher.log")
     try:
         execute_until(
             lambda: len(received) >= 3,
